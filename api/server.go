@@ -1,0 +1,123 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config configures the HTTP server.
+type Config struct {
+	// Addr is the listen address. Required.
+	Addr string
+	// Checks are the readiness checks behind /readyz. Optional.
+	Checks []Check
+	// Gatherer serves /metrics. Optional; default prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the API's own metrics. Optional.
+	Registerer prometheus.Registerer
+}
+
+// Server is dlq's HTTP server.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	mux  *http.ServeMux
+	http *http.Server
+}
+
+// New builds the server and its routes.
+func New(cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("api: Addr is required")
+	}
+	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "http"), mux: http.NewServeMux()}
+	gatherer := cfg.Gatherer
+	if gatherer == nil {
+		gatherer = prometheus.DefaultGatherer
+	}
+	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
+	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	s.http = &http.Server{
+		Addr:              cfg.Addr,
+		Handler:           s.withRequestID(s.mux),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	return s, nil
+}
+
+// Handler returns the server's root handler (for tests).
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// Listen binds the address, so a bad address fails at start, not later.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api: listen on %s: %w", s.cfg.Addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.log.Info("HTTP server listening", "addr", ln.Addr().String())
+	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("api: serve: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests and waits for the ones in progress.
+func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+// RequestID returns the request id of r's context.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+func (s *Server) withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 128 {
+			var b [12]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// writeError writes the documented error envelope.
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	writeJSON(w, r, status, map[string]any{
+		"error":      map[string]string{"code": code, "message": message},
+		"request_id": RequestID(r.Context()),
+	})
+}

@@ -1,0 +1,264 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ConnConfig configures a Conn.
+type ConnConfig struct {
+	// URL is the RabbitMQ URL. Required.
+	URL string
+	// Name is shown as the connection name in RabbitMQ's management UI.
+	// Optional; default "dlq".
+	Name string
+	// MinBackoff and MaxBackoff bound the wait between dial attempts.
+	// Optional; defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+	// Up, when set, is told whether the connection is up (the dlq_up gauge).
+	// Optional.
+	Up prometheus.Gauge
+}
+
+// ErrClosed is returned once Close was called.
+var ErrClosed = errors.New("broker: connection closed")
+
+// Conn is dlq's single reconnect layer: it keeps one AMQP connection alive,
+// redialling with backoff whenever it drops, and hands out channels on
+// whatever connection is current. Everything that talks to RabbitMQ goes
+// through one Conn, so there is exactly one place that decides when the
+// broker is gone and when it is back.
+//
+// A channel belongs to the connection it was opened on. Users watch their
+// channel (NotifyClose, or a closed deliveries channel) and, when it dies,
+// drop everything received on it — delivery tags are meaningless on any
+// other channel — and ask for a new one.
+type Conn struct {
+	cfg  ConnConfig
+	log  *slog.Logger
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	ready   chan struct{} // closed when conn is set; replaced when it drops
+	blocked bool
+	closed  bool
+	lastErr error
+}
+
+// NewConn validates cfg and starts connecting in the background.
+func NewConn(cfg ConnConfig) (*Conn, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		return nil, fmt.Errorf("broker: URL %q must be an amqp:// or amqps:// URL", redactURL(cfg.URL))
+	}
+	cfg.Name = cmp.Or(cfg.Name, "dlq")
+	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, 100*time.Millisecond)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 5*time.Second)
+	c := &Conn{
+		cfg:   cfg,
+		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "amqp"),
+		done:  make(chan struct{}),
+		ready: make(chan struct{}),
+	}
+	c.wg.Add(1)
+	go c.loop()
+	return c, nil
+}
+
+func (c *Conn) loop() {
+	defer c.wg.Done()
+	backoff := c.cfg.MinBackoff
+	for {
+		conn, err := amqp.DialConfig(c.cfg.URL, amqp.Config{
+			Heartbeat:  10 * time.Second,
+			Locale:     "en_US",
+			Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
+		})
+		if err != nil {
+			c.setErr(err)
+			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redactURL(c.cfg.URL), "retry_in", backoff, "error", err)
+			select {
+			case <-c.done:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, c.cfg.MaxBackoff)
+			continue
+		}
+		backoff = c.cfg.MinBackoff
+		// Both notification channels are buffered and always drained:
+		// amqp091 blocks (and since v1.13 drops after 5 s) when nobody reads.
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 8))
+		c.set(conn)
+		c.log.Info("connected to RabbitMQ", "url", redactURL(c.cfg.URL), "server_version", conn.Properties["version"])
+	watch:
+		for {
+			select {
+			case b := <-blocked:
+				c.setBlocked(b.Active)
+				if b.Active {
+					c.log.Warn("RabbitMQ blocked publishing on this connection", "reason", b.Reason)
+				} else {
+					c.log.Info("RabbitMQ unblocked publishing")
+				}
+			case e := <-closed:
+				c.clear(e)
+				if e != nil {
+					c.log.Warn("RabbitMQ connection lost; reconnecting", "error", e)
+				}
+				break watch
+			case <-c.done:
+				c.clear(nil)
+				_ = conn.Close()
+				return
+			}
+		}
+	}
+}
+
+func (c *Conn) set(conn *amqp.Connection) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.conn = conn
+	c.lastErr = nil
+	c.blocked = false
+	close(c.ready)
+	if c.cfg.Up != nil {
+		c.cfg.Up.Set(1)
+	}
+}
+
+func (c *Conn) clear(e *amqp.Error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return
+	}
+	c.conn = nil
+	c.blocked = false
+	if e != nil {
+		c.lastErr = e
+	}
+	c.ready = make(chan struct{})
+	if c.cfg.Up != nil {
+		c.cfg.Up.Set(0)
+	}
+}
+
+func (c *Conn) setErr(err error) {
+	c.mu.Lock()
+	c.lastErr = err
+	c.mu.Unlock()
+	if c.cfg.Up != nil {
+		c.cfg.Up.Set(0)
+	}
+}
+
+func (c *Conn) setBlocked(b bool) {
+	c.mu.Lock()
+	c.blocked = b
+	c.mu.Unlock()
+}
+
+// Channel opens a channel on the current connection, waiting for one if
+// the broker is unreachable, until ctx ends.
+func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
+	for {
+		c.mu.Lock()
+		conn, ready, closed := c.conn, c.ready, c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		if conn != nil {
+			ch, err := conn.Channel()
+			if err == nil {
+				return ch, nil
+			}
+			if !conn.IsClosed() {
+				return nil, fmt.Errorf("broker: open channel: %w", err)
+			}
+			// The connection died under us; the loop will notice and
+			// replace ready.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("broker: waiting for RabbitMQ: %w", context.Cause(ctx))
+		case <-c.done:
+			return nil, ErrClosed
+		case <-ready:
+		}
+	}
+}
+
+// Connected reports whether a connection is up right now, and if not, the
+// last error seen.
+func (c *Conn) Connected() (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil && !c.conn.IsClosed() {
+		return true, nil
+	}
+	return false, cmp.Or(c.lastErr, errors.New("not connected yet"))
+}
+
+// Blocked reports whether RabbitMQ is refusing publishes on this connection
+// (a memory or disk alarm).
+func (c *Conn) Blocked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blocked
+}
+
+// ServerVersion returns the broker's version string, "" when unknown.
+func (c *Conn) ServerVersion() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return ""
+	}
+	v, _ := c.conn.Properties["version"].(string)
+	return v
+}
+
+// Close closes the connection and stops reconnecting. Channels opened from
+// it close too, so callers finish their acknowledgements first.
+func (c *Conn) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.done)
+	c.wg.Wait()
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,183 @@
+package broker
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/store"
+)
+
+// Replay headers dlq adds to what it republishes. A message carrying
+// HeaderID that dies again returns to its own record.
+const (
+	HeaderID          = "x-dlq-id"
+	HeaderReplayCount = "x-dlq-replay-count"
+	HeaderReplayID    = "x-dlq-replay-id"
+)
+
+// brokerHeaders are set by RabbitMQ on dead-lettering or redelivery. They
+// describe the broker's handling, not the application's message: they are
+// stripped on replay (RabbitMQ ignores or mangles republished ones).
+var brokerHeaders = map[string]bool{
+	"x-death":                true,
+	"x-first-death-reason":   true,
+	"x-first-death-queue":    true,
+	"x-first-death-exchange": true,
+	"x-last-death-reason":    true,
+	"x-last-death-queue":     true,
+	"x-last-death-exchange":  true,
+	"x-delivery-count":       true,
+}
+
+// IsBrokerHeader reports whether RabbitMQ, not the application, owns header k.
+func IsBrokerHeader(k string) bool { return brokerHeaders[k] }
+
+// Convert turns a delivery from dlq's queue into a row to store. It never
+// fails: a delivery whose headers cannot be encoded is kept with its body
+// and properties and the error recorded, so nothing is dropped and nothing
+// loops.
+func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage) {
+	defer func() {
+		if r := recover(); r != nil {
+			m = raw(d, queue, now, fmt.Errorf("panic while converting: %v", r))
+		}
+	}()
+	// x-delivery-count is added by our own queue on redelivery; storing it
+	// would make a redelivery look different from the first delivery.
+	headers := d.Headers
+	if _, ok := headers["x-delivery-count"]; ok {
+		headers = make(amqp.Table, len(d.Headers))
+		for k, v := range d.Headers {
+			if k != "x-delivery-count" {
+				headers[k] = v
+			}
+		}
+	}
+	hj, err := AppendHeadersJSON(make([]byte, 0, 256+64*len(headers)), headers)
+	if err != nil {
+		return raw(d, queue, now, err)
+	}
+	props := PropertiesOf(d)
+	pj := props.AppendJSON(make([]byte, 0, 128))
+	death := ExtractDeath(headers)
+	fail := ExtractFailure(headers, props)
+
+	m = store.NewMessage{
+		MessageID:        d.MessageId,
+		SourceQueue:      death.SourceQueue,
+		SourceExchange:   death.SourceExchange,
+		SourceRoutingKey: death.SourceRoutingKey,
+		DeadLetterQueue:  queue,
+		Reason:           death.Reason,
+		DeathCount:       death.Count,
+		FailureType:      fail.Type,
+		FailureMessage:   fail.Message,
+		Properties:       pj,
+		Headers:          hj,
+		Body:             d.Body,
+		FirstFailedAt:    death.FirstTime,
+		FailedAt:         now,
+		Redelivered:      d.Redelivered,
+	}
+	if m.SourceQueue == "" && death.Reason == "unknown" {
+		// Published straight to the dead-letter exchange, not dead-lettered:
+		// the routing key is the best description of where it came from.
+		m.SourceRoutingKey = d.RoutingKey
+		m.SourceExchange = d.Exchange
+	}
+	if m.FirstFailedAt.IsZero() || m.FirstFailedAt.After(now) {
+		m.FirstFailedAt = now
+	}
+	if fail.Type != "" || fail.Message != "" || fail.Stack != "" || fail.Origin != "" || len(fail.Extra) > 0 || fail.At != nil {
+		if fj, err := json.Marshal(fail); err == nil {
+			m.Failure = fj
+		}
+	}
+	m.DLQID, m.ReplayID, m.ReplayCount = replayMarks(d.Headers)
+	m.Fingerprint = fingerprint(d, pj, hj)
+	return m
+}
+
+// raw keeps what can always be kept when conversion failed.
+func raw(d *amqp.Delivery, queue string, now time.Time, cause error) store.NewMessage {
+	m := store.NewMessage{
+		MessageID:        d.MessageId,
+		DeadLetterQueue:  queue,
+		Reason:           "unknown",
+		Properties:       json.RawMessage(`{}`),
+		Headers:          json.RawMessage(`{}`),
+		Body:             d.Body,
+		FirstFailedAt:    now,
+		FailedAt:         now,
+		Redelivered:      d.Redelivered,
+		ConversionError:  cause.Error(),
+		SourceExchange:   d.Exchange,
+		SourceRoutingKey: d.RoutingKey,
+	}
+	func() {
+		defer func() { _ = recover() }()
+		m.Properties = PropertiesOf(d).AppendJSON(nil)
+	}()
+	m.Fingerprint = fingerprint(d, m.Properties, nil)
+	return m
+}
+
+// fingerprint identifies a delivery's content: everything RabbitMQ carries
+// for it except what changes on redelivery.
+func fingerprint(d *amqp.Delivery, props, headers []byte) int64 {
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(d.Exchange), []byte(d.RoutingKey), props, headers, d.Body} {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	var sum [sha256.Size]byte
+	return int64(binary.LittleEndian.Uint64(h.Sum(sum[:0])))
+}
+
+// replayMarks reads dlq's own replay headers. Anything malformed reads as
+// absent: the message is then simply a new dead message.
+func replayMarks(h amqp.Table) (id int64, replayID string, count int64) {
+	id = toInt64(h[HeaderID])
+	if id <= 0 {
+		return 0, "", 0
+	}
+	replayID, _ = h[HeaderReplayID].(string)
+	count = toInt64(h[HeaderReplayCount])
+	return id, replayID, max(count, 0)
+}
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case int32:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int8:
+		return int64(x)
+	case int:
+		return int64(x)
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	case []byte:
+		n, _ := strconv.ParseInt(string(x), 10, 64)
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,39 @@
+// Package broker is dlq's side of RabbitMQ: the one connection that
+// recovers (Conn), the topology dlq declares and the rules it refuses to
+// break (topology.go), and the conversion between an AMQP delivery and a
+// stored dead message (headers, properties, death record, failure details).
+//
+// # One reconnect layer
+//
+// The whole program shares one Conn. It redials with backoff and hands out
+// channels on the current connection; it never re-creates channels behind
+// a user's back. A user (a consumer, a publisher) owns its channel, watches
+// it, and when it dies starts over with a new one. That keeps the rule
+// "never acknowledge a delivery received before a reconnect" local and
+// obvious: delivery tags live and die with their channel.
+//
+// Notification channels given to amqp091-go (NotifyClose, NotifyBlocked,
+// NotifyPublish, NotifyReturn) are buffered and always drained, because the
+// library blocks, and since v1.13 drops the event, when a listener does not
+// take it within 5 seconds.
+//
+// # Lossless headers
+//
+// Header tables are stored as typed JSON (AppendHeadersJSON): strings,
+// booleans, null, tables and arrays stay plain JSON, while every number,
+// timestamp, decimal and byte array is an object {"type": T, "value": V}
+// naming its AMQP type. DecodeHeadersJSON gives back the identical Go
+// values, so a replay publishes the same types the application sent. This
+// codec is the hottest code in ingest, which is why it is a hand-written
+// appender rather than encoding/json over reflection.
+//
+// # Death record and failure details
+//
+// ExtractDeath reads x-death (most recent entry first) and the
+// x-first-death-*/x-last-death-* headers into reason, count, source queue,
+// exchange and routing key. ExtractFailure reads the failure conventions of
+// common frameworks (Spring AMQP, MassTransit, NServiceBus, Celery, and a
+// generic x-error-*/x-exception-* set). On replay, the broker's own headers
+// (IsBrokerHeader) are removed: RabbitMQ ignores or mangles a republished
+// x-death, and dlq keeps its own counters (x-dlq-replay-count).
+package broker

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// Exit codes, the same for every subcommand.
+const (
+	exitOK          = 0
+	exitFailure     = 1 // the operation failed (see stderr)
+	exitUsage       = 2 // bad command line or configuration
+	exitUnavailable = 3 // a dependency (RabbitMQ, PostgreSQL, the API) is unreachable
+	exitNotFound    = 4 // the thing asked for does not exist
+	exitDenied      = 5 // authentication or permission refused
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string) int
+}
+
+// commands lists every subcommand; each lives in its own file.
+func commands() []command {
+	return []command{
+		{"serve", "run dlq: ingest, replay, cron jobs and the HTTP API", cmdServe},
+		{"migrate", "apply database migrations and exit", cmdMigrate},
+		{"topology", "declare the dead-letter exchange, queues and configured source queues", cmdTopology},
+		{"version", "print the version", cmdVersion},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: dlq <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `dlq <command> -h` for a command's flags. Configuration comes from")
+	fmt.Fprintln(w, "DLQ_* environment variables and an optional --config YAML file (see README).")
+}
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func cmdVersion([]string) int {
+	fmt.Println("dlq", version)
+	return exitOK
+}

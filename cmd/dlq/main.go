@@ -1,0 +1,33 @@
+// Command dlq is the dead-letter-queue manager: `dlq serve` runs it, and the
+// other subcommands set up and operate it. See `dlq help`.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	for _, c := range commands() {
+		if c.name == name {
+			return c.run(rest)
+		}
+	}
+	switch name {
+	case "help", "-h", "--help":
+		usage(os.Stdout)
+		return exitOK
+	}
+	fmt.Fprintf(os.Stderr, "dlq: unknown command %q\n\n", name)
+	usage(os.Stderr)
+	return exitUsage
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dlq/dlq/api"
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/store"
+)
+
+func cmdServe(args []string) int {
+	cfg, log, _, code := loadConfig("serve", args, nil)
+	if code >= 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("dlq serve stopped", "error", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// serve wires the components together and runs them until ctx ends.
+//
+// Shutdown order, each step finishing before the next:
+//  1. stop consuming: consumers cancel their subscriptions, commit and
+//     acknowledge what they already received;
+//  2. finish replays: publishes in flight get their confirms;
+//  3. stop cron jobs;
+//  4. stop HTTP (readiness fails from step 1 on, so load balancers move away);
+//  5. close the AMQP connection (after every ack and publish above);
+//  6. close the PostgreSQL pool last: every step above may still write.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "dlq_up",
+		Help: "1 when the component works, 0 when it does not (amqp: connection; postgres: database writes; consumer: subscribed and writing).",
+	}, []string{"component"})
+	reg.MustRegister(up)
+
+	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues)), Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	defer st.Close() // 6.
+
+	if !cfg.NoMigrate {
+		if err := migrateWhenReachable(ctx, st, log); err != nil {
+			return err
+		}
+	}
+
+	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Logger: log, Up: up.WithLabelValues("amqp")})
+	if err != nil {
+		return err
+	}
+	defer conn.Close() // 5.
+
+	topo := cfg.BrokerTopology()
+	go declareTopology(ctx, conn, topo, cfg.Topology.DeclareSources, log)
+
+	cons, err := consumer.New(consumer.Config{
+		Conn:       conn,
+		Store:      st,
+		Exchange:   cfg.Exchange,
+		Queues:     cfg.Queues,
+		Consumers:  cfg.Ingest.Consumers,
+		Prefetch:   cfg.Ingest.Prefetch,
+		BatchSize:  cfg.Ingest.BatchSize,
+		BatchBytes: cfg.Ingest.BatchBytes,
+		Linger:     cfg.Ingest.Linger.D(),
+		Logger:     log,
+		Registerer: reg,
+		DatabaseUp: up.WithLabelValues("postgres"),
+	})
+	if err != nil {
+		return err
+	}
+
+	srv, err := api.New(api.Config{
+		Addr:       cfg.HTTPAddr,
+		Gatherer:   reg,
+		Registerer: reg,
+		Logger:     log,
+		Checks: []api.Check{
+			{Name: "postgres", Check: st.Ping},
+			{Name: "rabbitmq", Check: func(context.Context) error {
+				if ok, err := conn.Connected(); !ok {
+					return err
+				}
+				return nil
+			}},
+			{Name: "ingest", Check: func(context.Context) error { return cons.Ready() }},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := srv.Listen()
+	if err != nil {
+		return err
+	}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(ln) }()
+
+	consumeDone := make(chan error, 1)
+	go func() { consumeDone <- cons.Run(ctx) }()
+	up.WithLabelValues("consumer").Set(1)
+	log.Info("dlq serving", "queues", cfg.Queues, "exchange", cfg.Exchange, "http_addr", cfg.HTTPAddr)
+
+	select {
+	case <-ctx.Done():
+	case err := <-httpDone:
+		return err
+	}
+	log.Info("shutting down")
+	// 1.
+	if err := <-consumeDone; err != nil {
+		log.Error("consumer stopped with an error", "error", err)
+	}
+	up.WithLabelValues("consumer").Set(0)
+	// 2., 3.: replay and cron are wired here as they are added.
+	// 4.
+	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil {
+		log.Warn("HTTP shutdown", "error", err)
+	}
+	log.Info("shutdown complete")
+	return nil
+}
+
+// migrateWhenReachable applies migrations, waiting for PostgreSQL if it is
+// not up yet: dlq may start before its database.
+func migrateWhenReachable(ctx context.Context, st *store.Store, log *slog.Logger) error {
+	backoff := 500 * time.Millisecond
+	for {
+		_, err := st.Migrate(ctx, log)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("migrations not applied: %w", err)
+		}
+		if st.Ping(ctx) == nil {
+			// PostgreSQL answers, so the migration itself is wrong: retrying
+			// cannot help.
+			return err
+		}
+		log.Warn("PostgreSQL unreachable; migrations wait for it", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// declareTopology declares dlq's exchange and queues, retrying while
+// RabbitMQ is unreachable. A refusal (for example a queue that exists with
+// other arguments) is logged with its explanation and retried slowly, so an
+// operator's fix takes effect without a restart and dlq never crash-loops.
+func declareTopology(ctx context.Context, conn *broker.Conn, t broker.Topology, sources bool, log *slog.Logger) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := broker.DeclareOwn(ctx, conn, t)
+		if err == nil && sources && len(t.Sources) > 0 {
+			err = broker.DeclareSources(ctx, conn, t, log)
+		}
+		if err == nil {
+			log.Info("topology declared", "exchange", t.Exchange, "queues", t.Queues, "control_queue", t.ControlQueue)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, broker.ErrPrecondition) || errors.Is(err, broker.ErrInvalidTopology) {
+			backoff = 30 * time.Second
+		}
+		log.Error("cannot declare topology; retrying", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}

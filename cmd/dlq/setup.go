@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/dlq/dlq/config"
+)
+
+// loadConfig parses a subcommand's flags and loads the configuration.
+// extra registers the subcommand's own flags.
+func loadConfig(name string, args []string, extra func(*flag.FlagSet)) (config.Config, *slog.Logger, *flag.FlagSet, int) {
+	fs := flag.NewFlagSet("dlq "+name, flag.ContinueOnError)
+	var f config.Flags
+	f.Register(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return config.Config{}, nil, nil, exitOK
+		}
+		return config.Config{}, nil, nil, exitUsage
+	}
+	cfg, err := config.Load(f, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return config.Config{}, nil, nil, exitUsage
+	}
+	return cfg, newLogger(cfg.Log), fs, -1
+}
+
+func newLogger(c config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

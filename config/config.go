@@ -1,0 +1,327 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults for the public settings.
+const (
+	AMQPURLDefault      = "amqp://guest:guest@127.0.0.1:5672/"
+	DatabaseURLDefault  = "postgres://postgres@127.0.0.1:5432/dlq?sslmode=disable"
+	HTTPAddrDefault     = "127.0.0.1:8080"
+	ExchangeDefault     = "dlx"
+	QueueDefault        = "dlq"
+	ControlQueueDefault = "dlq.control"
+)
+
+// Config is every setting of dlq. YAML keys are the snake_case field names.
+type Config struct {
+	AMQPURL      string   `yaml:"amqp_url"`
+	DatabaseURL  string   `yaml:"database_url"`
+	HTTPAddr     string   `yaml:"http_addr"`
+	Exchange     string   `yaml:"exchange"`
+	Queues       []string `yaml:"queues"`
+	ControlQueue string   `yaml:"control_queue"`
+	AdminToken   string   `yaml:"admin_token"`
+
+	Log      Log      `yaml:"log"`
+	Ingest   Ingest   `yaml:"ingest"`
+	Topology Topology `yaml:"topology"`
+
+	// Sections owned by later features live in their own files.
+	Replay  Replay  `yaml:"replay"`
+	API     API     `yaml:"api"`
+	Cron    Cron    `yaml:"cron"`
+	Cleanup Cleanup `yaml:"cleanup"`
+	Alerts  Alerts  `yaml:"alerts"`
+
+	// NoMigrate skips applying migrations at serve start (flag --no-migrate).
+	NoMigrate bool `yaml:"no_migrate"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error. Env DLQ_LOG_LEVEL.
+	Level string `yaml:"level"`
+	// Format is text or json. Env DLQ_LOG_FORMAT.
+	Format string `yaml:"format"`
+}
+
+// Ingest tunes the consumers that store dead messages.
+type Ingest struct {
+	// Prefetch bounds unacknowledged deliveries per consumer. Env DLQ_PREFETCH.
+	Prefetch int `yaml:"prefetch"`
+	// BatchSize is the most messages written per transaction. Env DLQ_BATCH_SIZE.
+	BatchSize int `yaml:"batch_size"`
+	// BatchBytes is the most body bytes written per transaction. Env DLQ_BATCH_BYTES.
+	BatchBytes int `yaml:"batch_bytes"`
+	// Linger is how long a partial batch waits for more. Env DLQ_BATCH_LINGER.
+	Linger Duration `yaml:"linger"`
+	// Consumers is the number of consumers per DLQ queue. Env DLQ_CONSUMERS.
+	Consumers int `yaml:"consumers"`
+}
+
+// Duration is a time.Duration that reads "250ms" or "1m" from YAML.
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (use e.g. 250ms, 30s, 5m): %w", n.Line, n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Default returns the built-in defaults.
+func Default() Config {
+	c := Config{
+		AMQPURL:      AMQPURLDefault,
+		DatabaseURL:  DatabaseURLDefault,
+		HTTPAddr:     HTTPAddrDefault,
+		Exchange:     ExchangeDefault,
+		Queues:       []string{QueueDefault},
+		ControlQueue: ControlQueueDefault,
+		Log:          Log{Level: "info", Format: "text"},
+		Ingest: Ingest{
+			Prefetch:   1000,
+			BatchSize:  500,
+			BatchBytes: 32 << 20,
+			Linger:     Duration(50 * time.Millisecond),
+			Consumers:  2,
+		},
+	}
+	c.Replay = defaultReplay()
+	c.API = defaultAPI()
+	c.Cron = defaultCron()
+	c.Cleanup = defaultCleanup()
+	c.Alerts = defaultAlerts()
+	return c
+}
+
+// Flags are the command-line flags that override configuration.
+type Flags struct {
+	ConfigFile  string
+	AMQPURL     string
+	DatabaseURL string
+	HTTPAddr    string
+	NoMigrate   bool
+}
+
+// Register adds the common flags to fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.ConfigFile, "config", "", "YAML configuration file (optional)")
+	fs.StringVar(&f.AMQPURL, "amqp-url", "", "RabbitMQ URL (overrides DLQ_AMQP_URL)")
+	fs.StringVar(&f.DatabaseURL, "database-url", "", "PostgreSQL URL (overrides DLQ_DATABASE_URL)")
+	fs.StringVar(&f.HTTPAddr, "http-addr", "", "HTTP listen address (overrides DLQ_HTTP_ADDR)")
+	fs.BoolVar(&f.NoMigrate, "no-migrate", false, "do not apply migrations at start")
+}
+
+// Load builds the configuration: defaults, then the YAML file, then the
+// environment (getenv), then flags.
+func Load(f Flags, getenv func(string) string) (Config, error) {
+	c := Default()
+	if f.ConfigFile != "" {
+		b, err := os.ReadFile(f.ConfigFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: read --config file: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("config: %s: %w", f.ConfigFile, err)
+		}
+	}
+	if err := applyEnv(&c, getenv); err != nil {
+		return Config{}, err
+	}
+	if f.AMQPURL != "" {
+		c.AMQPURL = f.AMQPURL
+	}
+	if f.DatabaseURL != "" {
+		c.DatabaseURL = f.DatabaseURL
+	}
+	if f.HTTPAddr != "" {
+		c.HTTPAddr = f.HTTPAddr
+	}
+	if f.NoMigrate {
+		c.NoMigrate = true
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+type envVar struct {
+	name  string
+	apply func(c *Config, v string) error
+}
+
+func strVar(dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+func intVar(name string, dst func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("config: %s=%q is not a whole number", name, v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+func durVar(name string, dst func(*Config) *Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("config: %s=%q is not a duration (use e.g. 250ms, 30s, 5m)", name, v)
+		}
+		*dst(c) = Duration(d)
+		return nil
+	}
+}
+
+func listVar(dst func(*Config) *[]string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		var out []string
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		*dst(c) = out
+		return nil
+	}
+}
+
+// envVars lists every environment variable dlq reads. Later features add
+// theirs in extraEnvVars (config_*.go files).
+func envVars() []envVar {
+	v := []envVar{
+		{"DLQ_AMQP_URL", strVar(func(c *Config) *string { return &c.AMQPURL })},
+		{"DLQ_DATABASE_URL", strVar(func(c *Config) *string { return &c.DatabaseURL })},
+		{"DLQ_HTTP_ADDR", strVar(func(c *Config) *string { return &c.HTTPAddr })},
+		{"DLQ_EXCHANGE", strVar(func(c *Config) *string { return &c.Exchange })},
+		{"DLQ_QUEUES", listVar(func(c *Config) *[]string { return &c.Queues })},
+		{"DLQ_CONTROL_QUEUE", strVar(func(c *Config) *string { return &c.ControlQueue })},
+		{"DLQ_ADMIN_TOKEN", strVar(func(c *Config) *string { return &c.AdminToken })},
+		{"DLQ_LOG_LEVEL", strVar(func(c *Config) *string { return &c.Log.Level })},
+		{"DLQ_LOG_FORMAT", strVar(func(c *Config) *string { return &c.Log.Format })},
+		{"DLQ_PREFETCH", intVar("DLQ_PREFETCH", func(c *Config) *int { return &c.Ingest.Prefetch })},
+		{"DLQ_BATCH_SIZE", intVar("DLQ_BATCH_SIZE", func(c *Config) *int { return &c.Ingest.BatchSize })},
+		{"DLQ_BATCH_BYTES", intVar("DLQ_BATCH_BYTES", func(c *Config) *int { return &c.Ingest.BatchBytes })},
+		{"DLQ_BATCH_LINGER", durVar("DLQ_BATCH_LINGER", func(c *Config) *Duration { return &c.Ingest.Linger })},
+		{"DLQ_CONSUMERS", intVar("DLQ_CONSUMERS", func(c *Config) *int { return &c.Ingest.Consumers })},
+	}
+	return append(v, extraEnvVars()...)
+}
+
+func applyEnv(c *Config, getenv func(string) string) error {
+	for _, e := range envVars() {
+		v := getenv(e.name)
+		if v == "" {
+			continue
+		}
+		if err := e.apply(c, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks every setting and names the first wrong one.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config: "+format, a...)) }
+	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		bad("amqp_url / DLQ_AMQP_URL %q must be an amqp:// or amqps:// URL", redactURL(c.AMQPURL))
+	}
+	if c.DatabaseURL == "" {
+		bad("database_url / DLQ_DATABASE_URL must be set (e.g. %s)", DatabaseURLDefault)
+	}
+	if c.HTTPAddr == "" || !strings.Contains(c.HTTPAddr, ":") {
+		bad("http_addr / DLQ_HTTP_ADDR %q must be host:port (e.g. %s)", c.HTTPAddr, HTTPAddrDefault)
+	}
+	if c.Exchange == "" {
+		bad("exchange / DLQ_EXCHANGE must not be empty: the default exchange cannot be a dead-letter target here")
+	}
+	if len(c.Queues) == 0 {
+		bad("queues / DLQ_QUEUES must name at least one queue (e.g. %s)", QueueDefault)
+	}
+	seen := map[string]bool{}
+	for _, q := range c.Queues {
+		if seen[q] {
+			bad("queues / DLQ_QUEUES lists %q twice", q)
+		}
+		seen[q] = true
+		if strings.HasPrefix(q, "amq.") {
+			bad("queues / DLQ_QUEUES: %q uses the reserved prefix amq.", q)
+		}
+	}
+	if c.ControlQueue == "" {
+		bad("control_queue / DLQ_CONTROL_QUEUE must not be empty")
+	}
+	if seen[c.ControlQueue] {
+		bad("control_queue / DLQ_CONTROL_QUEUE %q is also listed in queues", c.ControlQueue)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level / DLQ_LOG_LEVEL %q must be debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format / DLQ_LOG_FORMAT %q must be text or json", c.Log.Format)
+	}
+	in := c.Ingest
+	if in.Prefetch < 1 || in.Prefetch > 65535 {
+		bad("ingest.prefetch / DLQ_PREFETCH %d must be between 1 and 65535", in.Prefetch)
+	}
+	if in.BatchSize < 1 {
+		bad("ingest.batch_size / DLQ_BATCH_SIZE %d must be >= 1", in.BatchSize)
+	}
+	if in.BatchSize > in.Prefetch {
+		bad("ingest.batch_size / DLQ_BATCH_SIZE %d must not exceed ingest.prefetch %d, or batches could never fill", in.BatchSize, in.Prefetch)
+	}
+	if in.BatchBytes < 1<<10 {
+		bad("ingest.batch_bytes / DLQ_BATCH_BYTES %d must be >= 1024", in.BatchBytes)
+	}
+	if in.Linger < 0 || in.Linger.D() > time.Minute {
+		bad("ingest.linger / DLQ_BATCH_LINGER %s must be between 0 and 1m", in.Linger.D())
+	}
+	if in.Consumers < 1 || in.Consumers > 64 {
+		bad("ingest.consumers / DLQ_CONSUMERS %d must be between 1 and 64", in.Consumers)
+	}
+	errs = append(errs, c.Topology.validate(c)...)
+	errs = append(errs, c.validateExtra()...)
+	return errors.Join(errs...)
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,20 @@
+package config
+
+// Each feature keeps its settings, environment variables and checks in its
+// own section_*.go file; these two functions gather them.
+
+func extraEnvVars() []envVar {
+	var v []envVar
+	for _, f := range []func() []envVar{replayEnvVars, apiEnvVars, cronEnvVars, cleanupEnvVars, alertsEnvVars} {
+		v = append(v, f()...)
+	}
+	return v
+}
+
+func (c *Config) validateExtra() []error {
+	var errs []error
+	for _, f := range []func() []error{c.validateReplay, c.validateAPI, c.validateCron, c.validateCleanup, c.validateAlerts} {
+		errs = append(errs, f()...)
+	}
+	return errs
+}

@@ -1,0 +1,166 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/store"
+)
+
+// Ingester is the part of the store the consumer writes through.
+type Ingester interface {
+	// IngestBatch writes a batch in one transaction; nil means committed.
+	IngestBatch(ctx context.Context, b store.IngestBatch) (store.IngestResult, error)
+	// BatchCommitted reports whether an attempt of batch id committed.
+	BatchCommitted(ctx context.Context, id int64) (bool, error)
+	// ConfirmBatches forgets batches whose acks reached the broker.
+	ConfirmBatches(ctx context.Context, ids []int64) error
+}
+
+// Config configures a Consumer.
+type Config struct {
+	// Conn is the program's RabbitMQ connection. Required.
+	Conn *broker.Conn
+	// Store receives the batches. Required.
+	Store Ingester
+	// Exchange is the dead-letter exchange, used to re-declare a queue that
+	// was deleted under us. Required.
+	Exchange string
+	// Queues are dlq's dead-letter queues. Required.
+	Queues []string
+	// Consumers per queue. Optional; default 2.
+	Consumers int
+	// Prefetch bounds unacknowledged deliveries per consumer. Optional;
+	// default 1000.
+	Prefetch int
+	// BatchSize is the most messages per transaction. Optional; default 500.
+	BatchSize int
+	// BatchBytes is the most body bytes per transaction, so large bodies do
+	// not pile up in memory. Optional; default 32 MiB.
+	BatchBytes int
+	// Linger is how long a partial batch waits for more. Optional; default
+	// 50ms.
+	Linger time.Duration
+	// ShutdownTimeout bounds committing in-flight batches at shutdown.
+	// Optional; default 30s.
+	ShutdownTimeout time.Duration
+	// Name identifies this process in consumer tags and ingest_inflight.
+	// Optional; default host-pid.
+	Name string
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the ingest metrics. Optional.
+	Registerer prometheus.Registerer
+	// DatabaseUp is set to 0 while writes fail and 1 when they succeed
+	// (dlq_up{component="postgres"}). Optional.
+	DatabaseUp prometheus.Gauge
+	// Now is the clock. Optional; default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	c.Consumers = cmp.Or(c.Consumers, 2)
+	c.Prefetch = cmp.Or(c.Prefetch, 1000)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.BatchBytes = cmp.Or(c.BatchBytes, 32<<20)
+	c.Linger = cmp.Or(c.Linger, 50*time.Millisecond)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d", cmp.Or(host, "dlq"), os.Getpid())
+	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Conn == nil:
+		return errors.New("consumer: Conn is required")
+	case c.Store == nil:
+		return errors.New("consumer: Store is required")
+	case c.Exchange == "":
+		return errors.New("consumer: Exchange is required")
+	case len(c.Queues) == 0:
+		return errors.New("consumer: Queues must name at least one queue")
+	case c.BatchSize > c.Prefetch:
+		return fmt.Errorf("consumer: BatchSize %d exceeds Prefetch %d: a batch could never fill", c.BatchSize, c.Prefetch)
+	}
+	return nil
+}
+
+// Consumer ingests dead messages from dlq's queues.
+type Consumer struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	mu      sync.Mutex
+	workers []*worker
+}
+
+// New validates cfg and registers the metrics.
+func New(cfg Config) (*Consumer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, log: cfg.Logger.With("component", "consumer"), metrics: m}, nil
+}
+
+// Run consumes until ctx ends, then finishes the batches in flight (see the
+// package doc) and returns. It returns nil after a clean shutdown.
+func (c *Consumer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, q := range c.cfg.Queues {
+		for i := range c.cfg.Consumers {
+			w := &worker{
+				c:     c,
+				queue: q,
+				tag:   fmt.Sprintf("dlq-%s-%s-%d", c.cfg.Name, q, i),
+			}
+			c.mu.Lock()
+			c.workers = append(c.workers, w)
+			c.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.run(ctx)
+			}()
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// Ready returns nil when every consumer is subscribed and its last write
+// succeeded; otherwise an error saying which is not and why.
+func (c *Consumer) Ready() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.workers) == 0 {
+		return errors.New("consumers not started")
+	}
+	var errs []error
+	for _, w := range c.workers {
+		if err := w.health(); err != nil {
+			errs = append(errs, fmt.Errorf("consumer %s: %w", w.tag, err))
+		}
+	}
+	return errors.Join(errs...)
+}

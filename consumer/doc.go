@@ -1,0 +1,57 @@
+// Package consumer ingests dead messages: it reads dlq's dead-letter queues,
+// writes what it reads to PostgreSQL in batches, and acknowledges a batch
+// only after its transaction committed.
+//
+// # Pipeline
+//
+// Each consumer owns one AMQP channel with a bounded prefetch. Its reader
+// converts deliveries as they arrive (spreading the CPU cost of header
+// decoding over the wait for the database) and cuts a batch when it reaches
+// BatchSize messages or BatchBytes body bytes, or when Linger has passed
+// since the batch's first message. One writer per consumer commits batches
+// in delivery order and acknowledges each with a single multiple-ack of its
+// highest delivery tag; the reader keeps filling the next batch meanwhile.
+// With the prefetch at twice the batch size the broker never waits on us.
+//
+// # Why not Watermill here
+//
+// Watermill's AMQP subscriber holds one message in flight per subscription
+// and its default marshaler cannot carry non-string headers (x-death is an
+// array of tables). Batching one transaction per few hundred messages and
+// keeping every header type is the whole point of this path, so it talks to
+// amqp091-go directly. Watermill carries the control queue, where one
+// command at a time is exactly right.
+//
+// # Failure handling
+//
+//   - PostgreSQL down: the writer keeps its batch and retries with backoff;
+//     the reader blocks once the next batch is full, so no more deliveries
+//     arrive beyond the prefetch. Nothing is nacked, so nothing spins; the
+//     deliveries wait, unacknowledged, in RabbitMQ. After any failed attempt
+//     the writer asks whether the batch committed after all (the COMMIT may
+//     have succeeded before the connection died) before writing it again.
+//   - Data PostgreSQL refuses: the batch is split until the one message is
+//     found; that message is stored in its raw form with the error recorded.
+//     It is never dropped and never retried forever.
+//   - Channel or connection lost: everything received on it is abandoned.
+//     Its delivery tags mean nothing on another channel, so nothing received
+//     before a reconnect is ever acknowledged. RabbitMQ redelivers those
+//     messages; the store recognises the ones already committed.
+//   - Consumer cancelled by the server (queue deleted): the consumer
+//     re-declares its queue and consumes again.
+//
+// # Acknowledgement confirmation
+//
+// basic.ack has no reply. After acknowledging a batch the writer issues a
+// synchronous basic.qos on the same channel; RabbitMQ handles a channel's
+// methods in order, so its reply proves the ack was processed. Only then is
+// the batch removed from ingest_inflight (see package store).
+//
+// # Shutdown
+//
+// When Run's context ends each consumer cancels its subscription (no more
+// deliveries), drains what was already delivered into final batches,
+// commits and acknowledges them, and only then returns. Deliveries that
+// cannot be committed within ShutdownTimeout are left unacknowledged and
+// RabbitMQ keeps them.
+package consumer

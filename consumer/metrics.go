@@ -1,0 +1,84 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/store"
+)
+
+type metrics struct {
+	ingested    *prometheus.CounterVec
+	duplicates  prometheus.Counter
+	batch       prometheus.Histogram
+	batchSize   prometheus.Histogram
+	writeErrors prometheus.Counter
+	dataErrors  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dlq_messages_ingested_total",
+			Help: "Dead messages stored (new rows, and replayed messages that died again), by dlq queue, source queue and reason.",
+		}, []string{"queue", "source_queue", "reason"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_messages_duplicate_total",
+			Help: "Redeliveries recognised as already stored; nothing was written for them.",
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dlq_ingest_batch_seconds",
+			Help:    "Time to write and commit one ingest batch.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dlq_ingest_batch_messages",
+			Help:    "Messages per committed ingest batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_ingest_write_errors_total",
+			Help: "Failed attempts to write an ingest batch (the batch is retried).",
+		}),
+		dataErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_ingest_data_errors_total",
+			Help: "Batches PostgreSQL refused for their data; they are split and the offending message stored raw.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.ingested, m.duplicates, m.batch, m.batchSize, m.writeErrors, m.dataErrors} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				continue
+			}
+			return nil, fmt.Errorf("consumer: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+type ingestKey struct{ source, reason string }
+
+func (m *metrics) observe(queue string, msgs []store.NewMessage, res store.IngestResult, d time.Duration) {
+	m.batch.Observe(d.Seconds())
+	m.batchSize.Observe(float64(len(msgs)))
+	if res.Duplicates > 0 {
+		m.duplicates.Add(float64(res.Duplicates))
+	}
+	counts := make(map[ingestKey]int, 4)
+	for i := range msgs {
+		if res.Outcomes != nil && res.Outcomes[i] == store.OutcomeDuplicate {
+			continue
+		}
+		counts[ingestKey{msgs[i].SourceQueue, msgs[i].Reason}]++
+	}
+	for k, n := range counts {
+		m.ingested.WithLabelValues(queue, k.source, k.reason).Add(float64(n))
+	}
+}

@@ -1,0 +1,184 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/store"
+)
+
+// writer commits a session's batches in order and acknowledges them.
+type writer struct {
+	w    *worker
+	ch   *amqp.Channel
+	dead <-chan struct{}
+	// confirmed are batches whose acks the broker has processed; they leave
+	// ingest_inflight with the next write.
+	confirmed []int64
+	acking    bool
+}
+
+func (wr *writer) run(ready <-chan *pending, stop <-chan struct{}) {
+	wr.acking = true
+	idle := time.NewTimer(time.Second)
+	defer idle.Stop()
+	defer wr.flushConfirmed()
+	for {
+		select {
+		case p, ok := <-ready:
+			if !ok {
+				return
+			}
+			wr.handle(p, stop)
+		case <-idle.C:
+			wr.flushConfirmed()
+		}
+		idle.Reset(time.Second)
+	}
+}
+
+func (wr *writer) flushConfirmed() {
+	if len(wr.confirmed) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := wr.w.c.cfg.Store.ConfirmBatches(ctx, wr.confirmed); err == nil {
+		wr.confirmed = wr.confirmed[:0]
+	}
+}
+
+func (wr *writer) gone(stop <-chan struct{}) bool {
+	select {
+	case <-wr.dead:
+		return true
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// handle writes p (retrying until it commits, the channel dies or stop
+// closes) and acknowledges it.
+func (wr *writer) handle(p *pending, stop <-chan struct{}) {
+	c := wr.w.c
+	log := c.log.With("queue", wr.w.queue, "consumer_tag", wr.w.tag)
+	committed, complete := wr.write(p, stop, log)
+	if !complete || !wr.acking || wr.gone(nil) {
+		// Whatever committed is redelivered and recognised as stored.
+		return
+	}
+	// Multiple-ack the highest tag: the batch holds every delivery since the
+	// previous batch's last tag, and batches are acknowledged in order.
+	if err := wr.ch.Ack(p.lastTag, true); err != nil {
+		wr.acking = false
+		log.Warn("acknowledgement failed; the broker will redeliver and the store will recognise the messages", "batch_id", p.batch.ID, "error", err)
+		return
+	}
+	// A synchronous round trip on the same channel proves the ack was
+	// handled (see the package doc); then the batches can leave
+	// ingest_inflight.
+	if err := wr.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		wr.acking = false
+		return
+	}
+	wr.confirmed = append(wr.confirmed, committed...)
+}
+
+// write commits p, splitting it when PostgreSQL refuses its data. It
+// returns the ids of the committed batches (empty when it gave up).
+func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids []int64, complete bool) {
+	c := wr.w.c
+	queue := [][]store.NewMessage{p.batch.Messages}
+	ids = []int64{p.batch.ID}
+	var done []int64
+	backoff := 100 * time.Millisecond
+	failing := false
+	for len(queue) > 0 {
+		msgs, id := queue[0], ids[0]
+		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: wr.confirmed}
+		start := time.Now()
+		res, err := c.cfg.Store.IngestBatch(context.Background(), b)
+		if err == nil {
+			c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
+			wr.confirmed = nil
+			done = append(done, id)
+			queue, ids = queue[1:], ids[1:]
+			if failing {
+				log.Info("writing to PostgreSQL works again", "batch_id", id)
+				failing = false
+			}
+			wr.w.setWriteErr(nil)
+			continue
+		}
+		if store.IsDataError(err) {
+			c.metrics.dataErrors.Inc()
+			if len(msgs) > 1 {
+				half := len(msgs) / 2
+				queue = append([][]store.NewMessage{msgs[:half], msgs[half:]}, queue[1:]...)
+				ids = append([]int64{store.NewBatchID(), store.NewBatchID()}, ids[1:]...)
+				continue
+			}
+			if !strings.HasPrefix(msgs[0].ConversionError, rawPrefix) {
+				log.Error("PostgreSQL refused a dead message; storing it raw with the error", "batch_id", id, "error", err)
+				queue[0] = []store.NewMessage{rawForm(msgs[0], err)}
+				ids[0] = store.NewBatchID()
+				continue
+			}
+			// Even the raw form was refused: this is not about the data.
+		}
+		// The commit may have succeeded before the error reached us.
+		if ok, cerr := c.cfg.Store.BatchCommitted(context.Background(), id); cerr == nil && ok {
+			c.metrics.observe(wr.w.queue, msgs, store.IngestResult{Inserted: len(msgs)}, time.Since(start))
+			wr.confirmed = nil
+			done = append(done, id)
+			queue, ids = queue[1:], ids[1:]
+			continue
+		}
+		c.metrics.writeErrors.Inc()
+		wr.w.setWriteErr(err)
+		if !failing {
+			log.Warn("cannot write batch to PostgreSQL; holding it unacknowledged and retrying", "batch_id", id, "messages", len(msgs), "error", err)
+			failing = true
+		}
+		select {
+		case <-wr.dead:
+			return done, false
+		case <-stop:
+			return done, false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	return done, true
+}
+
+const rawPrefix = "stored raw: "
+
+// rawForm keeps a message PostgreSQL refused in a form it cannot refuse:
+// body and plain columns, with the refusal recorded.
+func rawForm(m store.NewMessage, cause error) store.NewMessage {
+	return store.NewMessage{
+		MessageID:        m.MessageID,
+		SourceQueue:      m.SourceQueue,
+		SourceExchange:   m.SourceExchange,
+		SourceRoutingKey: m.SourceRoutingKey,
+		DeadLetterQueue:  m.DeadLetterQueue,
+		Reason:           m.Reason,
+		DeathCount:       m.DeathCount,
+		Properties:       []byte(`{}`),
+		Headers:          []byte(`{}`),
+		Body:             m.Body,
+		FirstFailedAt:    m.FirstFailedAt,
+		FailedAt:         m.FailedAt,
+		Fingerprint:      m.Fingerprint,
+		Redelivered:      m.Redelivered,
+		ConversionError:  fmt.Sprintf("%sPostgreSQL refused the converted message: %v", rawPrefix, cause),
+	}
+}

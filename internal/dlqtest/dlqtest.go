@@ -1,0 +1,189 @@
+package dlqtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/store"
+)
+
+// DatabaseURLBase is the database tests create their schemas in.
+func DatabaseURLBase() string {
+	if v := os.Getenv("TEST_DATABASE_URL"); v != "" {
+		return v
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// AMQPURL is the broker tests use.
+func AMQPURL() string {
+	if v := os.Getenv("DLQ_TEST_AMQP_URL"); v != "" {
+		return v
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// Name returns a name unique to this test run, readable in the broker's
+// and database's listings: prefix, the test's name, random suffix.
+func Name(t testing.TB, prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	n := strings.ToLower(t.Name())
+	n = unsafeChars.ReplaceAllString(n, "_")
+	if len(n) > 40 {
+		n = n[len(n)-40:]
+	}
+	return fmt.Sprintf("%s_%s_%s", prefix, strings.Trim(n, "_"), hex.EncodeToString(b[:]))
+}
+
+// Schema creates an empty schema and returns a database URL whose
+// search_path points at it. The schema is dropped when the test ends.
+func Schema(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	schema := Name(t, "t")
+	conn, err := pgx.Connect(ctx, DatabaseURLBase())
+	require.NoError(t, err, "connect to test database %s (is PostgreSQL up? run scripts/services.sh)", DatabaseURLBase())
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, DatabaseURLBase())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	return WithSearchPath(DatabaseURLBase(), schema)
+}
+
+// WithSearchPath returns dsn with search_path set to schema.
+func WithSearchPath(dsn, schema string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		panic(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Store opens a store on a fresh, migrated schema. It returns the store and
+// its database URL (for a dlq subprocess to share the schema).
+func Store(t testing.TB) (*store.Store, string) {
+	t.Helper()
+	dsn := Schema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	return st, dsn
+}
+
+// Dial opens an AMQP connection for the test's application side.
+func Dial(t testing.TB) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(AMQPURL())
+	require.NoError(t, err, "connect to RabbitMQ at %s (is it up? run scripts/services.sh)", AMQPURL())
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// Channel opens a channel on conn, closed when the test ends.
+func Channel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
+	t.Helper()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+// Eventually polls cond every 20ms until it returns true or timeout
+// passes, then fails the test with msg.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// QueueDepth returns the number of ready messages in queue (passive
+// declare on a throwaway channel).
+func QueueDepth(t testing.TB, conn *amqp.Connection, queue string) int {
+	t.Helper()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err, "inspect queue %q", queue)
+	return q.Messages
+}
+
+// DeleteQueues deletes queues when the test ends (best effort).
+func DeleteQueues(t testing.TB, conn *amqp.Connection, queues ...string) {
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		if err != nil {
+			c, err := amqp.Dial(AMQPURL())
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if ch, err = c.Channel(); err != nil {
+				return
+			}
+		}
+		defer ch.Close()
+		for _, q := range queues {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+	})
+}
+
+// DeleteExchanges deletes exchanges when the test ends (best effort).
+func DeleteExchanges(t testing.TB, conn *amqp.Connection, exchanges ...string) {
+	t.Cleanup(func() {
+		c, err := amqp.Dial(AMQPURL())
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return
+		}
+		defer ch.Close()
+		for _, e := range exchanges {
+			_ = ch.ExchangeDelete(e, false, false)
+		}
+	})
+}

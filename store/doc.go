@@ -1,0 +1,46 @@
+// Package store is dlq's PostgreSQL layer: every query the program runs lives
+// here, behind methods named for what they do.
+//
+// # Ingest
+//
+// IngestBatch writes one batch of dead messages in one transaction. The
+// consumer acknowledges the batch's deliveries only after that transaction
+// commits, so a crash anywhere loses nothing; the price is that a crash
+// between commit and acknowledgement makes RabbitMQ deliver the same
+// messages again. Exactly-once storage therefore rests on three rules, each
+// with its own test:
+//
+//   - A delivery the broker marks as a first delivery (redelivered=false) has
+//     never been seen by any consumer, so it always becomes a new row. Two
+//     different dead messages are never merged, even with identical bytes and
+//     no message-id.
+//   - A redelivered message may already be stored. Every batch is registered
+//     in ingest_inflight in the same transaction as its rows and stays there
+//     until the consumer knows its acknowledgement reached the broker. A
+//     redelivery is matched by content fingerprint only against rows of those
+//     unconfirmed batches, and a matched row is taken out of the candidate set
+//     so it can absorb exactly one redelivery. A match is a duplicate: it is
+//     counted and changes nothing.
+//   - A message carrying x-dlq-id is a replayed message that died again. It
+//     returns to its own row (status pending, death details updated,
+//     replay_count kept). Its x-dlq-replay-id is unique per publish and is
+//     remembered on the row, so a redelivery of the same death changes
+//     nothing.
+//
+// The batch id is chosen by the caller before the transaction, so when a
+// commit's outcome is unknown (the connection died during COMMIT) a retry can
+// ask whether the batch is already there instead of writing it twice.
+//
+// # Summary
+//
+// queue_summary holds per source queue and status counts. Every statement
+// that inserts a row or changes a status adjusts it in the same transaction,
+// so reading status is O(number of queues) whatever the table size.
+//
+// # Text columns
+//
+// PostgreSQL text cannot hold NUL or invalid UTF-8. The exact bytes of every
+// header and property live in the typed JSON columns; the plain text columns
+// used for filtering (queue names, message id, failure text) are cleaned with
+// cleanText so that one odd message can never make a batch fail forever.
+package store

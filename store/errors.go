@@ -1,0 +1,33 @@
+package store
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Public sentinels. Callers test them with errors.Is; the API maps them to
+// status codes.
+var (
+	// ErrNotFound means the requested row does not exist (or is outside the
+	// caller's scope).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means the row exists but its state forbids the change, for
+	// example deleting a message that is being replayed.
+	ErrConflict = errors.New("conflict")
+)
+
+// IsDataError reports whether err is PostgreSQL refusing the data itself
+// (SQLSTATE class 22, data exception, or 23, integrity violation). Retrying
+// the same data cannot succeed, so the caller must change it.
+func IsDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,295 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// IngestBatch is one transaction's worth of dead messages.
+type IngestBatch struct {
+	// ID is unique per batch and chosen before the first attempt (NewBatchID),
+	// so a retry after an unknown commit outcome can find the first attempt.
+	ID int64
+	// Consumer names the writer, for operators reading ingest_inflight.
+	Consumer string
+	Messages []NewMessage
+	// Confirmed lists earlier batches whose acknowledgements are known to
+	// have reached the broker; they leave ingest_inflight in this transaction.
+	Confirmed []int64
+}
+
+// Outcome is what happened to one message of a batch.
+type Outcome uint8
+
+const (
+	// OutcomeInserted: a new row.
+	OutcomeInserted Outcome = iota + 1
+	// OutcomeDuplicate: a redelivery of something already stored; nothing changed.
+	OutcomeDuplicate
+	// OutcomeReturned: a replayed message died again and its row is pending again.
+	OutcomeReturned
+)
+
+// IngestResult reports a committed batch.
+type IngestResult struct {
+	// Outcomes is parallel to the batch's Messages.
+	Outcomes                       []Outcome
+	Inserted, Duplicates, Returned int
+}
+
+// NewBatchID returns a random positive batch id. 63 random bits make a
+// collision between two live batches practically impossible.
+func NewBatchID() int64 { return rand.Int64() | 1 }
+
+var ingestColumns = []string{
+	"message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
+	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
+	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
+	"conversion_error", "replay_count",
+}
+
+type summaryKey struct{ queue, status string }
+
+type summaryDelta struct{ messages, bytes int64 }
+
+// IngestBatch writes b in one transaction. It returns only after COMMIT
+// succeeded; any error means the caller must not acknowledge the deliveries.
+// When the error came from COMMIT itself the outcome is unknown: call
+// BatchCommitted before trying again.
+func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, error) {
+	res := IngestResult{Outcomes: make([]Outcome, len(b.Messages))}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return IngestResult{}, fmt.Errorf("store: begin ingest batch %d: %w", b.ID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	deltas := make(map[summaryKey]summaryDelta)
+	plain := make([]int, 0, len(b.Messages))
+	for i := range b.Messages {
+		m := &b.Messages[i]
+		switch {
+		case m.DLQID > 0:
+			out, err := returnToRecord(ctx, tx, m, deltas)
+			if err != nil {
+				return IngestResult{}, fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
+			}
+			if out == 0 {
+				plain = append(plain, i)
+				continue
+			}
+			res.Outcomes[i] = out
+		case m.Redelivered:
+			dup, err := matchRedelivery(ctx, tx, m.Fingerprint)
+			if err != nil {
+				return IngestResult{}, fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
+			}
+			if !dup {
+				plain = append(plain, i)
+				continue
+			}
+			res.Outcomes[i] = OutcomeDuplicate
+		default:
+			plain = append(plain, i)
+		}
+	}
+
+	if len(plain) > 0 {
+		src := pgx.CopyFromSlice(len(plain), func(k int) ([]any, error) {
+			m := &b.Messages[plain[k]]
+			return []any{
+				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
+				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
+				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
+				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
+				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount,
+			}, nil
+		})
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, ingestColumns, src); err != nil {
+			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
+		}
+		for _, i := range plain {
+			m := &b.Messages[i]
+			res.Outcomes[i] = OutcomeInserted
+			k := summaryKey{cleanText(m.SourceQueue), StatusPending}
+			d := deltas[k]
+			d.messages++
+			d.bytes += int64(len(m.Body))
+			deltas[k] = d
+		}
+	}
+
+	var batch pgx.Batch
+	batch.Queue(`INSERT INTO ingest_inflight (batch_id, consumer, rows) VALUES ($1, $2, $3)`,
+		b.ID, b.Consumer, len(plain))
+	if len(b.Confirmed) > 0 {
+		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
+	}
+	queueSummaryDeltas(&batch, deltas)
+	if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+		return IngestResult{}, fmt.Errorf("store: batch %d: register batch and summary: %w", b.ID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return IngestResult{}, fmt.Errorf("store: batch %d: commit: %w", b.ID, err)
+	}
+	for _, o := range res.Outcomes {
+		switch o {
+		case OutcomeInserted:
+			res.Inserted++
+		case OutcomeDuplicate:
+			res.Duplicates++
+		case OutcomeReturned:
+			res.Returned++
+		}
+	}
+	return res, nil
+}
+
+// BatchCommitted reports whether batch id was committed by an earlier
+// attempt whose outcome was unknown.
+func (s *Store) BatchCommitted(ctx context.Context, id int64) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ingest_inflight WHERE batch_id = $1)`, id).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("store: look up batch %d: %w", id, err)
+	}
+	return ok, nil
+}
+
+// ConfirmBatches removes batches whose acknowledgements are known to have
+// reached the broker, so their rows no longer absorb redeliveries.
+func (s *Store) ConfirmBatches(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("store: confirm %d batches: %w", len(ids), err)
+	}
+	return nil
+}
+
+// matchRedelivery claims one stored row with this fingerprint from a batch
+// whose acknowledgement is unconfirmed. SKIP LOCKED plus clearing
+// ingest_batch make each stored row absorb at most one redelivery, even with
+// two consumers matching identical content at once.
+func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint int64) (bool, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `
+UPDATE dead_messages SET ingest_batch = NULL
+WHERE id = (
+    SELECT m.id FROM ingest_inflight f
+    JOIN dead_messages m ON m.ingest_batch = f.batch_id
+    WHERE m.fingerprint = $1
+    ORDER BY m.id
+    LIMIT 1
+    FOR UPDATE OF m SKIP LOCKED
+)
+RETURNING id`, fingerprint).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// returnToRecord applies a replayed message's new death to its row. It
+// returns 0 when there is no such row (deleted since, or an x-dlq-id from
+// elsewhere whose body differs), in which case the caller inserts a new one.
+func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta) (Outcome, error) {
+	var (
+		status, queue string
+		size          int64
+		lastReplayID  *string
+		sameBody      bool
+	)
+	err := tx.QueryRow(ctx, `
+SELECT status, source_queue, body_size, last_death_replay_id, body = $2
+FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
+		Scan(&status, &queue, &size, &lastReplayID, &sameBody)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !sameBody) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
+		return OutcomeDuplicate, nil
+	}
+	_, err = tx.Exec(ctx, `
+UPDATE dead_messages SET
+    status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
+    failure_message = $6, properties = $7, headers = $8, failed_at = $9,
+    dead_letter_queue = $10, last_death_replay_id = $11,
+    replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
+    claim_owner = NULL, claim_expires_at = NULL
+WHERE id = $1`,
+		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
+		nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
+		nullText(m.ReplayID), m.ReplayCount)
+	if err != nil {
+		return 0, err
+	}
+	old := summaryKey{queue, status}
+	d := deltas[old]
+	d.messages--
+	d.bytes -= size
+	deltas[old] = d
+	cur := summaryKey{queue, StatusPending}
+	d = deltas[cur]
+	d.messages++
+	d.bytes += size
+	deltas[cur] = d
+	return OutcomeReturned, nil
+}
+
+// queueSummaryDeltas adds one upsert applying deltas to queue_summary. Keys
+// are sorted so that concurrent transactions lock summary rows in the same
+// order and cannot deadlock.
+func queueSummaryDeltas(b *pgx.Batch, deltas map[summaryKey]summaryDelta) {
+	keys := make([]summaryKey, 0, len(deltas))
+	for k, d := range deltas {
+		if d.messages != 0 || d.bytes != 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.SortFunc(keys, func(a, b summaryKey) int {
+		return cmp.Or(cmp.Compare(a.queue, b.queue), cmp.Compare(a.status, b.status))
+	})
+	queues := make([]string, len(keys))
+	statuses := make([]string, len(keys))
+	msgs := make([]int64, len(keys))
+	bytes := make([]int64, len(keys))
+	for i, k := range keys {
+		queues[i], statuses[i] = k.queue, k.status
+		msgs[i], bytes[i] = deltas[k].messages, deltas[k].bytes
+	}
+	b.Queue(`
+INSERT INTO queue_summary AS s (source_queue, status, messages, bytes)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+ON CONFLICT (source_queue, status) DO UPDATE SET
+    messages = s.messages + EXCLUDED.messages,
+    bytes = s.bytes + EXCLUDED.bytes,
+    updated_at = now()`, queues, statuses, msgs, bytes)
+}
+
+func nullJSON(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

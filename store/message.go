@@ -1,0 +1,71 @@
+package store
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Message statuses.
+const (
+	StatusPending      = "pending"
+	StatusReplaying    = "replaying"
+	StatusReplayed     = "replayed"
+	StatusAcknowledged = "acknowledged"
+)
+
+// Statuses lists every status, in lifecycle order.
+var Statuses = []string{StatusPending, StatusReplaying, StatusReplayed, StatusAcknowledged}
+
+// NewMessage is one dead message on its way in. The broker package builds it
+// from a delivery; JSON fields hold broker.AppendHeadersJSON output.
+type NewMessage struct {
+	MessageID        string
+	SourceQueue      string
+	SourceExchange   string
+	SourceRoutingKey string
+	DeadLetterQueue  string
+	Reason           string
+	DeathCount       int64
+	// Failure is the failure detail as JSON, nil when no convention matched.
+	Failure        json.RawMessage
+	FailureType    string
+	FailureMessage string
+	Properties     json.RawMessage
+	Headers        json.RawMessage
+	Body           []byte
+	FirstFailedAt  time.Time
+	FailedAt       time.Time
+	// Fingerprint identifies the delivery's content for redelivery matching.
+	Fingerprint int64
+	// ConversionError is set when the delivery could not be converted; the
+	// row then holds the raw body and whatever could be salvaged.
+	ConversionError string
+	// Redelivered is the broker's redelivered flag.
+	Redelivered bool
+	// DLQID and ReplayID come from x-dlq-id and x-dlq-replay-id: a replayed
+	// message that died again. DLQID is 0 otherwise.
+	DLQID       int64
+	ReplayID    string
+	ReplayCount int64
+}
+
+// cleanText makes s storable in a text column: PostgreSQL rejects NUL and
+// invalid UTF-8. The exact value is kept in the JSON columns.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+// nullText maps "" to SQL NULL.
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	s = cleanText(s)
+	return &s
+}

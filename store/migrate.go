@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/dlq/dlq/migrations"
+)
+
+// MigrationResult says what Migrate applied.
+type MigrationResult struct {
+	From, To int64
+	Applied  []string
+}
+
+// Migrate applies every pending migration. It is safe to run from several
+// instances at once: a PostgreSQL session lock serialises them, and the ones
+// that wait find nothing left to do.
+func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (MigrationResult, error) {
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	return migrate(ctx, db, log)
+}
+
+func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (MigrationResult, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return MigrationResult{}, fmt.Errorf("store: migration lock: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return MigrationResult{}, fmt.Errorf("store: load migrations: %w", err)
+	}
+	from, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return MigrationResult{}, fmt.Errorf("store: read schema version: %w", err)
+	}
+	results, err := p.Up(ctx)
+	res := MigrationResult{From: from, To: from}
+	for _, r := range results {
+		if r.Error != nil {
+			continue
+		}
+		res.Applied = append(res.Applied, r.Source.Path)
+		res.To = r.Source.Version
+	}
+	if err != nil {
+		return res, fmt.Errorf("store: apply migrations (schema at version %d): %w", res.To, err)
+	}
+	if log != nil && len(res.Applied) > 0 {
+		log.Info("migrations applied", "from_version", res.From, "to_version", res.To, "applied", res.Applied)
+	}
+	return res, nil
+}

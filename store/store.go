@@ -1,0 +1,93 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Store.
+type Config struct {
+	// DatabaseURL is a PostgreSQL connection string (URL or key=value).
+	// Required.
+	DatabaseURL string
+	// MaxConns bounds the pool. Optional; default 10.
+	MaxConns int32
+	// Logger receives the store's logs. Optional; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the store's metrics. Optional; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+const maxConnsDefault = 10
+
+func (c *Config) validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("store: DatabaseURL is required")
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("store: MaxConns must be >= 0, got %d", c.MaxConns)
+	}
+	return nil
+}
+
+// Store is dlq's handle on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+// Open connects a pool. It does not wait for the database to be reachable:
+// dlq starts while PostgreSQL is down and reports it through Ping.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse database URL: %w", err)
+	}
+	pcfg.MaxConns = cmp.Or(cfg.MaxConns, maxConnsDefault)
+	pcfg.ConnConfig.ConnectTimeout = cmp.Or(pcfg.ConnConfig.ConnectTimeout, 5*time.Second)
+	// A connection that sat through a PostgreSQL restart is dead; check
+	// before handing it out rather than failing the first query after.
+	pcfg.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: create pool for %s: %w", redact(cfg.DatabaseURL), err)
+	}
+	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default())}, nil
+}
+
+// Ping checks that PostgreSQL answers.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes the pool, waiting for borrowed connections to come back.
+func (s *Store) Close() { s.pool.Close() }
+
+// Pool exposes the pool to tests and tools in this module that need raw
+// access (the benchmark generator). Runtime code uses Store's methods.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// redact hides a password in a connection string for error messages.
+func redact(dsn string) string {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return "(unparseable database URL)"
+	}
+	c := cfg.ConnConfig
+	return fmt.Sprintf("postgres://%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+}
