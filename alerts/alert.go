@@ -1,0 +1,161 @@
+package alerts
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Status is what a notification says about an alert.
+type Status string
+
+const (
+	StatusFiring   Status = "firing"
+	StatusResolved Status = "resolved"
+)
+
+// Label names set by dlq on every alert. Rule labels cannot replace them.
+const (
+	LabelAlertname   = "alertname"
+	LabelSourceQueue = "source_queue"
+	LabelSeverity    = "severity"
+	LabelService     = "service"
+	// ServiceName is the value of the service label.
+	ServiceName = "dlq"
+)
+
+// Annotation names.
+const (
+	AnnotationSummary     = "summary"
+	AnnotationDescription = "description"
+)
+
+func reservedLabel(k string) bool {
+	switch k {
+	case LabelAlertname, LabelSourceQueue, LabelSeverity, LabelService:
+		return true
+	}
+	return false
+}
+
+// Alert is one notification: a pair that fired, is still firing (repeat or
+// refresh) or resolved. Its JSON form is what the generic webhook sends.
+type Alert struct {
+	Rule string `json:"rule"`
+	Kind Kind   `json:"kind"`
+	// SourceQueue is empty for global rules (capacity).
+	SourceQueue string  `json:"source_queue,omitempty"`
+	Status      Status  `json:"status"`
+	Severity    string  `json:"severity"`
+	Value       float64 `json:"value"`
+	Threshold   float64 `json:"threshold"`
+	// StartsAt is when the alert fired. It stays the same across repeats and
+	// the resolve, so receivers can tell one incident from the next.
+	StartsAt time.Time `json:"starts_at"`
+	// EndsAt is when it resolved; zero (omitted) while firing.
+	EndsAt time.Time `json:"ends_at,omitzero"`
+	// Labels hold alertname, service, severity, source_queue (when set) and
+	// the rule's own labels.
+	Labels map[string]string `json:"labels"`
+	// Annotations hold summary and description, written for people.
+	Annotations map[string]string `json:"annotations"`
+}
+
+func newAlert(a AlertState) Alert {
+	status := StatusFiring
+	var endsAt time.Time
+	if a.Phase == PhaseResolved {
+		status, endsAt = StatusResolved, a.ResolvedAt.UTC()
+	}
+	labels := make(map[string]string, len(a.Labels)+4)
+	maps.Copy(labels, a.Labels)
+	labels[LabelAlertname] = a.Rule
+	labels[LabelService] = ServiceName
+	labels[LabelSeverity] = a.Severity
+	if a.SourceQueue != "" {
+		labels[LabelSourceQueue] = a.SourceQueue
+	} else {
+		delete(labels, LabelSourceQueue)
+	}
+	summary, description := describe(a.Kind, a.SourceQueue, status, a.Value, a.Threshold)
+	return Alert{
+		Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Status: status, Severity: a.Severity,
+		Value: a.Value, Threshold: a.Threshold, StartsAt: a.FiredAt.UTC(), EndsAt: endsAt,
+		Labels:      labels,
+		Annotations: map[string]string{AnnotationSummary: summary, AnnotationDescription: description},
+	}
+}
+
+// describe writes the summary and description. They are plain sentences
+// because they end up in Slack, pager apps and e-mails.
+func describe(k Kind, queue string, status Status, value, threshold float64) (summary, description string) {
+	v, t := formatValue(k, value), formatValue(k, threshold)
+	q := strconv.Quote(queue)
+	if status == StatusResolved {
+		switch k {
+		case KindCapacity:
+			return "Dead-letter store back under capacity threshold",
+				fmt.Sprintf("The dead-letter store is at %s of its capacity, at or below the threshold of %s.", v, t)
+		case KindOldestPendingAge:
+			return fmt.Sprintf("Oldest pending dead message from %s back under %s", q, t),
+				fmt.Sprintf("The oldest pending dead message from source queue %s is now %s old, at or below the threshold of %s.", q, v, t)
+		default:
+			return fmt.Sprintf("%s back to normal for source queue %s", kindTitle(k), q),
+				fmt.Sprintf("%s for source queue %s is now %s, at or below the threshold of %s.", kindTitle(k), q, v, t)
+		}
+	}
+	switch k {
+	case KindPendingCount:
+		return fmt.Sprintf("%s dead messages pending from %s", v, q),
+			fmt.Sprintf("%s dead messages from source queue %s are pending, above the threshold of %s. Inspect them with GET /api/v1/messages?source_queue=%s, then replay, acknowledge or delete them.", v, q, t, queue)
+	case KindOldestPendingAge:
+		return fmt.Sprintf("Oldest pending dead message from %s is %s old", q, v),
+			fmt.Sprintf("A dead message from source queue %s has been pending for %s, longer than %s. Nobody has replayed, acknowledged or deleted it.", q, v, t)
+	case KindDepthNonzero:
+		return fmt.Sprintf("Dead messages pending from %s", q),
+			fmt.Sprintf("%s dead messages from source queue %s are pending (threshold %s) and have been for the rule's hold time.", v, q, t)
+	case KindRepeatFailures:
+		return fmt.Sprintf("%s dead messages from %s keep failing after replay", v, q),
+			fmt.Sprintf("%s pending messages from source queue %s were replayed more than %d times and died again; replaying them once more will not help (threshold %s).", v, q, RepeatFailureReplays, t)
+	case KindIngestSpike:
+		return fmt.Sprintf("%s new dead messages from %s in 5 minutes", v, q),
+			fmt.Sprintf("%s messages from source queue %s were dead-lettered in the last 5 minutes, above the threshold of %s. A consumer is probably failing.", v, q, t)
+	case KindCapacity:
+		return fmt.Sprintf("Dead-letter store at %s of capacity", v),
+			fmt.Sprintf("The dead-letter store is at %s of its configured capacity, above the threshold of %s. When it is full, the capacity policy evicts or refuses; see the cleanup settings.", v, t)
+	}
+	return fmt.Sprintf("%s is %s", k, v), fmt.Sprintf("%s for %s is %s, above %s.", k, q, v, t)
+}
+
+func kindTitle(k Kind) string {
+	switch k {
+	case KindPendingCount:
+		return "Pending dead messages"
+	case KindDepthNonzero:
+		return "Dead-letter depth"
+	case KindRepeatFailures:
+		return "Repeat failures"
+	case KindIngestSpike:
+		return "Dead-letter rate"
+	}
+	return string(k)
+}
+
+func formatValue(k Kind, v float64) string {
+	switch k {
+	case KindOldestPendingAge:
+		return time.Duration(v * float64(time.Second)).Round(time.Second).String()
+	case KindCapacity:
+		return strconv.FormatFloat(v, 'f', 1, 64) + "%"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+func sortAlerts(s []Alert) {
+	slices.SortFunc(s, func(a, b Alert) int {
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue))
+	})
+}

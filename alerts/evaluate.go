@@ -1,0 +1,137 @@
+package alerts
+
+import (
+	"maps"
+	"time"
+)
+
+// Evaluate runs every rule against snap and moves each (rule, source queue)
+// pair one step through inactive -> pending -> firing -> resolved -> inactive.
+// It returns the state to persist and the notifications to send: one firing
+// alert when a pair fires, one resolved alert when it resolves, and a repeat
+// of the firing alert every rs.RepeatInterval while it keeps firing. Nothing
+// else is ever notified, however often Evaluate runs.
+//
+// Evaluate is pure: the same inputs give the same outputs, it reads no clock
+// (time is snap.At) and does not modify prev. That is what lets any instance
+// continue from the state another instance saved.
+//
+// rs should be valid (RuleSet.Validate); rules without a name or with an
+// unknown kind are skipped. A pair whose rule is gone from rs, is disabled,
+// or whose source queue is missing from snap counts as "condition false": a
+// firing alert resolves (and is notified), a pending one is dropped.
+func Evaluate(prev State, snap Snapshot, rs RuleSet) (next State, notifications []Alert) {
+	now := snap.At
+	old := make(map[stateKey]AlertState, len(prev.Alerts))
+	for _, a := range prev.Alerts {
+		old[a.key()] = a
+	}
+	next = State{Version: StateVersion, EvaluatedAt: now}
+	seen := make(map[stateKey]bool, len(prev.Alerts))
+
+	step := func(r Rule, queue string, value float64) {
+		k := stateKey{r.Name, queue}
+		if seen[k] {
+			return // a duplicated rule name or queue: first one wins
+		}
+		seen[k] = true
+		p, existed := old[k]
+		if !existed {
+			p = AlertState{Rule: r.Name, SourceQueue: queue}
+		}
+		if !r.Disabled {
+			// Keep what receivers see in sync with the configuration.
+			p.Kind, p.Severity, p.Threshold = r.Kind, severityOf(r), r.Threshold
+			p.Labels = maps.Clone(r.Labels)
+		}
+		active := !r.Disabled && value > r.Threshold
+		n, keep, notify := transition(p, existed, active, value, now, r.For, rs.RepeatInterval)
+		if keep {
+			next.Alerts = append(next.Alerts, n)
+		}
+		if notify {
+			notifications = append(notifications, newAlert(n))
+		}
+	}
+
+	for _, r := range rs.Rules {
+		if r.Name == "" || !r.Kind.Valid() {
+			continue
+		}
+		if r.Kind.Global() {
+			step(r, "", snap.Capacity.UsedPercent())
+			continue
+		}
+		for _, q := range snap.Queues {
+			step(rs.effective(r, q.SourceQueue), q.SourceQueue, measure(r.Kind, q))
+		}
+		// Queues that vanished from the snapshot (everything dealt with) are
+		// measured as zero so their alerts resolve instead of hanging.
+		for _, a := range prev.Alerts {
+			if a.Rule == r.Name && a.SourceQueue != "" {
+				step(rs.effective(r, a.SourceQueue), a.SourceQueue, 0)
+			}
+		}
+	}
+	// Pairs whose rule left the configuration: resolve them with what the
+	// state remembers, so no receiver is left with an alert nobody will end.
+	for _, a := range prev.Alerts {
+		if k := a.key(); !seen[k] {
+			seen[k] = true
+			if n, keep, notify := transition(a, true, false, 0, now, 0, 0); notify || keep {
+				if keep {
+					next.Alerts = append(next.Alerts, n)
+				}
+				if notify {
+					notifications = append(notifications, newAlert(n))
+				}
+			}
+		}
+	}
+
+	sortAlertStates(next.Alerts)
+	sortAlerts(notifications)
+	return next, notifications
+}
+
+// transition is the state machine for one pair. existed says whether p came
+// from the previous state (otherwise the pair was inactive).
+func transition(p AlertState, existed, active bool, value float64, now time.Time, hold, repeat time.Duration) (n AlertState, keep, notify bool) {
+	n = p
+	n.Value = value
+	if !existed {
+		n.Phase = PhaseInactive
+	}
+	if active {
+		switch n.Phase {
+		case PhaseInactive, PhaseResolved:
+			// A new cycle: a resolved pair that turns true again is a new
+			// incident with a new start, and must wait out For again.
+			n.Phase, n.ActiveAt = PhasePending, now
+			n.FiredAt, n.ResolvedAt, n.LastNotifiedAt = time.Time{}, time.Time{}, time.Time{}
+			fallthrough
+		case PhasePending:
+			if now.Sub(n.ActiveAt) >= hold {
+				n.Phase, n.FiredAt, n.LastNotifiedAt = PhaseFiring, now, now
+				return n, true, true
+			}
+			return n, true, false
+		case PhaseFiring:
+			if repeat > 0 && now.Sub(n.LastNotifiedAt) >= repeat {
+				n.LastNotifiedAt = now
+				return n, true, true
+			}
+			return n, true, false
+		}
+		return n, true, false
+	}
+	switch n.Phase {
+	case PhaseFiring:
+		n.Phase, n.ResolvedAt, n.LastNotifiedAt = PhaseResolved, now, now
+		return n, true, true
+	default:
+		// Pending that never held long enough goes back silently; resolved
+		// has been notified and returns to inactive.
+		return n, false, false
+	}
+}

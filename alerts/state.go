@@ -1,0 +1,135 @@
+package alerts
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// StateVersion is the layout version written into State. A reader seeing a
+// newer version than it knows was written by a newer dlq; the fields are only
+// ever added, so it may still read it.
+const StateVersion = 1
+
+// Phase is where one (rule, source queue) pair stands. Inactive pairs are not
+// stored at all, which keeps the state as small as the trouble it tracks.
+type Phase string
+
+const (
+	// PhaseInactive: the condition is false. Never stored; used in views.
+	PhaseInactive Phase = "inactive"
+	// PhasePending: the condition is true but has not held for the rule's For.
+	PhasePending Phase = "pending"
+	// PhaseFiring: the condition has held for For; receivers were told.
+	PhaseFiring Phase = "firing"
+	// PhaseResolved: the condition turned false after firing; receivers were
+	// told once. The next evaluation drops the entry (back to inactive) or,
+	// if the condition is true again, starts a new pending cycle.
+	PhaseResolved Phase = "resolved"
+)
+
+// State is the alert state carried from one evaluation to the next. It is
+// plain data with JSON tags: the caller stores it (one JSON document in
+// PostgreSQL is enough) and whichever instance runs the next evaluation loads
+// it and continues where the last one stopped.
+type State struct {
+	Version     int       `json:"version"`
+	EvaluatedAt time.Time `json:"evaluated_at,omitzero"`
+	// Alerts holds the non-inactive pairs sorted by rule, then source queue.
+	Alerts []AlertState `json:"alerts"`
+}
+
+// AlertState is the state of one (rule, source queue) pair.
+type AlertState struct {
+	Rule string `json:"rule"`
+	Kind Kind   `json:"kind"`
+	// SourceQueue is empty for global rules (capacity).
+	SourceQueue string `json:"source_queue,omitempty"`
+	Phase       Phase  `json:"state"`
+	// Severity and Labels are kept so that an alert whose rule was removed
+	// from the configuration can still be resolved with the same labels.
+	Severity string            `json:"severity"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// Value and Threshold are from the last evaluation.
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	// ActiveAt is when the condition became true (start of pending).
+	ActiveAt time.Time `json:"active_at"`
+	// FiredAt is when the alert fired; receivers see it as startsAt.
+	FiredAt time.Time `json:"fired_at,omitzero"`
+	// ResolvedAt is when the condition turned false after firing.
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+	// LastNotifiedAt is the last time a notification was produced for this
+	// pair; the repeat interval counts from it.
+	LastNotifiedAt time.Time `json:"last_notified_at,omitzero"`
+}
+
+// Since is when the pair entered its current phase.
+func (a AlertState) Since() time.Time {
+	switch a.Phase {
+	case PhaseFiring:
+		return a.FiredAt
+	case PhaseResolved:
+		return a.ResolvedAt
+	}
+	return a.ActiveAt
+}
+
+type stateKey struct{ rule, queue string }
+
+func (a AlertState) key() stateKey { return stateKey{a.Rule, a.SourceQueue} }
+
+func sortAlertStates(s []AlertState) {
+	slices.SortFunc(s, func(a, b AlertState) int {
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue))
+	})
+}
+
+// Firing returns one firing Alert for every pair in PhaseFiring. Receivers
+// that forget alerts which are not refreshed (Alertmanager) get these on
+// every evaluation; see Refresher.
+func (s State) Firing() []Alert {
+	var out []Alert
+	for _, a := range s.Alerts {
+		if a.Phase == PhaseFiring {
+			out = append(out, newAlert(a))
+		}
+	}
+	return out
+}
+
+// FiringCount returns how many pairs of each rule are firing.
+func (s State) FiringCount() map[string]int {
+	n := map[string]int{}
+	for _, a := range s.Alerts {
+		if a.Phase == PhaseFiring {
+			n[a.Rule]++
+		}
+	}
+	return n
+}
+
+// AlertView is one pair as the HTTP API shows it.
+type AlertView struct {
+	Rule         string    `json:"rule"`
+	Kind         Kind      `json:"kind"`
+	SourceQueue  string    `json:"source_queue,omitempty"`
+	State        Phase     `json:"state"`
+	Since        time.Time `json:"since"`
+	Severity     string    `json:"severity"`
+	Value        float64   `json:"value"`
+	Threshold    float64   `json:"threshold"`
+	LastNotified time.Time `json:"last_notified,omitzero"`
+}
+
+// View returns every non-inactive pair for the API, in the state's order.
+func (s State) View() []AlertView {
+	out := make([]AlertView, 0, len(s.Alerts))
+	for _, a := range s.Alerts {
+		out = append(out, AlertView{
+			Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, State: a.Phase, Since: a.Since(),
+			Severity: a.Severity, Value: a.Value, Threshold: a.Threshold, LastNotified: a.LastNotifiedAt,
+		})
+	}
+	return out
+}
