@@ -72,7 +72,9 @@ func Schema(t testing.TB) string {
 		defer c.Close(ctx)
 		_, _ = c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	return WithSearchPath(DatabaseURLBase(), schema)
+	// public stays on the path so extensions installed there (pg_trgm)
+	// resolve.
+	return WithSearchPath(DatabaseURLBase(), schema+",public")
 }
 
 // WithSearchPath returns dsn with search_path set to schema.

@@ -1,0 +1,60 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Actor is who asks for a change, recorded with it.
+type Actor struct {
+	// Name identifies the token or component ("admin", "token:ops", "cleanup").
+	Name string `json:"actor"`
+	// Role is viewer, operator or admin ("" for internal components).
+	Role string `json:"role,omitempty"`
+	// Via is api, control, cli or cron.
+	Via string `json:"via"`
+	// RequestID ties the row to the request's logs (X-Request-Id or the
+	// control command id).
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// AuditEntry is one audit row.
+type AuditEntry struct {
+	ID        int64           `json:"id"`
+	At        time.Time       `json:"at"`
+	Actor     string          `json:"actor"`
+	Role      string          `json:"role"`
+	Via       string          `json:"via"`
+	Action    string          `json:"action"`
+	Selection json.RawMessage `json:"selection"`
+	Count     int64           `json:"count"`
+	RequestID string          `json:"request_id"`
+	Detail    json.RawMessage `json:"detail,omitempty"`
+}
+
+// insertAudit writes one audit row inside tx, so the row exists exactly
+// when the change it describes committed.
+func insertAudit(ctx context.Context, tx pgx.Tx, a Actor, action string, selection any, count int64, detail any) error {
+	sel, err := json.Marshal(selection)
+	if err != nil {
+		return fmt.Errorf("encode audit selection: %w", err)
+	}
+	var det []byte
+	if detail != nil {
+		if det, err = json.Marshal(detail); err != nil {
+			return fmt.Errorf("encode audit detail: %w", err)
+		}
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO audit_log (actor, role, via, action, selection, count, request_id, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		cleanText(a.Name), a.Role, a.Via, action, sel, count, cleanText(a.RequestID), det)
+	if err != nil {
+		return fmt.Errorf("write audit row for %s by %s: %w", action, a.Name, err)
+	}
+	return nil
+}

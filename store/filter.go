@@ -1,0 +1,139 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Filter selects dead messages. It is shared by listing, bulk actions and
+// replay selection so the same words mean the same rows everywhere. The JSON
+// names are the public contract of the API and the control queue.
+type Filter struct {
+	// Status is one status, a comma list, or "all". Empty means pending.
+	Status string `json:"status,omitempty"`
+	// SourceQueue matches exactly.
+	SourceQueue string `json:"source_queue,omitempty"`
+	// Reason matches exactly (rejected, expired, maxlen, delivery_limit).
+	Reason string `json:"reason,omitempty"`
+	// FailedAfter and FailedBefore bound failed_at (after is inclusive,
+	// before exclusive).
+	FailedAfter  *time.Time `json:"failed_after,omitempty"`
+	FailedBefore *time.Time `json:"failed_before,omitempty"`
+	// Query is a text search over body, failure text, message id and
+	// header values.
+	Query string `json:"q,omitempty"`
+	// Group is a failure group id.
+	Group string `json:"group,omitempty"`
+	// IDs restricts to these message ids.
+	IDs []int64 `json:"ids,omitempty"`
+	// Scope restricts to these source queues: the caller's permission, not
+	// a user filter. Nil means every queue.
+	Scope []string `json:"-"`
+}
+
+// ErrInvalidFilter wraps every filter validation error; the message names
+// the field.
+var ErrInvalidFilter = errors.New("invalid filter")
+
+// MaxFilterIDs bounds the ids of one request.
+const MaxFilterIDs = 10000
+
+// Statuses returns the statuses the filter selects (nil for all).
+func (f Filter) Statuses() ([]string, error) {
+	s := strings.TrimSpace(f.Status)
+	if s == "" {
+		return []string{StatusPending}, nil
+	}
+	if s == "all" {
+		return nil, nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(Statuses, p) {
+			return nil, fmt.Errorf("%w: status %q must be one of %s or all", ErrInvalidFilter, p, strings.Join(Statuses, ", "))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Validate checks the filter and names the wrong field.
+func (f Filter) Validate() error {
+	if _, err := f.Statuses(); err != nil {
+		return err
+	}
+	if f.FailedAfter != nil && f.FailedBefore != nil && !f.FailedAfter.Before(*f.FailedBefore) {
+		return fmt.Errorf("%w: failed_after (%s) must be before failed_before (%s)", ErrInvalidFilter,
+			f.FailedAfter.Format(time.RFC3339), f.FailedBefore.Format(time.RFC3339))
+	}
+	if len(f.IDs) > MaxFilterIDs {
+		return fmt.Errorf("%w: ids lists %d ids; at most %d per request", ErrInvalidFilter, len(f.IDs), MaxFilterIDs)
+	}
+	for _, id := range f.IDs {
+		if id <= 0 {
+			return fmt.Errorf("%w: ids: %d is not a message id", ErrInvalidFilter, id)
+		}
+	}
+	if len(f.Query) > 1000 {
+		return fmt.Errorf("%w: q is %d bytes; at most 1000", ErrInvalidFilter, len(f.Query))
+	}
+	return nil
+}
+
+// sqlArgs collects positional arguments.
+type sqlArgs []any
+
+func (a *sqlArgs) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
+
+// where renders the filter as SQL conditions over dead_messages aliased m,
+// appending its arguments. Every value travels as an argument, never as
+// SQL text.
+func (f Filter) where(args *sqlArgs) (string, error) {
+	if err := f.Validate(); err != nil {
+		return "", err
+	}
+	var conds []string
+	statuses, _ := f.Statuses()
+	switch len(statuses) {
+	case 0:
+	case 1:
+		conds = append(conds, "m.status = "+args.add(statuses[0]))
+	default:
+		conds = append(conds, "m.status = ANY("+args.add(statuses)+")")
+	}
+	if f.SourceQueue != "" {
+		conds = append(conds, "m.source_queue = "+args.add(f.SourceQueue))
+	}
+	if f.Scope != nil {
+		conds = append(conds, "m.source_queue = ANY("+args.add(f.Scope)+")")
+	}
+	if f.Reason != "" {
+		conds = append(conds, "m.reason = "+args.add(f.Reason))
+	}
+	if f.FailedAfter != nil {
+		conds = append(conds, "m.failed_at >= "+args.add(*f.FailedAfter))
+	}
+	if f.FailedBefore != nil {
+		conds = append(conds, "m.failed_at < "+args.add(*f.FailedBefore))
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "m.id = ANY("+args.add(f.IDs)+")")
+	}
+	extra, err := f.searchConds(args)
+	if err != nil {
+		return "", err
+	}
+	conds = append(conds, extra...)
+	if len(conds) == 0 {
+		return "TRUE", nil
+	}
+	return strings.Join(conds, " AND "), nil
+}
