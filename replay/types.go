@@ -1,0 +1,81 @@
+package replay
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlq/dlq/store"
+)
+
+// Request asks for a replay. Its JSON form is the body of POST
+// /api/v1/replays and of the control queue's "replay" command.
+type Request struct {
+	// IDs selects messages by id. Either IDs or Filter.
+	IDs []int64 `json:"ids,omitempty"`
+	// Filter selects messages by filter. Either IDs or Filter.
+	Filter *store.Filter `json:"filter,omitempty"`
+	// Limit caps how many messages a filter selects. Optional.
+	Limit int `json:"limit,omitempty"`
+	// RatePerSecond throttles publishing (token bucket). Optional; 0 means
+	// as fast as confirms allow.
+	RatePerSecond float64 `json:"rate_per_second,omitempty"`
+	// DelaySeconds postpones the start. Optional.
+	DelaySeconds int `json:"delay_seconds,omitempty"`
+	// Target overrides where messages go. Optional; default each message's
+	// original exchange and routing key.
+	Target *Target `json:"target,omitempty"`
+	// DryRun returns the count and a sample and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// Canary publishes the first Count messages, waits WaitSeconds, and
+	// stops the task if any of them died again.
+	Canary *Canary `json:"canary,omitempty"`
+	// Force replays messages already replayed max_replays times.
+	Force bool `json:"force,omitempty"`
+}
+
+// Target is an exchange and routing key to publish to.
+type Target struct {
+	Exchange   string `json:"exchange"`
+	RoutingKey string `json:"routing_key"`
+}
+
+// Canary configures canary mode.
+type Canary struct {
+	Count       int `json:"count"`
+	WaitSeconds int `json:"wait_seconds"`
+}
+
+// Task is a replay task and its progress. Its JSON form is the public
+// contract of the API and the control queue.
+type Task struct {
+	ID        int64  `json:"id"`
+	Status    string `json:"status"`
+	Requested int64  `json:"requested"`
+	Claimed   int64  `json:"claimed"`
+	Published int64  `json:"published"`
+	Failed    int64  `json:"failed"`
+	Skipped   int64  `json:"skipped"`
+	Remaining int64  `json:"remaining"`
+	// The request as accepted.
+	Request Request `json:"request"`
+	// Sample holds a few selected messages' ids for a dry run.
+	Sample     []int64    `json:"sample,omitempty"`
+	DryRun     bool       `json:"dry_run"`
+	Error      string     `json:"error,omitempty"`
+	CreatedBy  string     `json:"created_by,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartAt    time.Time  `json:"start_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Replayer is what the HTTP API and the control queue use.
+type Replayer interface {
+	// Start validates and records a task (or answers a dry run).
+	Start(ctx context.Context, req Request, actor store.Actor) (Task, error)
+	// Get returns a task; store.ErrNotFound when there is none.
+	Get(ctx context.Context, id int64) (Task, error)
+	// List returns recent tasks, newest first.
+	List(ctx context.Context, limit int) ([]Task, error)
+	// Cancel stops a task within one publish.
+	Cancel(ctx context.Context, id int64, actor store.Actor) (Task, error)
+}
