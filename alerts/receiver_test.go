@@ -20,7 +20,6 @@ type receiver struct {
 	mu       sync.Mutex
 	statuses []int
 	reqs     []recordedRequest
-	hit      chan struct{} // one value per request, never blocks
 }
 
 type recordedRequest struct {
@@ -35,14 +34,13 @@ func newReceiver(t *testing.T, statuses ...int) *receiver {
 	if len(statuses) == 0 {
 		statuses = []int{http.StatusOK}
 	}
-	r := &receiver{statuses: statuses, hit: make(chan struct{}, 1000)}
+	r := &receiver{statuses: statuses}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.reqs = append(r.reqs, recordedRequest{Method: req.Method, Path: req.URL.Path, Header: req.Header.Clone(), Body: body})
 		status := r.statuses[min(len(r.reqs)-1, len(r.statuses)-1)]
 		r.mu.Unlock()
-		r.hit <- struct{}{}
 		w.WriteHeader(status)
 		if status >= 300 {
 			_, _ = io.WriteString(w, http.StatusText(status))

@@ -1,0 +1,261 @@
+package alerts
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Retry defaults of the Dispatcher. With these a delivery is tried for about
+// 7.5 s (waits of 0.5, 1, 2 and 4 s) before it is given up.
+const (
+	MaxAttemptsDefault    = 5
+	InitialBackoffDefault = 500 * time.Millisecond
+	MaxBackoffDefault     = 30 * time.Second
+)
+
+// Results counted in dlq_alert_notifications_total.
+const (
+	ResultSuccess = "success"
+	// ResultRetry counts a failed attempt that will be tried again.
+	ResultRetry = "retry"
+	// ResultFailure counts a delivery given up: not retryable, out of
+	// attempts, or cancelled.
+	ResultFailure = "failure"
+)
+
+// DispatcherConfig configures a Dispatcher.
+type DispatcherConfig struct {
+	// Logger receives delivery problems and, through the built-in
+	// LogNotifier, every alert. Required.
+	Logger *slog.Logger
+	// Registerer receives dlq_alerts_firing and
+	// dlq_alert_notifications_total. Required.
+	Registerer prometheus.Registerer
+	// Notifiers are the receivers besides the log, which is always added.
+	// Names must be unique and not "log". Optional.
+	Notifiers []Notifier
+	// RuleNames get a dlq_alerts_firing{rule} series at 0 from the start, so
+	// "no alert firing" is a visible zero rather than an absent series.
+	// Optional, default the names of DefaultRules.
+	RuleNames []string
+	// MaxAttempts bounds the tries of one delivery, including the first.
+	// Optional, default MaxAttemptsDefault.
+	MaxAttempts int
+	// InitialBackoff is the wait after the first failed attempt; each later
+	// wait doubles, up to MaxBackoff. Optional, defaults
+	// InitialBackoffDefault and MaxBackoffDefault.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+}
+
+func (c *DispatcherConfig) setDefaults() {
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.InitialBackoff = cmp.Or(c.InitialBackoff, InitialBackoffDefault)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
+	if c.RuleNames == nil {
+		for _, r := range DefaultRules() {
+			c.RuleNames = append(c.RuleNames, r.Name)
+		}
+	}
+}
+
+func (c *DispatcherConfig) validate() error {
+	if c.Logger == nil {
+		return errors.New("logger: required")
+	}
+	if c.Registerer == nil {
+		return errors.New("registerer: required")
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("max_attempts: must be >= 1, got %d", c.MaxAttempts)
+	}
+	if c.InitialBackoff < 0 || c.MaxBackoff < c.InitialBackoff {
+		return fmt.Errorf("initial_backoff, max_backoff: need 0 <= initial_backoff <= max_backoff, got %s and %s", c.InitialBackoff, c.MaxBackoff)
+	}
+	seen := map[string]bool{"log": true}
+	for i, n := range c.Notifiers {
+		if n == nil {
+			return fmt.Errorf("notifiers[%d]: is nil", i)
+		}
+		if seen[n.Name()] {
+			return fmt.Errorf("notifiers[%d]: name %q is already used", i, n.Name())
+		}
+		seen[n.Name()] = true
+	}
+	return nil
+}
+
+// Dispatcher delivers an evaluation's notifications to every notifier at
+// once, retrying each with exponential backoff while the notifier says the
+// failure is retryable, and keeps the alert metrics.
+type Dispatcher struct {
+	logger        *slog.Logger
+	notifiers     []Notifier
+	maxAttempts   int
+	initial, max  time.Duration
+	firing        *prometheus.GaugeVec
+	notifications *prometheus.CounterVec
+
+	mu        sync.Mutex
+	ruleNames map[string]bool // every rule ever given a firing series
+}
+
+// NewDispatcher checks cfg, registers the metrics and returns the
+// Dispatcher. Registering twice on one registry reuses the first metrics.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("alerts: dispatcher config: %w", err)
+	}
+	logN, err := NewLogNotifier(cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{
+		logger:      cfg.Logger,
+		notifiers:   append([]Notifier{logN}, cfg.Notifiers...),
+		maxAttempts: cfg.MaxAttempts,
+		initial:     cfg.InitialBackoff,
+		max:         cfg.MaxBackoff,
+		ruleNames:   map[string]bool{},
+	}
+	d.firing, err = register(cfg.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "dlq_alerts_firing",
+		Help: "Alerts currently firing, by rule (one per source queue, one for global rules).",
+	}, []string{"rule"}))
+	if err != nil {
+		return nil, err
+	}
+	d.notifications, err = register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dlq_alert_notifications_total",
+		Help: "Alert deliveries by notifier and result: success, retry (a failed attempt that will be tried again) or failure (given up).",
+	}, []string{"notifier", "result"}))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.RuleNames {
+		d.firing.WithLabelValues(name)
+		d.ruleNames[name] = true
+	}
+	for _, n := range d.notifiers {
+		for _, r := range []string{ResultSuccess, ResultRetry, ResultFailure} {
+			d.notifications.WithLabelValues(n.Name(), r)
+		}
+	}
+	return d, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, fmt.Errorf("alerts: register metrics: %w", err)
+	}
+	return c, nil
+}
+
+// SetFiring sets dlq_alerts_firing{rule} from s: the number of firing pairs
+// per rule, 0 for every rule known so far that has none.
+func (d *Dispatcher) SetFiring(s State) {
+	counts := s.FiringCount()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name := range counts {
+		d.ruleNames[name] = true
+	}
+	for name := range d.ruleNames {
+		d.firing.WithLabelValues(name).Set(float64(counts[name]))
+	}
+}
+
+// Dispatch sends notifications (from Evaluate) to every notifier in
+// parallel. Refresher notifiers also get every firing alert of next. It
+// returns when every delivery succeeded or was given up, joining the errors
+// of those given up. Notifiers with nothing to send are not called.
+func (d *Dispatcher) Dispatch(ctx context.Context, next State, notifications []Alert) error {
+	var refresh []Alert
+	errs := make([]error, len(d.notifiers))
+	var wg sync.WaitGroup
+	for i, n := range d.notifiers {
+		batch := notifications
+		if r, ok := n.(Refresher); ok && r.RefreshFiring() {
+			if refresh == nil {
+				refresh = withFiring(notifications, next.Firing())
+			}
+			batch = refresh
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		wg.Go(func() { errs[i] = d.deliver(ctx, n, batch) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// withFiring returns notes plus every firing alert not already in notes.
+func withFiring(notes, firing []Alert) []Alert {
+	out := append(make([]Alert, 0, len(notes)+len(firing)), notes...)
+	have := make(map[stateKey]bool, len(notes))
+	for _, a := range notes {
+		have[stateKey{a.Rule, a.SourceQueue}] = true
+	}
+	for _, a := range firing {
+		if !have[stateKey{a.Rule, a.SourceQueue}] {
+			out = append(out, a)
+		}
+	}
+	sortAlerts(out)
+	return out
+}
+
+func (d *Dispatcher) deliver(ctx context.Context, n Notifier, alerts []Alert) error {
+	name := n.Name()
+	wait := d.initial
+	for attempt := 1; ; attempt++ {
+		retryable, err := n.Notify(ctx, alerts...)
+		if err == nil {
+			d.notifications.WithLabelValues(name, ResultSuccess).Inc()
+			return nil
+		}
+		giveUp := ""
+		switch {
+		case ctx.Err() != nil:
+			giveUp = "cancelled"
+		case !retryable:
+			giveUp = "not retryable"
+		case attempt >= d.maxAttempts:
+			giveUp = "out of attempts"
+		}
+		if giveUp != "" {
+			d.notifications.WithLabelValues(name, ResultFailure).Inc()
+			err = fmt.Errorf("alerts: notify %s (%d alerts) gave up after attempt %d, %s: %w", name, len(alerts), attempt, giveUp, err)
+			if ctx.Err() == nil {
+				d.logger.Error("alert notification failed", "notifier", name, "alerts", len(alerts), "attempt", attempt, "error", err)
+			}
+			return err
+		}
+		d.notifications.WithLabelValues(name, ResultRetry).Inc()
+		d.logger.Warn("alert notification failed, retrying", "notifier", name, "alerts", len(alerts),
+			"attempt", attempt, "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			d.notifications.WithLabelValues(name, ResultFailure).Inc()
+			return fmt.Errorf("alerts: notify %s (%d alerts) cancelled while waiting to retry after attempt %d: %w", name, len(alerts), attempt, errors.Join(err, context.Cause(ctx)))
+		case <-t.C:
+		}
+		wait = min(wait*2, d.max)
+	}
+}
