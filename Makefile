@@ -1,0 +1,90 @@
+# dlq — build, run, test and benchmark.
+#
+#   make run      start RabbitMQ + PostgreSQL if needed, build, migrate, serve
+#   make test     vet, the fast suite, then the fault suite (which restarts shared servers)
+#
+# Every variable below can be overridden on the command line or from the environment.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+FUZZTIME ?= 30s
+ARGS ?=
+
+# Every package of the module, except scratch under tmp/ (ignored by git, but `./...`
+# would still build and test it). -e lists broken packages too, so go vet/test report
+# them instead of skipping them silently. Recursive (=), so it runs only when used.
+PKGS ?= $(shell $(GO) list -e ./... | grep -v -e '/tmp/' -e '/tmp$$')
+
+# Tests connect to the shared local servers; each test makes its own queues/schemas.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+DLQ_TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
+export TEST_DATABASE_URL DLQ_TEST_AMQP_URL
+
+# `make run` talks to the local database `dlq` (services.sh creates it) unless told otherwise.
+# Only `run` gets it: tests of the configuration defaults must see it unset.
+run: export DLQ_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dlq?sslmode=disable
+
+# bench-limits: the raw limits of this machine (no dlq code), from the shared folder.
+BENCH_LIMITS_DIR ?= ../shared/bench-limits
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/bench?sslmode=disable
+BENCH_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
+BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 20000 -batch 500 -flush 50ms -prefetch 1000 -pipeq quorum
+# Its folder is read-only, so its result files go here (tmp/ is ignored by git).
+BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
+
+.PHONY: build services run test fuzz soak clean \
+	bench-ingest bench-replay bench-api bench-cleanup bench-limits
+
+build:
+	$(GO) build -o bin/dlq ./cmd/dlq
+
+# Idempotent: starts (or installs) only what does not answer. See scripts/services.sh.
+services:
+	scripts/services.sh
+
+# serve migrates too; migrating first makes a migration error visible on its own.
+run: services build
+	bin/dlq migrate
+	bin/dlq serve
+
+# The fault tests (//go:build faults) stop and restart the shared RabbitMQ/PostgreSQL,
+# so they run alone (-p 1) after everything else has finished.
+test: services
+	$(GO) vet $(PKGS)
+	$(GO) vet -tags 'faults soak' $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m -p 2 $(PKGS)
+	$(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(PKGS)
+
+# One `go test -fuzz` per Fuzz target (the fuzzer takes one target in one package at a time).
+fuzz:
+	@targets=$$($(GO) test -list '^Fuzz' $(PKGS) | \
+		awk '/^Fuzz/ { names = names " " $$1; next } /^ok / { if (names != "") print $$2 names; names = "" }'); \
+	if [ -z "$$targets" ]; then echo "fuzz: no Fuzz targets found"; exit 0; fi; \
+	while read -r pkg names; do \
+		for name in $$names; do \
+			echo "fuzz: $$pkg $$name for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$${name}\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+		done; \
+	done <<< "$$targets"
+
+soak: services
+	$(GO) test -tags soak -run Soak -timeout 60m $(PKGS)
+
+# dlq's own benchmarks; pass options with ARGS='...'.
+bench-ingest bench-replay bench-api bench-cleanup: services
+	$(GO) run ./cmd/dlq-bench $(@:bench-%=%) $(ARGS)
+
+bench-limits:
+	scripts/services.sh --database bench
+	mkdir -p '$(BENCH_LIMITS_OUT)'
+	cd '$(BENCH_LIMITS_DIR)' && $(GO) run . -pg '$(BENCH_DATABASE_URL)' -amqp '$(BENCH_AMQP_URL)' \
+		$(BENCH_LIMITS_ARGS) \
+		-out '$(BENCH_LIMITS_OUT)/results.jsonl' -summary '$(BENCH_LIMITS_OUT)/summary.md' \
+		-explain '$(BENCH_LIMITS_OUT)/explain.txt' $(ARGS)
+
+clean:
+	rm -rf bin/ '$(BENCH_LIMITS_OUT)'
+	rm -f coverage*.out *.test
