@@ -1,0 +1,74 @@
+// Command dlq-bench runs dlq's own benchmarks against the local RabbitMQ and
+// PostgreSQL: `dlq-bench <name> [flags]`, usually through `make bench-<name>`.
+//
+// Each benchmark lives in its own file (ingest.go, replay.go, ...) and is one
+// entry of the table below, so adding one is a new file and a one-line edit.
+// Figures are printed, never asserted: they are compared with the raw limits of
+// the machine measured in the same session (see docs/BENCHMARKS.md).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// benchmark is one entry of the dispatch table: run gets the arguments after
+// the benchmark's name and parses its own flags.
+type benchmark struct {
+	summary string
+	run     func(args []string) error
+}
+
+// benchmarks is the dispatch table: one line per benchmark, kept sorted by name.
+func benchmarks() map[string]benchmark {
+	return map[string]benchmark{
+		"ingest": {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", benchIngest},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	table := benchmarks()
+	if len(args) == 0 {
+		usage(os.Stderr, table)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "--help":
+		usage(os.Stdout, table)
+		return 0
+	}
+	b, ok := table[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "dlq-bench: unknown benchmark %q\n\n", name)
+		usage(os.Stderr, table)
+		return 2
+	}
+	if err := b.run(args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "dlq-bench %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, table map[string]benchmark) {
+	fmt.Fprintln(w, "usage: dlq-bench <benchmark> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "benchmarks:")
+	names := make([]string, 0, len(table))
+	for n := range table {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, table[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `dlq-bench <benchmark> -h` for its flags.")
+}
