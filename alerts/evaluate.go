@@ -99,7 +99,12 @@ func Evaluate(prev State, snap Snapshot, rs RuleSet) (next State, notifications 
 func transition(p AlertState, existed, active bool, value float64, now time.Time, hold, repeat time.Duration) (n AlertState, keep, notify bool) {
 	n = p
 	n.Value = value
-	if !existed {
+	switch {
+	case !existed:
+		n.Phase = PhaseInactive
+	case n.Phase != PhasePending && n.Phase != PhaseFiring && n.Phase != PhaseResolved:
+		// A stored phase this version does not know: start the pair over
+		// rather than keep an entry no transition would ever leave.
 		n.Phase = PhaseInactive
 	}
 	if active {
@@ -111,7 +116,9 @@ func transition(p AlertState, existed, active bool, value float64, now time.Time
 			n.FiredAt, n.ResolvedAt, n.LastNotifiedAt = time.Time{}, time.Time{}, time.Time{}
 			fallthrough
 		case PhasePending:
-			if now.Sub(n.ActiveAt) >= hold {
+			// hold <= 0 fires even if this instance's clock is behind the
+			// one that stored ActiveAt.
+			if hold <= 0 || now.Sub(n.ActiveAt) >= hold {
 				n.Phase, n.FiredAt, n.LastNotifiedAt = PhaseFiring, now, now
 				return n, true, true
 			}

@@ -435,3 +435,18 @@ func TestStateView(t *testing.T) {
 		"since":"2026-03-01T12:00:00Z","severity":"warning","value":500,"threshold":0}`, string(b))
 	require.Equal(t, map[string]int{"pending_count": 1}, s.FiringCount())
 }
+
+func TestEvaluateUnknownStoredPhaseStartsOver(t *testing.T) {
+	t.Parallel()
+	prev := State{Alerts: []AlertState{{Rule: "pending_count", Kind: KindPendingCount, SourceQueue: "orders", Phase: "exploded"}}}
+	rs := RuleSet{Rules: rules("pending_count")}
+
+	next, notes := Evaluate(prev, pending(t0, map[string]int64{"orders": 500}), rs)
+	require.Len(t, notes, 1)
+	require.Equal(t, StatusFiring, notes[0].Status)
+	require.Equal(t, PhaseFiring, phaseOf(next, "pending_count", "orders"))
+
+	next, notes = Evaluate(prev, pending(t0, map[string]int64{"orders": 5}), rs)
+	require.Empty(t, notes)
+	require.Empty(t, next.Alerts)
+}
