@@ -1,0 +1,218 @@
+package broker
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+)
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UTC()
+}
+
+func TestExtractDeathRealistic(t *testing.T) {
+	t.Parallel()
+	info := ExtractDeath(realisticHeaders())
+	require.Equal(t, DeathInfo{
+		Reason:           "rejected",
+		SourceQueue:      "orders.created",
+		SourceExchange:   "orders",
+		SourceRoutingKey: "order.created.eu",
+		Count:            3,
+		FirstTime:        utc("2024-03-05T14:06:39Z"),
+		LastTime:         utc("2024-03-05T14:07:09Z"),
+		Deaths: []Death{
+			{Queue: "orders.created", Reason: "rejected", Exchange: "orders", RoutingKeys: []string{"order.created.eu"}, Count: 3, Time: utc("2024-03-05T14:07:09Z")},
+			{Queue: "orders.retry", Reason: "expired", Exchange: "", RoutingKeys: []string{"orders.retry"}, Count: 1, Time: utc("2024-03-05T14:06:39Z"), OriginalExpiration: "30000"},
+		},
+	}, info)
+
+	got, err := json.Marshal(info.Deaths[1])
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue":"orders.retry","reason":"expired","exchange":"","routing_keys":["orders.retry"],"count":1,"time":"2024-03-05T14:06:39Z","original_expiration":"30000"}`, string(got))
+}
+
+func TestExtractDeath(t *testing.T) {
+	t.Parallel()
+	at := ts("2024-03-05T14:07:09Z")
+	tests := []struct {
+		name    string
+		headers amqp.Table
+		want    DeathInfo
+	}{
+		{
+			name:    "no headers",
+			headers: nil,
+			want:    DeathInfo{Reason: "unknown"},
+		},
+		{
+			name:    "application headers only",
+			headers: amqp.Table{"traceparent": "00-abc"},
+			want:    DeathInfo{Reason: "unknown"},
+		},
+		{
+			name: "default exchange keeps empty exchange",
+			headers: amqp.Table{"x-death": []any{amqp.Table{
+				"count": int64(1), "exchange": "", "queue": "jobs", "reason": "rejected",
+				"routing-keys": []any{"jobs"}, "time": at,
+			}}},
+			want: DeathInfo{
+				Reason: "rejected", SourceQueue: "jobs", SourceExchange: "", SourceRoutingKey: "jobs", Count: 1,
+				FirstTime: at.UTC(), LastTime: at.UTC(),
+				Deaths: []Death{{Queue: "jobs", Reason: "rejected", RoutingKeys: []string{"jobs"}, Count: 1, Time: at.UTC()}},
+			},
+		},
+		{
+			name: "quorum queue delivery limit with CC routing keys",
+			headers: amqp.Table{"x-death": []any{amqp.Table{
+				"count": int64(1), "exchange": "events", "queue": "billing", "reason": "delivery_limit",
+				"routing-keys": []any{"invoice.paid", "audit"}, "time": at,
+			}}},
+			want: DeathInfo{
+				Reason: "delivery_limit", SourceQueue: "billing", SourceExchange: "events", SourceRoutingKey: "invoice.paid", Count: 1,
+				FirstTime: at.UTC(), LastTime: at.UTC(),
+				Deaths: []Death{{Queue: "billing", Reason: "delivery_limit", Exchange: "events", RoutingKeys: []string{"invoice.paid", "audit"}, Count: 1, Time: at.UTC()}},
+			},
+		},
+		{
+			name:    "maxlen from first-death headers only (x-death stripped by a client)",
+			headers: amqp.Table{"x-first-death-queue": "bounded", "x-first-death-reason": "maxlen", "x-first-death-exchange": "ex"},
+			want:    DeathInfo{Reason: "maxlen", SourceQueue: "bounded", SourceExchange: "ex", Count: 1},
+		},
+		{
+			name: "last-death beats first-death",
+			headers: amqp.Table{
+				"x-first-death-queue": "a", "x-first-death-reason": "expired", "x-first-death-exchange": "",
+				"x-last-death-queue": "b", "x-last-death-reason": "rejected", "x-last-death-exchange": "bx",
+			},
+			want: DeathInfo{Reason: "rejected", SourceQueue: "b", SourceExchange: "bx", Count: 1},
+		},
+		{
+			name: "garbage first entry falls back to last-death, count from matching entry",
+			headers: amqp.Table{
+				"x-death": []any{
+					amqp.Table{"queue": int8(1), "reason": true},
+					amqp.Table{"queue": "b", "reason": "rejected", "count": int32(4), "routing-keys": []any{"rk"}},
+				},
+				"x-last-death-queue": "b", "x-last-death-reason": "rejected", "x-last-death-exchange": "",
+			},
+			want: DeathInfo{
+				Reason: "rejected", SourceQueue: "b", SourceRoutingKey: "rk", Count: 4,
+				Deaths: []Death{
+					{RoutingKeys: []string{}},
+					{Queue: "b", Reason: "rejected", RoutingKeys: []string{"rk"}, Count: 4},
+				},
+			},
+		},
+		{
+			name:    "reason case and unknown reasons",
+			headers: amqp.Table{"x-death": []any{amqp.Table{"queue": "q", "reason": " REJECTED ", "count": int64(2)}}},
+			want: DeathInfo{
+				Reason: "rejected", SourceQueue: "q", Count: 2,
+				Deaths: []Death{{Queue: "q", Reason: " REJECTED ", RoutingKeys: []string{}, Count: 2}},
+			},
+		},
+		{
+			name:    "unrecognised reason keeps metric labels bounded",
+			headers: amqp.Table{"x-death": []any{amqp.Table{"queue": "q", "reason": "exploded"}}},
+			want: DeathInfo{
+				Reason: "unknown", SourceQueue: "q", Count: 1,
+				Deaths: []Death{{Queue: "q", Reason: "exploded", RoutingKeys: []string{}}},
+			},
+		},
+		{
+			name: "wrong but readable types: bytes, int32 count, string count, single routing key, unix time",
+			headers: amqp.Table{"x-death": []any{amqp.Table{
+				"queue": []byte("q"), "reason": []byte("expired"), "exchange": []byte("x"),
+				"routing-keys": "rk", "count": "7", "time": int64(1709647629),
+			}}},
+			want: DeathInfo{
+				Reason: "expired", SourceQueue: "q", SourceExchange: "x", SourceRoutingKey: "rk", Count: 7,
+				FirstTime: utc("2024-03-05T14:07:09Z"), LastTime: utc("2024-03-05T14:07:09Z"),
+				Deaths: []Death{{Queue: "q", Reason: "expired", Exchange: "x", RoutingKeys: []string{"rk"}, Count: 7, Time: utc("2024-03-05T14:07:09Z")}},
+			},
+		},
+		{
+			name: "unreadable values read as absent, count at least 1",
+			headers: amqp.Table{"x-death": []any{
+				"not a table", nil, int64(5),
+				amqp.Table{
+					"queue": "q", "reason": "rejected", "count": int64(-3), "time": time.Unix(1<<40, 0),
+					"routing-keys": []any{int8(1), "ok", nil}, "original-expiration": int32(5),
+				},
+			}},
+			want: DeathInfo{
+				Reason: "rejected", SourceQueue: "q", SourceRoutingKey: "ok", Count: 1,
+				Deaths: []Death{{Queue: "q", Reason: "rejected", RoutingKeys: []string{"ok"}, Count: -3}},
+			},
+		},
+		{
+			name:    "x-death not an array",
+			headers: amqp.Table{"x-death": amqp.Table{"queue": "q"}},
+			want:    DeathInfo{Reason: "unknown"},
+		},
+		{
+			name:    "x-death empty array",
+			headers: amqp.Table{"x-death": []any{}},
+			want:    DeathInfo{Reason: "unknown"},
+		},
+		{
+			name:    "x-death built by a Go caller as []amqp.Table",
+			headers: amqp.Table{"x-death": []amqp.Table{{"queue": "q", "reason": "expired", "count": int64(1)}}},
+			want: DeathInfo{
+				Reason: "expired", SourceQueue: "q", Count: 1,
+				Deaths: []Death{{Queue: "q", Reason: "expired", RoutingKeys: []string{}, Count: 1}},
+			},
+		},
+		{
+			name:    "delivery-limit spelled with a hyphen",
+			headers: amqp.Table{"x-first-death-queue": "q", "x-first-death-reason": "Delivery-Limit"},
+			want:    DeathInfo{Reason: "delivery_limit", SourceQueue: "q", Count: 1},
+		},
+		{
+			name:    "first-death headers of the wrong type",
+			headers: amqp.Table{"x-first-death-queue": int64(1), "x-first-death-reason": amqp.Table{}},
+			want:    DeathInfo{Reason: "unknown"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := ExtractDeath(tt.headers)
+			require.Equal(t, tt.want, got)
+			_, err := json.Marshal(got.Deaths)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// A message that went around a retry loop several times: entries for the
+// same (queue, reason) are counted, the most recent moves to the front.
+func TestExtractDeathTimes(t *testing.T) {
+	t.Parallel()
+	h := amqp.Table{"x-death": []any{
+		amqp.Table{"queue": "work", "reason": "rejected", "count": int64(5), "time": ts("2024-01-01T10:00:00Z"), "exchange": "ex", "routing-keys": []any{"work"}},
+		amqp.Table{"queue": "work.wait", "reason": "expired", "count": int64(4), "time": ts("2024-01-01T10:00:30Z"), "exchange": "", "routing-keys": []any{"work.wait"}},
+	}}
+	info := ExtractDeath(h)
+	require.Equal(t, "rejected", info.Reason)
+	require.Equal(t, int64(5), info.Count)
+	require.Equal(t, utc("2024-01-01T10:00:00Z"), info.FirstTime)
+	require.Equal(t, utc("2024-01-01T10:00:30Z"), info.LastTime)
+	require.Equal(t, time.UTC, info.FirstTime.Location())
+}
+
+func BenchmarkExtractDeath(b *testing.B) {
+	h := realisticHeaders()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = ExtractDeath(h)
+	}
+}
