@@ -1,0 +1,658 @@
+package broker
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Failure is what the failing application said about the error, read from
+// the headers that common frameworks add before a message is dead-lettered
+// or moved to an error queue. RabbitMQ itself records no error.
+//
+// Text fields are for display and search: invalid UTF-8 and NUL are replaced
+// by U+FFFD so that they fit a PostgreSQL text column; the exact header
+// values stay in the stored headers.
+type Failure struct {
+	Type    string `json:"type,omitempty"`
+	Message string `json:"message,omitempty"`
+	Stack   string `json:"stack,omitempty"`
+	// Origin names the convention that supplied the details: nservicebus,
+	// masstransit, spring, celery or generic.
+	Origin string `json:"origin,omitempty"`
+	// Extra holds convention-specific fields worth showing (failed queue,
+	// original exchange and routing key, task name, host, retries …).
+	Extra map[string]string `json:"extra,omitempty"`
+	At    *time.Time        `json:"at,omitempty"` // time of failure, UTC, when the convention carries one
+}
+
+// Failure origins.
+const (
+	originNServiceBus = "nservicebus"
+	originMassTransit = "masstransit"
+	originSpring      = "spring"
+	originCelery      = "celery"
+	originGeneric     = "generic"
+)
+
+// failureField identifies a header that some convention uses.
+type failureField int
+
+const (
+	ffNone failureField = iota
+
+	// NServiceBus: every header is a string.
+	ffNSBType
+	ffNSBMessage
+	ffNSBStack
+	ffNSBSource
+	ffNSBHelpLink
+	ffNSBInnerType
+	ffNSBFailedQ
+	ffNSBTimeOfFailure
+	ffNSBEndpoint
+	ffNSBMachine
+	ffNSBMessageTypes
+	ffNSBRetries
+
+	// MassTransit.
+	ffMTType
+	ffMTMessage
+	ffMTStack
+	ffMTTimestamp
+	ffMTReason
+	ffMTInputAddress
+	ffMTMessageType
+	ffMTConsumerType
+	ffMTRetryCount
+	ffMTRedeliveryCount
+	ffMTHostMachine
+	ffMTHostProcess
+	ffMTHostProcessID
+	ffMTHostAssembly
+	ffMTHostAssemblyVersion
+	ffMTHostVersion
+
+	// Spring AMQP RepublishMessageRecoverer (and the Spring Cloud Stream
+	// binders, which add the exception class).
+	ffSpringMessage
+	ffSpringStack
+	ffSpringFQCN
+	ffSpringOrigExchange
+	ffSpringOrigRoutingKey
+
+	// Celery message protocol v2.
+	ffCeleryTask
+	ffCeleryID
+	ffCeleryLang
+	ffCeleryRetries
+	ffCeleryArgs
+	ffCeleryKwargs
+	ffCeleryRootID
+	ffCeleryParentID
+	ffCeleryOrigin
+
+	// No framework: names applications pick by hand.
+	ffGenExceptionType
+	ffGenErrorType
+	ffGenErrorMessage
+	ffGenError
+	ffGenErrorStack
+	ffGenErrorStacktrace
+	ffGenExceptionStack
+	ffGenOrigin
+
+	ffCount
+)
+
+// failureHeaderNames holds each field's header name as the convention
+// spells it. A header whose name differs only in case is accepted too; when
+// both spellings are present, the exact one wins.
+var failureHeaderNames = [ffCount]string{
+	ffNSBType:          "NServiceBus.ExceptionInfo.ExceptionType",
+	ffNSBMessage:       "NServiceBus.ExceptionInfo.Message",
+	ffNSBStack:         "NServiceBus.ExceptionInfo.StackTrace",
+	ffNSBSource:        "NServiceBus.ExceptionInfo.Source",
+	ffNSBHelpLink:      "NServiceBus.ExceptionInfo.HelpLink",
+	ffNSBInnerType:     "NServiceBus.ExceptionInfo.InnerExceptionType",
+	ffNSBFailedQ:       "NServiceBus.FailedQ",
+	ffNSBTimeOfFailure: "NServiceBus.TimeOfFailure",
+	ffNSBEndpoint:      "NServiceBus.ProcessingEndpoint",
+	ffNSBMachine:       "NServiceBus.ProcessingMachine",
+	ffNSBMessageTypes:  "NServiceBus.EnclosedMessageTypes",
+	ffNSBRetries:       "NServiceBus.Retries",
+
+	ffMTType:                "MT-Fault-ExceptionType",
+	ffMTMessage:             "MT-Fault-Message",
+	ffMTStack:               "MT-Fault-StackTrace",
+	ffMTTimestamp:           "MT-Fault-Timestamp",
+	ffMTReason:              "MT-Reason",
+	ffMTInputAddress:        "MT-Fault-InputAddress",
+	ffMTMessageType:         "MT-Fault-MessageType",
+	ffMTConsumerType:        "MT-Fault-ConsumerType",
+	ffMTRetryCount:          "MT-Fault-RetryCount",
+	ffMTRedeliveryCount:     "MT-Fault-RedeliveryCount",
+	ffMTHostMachine:         "MT-Host-MachineName",
+	ffMTHostProcess:         "MT-Host-ProcessName",
+	ffMTHostProcessID:       "MT-Host-ProcessId",
+	ffMTHostAssembly:        "MT-Host-Assembly",
+	ffMTHostAssemblyVersion: "MT-Host-AssemblyVersion",
+	ffMTHostVersion:         "MT-Host-MassTransitVersion",
+
+	ffSpringMessage:        "x-exception-message",
+	ffSpringStack:          "x-exception-stacktrace",
+	ffSpringFQCN:           "x-exception-fqcn",
+	ffSpringOrigExchange:   "x-original-exchange",
+	ffSpringOrigRoutingKey: "x-original-routingKey",
+
+	ffCeleryTask:     "task",
+	ffCeleryID:       "id",
+	ffCeleryLang:     "lang",
+	ffCeleryRetries:  "retries",
+	ffCeleryArgs:     "argsrepr",
+	ffCeleryKwargs:   "kwargsrepr",
+	ffCeleryRootID:   "root_id",
+	ffCeleryParentID: "parent_id",
+	ffCeleryOrigin:   "origin",
+
+	ffGenExceptionType:   "x-exception-type",
+	ffGenErrorType:       "x-error-type",
+	ffGenErrorMessage:    "x-error-message",
+	ffGenError:           "x-error",
+	ffGenErrorStack:      "x-error-stack",
+	ffGenErrorStacktrace: "x-error-stacktrace",
+	ffGenExceptionStack:  "x-exception-stack",
+	ffGenOrigin:          "x-error-origin",
+}
+
+// lookupFailureField finds the field for a header name in any ASCII case
+// without allocating: the name is lowered into a stack buffer and matched
+// by a switch.
+func lookupFailureField(name string) failureField {
+	const longest = len("nservicebus.exceptioninfo.innerexceptiontype")
+	if len(name) < 2 || len(name) > longest {
+		return ffNone
+	}
+	var buf [longest]byte
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	switch string(buf[:len(name)]) {
+	case "nservicebus.exceptioninfo.exceptiontype":
+		return ffNSBType
+	case "nservicebus.exceptioninfo.message":
+		return ffNSBMessage
+	case "nservicebus.exceptioninfo.stacktrace":
+		return ffNSBStack
+	case "nservicebus.exceptioninfo.source":
+		return ffNSBSource
+	case "nservicebus.exceptioninfo.helplink":
+		return ffNSBHelpLink
+	case "nservicebus.exceptioninfo.innerexceptiontype":
+		return ffNSBInnerType
+	case "nservicebus.failedq":
+		return ffNSBFailedQ
+	case "nservicebus.timeoffailure":
+		return ffNSBTimeOfFailure
+	case "nservicebus.processingendpoint":
+		return ffNSBEndpoint
+	case "nservicebus.processingmachine":
+		return ffNSBMachine
+	case "nservicebus.enclosedmessagetypes":
+		return ffNSBMessageTypes
+	case "nservicebus.retries":
+		return ffNSBRetries
+	case "mt-fault-exceptiontype":
+		return ffMTType
+	case "mt-fault-message":
+		return ffMTMessage
+	case "mt-fault-stacktrace":
+		return ffMTStack
+	case "mt-fault-timestamp":
+		return ffMTTimestamp
+	case "mt-reason":
+		return ffMTReason
+	case "mt-fault-inputaddress":
+		return ffMTInputAddress
+	case "mt-fault-messagetype":
+		return ffMTMessageType
+	case "mt-fault-consumertype":
+		return ffMTConsumerType
+	case "mt-fault-retrycount":
+		return ffMTRetryCount
+	case "mt-fault-redeliverycount":
+		return ffMTRedeliveryCount
+	case "mt-host-machinename":
+		return ffMTHostMachine
+	case "mt-host-processname":
+		return ffMTHostProcess
+	case "mt-host-processid":
+		return ffMTHostProcessID
+	case "mt-host-assembly":
+		return ffMTHostAssembly
+	case "mt-host-assemblyversion":
+		return ffMTHostAssemblyVersion
+	case "mt-host-masstransitversion":
+		return ffMTHostVersion
+	case "x-exception-message":
+		return ffSpringMessage
+	case "x-exception-stacktrace":
+		return ffSpringStack
+	case "x-exception-fqcn":
+		return ffSpringFQCN
+	case "x-original-exchange":
+		return ffSpringOrigExchange
+	case "x-original-routingkey":
+		return ffSpringOrigRoutingKey
+	case "task":
+		return ffCeleryTask
+	case "id":
+		return ffCeleryID
+	case "lang":
+		return ffCeleryLang
+	case "retries":
+		return ffCeleryRetries
+	case "argsrepr":
+		return ffCeleryArgs
+	case "kwargsrepr":
+		return ffCeleryKwargs
+	case "root_id":
+		return ffCeleryRootID
+	case "parent_id":
+		return ffCeleryParentID
+	case "origin":
+		return ffCeleryOrigin
+	case "x-exception-type":
+		return ffGenExceptionType
+	case "x-error-type":
+		return ffGenErrorType
+	case "x-error-message":
+		return ffGenErrorMessage
+	case "x-error":
+		return ffGenError
+	case "x-error-stack":
+		return ffGenErrorStack
+	case "x-error-stacktrace":
+		return ffGenErrorStacktrace
+	case "x-exception-stack":
+		return ffGenExceptionStack
+	case "x-error-origin":
+		return ffGenOrigin
+	}
+	return ffNone
+}
+
+// failureHeaders are the convention headers found in one table.
+type failureHeaders struct {
+	v     [ffCount]any
+	exact [ffCount]bool
+}
+
+// collect records the convention headers of h and reports whether any was
+// found.
+func (fh *failureHeaders) collect(h amqp.Table) bool {
+	found := false
+	for k, v := range h {
+		f := lookupFailureField(k)
+		if f == ffNone || v == nil {
+			continue
+		}
+		exact := k == failureHeaderNames[f]
+		if fh.v[f] != nil && (fh.exact[f] || !exact) {
+			continue // keep the exact spelling; among variants, any one
+		}
+		fh.v[f], fh.exact[f] = v, exact
+		found = true
+	}
+	return found
+}
+
+func (fh *failureHeaders) has(fields ...failureField) bool {
+	for _, f := range fields {
+		if fh.v[f] != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// text returns the first of fields present with non-blank text.
+func (fh *failureHeaders) text(fields ...failureField) string {
+	for _, f := range fields {
+		if s := failureText(fh.v[f]); strings.TrimSpace(s) != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// extra copies fields that are present into e under the given names.
+func (fh *failureHeaders) extra(e map[string]string, pairs ...any) {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, f := pairs[i].(string), pairs[i+1].(failureField)
+		if s := failureText(fh.v[f]); s != "" {
+			e[name] = s
+		}
+	}
+}
+
+// ExtractFailure reads failure details from the conventions dlq knows. When
+// several are present the most specific framework wins, in this order:
+// NServiceBus, MassTransit, Spring, Celery; it decides Origin and Extra.
+// The generic headers (x-exception-type, x-error-type, x-error-message,
+// x-error, x-error-stack, x-exception-stack, x-error-origin) then fill what
+// is still empty, so an application that adds its own x-error-message to a
+// Celery task still shows it. p supplies Celery's correlation id. With no
+// convention present the result is the zero Failure.
+func ExtractFailure(h amqp.Table, p Properties) Failure {
+	// Most dead messages carry no convention at all: that path allocates
+	// nothing.
+	var fh failureHeaders
+	if !fh.collect(h) {
+		return Failure{}
+	}
+	var f Failure
+	extra := map[string]string{}
+
+	switch {
+	case fh.has(ffNSBType, ffNSBMessage, ffNSBStack, ffNSBFailedQ, ffNSBTimeOfFailure):
+		f.Origin = originNServiceBus
+		f.Type = fh.text(ffNSBType)
+		f.Message = fh.text(ffNSBMessage)
+		f.Stack = fh.text(ffNSBStack)
+		fh.extra(extra,
+			"failed_queue", ffNSBFailedQ,
+			"inner_exception_type", ffNSBInnerType,
+			"source", ffNSBSource,
+			"help_link", ffNSBHelpLink,
+			"processing_endpoint", ffNSBEndpoint,
+			"processing_machine", ffNSBMachine,
+			"enclosed_message_types", ffNSBMessageTypes,
+			"delayed_retries", ffNSBRetries)
+		f.At = failureTime(fh.v[ffNSBTimeOfFailure], extra)
+
+	case fh.has(ffMTType, ffMTMessage, ffMTStack, ffMTTimestamp, ffMTReason):
+		f.Origin = originMassTransit
+		f.Type = fh.text(ffMTType)
+		f.Message = fh.text(ffMTMessage)
+		f.Stack = fh.text(ffMTStack)
+		fh.extra(extra,
+			"reason", ffMTReason,
+			"input_address", ffMTInputAddress,
+			"message_type", ffMTMessageType,
+			"consumer_type", ffMTConsumerType,
+			"retry_count", ffMTRetryCount,
+			"redelivery_count", ffMTRedeliveryCount,
+			"host_machine_name", ffMTHostMachine,
+			"host_process_name", ffMTHostProcess,
+			"host_process_id", ffMTHostProcessID,
+			"host_assembly", ffMTHostAssembly,
+			"host_assembly_version", ffMTHostAssemblyVersion,
+			"host_masstransit_version", ffMTHostVersion)
+		f.At = failureTime(fh.v[ffMTTimestamp], extra)
+
+	case fh.has(ffSpringMessage, ffSpringStack, ffSpringFQCN):
+		f.Origin = originSpring
+		f.Message = fh.text(ffSpringMessage)
+		f.Stack = fh.text(ffSpringStack)
+		// An explicit class beats one derived from the trace.
+		f.Type = fh.text(ffSpringFQCN, ffGenExceptionType, ffGenErrorType)
+		if f.Type == "" {
+			f.Type = javaExceptionType(f.Stack)
+		}
+		fh.extra(extra,
+			"original_exchange", ffSpringOrigExchange,
+			"original_routing_key", ffSpringOrigRoutingKey)
+
+	case fh.has(ffCeleryTask) && (fh.has(ffCeleryID) || strings.EqualFold(fh.text(ffCeleryLang), "py")):
+		f.Origin = originCelery
+		// Celery puts no exception in headers; only the task is known.
+		fh.extra(extra,
+			"task", ffCeleryTask,
+			"id", ffCeleryID,
+			"retries", ffCeleryRetries,
+			"argsrepr", ffCeleryArgs,
+			"kwargsrepr", ffCeleryKwargs,
+			"root_id", ffCeleryRootID,
+			"parent_id", ffCeleryParentID,
+			"origin", ffCeleryOrigin)
+		if p.CorrelationID != "" {
+			extra["correlation_id"] = p.CorrelationID
+		}
+	}
+
+	if fh.has(ffGenExceptionType, ffGenErrorType, ffGenErrorMessage, ffGenError,
+		ffGenErrorStack, ffGenErrorStacktrace, ffGenExceptionStack) {
+		if f.Origin == "" {
+			f.Origin = originGeneric
+		}
+		if f.Type == "" {
+			f.Type = fh.text(ffGenExceptionType, ffGenErrorType)
+		}
+		if f.Message == "" {
+			f.Message = fh.text(ffGenErrorMessage, ffGenError)
+		}
+		if f.Stack == "" {
+			f.Stack = fh.text(ffGenErrorStack, ffGenErrorStacktrace, ffGenExceptionStack)
+		}
+	}
+	if f.Origin == "" {
+		return Failure{}
+	}
+	if _, taken := extra["origin"]; !taken {
+		fh.extra(extra, "origin", ffGenOrigin)
+	}
+
+	f.Type = cleanText(strings.TrimSpace(f.Type))
+	f.Message = cleanText(f.Message)
+	f.Stack = cleanText(f.Stack)
+	for k, v := range extra {
+		extra[k] = cleanText(v)
+	}
+	if len(extra) > 0 {
+		f.Extra = extra
+	}
+	return f
+}
+
+// cleanText makes s fit a text column (see Failure).
+func cleanText(s string) string {
+	if isSafeText(s) {
+		return s
+	}
+	return displayText(s)
+}
+
+// failureText renders a header value as text: strings and byte arrays as
+// they are, numbers in decimal, timestamps in RFC 3339, tables and arrays
+// in the typed JSON encoding.
+func failureText(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case bool:
+		return strconv.FormatBool(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case int32:
+		return strconv.FormatInt(int64(x), 10)
+	case int16:
+		return strconv.FormatInt(int64(x), 10)
+	case int8:
+		return strconv.FormatInt(int64(x), 10)
+	case int:
+		return strconv.Itoa(x)
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint16:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint32:
+		return strconv.FormatUint(uint64(x), 10)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case amqp.Decimal:
+		return formatDecimal(x)
+	}
+	b, err := AppendValueJSON(nil, v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// formatDecimal writes value × 10^-scale in plain decimal notation.
+func formatDecimal(d amqp.Decimal) string {
+	neg := d.Value < 0
+	digits := strconv.FormatInt(int64(d.Value), 10)
+	if neg {
+		digits = digits[1:]
+	}
+	if s := int(d.Scale); s > 0 {
+		if len(digits) <= s {
+			digits = strings.Repeat("0", s-len(digits)+1) + digits
+		}
+		digits = digits[:len(digits)-s] + "." + digits[len(digits)-s:]
+	}
+	if neg {
+		return "-" + digits
+	}
+	return digits
+}
+
+// failureTime parses a time-of-failure header. A value that does not parse
+// is kept as text in extra["time_of_failure"] rather than dropped.
+func failureTime(v any, extra map[string]string) *time.Time {
+	if v == nil {
+		return nil
+	}
+	var t time.Time
+	switch x := v.(type) {
+	case time.Time:
+		t = x
+	case string:
+		t = parseFailureTime(x)
+	case []byte:
+		t = parseFailureTime(string(x))
+	}
+	if t.IsZero() || t.Year() < 1 || t.Year() > 9999 {
+		if s := failureText(v); s != "" {
+			extra["time_of_failure"] = s
+		}
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// parseFailureTime reads the time formats the conventions use: ISO 8601 /
+// RFC 3339 with up to 9 fractional digits (MassTransit writes .NET's "O"
+// format, with or without an offset), and NServiceBus's wire format
+// "2006-01-02 15:04:05:000000 Z". Times without a zone are UTC.
+func parseFailureTime(s string) time.Time {
+	s = strings.TrimSpace(s)
+	if t, ok := parseNServiceBusTime(s); ok {
+		return t
+	}
+	for _, layout := range []string{
+		time.RFC3339Nano,
+		"2006-01-02T15:04:05.999999999",
+		"2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999",
+	} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// parseNServiceBusTime parses "yyyy-MM-dd HH:mm:ss:ffffff Z", where the
+// fraction follows a colon, which time.Parse cannot express.
+func parseNServiceBusTime(s string) (time.Time, bool) {
+	const dateTime = "2006-01-02 15:04:05"
+	if len(s) < len(dateTime)+2 || s[len(dateTime)] != ':' {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(dateTime, s[:len(dateTime)])
+	if err != nil {
+		return time.Time{}, false
+	}
+	rest := s[len(dateTime)+1:]
+	n := 0
+	nanos := 0
+	for n < len(rest) && '0' <= rest[n] && rest[n] <= '9' {
+		if n < 9 {
+			nanos = nanos*10 + int(rest[n]-'0')
+		}
+		n++
+	}
+	if n == 0 {
+		return time.Time{}, false
+	}
+	for i := n; i < 9; i++ {
+		nanos *= 10
+	}
+	if zone := strings.TrimSpace(rest[n:]); zone != "Z" && zone != "" {
+		return time.Time{}, false
+	}
+	return t.Add(time.Duration(nanos)), true
+}
+
+// javaExceptionType takes the exception class from a Java stack trace:
+// "java.lang.IllegalStateException: boom" gives java.lang.IllegalStateException.
+// Spring wraps listener errors in ListenerExecutionFailedException and puts
+// the cause's message in x-exception-message, so for that wrapper the class
+// of the first "Caused by:" line is the one that matches the message.
+func javaExceptionType(stack string) string {
+	line, rest, _ := strings.Cut(stack, "\n")
+	typ := javaClassName(line)
+	if typ == "" || !strings.HasSuffix(typ, "ListenerExecutionFailedException") {
+		return typ
+	}
+	for rest != "" {
+		line, rest, _ = strings.Cut(rest, "\n")
+		if after, ok := strings.CutPrefix(strings.TrimSpace(line), "Caused by:"); ok {
+			if cause := javaClassName(after); cause != "" {
+				return cause
+			}
+		}
+	}
+	return typ
+}
+
+// javaClassName returns the class at the start of a throwable's toString()
+// ("pkg.Class: message" or "pkg.Class"), or "" if the text does not start
+// with something shaped like a class name.
+func javaClassName(line string) string {
+	line = strings.TrimSpace(line)
+	name, _, _ := strings.Cut(line, ":")
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 512 {
+		return ""
+	}
+	for _, r := range name {
+		ok := r == '.' || r == '$' || r == '_' ||
+			'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
+		if !ok {
+			return ""
+		}
+	}
+	if c := name[0]; c == '.' || '0' <= c && c <= '9' {
+		return ""
+	}
+	return name
+}
