@@ -175,26 +175,40 @@ func (s *Store) ConfirmBatches(ctx context.Context, ids []int64) error {
 }
 
 // matchRedelivery claims one stored row with this fingerprint from a batch
-// whose acknowledgement is unconfirmed. SKIP LOCKED plus clearing
-// ingest_batch make each stored row absorb at most one redelivery, even with
-// two consumers matching identical content at once.
+// whose acknowledgement is unconfirmed, and takes it out of the candidate
+// set (ingest_batch = NULL) so it absorbs at most one redelivery.
+//
+// SKIP LOCKED is right even when the holder of a skipped row rolls back:
+// copies with the same fingerprint are interchangeable, so whichever
+// redelivery gets a row and whichever gets a new one, the count of rows
+// equals the count of distinct messages. The guarded UPDATE catches a row
+// claimed and committed by another transaction after this statement's
+// snapshot; the next attempt's fresh snapshot no longer sees it.
 func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint int64) (bool, error) {
-	var id int64
-	err := tx.QueryRow(ctx, `
-UPDATE dead_messages SET ingest_batch = NULL
-WHERE id = (
-    SELECT m.id FROM ingest_inflight f
-    JOIN dead_messages m ON m.ingest_batch = f.batch_id
-    WHERE m.fingerprint = $1
-    ORDER BY m.id
-    LIMIT 1
-    FOR UPDATE OF m SKIP LOCKED
-)
-RETURNING id`, fingerprint).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+	for range 100 {
+		var id int64
+		err := tx.QueryRow(ctx, `
+SELECT m.id FROM ingest_inflight f
+JOIN dead_messages m ON m.ingest_batch = f.batch_id
+WHERE m.fingerprint = $1 AND m.ingest_batch IS NOT NULL
+ORDER BY m.id
+LIMIT 1
+FOR UPDATE OF m SKIP LOCKED`, fingerprint).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE dead_messages SET ingest_batch = NULL WHERE id = $1 AND ingest_batch IS NOT NULL`, id)
+		if err != nil {
+			return false, err
+		}
+		if tag.RowsAffected() == 1 {
+			return true, nil
+		}
 	}
-	return err == nil, err
+	return false, fmt.Errorf("fingerprint %x: candidates kept changing under concurrent matching", fingerprint)
 }
 
 // returnToRecord applies a replayed message's new death to its row. It

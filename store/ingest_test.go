@@ -1,0 +1,256 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+func msg(queue, body string, fp int64) store.NewMessage {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	return store.NewMessage{
+		SourceQueue:     queue,
+		DeadLetterQueue: "dlq",
+		Reason:          "rejected",
+		DeathCount:      1,
+		Properties:      json.RawMessage(`{}`),
+		Headers:         json.RawMessage(`{"x-death":[]}`),
+		Body:            []byte(body),
+		FirstFailedAt:   now,
+		FailedAt:        now,
+		Fingerprint:     fp,
+	}
+}
+
+func ingest(t *testing.T, st *store.Store, msgs ...store.NewMessage) (int64, store.IngestResult) {
+	t.Helper()
+	id := store.NewBatchID()
+	res, err := st.IngestBatch(context.Background(), store.IngestBatch{ID: id, Consumer: "test", Messages: msgs})
+	require.NoError(t, err)
+	return id, res
+}
+
+func count(t *testing.T, st *store.Store, where string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
+	return n
+}
+
+type snapshot struct {
+	status, reason string
+	replayCount    int
+	headers        string
+	failedAt       time.Time
+}
+
+func rowState(t *testing.T, st *store.Store, id int64) snapshot {
+	t.Helper()
+	var s snapshot
+	require.NoError(t, st.Pool().QueryRow(context.Background(),
+		`SELECT status, reason, replay_count, headers::text, failed_at FROM dead_messages WHERE id = $1`, id).
+		Scan(&s.status, &s.reason, &s.replayCount, &s.headers, &s.failedAt))
+	return s
+}
+
+func summary(t *testing.T, st *store.Store, queue string) map[string]int64 {
+	t.Helper()
+	rows, err := st.Pool().Query(context.Background(), `SELECT status, messages FROM queue_summary WHERE source_queue = $1`, queue)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		require.NoError(t, rows.Scan(&s, &n))
+		if n != 0 {
+			out[s] = n
+		}
+	}
+	return out
+}
+
+func TestIngestFirstDeliveriesAreNeverMerged(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	_, res := ingest(t, st, msg("q", "same", 1), msg("q", "same", 1))
+	require.Equal(t, 2, res.Inserted)
+	_, res = ingest(t, st, msg("q", "same", 1))
+	require.Equal(t, 1, res.Inserted)
+	require.Equal(t, 3, count(t, st, "source_queue = 'q'"))
+	require.Equal(t, map[string]int64{"pending": 3}, summary(t, st, "q"))
+}
+
+func TestIngestRedeliveryOfUnconfirmedBatchIsADuplicate(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	batch, _ := ingest(t, st, msg("q", "a", 10), msg("q", "b", 11))
+	var id int64
+	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT id FROM dead_messages WHERE fingerprint = 10`).Scan(&id))
+	before := rowState(t, st, id)
+
+	ok, err := st.BatchCommitted(context.Background(), batch)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// The ack was lost: both come back redelivered.
+	re := msg("q", "a", 10)
+	re.Redelivered = true
+	re.Reason = "expired" // must not be applied
+	re2 := msg("q", "b", 11)
+	re2.Redelivered = true
+	_, res := ingest(t, st, re, re2)
+	require.Equal(t, 2, res.Duplicates)
+	require.Equal(t, 0, res.Inserted)
+	require.Equal(t, []store.Outcome{store.OutcomeDuplicate, store.OutcomeDuplicate}, res.Outcomes)
+	require.Equal(t, before, rowState(t, st, id), "a redelivery changes nothing")
+	require.Equal(t, 2, count(t, st, "TRUE"))
+
+	// A row absorbs one redelivery only: a further redelivered copy with
+	// the same content is another message.
+	_, res = ingest(t, st, re)
+	require.Equal(t, 1, res.Inserted)
+	require.Equal(t, map[string]int64{"pending": 3}, summary(t, st, "q"))
+}
+
+func TestIngestRedeliveryAfterConfirmedAckIsANewMessage(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	batch, _ := ingest(t, st, msg("q", "a", 20))
+	require.NoError(t, st.ConfirmBatches(context.Background(), []int64{batch}))
+	ok, err := st.BatchCommitted(context.Background(), batch)
+	require.NoError(t, err)
+	require.False(t, ok)
+	// The first one was acknowledged for sure, so an identical redelivered
+	// message must be a different dead message.
+	re := msg("q", "a", 20)
+	re.Redelivered = true
+	_, res := ingest(t, st, re)
+	require.Equal(t, 1, res.Inserted)
+	require.Equal(t, 2, count(t, st, "TRUE"))
+}
+
+func TestIngestConfirmedInTheNextBatch(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	first, _ := ingest(t, st, msg("q", "a", 30))
+	_, err := st.IngestBatch(context.Background(), store.IngestBatch{
+		ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{msg("q", "b", 31)}, Confirmed: []int64{first},
+	})
+	require.NoError(t, err)
+	ok, err := st.BatchCommitted(context.Background(), first)
+	require.NoError(t, err)
+	require.False(t, ok, "confirmed batches leave ingest_inflight in the next transaction")
+}
+
+// Consumers recognising redeliveries of identical content at once: each
+// stored row absorbs at most one redelivery. (Rows inserted by the racing
+// transactions are themselves in unconfirmed batches, so they are
+// legitimate candidates for the later ones.)
+func TestIngestConcurrentRedeliveryMatching(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ingest(t, st, msg("q", "x", 40))
+	var wg sync.WaitGroup
+	results := make([]store.IngestResult, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := msg("q", "x", 40)
+			m.Redelivered = true
+			res, err := st.IngestBatch(context.Background(), store.IngestBatch{ID: store.NewBatchID(), Consumer: "c", Messages: []store.NewMessage{m}})
+			require.NoError(t, err)
+			results[i] = res
+		}()
+	}
+	wg.Wait()
+	dups, ins := 0, 0
+	for _, r := range results {
+		dups += r.Duplicates
+		ins += r.Inserted
+	}
+	require.Equal(t, 8, dups+ins)
+	require.GreaterOrEqual(t, dups, 1)
+	require.Equal(t, 9-dups, count(t, st, "TRUE"))
+	require.Equal(t, dups, count(t, st, "ingest_batch IS NULL"), "every duplicate consumed its own stored row")
+}
+
+func TestIngestReplayedMessageReturnsToItsRecord(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ingest(t, st, msg("orders", "payload", 50))
+	var id int64
+	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&id))
+	// What replay does, minus the broker: the row is replayed once.
+	_, err := st.Pool().Exec(context.Background(), `
+WITH u AS (UPDATE dead_messages SET status = 'replayed', replay_count = 1, replayed_at = now() WHERE id = $1 RETURNING body_size)
+UPDATE queue_summary SET messages = messages + CASE status WHEN 'pending' THEN -1 ELSE 1 END,
+       bytes = bytes + CASE status WHEN 'pending' THEN -(SELECT body_size FROM u) ELSE (SELECT body_size FROM u) END
+WHERE source_queue = 'orders' AND status = 'pending'`, id)
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(context.Background(), `INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('orders', 'replayed', 1, 7)`)
+	require.NoError(t, err)
+
+	back := msg("orders", "payload", 51)
+	back.DLQID, back.ReplayID, back.ReplayCount = id, "replay-1", 1
+	back.Reason = "expired"
+	back.Headers = json.RawMessage(`{"x-death":[{"count":{"type":"int64","value":2}}]}`)
+	_, res := ingest(t, st, back)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
+	s := rowState(t, st, id)
+	require.Equal(t, "pending", s.status)
+	require.Equal(t, 1, s.replayCount, "replay_count kept")
+	require.Equal(t, "expired", s.reason, "death details updated")
+	require.Contains(t, s.headers, `"value": 2`)
+	require.Equal(t, 1, count(t, st, "TRUE"), "no second record")
+	require.Equal(t, map[string]int64{"pending": 1}, summary(t, st, "orders"))
+
+	// The same death redelivered changes nothing.
+	back.Redelivered = true
+	back.Reason = "maxlen"
+	_, res = ingest(t, st, back)
+	require.Equal(t, []store.Outcome{store.OutcomeDuplicate}, res.Outcomes)
+	require.Equal(t, "expired", rowState(t, st, id).reason)
+
+	// A later replay's death comes back too, raising replay_count if the
+	// replayer had not yet recorded it.
+	again := back
+	again.Redelivered = false
+	again.ReplayID, again.ReplayCount = "replay-2", 2
+	_, res = ingest(t, st, again)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
+	require.Equal(t, 2, rowState(t, st, id).replayCount)
+	require.Equal(t, map[string]int64{"pending": 1}, summary(t, st, "orders"))
+
+	// An x-dlq-id whose body differs, or that names no row, is a new message.
+	other := msg("orders", "different body", 52)
+	other.DLQID, other.ReplayID = id, "replay-3"
+	gone := msg("orders", "payload", 53)
+	gone.DLQID, gone.ReplayID = id+1000, "replay-4"
+	_, res = ingest(t, st, other, gone)
+	require.Equal(t, []store.Outcome{store.OutcomeInserted, store.OutcomeInserted}, res.Outcomes)
+	require.Equal(t, 3, count(t, st, "TRUE"))
+	require.Equal(t, map[string]int64{"pending": 3}, summary(t, st, "orders"))
+}
+
+// Text PostgreSQL cannot hold (NUL, invalid UTF-8) never makes a batch fail.
+func TestIngestOddText(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	m := msg("q\x00ueue\xff", "body", 60)
+	m.MessageID = "id\x00\xfe"
+	m.FailureType = "Type\x00"
+	m.FailureMessage = "bad \xc3\x28 utf8"
+	m.SourceRoutingKey = "\xff"
+	_, res := ingest(t, st, m)
+	require.Equal(t, 1, res.Inserted)
+	require.Equal(t, 1, count(t, st, "message_id = $1", "id\uFFFD\uFFFD"))
+}
