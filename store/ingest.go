@@ -51,7 +51,7 @@ var ingestColumns = []string{
 	"message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
-	"conversion_error", "replay_count",
+	"conversion_error", "replay_count", "group_id",
 }
 
 type summaryKey struct{ queue, status string }
@@ -71,12 +71,15 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	deltas := make(map[summaryKey]summaryDelta)
+	// Failure group and hourly activity counters (groups.go, deltas.go).
+	groups := make(map[int64]*groupChange)
+	activity := make(map[activityKey]*activityDelta)
 	plain := make([]int, 0, len(b.Messages))
 	for i := range b.Messages {
 		m := &b.Messages[i]
 		switch {
 		case m.DLQID > 0:
-			out, err := returnToRecord(ctx, tx, m, deltas)
+			out, err := returnToRecord(ctx, tx, m, deltas, groups)
 			if err != nil {
 				return IngestResult{}, fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
 			}
@@ -101,6 +104,10 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	}
 
 	if len(plain) > 0 {
+		groupIDs := make([]int64, len(plain))
+		for k, i := range plain {
+			groupIDs[k] = groupArrival(&b.Messages[i], groups)
+		}
 		src := pgx.CopyFromSlice(len(plain), func(k int) ([]any, error) {
 			m := &b.Messages[plain[k]]
 			return []any{
@@ -108,7 +115,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
-				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount,
+				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k],
 			}, nil
 		})
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, ingestColumns, src); err != nil {
@@ -132,6 +139,9 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
 	}
 	queueSummaryDeltas(&batch, deltas)
+	ingestActivity(activity, b.Messages, res.Outcomes)
+	queueActivityDeltas(&batch, activity)
+	queueGroupChanges(&batch, groups)
 	if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
 		return IngestResult{}, fmt.Errorf("store: batch %d: register batch and summary: %w", b.ID, err)
 	}
@@ -214,17 +224,18 @@ FOR UPDATE OF m SKIP LOCKED`, fingerprint).Scan(&id)
 // returnToRecord applies a replayed message's new death to its row. It
 // returns 0 when there is no such row (deleted since, or an x-dlq-id from
 // elsewhere whose body differs), in which case the caller inserts a new one.
-func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta) (Outcome, error) {
+func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange) (Outcome, error) {
 	var (
 		status, queue string
 		size          int64
 		lastReplayID  *string
 		sameBody      bool
+		oldGroup      *int64
 	)
 	err := tx.QueryRow(ctx, `
-SELECT status, source_queue, body_size, last_death_replay_id, body = $2
+SELECT status, source_queue, body_size, last_death_replay_id, body = $2, group_id
 FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
-		Scan(&status, &queue, &size, &lastReplayID, &sameBody)
+		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !sameBody) {
 		return 0, nil
 	}
@@ -234,17 +245,24 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
 	if m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
 		return OutcomeDuplicate, nil
 	}
+	// The row keeps its source queue; its failure group follows the new death.
+	arrival := *m
+	arrival.SourceQueue = queue
+	newGroup := groupArrival(&arrival, groups)
+	if oldGroup != nil {
+		groupMove(groups, *oldGroup, status, "", 1)
+	}
 	_, err = tx.Exec(ctx, `
 UPDATE dead_messages SET
     status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
     failure_message = $6, properties = $7, headers = $8, failed_at = $9,
     dead_letter_queue = $10, last_death_replay_id = $11,
     replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
-    claim_owner = NULL, claim_expires_at = NULL
+    claim_owner = NULL, claim_expires_at = NULL, group_id = $13
 WHERE id = $1`,
 		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 		nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-		nullText(m.ReplayID), m.ReplayCount)
+		nullText(m.ReplayID), m.ReplayCount, newGroup)
 	if err != nil {
 		return 0, err
 	}

@@ -1,12 +1,67 @@
 package store
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MinQueryLen is the shortest q accepted: the trigram index cannot narrow
+// a search for fewer than three characters, which would scan every row.
+const MinQueryLen = 3
+
+// searchText is the expression behind the trigram index
+// dead_messages_search (migrations/00004_api.sql). A condition uses the
+// index only if it repeats this expression exactly.
+const searchText = "dlq_search_text(m.message_id, m.failure_type, m.failure_message, m.headers)"
 
 // searchConds renders the text search (q) and failure group conditions.
-// The search and grouping feature owns this file.
+//
+// q matches, case-insensitively, anywhere in the message id, the failure
+// type and message, and the values of the headers (strings and numbers, at
+// any depth) — all through one trigram index, so the cost depends on how
+// many rows match, not on the table size. When the filter names a source
+// queue, q also matches the body's bytes exactly (case-sensitive): bodies
+// are not indexed (that would cost ingest far more than it gives), so a
+// body search scans one queue's rows, best narrowed with failed_after.
 func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
-	if f.Query != "" || f.Group != "" {
-		return nil, fmt.Errorf("%w: q and group are not supported yet", ErrInvalidFilter)
+	var conds []string
+	if f.Group != "" {
+		id, err := ParseGroupID(f.Group)
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, "m.group_id = "+args.add(id))
 	}
-	return nil, nil
+	if f.Query != "" {
+		q := f.Query
+		if !utf8.ValidString(q) || strings.IndexByte(q, 0) >= 0 {
+			return nil, fmt.Errorf("%w: q must be valid UTF-8 text without NUL", ErrInvalidFilter)
+		}
+		if utf8.RuneCountInString(strings.TrimSpace(q)) < MinQueryLen {
+			return nil, fmt.Errorf("%w: q must have at least %d characters", ErrInvalidFilter, MinQueryLen)
+		}
+		cond := searchText + " ILIKE " + args.add("%"+escapeLike(q)+"%")
+		if f.SourceQueue != "" {
+			cond = "(" + cond + " OR position(" + args.add([]byte(q)) + "::bytea IN m.body) > 0)"
+		}
+		conds = append(conds, cond)
+	}
+	return conds, nil
+}
+
+// escapeLike makes every character of s literal in a LIKE pattern whose
+// escape character is the default backslash.
+func escapeLike(s string) string {
+	if !strings.ContainsAny(s, `%_\`) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r == '%' || r == '_' || r == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

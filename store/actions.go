@@ -1,0 +1,268 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ActionOptions tunes a bulk acknowledge or delete.
+type ActionOptions struct {
+	// DryRun counts what would change and changes nothing.
+	DryRun bool
+	// Confirm allows a selection by filter larger than ConfirmAbove.
+	Confirm bool
+	// ConfirmAbove is the largest selection by filter that runs without
+	// Confirm. Optional; 0 never asks for confirmation.
+	ConfirmAbove int64
+	// Limit caps how many messages a filter selects, oldest first.
+	// Optional; 0 means no cap.
+	Limit int
+}
+
+// ActionResult reports a bulk acknowledge or delete.
+type ActionResult struct {
+	Action string `json:"action"`
+	// Matched is how many selected messages the action applies to.
+	Matched int64 `json:"matched"`
+	// Changed is how many were changed (0 for a dry run).
+	Changed int64 `json:"changed"`
+	// Unchanged counts selected messages already in the target state
+	// (acknowledging an acknowledged message).
+	Unchanged int64 `json:"unchanged"`
+	// NotFound lists requested ids that do not exist (or are out of scope).
+	NotFound []int64 `json:"not_found,omitempty"`
+	DryRun   bool    `json:"dry_run"`
+}
+
+// ErrConfirmRequired means a bulk action by filter selects more messages
+// than the threshold and the request did not say confirm.
+var ErrConfirmRequired = errors.New("confirmation required")
+
+// ConfirmError says how many messages need confirming.
+type ConfirmError struct {
+	Matched, Threshold int64
+}
+
+func (e *ConfirmError) Error() string {
+	return fmt.Sprintf("the filter selects more than %d messages (at least %d); repeat with confirm: true, or use dry_run to count them", e.Threshold, e.Matched)
+}
+
+func (e *ConfirmError) Unwrap() error { return ErrConfirmRequired }
+
+// Audit actions written by this file.
+const (
+	ActionAcknowledge = "acknowledge"
+	ActionDelete      = "delete"
+)
+
+// Acknowledge marks the selected messages acknowledged: the operator has
+// handled them and they leave the pending lists, but stay stored. Pending
+// and replayed messages can be acknowledged. A message that is replaying
+// cannot: selected by id, that is ErrConflict and nothing changes; selected
+// by filter, it is left out.
+func (s *Store) Acknowledge(ctx context.Context, f Filter, actor Actor, opt ActionOptions) (ActionResult, error) {
+	return s.act(ctx, ActionAcknowledge, f, actor, opt)
+}
+
+// Delete removes the selected messages for good. A message that is
+// replaying cannot be deleted: selected by id, that is ErrConflict and
+// nothing changes; selected by filter, it is left out.
+func (s *Store) Delete(ctx context.Context, f Filter, actor Actor, opt ActionOptions) (ActionResult, error) {
+	return s.act(ctx, ActionDelete, f, actor, opt)
+}
+
+// DeleteMessage deletes one message: ErrNotFound when there is none,
+// ErrConflict when it is replaying.
+func (s *Store) DeleteMessage(ctx context.Context, id int64, actor Actor) error {
+	return s.DeleteMessageIn(ctx, id, nil, actor)
+}
+
+// DeleteMessageIn is DeleteMessage for a caller restricted to the source
+// queues in scope (nil: all); a message outside it is ErrNotFound.
+func (s *Store) DeleteMessageIn(ctx context.Context, id int64, scope []string, actor Actor) error {
+	res, err := s.act(ctx, ActionDelete, Filter{IDs: []int64{id}, Status: "all", Scope: scope}, actor, ActionOptions{})
+	if err != nil {
+		return err
+	}
+	if res.Changed == 0 {
+		return fmt.Errorf("store: delete message %d: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// act runs one bulk action in one transaction: select and lock the rows,
+// change them, adjust the counters, write the audit row.
+func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, opt ActionOptions) (ActionResult, error) {
+	res := ActionResult{Action: action, DryRun: opt.DryRun}
+	byIDs := len(f.IDs) > 0
+	if byIDs && strings.TrimSpace(f.Status) == "" {
+		// Ids name messages whatever their status.
+		f.Status = "all"
+	}
+	var args sqlArgs
+	where, err := f.where(&args)
+	if err != nil {
+		return res, err
+	}
+	if opt.Limit < 0 {
+		return res, fmt.Errorf("%w: limit %d must be >= 0", ErrInvalidFilter, opt.Limit)
+	}
+	eligible := "m.status <> 'replaying'"
+	if action == ActionAcknowledge {
+		eligible = "m.status IN ('pending', 'replayed')"
+	}
+	limit := ""
+	if opt.Limit > 0 && !byIDs {
+		limit = fmt.Sprintf(" LIMIT %d", opt.Limit)
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("store: %s: begin: %w", action, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	if byIDs {
+		found, err := s.checkIDs(ctx, tx, action, f, where, args, &res)
+		if err != nil {
+			return res, err
+		}
+		if found == 0 {
+			// Nothing named exists: nothing to change or to audit.
+			return res, nil
+		}
+	} else if !opt.DryRun && opt.ConfirmAbove > 0 && !opt.Confirm {
+		var n int64
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages m WHERE `+where+` AND `+eligible+
+			fmt.Sprintf(" LIMIT %d", capLimit(opt.Limit, opt.ConfirmAbove+1))+`) c`, args...).Scan(&n)
+		if err != nil {
+			return res, fmt.Errorf("store: %s: count selection: %w", action, err)
+		}
+		if n > opt.ConfirmAbove {
+			return res, &ConfirmError{Matched: n, Threshold: opt.ConfirmAbove}
+		}
+	}
+
+	if opt.DryRun {
+		var n int64
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages m WHERE `+where+` AND `+eligible+limit+`) c`, args...).Scan(&n)
+		if err != nil {
+			return res, fmt.Errorf("store: %s: count selection: %w", action, err)
+		}
+		res.Matched += n
+		return res, nil
+	}
+
+	var change string
+	switch action {
+	case ActionAcknowledge:
+		change = `
+UPDATE dead_messages d SET status = 'acknowledged', acknowledged_at = now(), status_changed_at = now()
+FROM sel WHERE d.id = sel.id
+RETURNING d.source_queue, d.group_id, sel.status AS from_status, 'acknowledged'::text AS to_status, d.body_size`
+	case ActionDelete:
+		change = `
+DELETE FROM dead_messages d USING sel WHERE d.id = sel.id
+RETURNING d.source_queue, d.group_id, sel.status AS from_status, NULL::text AS to_status, d.body_size`
+	}
+	rows, err := tx.Query(ctx, `
+WITH sel AS (
+    SELECT m.id, m.status FROM dead_messages m
+    WHERE `+where+` AND `+eligible+`
+    ORDER BY m.id`+limit+`
+    FOR UPDATE
+), chg AS (`+change+`)
+SELECT source_queue, group_id, from_status, to_status, count(*), coalesce(sum(body_size), 0)
+FROM chg GROUP BY 1, 2, 3, 4`, args...)
+	if err != nil {
+		return res, fmt.Errorf("store: %s: change messages: %w", action, err)
+	}
+	moves, err := statusMovesSQL(rows)
+	if err != nil {
+		return res, fmt.Errorf("store: %s: change messages: %w", action, err)
+	}
+	for _, m := range moves {
+		res.Changed += m.Messages
+	}
+	res.Matched += res.Changed
+	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
+		return res, fmt.Errorf("store: %s: %w", action, err)
+	}
+	detail := map[string]any{"matched": res.Matched, "unchanged": res.Unchanged}
+	if f.Scope != nil {
+		detail["scope"] = f.Scope
+	}
+	if opt.Limit > 0 {
+		detail["limit"] = opt.Limit
+	}
+	if opt.Confirm {
+		detail["confirm"] = true
+	}
+	if len(res.NotFound) > 0 {
+		detail["not_found"] = res.NotFound
+	}
+	if err := insertAudit(ctx, tx, actor, action, f, res.Changed, detail); err != nil {
+		return res, fmt.Errorf("store: %s: %w", action, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("store: %s: commit: %w", action, err)
+	}
+	return res, nil
+}
+
+// checkIDs locks the messages a selection by id names and checks them: a
+// replaying one is a conflict, missing ones are reported, ones already in
+// the target state are counted as unchanged.
+func (s *Store) checkIDs(ctx context.Context, tx pgx.Tx, action string, f Filter, where string, args sqlArgs, res *ActionResult) (int, error) {
+	rows, err := tx.Query(ctx, `SELECT m.id, m.status FROM dead_messages m WHERE `+where+` ORDER BY m.id FOR UPDATE`, args...)
+	if err != nil {
+		return 0, fmt.Errorf("store: %s: lock messages: %w", action, err)
+	}
+	found := make(map[int64]bool, len(f.IDs))
+	var replaying []int64
+	for rows.Next() {
+		var (
+			id     int64
+			status string
+		)
+		if err := rows.Scan(&id, &status); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("store: %s: lock messages: %w", action, err)
+		}
+		found[id] = true
+		switch {
+		case status == StatusReplaying:
+			replaying = append(replaying, id)
+		case action == ActionAcknowledge && status == StatusAcknowledged:
+			res.Unchanged++
+			res.Matched++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("store: %s: lock messages: %w", action, err)
+	}
+	if len(replaying) > 0 {
+		return 0, fmt.Errorf("store: %s: messages %v are being replayed: %w", action, replaying, ErrConflict)
+	}
+	seen := make(map[int64]bool, len(f.IDs))
+	for _, id := range f.IDs {
+		if !found[id] && !seen[id] {
+			res.NotFound = append(res.NotFound, id)
+		}
+		seen[id] = true
+	}
+	return len(found), nil
+}
+
+// capLimit returns the smaller positive of limit and n.
+func capLimit(limit int, n int64) int64 {
+	if limit > 0 && int64(limit) < n {
+		return int64(limit)
+	}
+	return n
+}

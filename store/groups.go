@@ -1,0 +1,425 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Failure groups gather dead messages that failed the same way: same source
+// queue, same death reason, same failure type, and the same failure message
+// once the parts that vary from message to message (numbers, hex ids,
+// UUIDs, quoted values) are masked. The reason is part of the key so that
+// stats by reason read from the groups table instead of scanning messages.
+
+// maxPatternInput bounds how much of a failure message is normalised: the
+// start of a message says what went wrong; the rest is usually detail.
+const maxPatternInput = 512
+
+// NormalizeFailure masks the variable parts of a failure message:
+// UUIDs become <uuid>, hex ids <hex>, digit runs <n>, quoted values
+// "<q>"; runs of white space become one space.
+func NormalizeFailure(msg string) string {
+	if len(msg) > maxPatternInput {
+		msg = msg[:maxPatternInput]
+	}
+	var b strings.Builder
+	b.Grow(len(msg))
+	space := false
+	for i := 0; i < len(msg); {
+		c := msg[i]
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			space = b.Len() > 0
+			i++
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		wordStart := i == 0 || !isWordByte(msg[i-1])
+		switch {
+		case (c == '"' || c == '\'' || c == '`') && wordStart:
+			if j := strings.IndexByte(msg[i+1:], c); j >= 0 && j <= 256 && !strings.ContainsAny(msg[i+1:i+1+j], "\n") {
+				b.WriteByte(c)
+				b.WriteString("<q>")
+				b.WriteByte(c)
+				i += j + 2
+				continue
+			}
+			b.WriteByte(c)
+			i++
+		case isWordByte(c) && wordStart:
+			if isUUIDAt(msg[i:]) && (len(msg) == i+36 || !isWordByte(msg[i+36])) {
+				b.WriteString("<uuid>")
+				i += 36
+				continue
+			}
+			j := i
+			for j < len(msg) && isWordByte(msg[j]) {
+				j++
+			}
+			writeWord(&b, msg[i:j])
+			i = j
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String()
+}
+
+// writeWord writes one word with its variable parts masked.
+func writeWord(b *strings.Builder, w string) {
+	if len(w) > 2 && (w[:2] == "0x" || w[:2] == "0X") && allHex(w[2:]) {
+		b.WriteString("<hex>")
+		return
+	}
+	if len(w) >= 8 && allHex(w) && strings.ContainsAny(w, "0123456789") && !allDigits(w) {
+		b.WriteString("<hex>")
+		return
+	}
+	for i := 0; i < len(w); {
+		if isDigit(w[i]) {
+			for i < len(w) && isDigit(w[i]) {
+				i++
+			}
+			b.WriteString("<n>")
+			continue
+		}
+		b.WriteByte(w[i])
+		i++
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || isDigit(c) || (c|0x20 >= 'a' && c|0x20 <= 'z')
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isHex(c byte) bool { return isDigit(c) || (c|0x20 >= 'a' && c|0x20 <= 'f') }
+
+func allHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isHex(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isUUIDAt reports whether s starts with a UUID in its 8-4-4-4-12 form.
+func isUUIDAt(s string) bool {
+	if len(s) < 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if !isHex(s[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// groupKey is what identifies a failure group.
+type groupKey struct {
+	queue, reason, failureType, pattern string
+}
+
+// groupID hashes a group key. 0 is never returned: it means "no group".
+func groupID(k groupKey) int64 {
+	h := fnv.New64a()
+	for _, s := range []string{k.queue, k.reason, k.failureType, k.pattern} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	id := int64(h.Sum64())
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+// GroupIDOf returns the failure group a message with these fields belongs
+// to, as FormatGroupID prints it. It is what ingest computes.
+func GroupIDOf(queue, reason, failureType, failureMessage string) string {
+	return FormatGroupID(groupID(groupKey{cleanText(queue), cleanText(reason), cleanText(failureType), NormalizeFailure(cleanText(failureMessage))}))
+}
+
+// FormatGroupID renders a group id as its public form: 16 hex digits.
+func FormatGroupID(id int64) string {
+	s := strconv.FormatUint(uint64(id), 16)
+	return strings.Repeat("0", 16-len(s)) + s
+}
+
+// ParseGroupID parses the public form of a group id.
+func ParseGroupID(s string) (int64, error) {
+	if len(s) != 16 {
+		return 0, fmt.Errorf("%w: group %q must be 16 hex digits", ErrInvalidFilter, s)
+	}
+	u, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || u == 0 {
+		return 0, fmt.Errorf("%w: group %q must be 16 hex digits", ErrInvalidFilter, s)
+	}
+	return int64(u), nil
+}
+
+// groupChange is what one transaction changes in one failure group: its
+// counters (signed) and, for messages arriving, the key, a sample and the
+// times seen. A change that only moves counters leaves the times zero.
+type groupChange struct {
+	key       groupKey
+	sample    string
+	counts    Counts
+	firstSeen time.Time
+	lastSeen  time.Time
+}
+
+// groupArrival computes the group of a message arriving as pending (new,
+// or a replayed message dead again) and records it in changes.
+func groupArrival(m *NewMessage, changes map[int64]*groupChange) int64 {
+	k := groupKey{cleanText(m.SourceQueue), cleanText(m.Reason), cleanText(m.FailureType), NormalizeFailure(cleanText(m.FailureMessage))}
+	id := groupID(k)
+	c := changes[id]
+	if c == nil {
+		c = &groupChange{}
+		changes[id] = c
+	}
+	if c.key == (groupKey{}) {
+		msg := cleanText(m.FailureMessage)
+		if len(msg) > maxPatternInput {
+			msg = strings.ToValidUTF8(msg[:maxPatternInput], "")
+		}
+		c.key, c.sample = k, msg
+	}
+	c.counts.Pending++
+	if c.firstSeen.IsZero() || m.FailedAt.Before(c.firstSeen) {
+		c.firstSeen = m.FailedAt
+	}
+	if m.FailedAt.After(c.lastSeen) {
+		c.lastSeen = m.FailedAt
+	}
+	return id
+}
+
+// groupMove records n messages of group id leaving status from (to "" when
+// deleted) or entering status to (from "" when inserted).
+func groupMove(changes map[int64]*groupChange, id int64, from, to string, n int64) {
+	if id == 0 || from == to {
+		return
+	}
+	c := changes[id]
+	if c == nil {
+		c = &groupChange{}
+		changes[id] = c
+	}
+	c.counts.add(from, -n)
+	c.counts.add(to, n)
+}
+
+// queueGroupChanges adds one upsert applying changes to failure_groups to
+// b. Rows go in id order, the lock order every writer of failure_groups
+// follows. A change without a key targets a group that exists (its
+// messages reference it); the placeholder values of its insert part are
+// never used, and its infinite times leave first and last seen alone.
+func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
+	ids := make([]int64, 0, len(changes))
+	for id, c := range changes {
+		if c.counts != (Counts{}) || !c.lastSeen.IsZero() {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids)
+	n := len(ids)
+	queues, reasons, types, patterns, samples := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	p, rg, rd, a := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	first, last := make([]*time.Time, n), make([]*time.Time, n)
+	for i, id := range ids {
+		c := changes[id]
+		queues[i], reasons[i], types[i], patterns[i], samples[i] = c.key.queue, c.key.reason, c.key.failureType, c.key.pattern, c.sample
+		p[i], rg[i], rd[i], a[i] = c.counts.Pending, c.counts.Replaying, c.counts.Replayed, c.counts.Acknowledged
+		if !c.lastSeen.IsZero() {
+			first[i], last[i] = &c.firstSeen, &c.lastSeen
+		}
+	}
+	b.Queue(`
+INSERT INTO failure_groups AS g (id, source_queue, reason, failure_type, pattern, sample_message,
+    pending, replaying, replayed, acknowledged, first_seen, last_seen)
+SELECT id, q, r, t, pt, s, p, rg, rd, a, coalesce(f, 'infinity'), coalesce(l, '-infinity')
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[], $12::timestamptz[])
+    AS u(id, q, r, t, pt, s, p, rg, rd, a, f, l)
+ON CONFLICT (id) DO UPDATE SET
+    pending = g.pending + EXCLUDED.pending,
+    replaying = g.replaying + EXCLUDED.replaying,
+    replayed = g.replayed + EXCLUDED.replayed,
+    acknowledged = g.acknowledged + EXCLUDED.acknowledged,
+    first_seen = LEAST(g.first_seen, EXCLUDED.first_seen),
+    last_seen = GREATEST(g.last_seen, EXCLUDED.last_seen)`,
+		ids, queues, reasons, types, patterns, samples, p, rg, rd, a, first, last)
+}
+
+// Group is one failure group as the API shows it.
+type Group struct {
+	ID            string    `json:"id"`
+	SourceQueue   string    `json:"source_queue"`
+	Reason        string    `json:"reason"`
+	FailureType   string    `json:"failure_type"`
+	Pattern       string    `json:"pattern"`
+	SampleMessage string    `json:"sample_message"`
+	Counts        Counts    `json:"counts"`
+	Total         int64     `json:"total"`
+	FirstSeen     time.Time `json:"first_seen"`
+	LastSeen      time.Time `json:"last_seen"`
+}
+
+// Counts are message counts by status.
+type Counts struct {
+	Pending      int64 `json:"pending"`
+	Replaying    int64 `json:"replaying"`
+	Replayed     int64 `json:"replayed"`
+	Acknowledged int64 `json:"acknowledged"`
+}
+
+func (c *Counts) add(status string, n int64) {
+	switch status {
+	case StatusPending:
+		c.Pending += n
+	case StatusReplaying:
+		c.Replaying += n
+	case StatusReplayed:
+		c.Replayed += n
+	case StatusAcknowledged:
+		c.Acknowledged += n
+	}
+}
+
+// Total is the sum of every status.
+func (c Counts) Total() int64 { return c.Pending + c.Replaying + c.Replayed + c.Acknowledged }
+
+// GroupQuery selects failure groups.
+type GroupQuery struct {
+	// SourceQueue restricts to one queue. Optional.
+	SourceQueue string
+	// Status orders by that status's count and hides groups with none
+	// ("all": by total). Optional; default pending.
+	Status string
+	// Limit caps the result. Optional; default 50, at most 1000.
+	Limit int
+	// Scope restricts to these queues; nil means all.
+	Scope []string
+}
+
+// Groups lists failure groups, largest first. It reads only
+// failure_groups, whatever the number of messages.
+func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]Group, error) {
+	order := "g.pending"
+	switch q.Status {
+	case "", StatusPending:
+	case StatusReplaying, StatusReplayed, StatusAcknowledged:
+		order = "g." + q.Status
+	case "all":
+		order = "(g.pending + g.replaying + g.replayed + g.acknowledged)"
+	default:
+		return nil, fmt.Errorf("%w: status %q must be one of %s or all", ErrInvalidFilter, q.Status, strings.Join(Statuses, ", "))
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	limit = min(limit, 1000)
+	var args sqlArgs
+	conds := []string{order + " > 0"}
+	if q.SourceQueue != "" {
+		conds = append(conds, "g.source_queue = "+args.add(q.SourceQueue))
+	}
+	if q.Scope != nil {
+		conds = append(conds, "g.source_queue = ANY("+args.add(q.Scope)+")")
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.sample_message,
+       g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen
+FROM failure_groups g
+WHERE `+strings.Join(conds, " AND ")+`
+ORDER BY `+order+` DESC, g.id
+LIMIT `+args.add(limit), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: list failure groups: %w", err)
+	}
+	return scanGroups(rows)
+}
+
+// GetGroup returns one failure group; ErrNotFound when there is none in
+// scope.
+func (s *Store) GetGroup(ctx context.Context, id string, scope []string) (Group, error) {
+	gid, err := ParseGroupID(id)
+	if err != nil {
+		return Group{}, err
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.sample_message,
+       g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen
+FROM failure_groups g
+WHERE g.id = $1 AND ($2::text[] IS NULL OR g.source_queue = ANY($2))`, gid, scope)
+	if err != nil {
+		return Group{}, fmt.Errorf("store: get failure group %s: %w", id, err)
+	}
+	groups, err := scanGroups(rows)
+	if err != nil {
+		return Group{}, err
+	}
+	if len(groups) == 0 {
+		return Group{}, fmt.Errorf("store: failure group %s: %w", id, ErrNotFound)
+	}
+	return groups[0], nil
+}
+
+func scanGroups(rows pgx.Rows) ([]Group, error) {
+	defer rows.Close()
+	out := []Group{}
+	for rows.Next() {
+		var (
+			g  Group
+			id int64
+		)
+		if err := rows.Scan(&id, &g.SourceQueue, &g.Reason, &g.FailureType, &g.Pattern, &g.SampleMessage,
+			&g.Counts.Pending, &g.Counts.Replaying, &g.Counts.Replayed, &g.Counts.Acknowledged,
+			&g.FirstSeen, &g.LastSeen); err != nil {
+			return nil, fmt.Errorf("store: read failure group: %w", err)
+		}
+		g.ID = FormatGroupID(id)
+		g.Total = g.Counts.Total()
+		g.FirstSeen, g.LastSeen = g.FirstSeen.UTC(), g.LastSeen.UTC()
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: read failure groups: %w", err)
+	}
+	return out, nil
+}
