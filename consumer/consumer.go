@@ -60,9 +60,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the ingest metrics. Optional.
 	Registerer prometheus.Registerer
-	// DatabaseUp is set to 0 while writes fail and 1 when they succeed
-	// (dlq_up{component="postgres"}). Optional.
-	DatabaseUp prometheus.Gauge
+	// Up is set to 1 while every consumer is subscribed and writing, 0
+	// otherwise (dlq_up{component="consumer"}). Optional.
+	Up prometheus.Gauge
 	// Now is the clock. Optional; default time.Now.
 	Now func() time.Time
 }
@@ -146,6 +146,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// updateUp recomputes the Up gauge after a worker's state changed.
+func (c *Consumer) updateUp() {
+	if c.cfg.Up == nil {
+		return
+	}
+	if c.Ready() == nil {
+		c.cfg.Up.Set(1)
+	} else {
+		c.cfg.Up.Set(0)
+	}
 }
 
 // Ready returns nil when every consumer is subscribed and its last write

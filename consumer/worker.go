@@ -41,18 +41,16 @@ func (w *worker) setSubscribed(b bool) {
 	w.mu.Lock()
 	w.subscribed = b
 	w.mu.Unlock()
+	w.c.updateUp()
 }
 
 func (w *worker) setWriteErr(err error) {
 	w.mu.Lock()
+	changed := (w.writeErr == nil) != (err == nil)
 	w.writeErr = err
 	w.mu.Unlock()
-	if g := w.c.cfg.DatabaseUp; g != nil {
-		if err != nil {
-			g.Set(0)
-		} else {
-			g.Set(1)
-		}
+	if changed {
+		w.c.updateUp()
 	}
 }
 

@@ -86,7 +86,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Linger:     cfg.Ingest.Linger.D(),
 		Logger:     log,
 		Registerer: reg,
-		DatabaseUp: up.WithLabelValues("postgres"),
+		Up:         up.WithLabelValues("consumer"),
 	})
 	if err != nil {
 		return err
@@ -118,9 +118,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
 
+	go watchDatabase(ctx, st, up.WithLabelValues("postgres"), log)
 	consumeDone := make(chan error, 1)
 	go func() { consumeDone <- cons.Run(ctx) }()
-	up.WithLabelValues("consumer").Set(1)
 	log.Info("dlq serving", "queues", cfg.Queues, "exchange", cfg.Exchange, "http_addr", cfg.HTTPAddr)
 
 	select {
@@ -143,6 +143,36 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("shutdown complete")
 	return nil
+}
+
+// watchDatabase keeps dlq_up{component="postgres"} current even when no
+// message flows, and logs the transitions.
+func watchDatabase(ctx context.Context, st *store.Store, g prometheus.Gauge, log *slog.Logger) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	up := true
+	for {
+		err := st.Ping(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && up:
+			log.Warn("PostgreSQL unreachable", "error", err)
+		case err == nil && !up:
+			log.Info("PostgreSQL reachable again")
+		}
+		up = err == nil
+		if up {
+			g.Set(1)
+		} else {
+			g.Set(0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // migrateWhenReachable applies migrations, waiting for PostgreSQL if it is
