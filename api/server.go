@@ -15,6 +15,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
 )
 
 // Config configures the HTTP server.
@@ -29,6 +33,59 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the API's own metrics. Optional.
 	Registerer prometheus.Registerer
+
+	// Store serves the /api/v1 routes. Optional: without it only the
+	// health and metrics endpoints are served.
+	Store *store.Store
+	// Auth authenticates /api/v1 requests. Required with Store. When it
+	// holds no token, New refuses any Addr that is not loopback.
+	Auth *auth.Authenticator
+	// Replayer serves the replay routes. Optional: without it they answer
+	// 503.
+	Replayer replay.Replayer
+	// MaxBodyBytes bounds a request body; larger ones get 413. Optional;
+	// default 1 MiB.
+	MaxBodyBytes int64
+	// ConfirmAbove is the largest acknowledge or delete by filter that runs
+	// without confirm: true. Optional; 0 never asks.
+	ConfirmAbove int64
+}
+
+// MaxBodyBytesDefault is the default request body limit.
+const MaxBodyBytesDefault = 1 << 20
+
+func (c *Config) validate() error {
+	if c.Addr == "" {
+		return errors.New("api: Addr is required")
+	}
+	if c.Store != nil && c.Auth == nil {
+		return errors.New("api: Auth is required with Store")
+	}
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("api: MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
+	}
+	if c.ConfirmAbove < 0 {
+		return fmt.Errorf("api: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
+	}
+	if c.Auth != nil && c.Auth.Open() && !isLoopback(c.Addr) {
+		return fmt.Errorf("api: no API token is configured, so the API would accept anyone: refusing to listen on %s; "+
+			"listen on a loopback address (127.0.0.1:8080) or set DLQ_ADMIN_TOKEN / api.tokens", c.Addr)
+	}
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) only accepts local
+// connections. An empty host means every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Server is dlq's HTTP server.
@@ -41,9 +98,10 @@ type Server struct {
 
 // New builds the server and its routes.
 func New(cfg Config) (*Server, error) {
-	if cfg.Addr == "" {
-		return nil, errors.New("api: Addr is required")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
 	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "http"), mux: http.NewServeMux()}
 	gatherer := cfg.Gatherer
 	if gatherer == nil {
@@ -52,9 +110,14 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if cfg.Store != nil {
+		for _, rt := range s.routes() {
+			s.mux.Handle(rt.pattern, s.guard(rt))
+		}
+	}
 	s.http = &http.Server{
 		Addr:              cfg.Addr,
-		Handler:           s.withRequestID(s.mux),
+		Handler:           s.withRequestID(s.withErrorEnvelope(s.mux)),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	return s, nil
@@ -75,6 +138,10 @@ func (s *Server) Listen() (net.Listener, error) {
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.log.Info("HTTP server listening", "addr", ln.Addr().String())
+	if s.cfg.Auth != nil && s.cfg.Auth.Open() {
+		s.log.Warn("NO API TOKEN CONFIGURED: every local caller is an anonymous admin; "+
+			"set DLQ_ADMIN_TOKEN or api.tokens before exposing the API", "addr", ln.Addr().String())
+	}
 	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("api: serve: %w", err)
 	}

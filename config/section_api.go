@@ -1,12 +1,110 @@
 package config
 
-// API configures the api feature. Its fields are added with the feature.
-type API struct{}
+import (
+	"fmt"
+	"strconv"
+	"strings"
 
-func defaultAPI() API { return API{} }
+	"github.com/dlq/dlq/auth"
+)
+
+// API configures the HTTP API and its tokens.
+//
+//	api:
+//	  tokens:
+//	    - name: ops
+//	      token_sha256: 5e88…   # sha256sum of the secret; or token: the secret
+//	      role: operator         # viewer | operator | admin
+//	      queues: [orders]       # optional scope
+//	      bodies: false          # viewers only: may see bodies
+//	  rate_per_second: 50
+//	  rate_burst: 100
+//	  max_body_bytes: 1048576
+//	  confirm_above: 1000
+type API struct {
+	// Tokens besides DLQ_ADMIN_TOKEN.
+	Tokens []auth.Token `yaml:"tokens"`
+	// RatePerSecond is each token's sustained request rate; a negative
+	// value disables the limit. Env DLQ_API_RATE.
+	RatePerSecond float64 `yaml:"rate_per_second"`
+	// RateBurst is each token's burst. Env DLQ_API_BURST.
+	RateBurst int `yaml:"rate_burst"`
+	// MaxBodyBytes bounds a request body (413 above). Env DLQ_API_MAX_BODY_BYTES.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ConfirmAbove is the largest acknowledge or delete by filter that runs
+	// without confirm: true. Env DLQ_API_CONFIRM_ABOVE.
+	ConfirmAbove int64 `yaml:"confirm_above"`
+}
+
+// API defaults.
+const (
+	APIRateDefault         = 50
+	APIBurstDefault        = 100
+	APIMaxBodyBytesDefault = 1 << 20
+	APIConfirmAboveDefault = 1000
+)
+
+func defaultAPI() API {
+	return API{
+		RatePerSecond: APIRateDefault,
+		RateBurst:     APIBurstDefault,
+		MaxBodyBytes:  APIMaxBodyBytesDefault,
+		ConfirmAbove:  APIConfirmAboveDefault,
+	}
+}
 
 // apiEnvVars lists the environment variables of the api section.
-func apiEnvVars() []envVar { return nil }
+func apiEnvVars() []envVar {
+	return []envVar{
+		{"DLQ_API_RATE", func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return fmt.Errorf("config: DLQ_API_RATE=%q is not a number", v)
+			}
+			c.API.RatePerSecond = f
+			return nil
+		}},
+		{"DLQ_API_BURST", intVar("DLQ_API_BURST", func(c *Config) *int { return &c.API.RateBurst })},
+		{"DLQ_API_MAX_BODY_BYTES", int64Var("DLQ_API_MAX_BODY_BYTES", func(c *Config) *int64 { return &c.API.MaxBodyBytes })},
+		{"DLQ_API_CONFIRM_ABOVE", int64Var("DLQ_API_CONFIRM_ABOVE", func(c *Config) *int64 { return &c.API.ConfirmAbove })},
+	}
+}
+
+func int64Var(name string, dst func(*Config) *int64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("config: %s=%q is not a whole number", name, v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+// AuthConfig is the configuration of the authenticator shared by the HTTP
+// API and the control queue.
+func (c *Config) AuthConfig() auth.Config {
+	return auth.Config{AdminToken: c.AdminToken, Tokens: c.API.Tokens, RatePerSecond: c.API.RatePerSecond, Burst: c.API.RateBurst}
+}
 
 // validateAPI checks the api section.
-func (c *Config) validateAPI() []error { return nil }
+func (c *Config) validateAPI() []error {
+	var errs []error
+	a := c.API
+	if a.RatePerSecond == 0 {
+		errs = append(errs, fmt.Errorf("config: api.rate_per_second / DLQ_API_RATE must not be 0 (negative disables the limit)"))
+	}
+	if a.RatePerSecond > 0 && a.RateBurst < 1 {
+		errs = append(errs, fmt.Errorf("config: api.rate_burst / DLQ_API_BURST %d must be >= 1", a.RateBurst))
+	}
+	if a.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("config: api.max_body_bytes / DLQ_API_MAX_BODY_BYTES %d must be >= 1024", a.MaxBodyBytes))
+	}
+	if a.ConfirmAbove < 0 {
+		errs = append(errs, fmt.Errorf("config: api.confirm_above / DLQ_API_CONFIRM_ABOVE %d must be >= 0 (0: never ask)", a.ConfirmAbove))
+	}
+	if _, err := auth.New(c.AuthConfig()); err != nil {
+		errs = append(errs, fmt.Errorf("config: api.tokens: %w", err))
+	}
+	return errs
+}

@@ -1,0 +1,199 @@
+package auth
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/time/rate"
+)
+
+// Token is one configured token. Its YAML form is an item of the api.tokens
+// list.
+type Token struct {
+	// Name identifies the token in audit rows and logs. Required, unique.
+	Name string `yaml:"name"`
+	// Token is the secret. Either Token or TokenSHA256 is required.
+	Token string `yaml:"token"`
+	// TokenSHA256 is the hex SHA-256 digest of the secret, so the secret
+	// need not appear in the configuration.
+	TokenSHA256 string `yaml:"token_sha256"`
+	// Role is viewer, operator or admin. Required.
+	Role string `yaml:"role"`
+	// Queues restricts the token to these source queues. Optional; empty
+	// means every queue.
+	Queues []string `yaml:"queues"`
+	// Bodies lets a viewer see message bodies. Operators and admins always
+	// may.
+	Bodies bool `yaml:"bodies"`
+}
+
+// Validate checks a token and names the wrong field.
+func (t Token) Validate() error {
+	if strings.TrimSpace(t.Name) == "" {
+		return errors.New("name is required")
+	}
+	if (t.Token == "") == (t.TokenSHA256 == "") {
+		return fmt.Errorf("token %q: exactly one of token and token_sha256 is required", t.Name)
+	}
+	if t.TokenSHA256 != "" {
+		if b, err := hex.DecodeString(t.TokenSHA256); err != nil || len(b) != sha256.Size {
+			return fmt.Errorf("token %q: token_sha256 must be 64 hex digits (sha256sum of the token)", t.Name)
+		}
+	}
+	if rank[t.Role] == 0 {
+		return fmt.Errorf("token %q: role %q must be viewer, operator or admin", t.Name, t.Role)
+	}
+	for _, q := range t.Queues {
+		if strings.TrimSpace(q) == "" {
+			return fmt.Errorf("token %q: queues must not contain an empty name", t.Name)
+		}
+	}
+	return nil
+}
+
+// Config configures an Authenticator.
+type Config struct {
+	// AdminToken is DLQ_ADMIN_TOKEN: a token named "admin" with the admin
+	// role. Optional.
+	AdminToken string
+	// Tokens are the configured tokens. Optional.
+	Tokens []Token
+	// RatePerSecond is each token's sustained request rate. Optional;
+	// default 50. Negative disables rate limiting.
+	RatePerSecond float64
+	// Burst is each token's burst. Optional; default 2 × RatePerSecond.
+	Burst int
+}
+
+// Defaults.
+const (
+	RatePerSecondDefault = 50
+)
+
+// Errors of Authenticate.
+var (
+	// ErrNoToken means the request carries no token while tokens are
+	// configured.
+	ErrNoToken = errors.New("missing bearer token")
+	// ErrBadToken means the token matches no configured token.
+	ErrBadToken = errors.New("invalid token")
+)
+
+// AnonymousName is the principal name used when no token is configured.
+const AnonymousName = "anonymous"
+
+type entry struct {
+	digest    [sha256.Size]byte
+	principal Principal
+	limiter   *rate.Limiter
+}
+
+// Authenticator checks tokens and rate limits. It is safe for concurrent
+// use.
+type Authenticator struct {
+	entries   []entry
+	anonymous *rate.Limiter
+}
+
+// New builds an Authenticator. An error names the wrong token.
+func New(cfg Config) (*Authenticator, error) {
+	r := cmp.Or(cfg.RatePerSecond, RatePerSecondDefault)
+	limit := rate.Limit(r)
+	burst := cmp.Or(cfg.Burst, int(2*r))
+	if r < 0 {
+		limit, burst = rate.Inf, 0
+	}
+	burst = max(burst, 1)
+	a := &Authenticator{anonymous: rate.NewLimiter(limit, burst)}
+	tokens := cfg.Tokens
+	offset := 0
+	if cfg.AdminToken != "" {
+		tokens = append([]Token{{Name: "admin", Token: cfg.AdminToken, Role: RoleAdmin}}, tokens...)
+		offset = 1
+	}
+	label := func(i int) string {
+		if i < offset {
+			return "DLQ_ADMIN_TOKEN"
+		}
+		return fmt.Sprintf("tokens[%d]", i-offset)
+	}
+	names := map[string]bool{}
+	for i, t := range tokens {
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("auth: %s: %w", label(i), err)
+		}
+		if names[t.Name] {
+			return nil, fmt.Errorf("auth: %s: name %q is used twice (DLQ_ADMIN_TOKEN is named admin)", label(i), t.Name)
+		}
+		names[t.Name] = true
+		e := entry{limiter: rate.NewLimiter(limit, burst)}
+		if t.Token != "" {
+			e.digest = sha256.Sum256([]byte(t.Token))
+		} else {
+			b, _ := hex.DecodeString(t.TokenSHA256)
+			copy(e.digest[:], b)
+		}
+		for _, o := range a.entries {
+			if o.digest == e.digest {
+				return nil, fmt.Errorf("auth: %s (%s): same secret as token %q", label(i), t.Name, o.principal.Name)
+			}
+		}
+		var queues []string
+		if len(t.Queues) > 0 {
+			queues = append([]string(nil), t.Queues...)
+		}
+		e.principal = Principal{Name: t.Name, Role: t.Role, Queues: queues, Bodies: t.Bodies || t.Role != RoleViewer}
+		a.entries = append(a.entries, e)
+	}
+	return a, nil
+}
+
+// Open reports whether no token is configured: every caller is then an
+// anonymous admin, which is only acceptable on a loopback address.
+func (a *Authenticator) Open() bool { return len(a.entries) == 0 }
+
+// Authenticate returns the principal of a bearer token. With no token
+// configured it returns the anonymous admin whatever it is given.
+func (a *Authenticator) Authenticate(token string) (Principal, error) {
+	if a.Open() {
+		return Principal{Name: AnonymousName, Role: RoleAdmin, Bodies: true}, nil
+	}
+	if token == "" {
+		return Principal{}, ErrNoToken
+	}
+	digest := sha256.Sum256([]byte(token))
+	found := -1
+	// Every digest is compared, so the time taken says nothing about which
+	// one matched, or how much of one.
+	for i := range a.entries {
+		if subtle.ConstantTimeCompare(digest[:], a.entries[i].digest[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Principal{}, ErrBadToken
+	}
+	return a.entries[found].principal, nil
+}
+
+// Allow takes one request from p's rate limit and reports whether it may
+// proceed.
+func (a *Authenticator) Allow(p Principal) bool {
+	for i := range a.entries {
+		if a.entries[i].principal.Name == p.Name {
+			return a.entries[i].limiter.Allow()
+		}
+	}
+	return a.anonymous.Allow()
+}
+
+// Digest returns the hex SHA-256 of a token, the form token_sha256 takes.
+func Digest(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(d[:])
+}
