@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/dlq/dlq/api"
+	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
@@ -92,11 +93,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	// One authenticator for the HTTP API and the control queue, so a token
+	// means the same on both.
+	authn, err := auth.New(cfg.AuthConfig())
+	if err != nil {
+		return err
+	}
+
 	srv, err := api.New(api.Config{
-		Addr:       cfg.HTTPAddr,
-		Gatherer:   reg,
-		Registerer: reg,
-		Logger:     log,
+		Addr:         cfg.HTTPAddr,
+		Gatherer:     reg,
+		Registerer:   reg,
+		Logger:       log,
+		Store:        st,
+		Auth:         authn,
+		MaxBodyBytes: cfg.API.MaxBodyBytes,
+		ConfirmAbove: cfg.API.ConfirmAbove,
 		Checks: []api.Check{
 			{Name: "postgres", Check: st.Ping},
 			{Name: "rabbitmq", Check: func(context.Context) error {

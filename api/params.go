@@ -1,0 +1,195 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/store"
+)
+
+// query reads URL query parameters, refusing unknown and repeated ones so
+// that a typo is an error instead of a silently ignored filter.
+type query struct {
+	v url.Values
+}
+
+func newQuery(r *http.Request, allowed ...string) (query, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return query{}, badParam("query", "cannot parse the query string: %v", err)
+	}
+	for k, vals := range v {
+		if !slices.Contains(allowed, k) {
+			return query{}, badParam(k, "unknown parameter (allowed: %s)", strings.Join(allowed, ", "))
+		}
+		if len(vals) > 1 {
+			return query{}, badParam(k, "given %d times; give it once", len(vals))
+		}
+	}
+	return query{v: v}, nil
+}
+
+func (q query) str(name string) string { return q.v.Get(name) }
+
+func (q query) int(name string, def, lo, hi int) (int, error) {
+	s := q.v.Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, badParam(name, "%q must be a whole number from %d to %d", s, lo, hi)
+	}
+	return n, nil
+}
+
+func (q query) bool(name string) (bool, error) {
+	s := q.v.Get(name)
+	if s == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, badParam(name, "%q must be true or false", s)
+	}
+	return b, nil
+}
+
+func (q query) time(name string) (*time.Time, error) {
+	s := q.v.Get(name)
+	if s == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil, badParam(name, "%q must be an RFC 3339 time such as 2024-05-01T12:00:00Z", s)
+	}
+	return &t, nil
+}
+
+// filterParams are the listing filters taken from the URL.
+var filterParams = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
+
+// filter reads the filter parameters.
+func (q query) filter() (store.Filter, error) {
+	f := store.Filter{
+		Status:      q.str("status"),
+		SourceQueue: q.str("source_queue"),
+		Reason:      q.str("reason"),
+		Query:       q.str("q"),
+		Group:       q.str("group"),
+	}
+	var err error
+	if f.FailedAfter, err = q.time("failed_after"); err != nil {
+		return f, err
+	}
+	if f.FailedBefore, err = q.time("failed_before"); err != nil {
+		return f, err
+	}
+	return f, checkFilter(f)
+}
+
+// checkFilter validates a filter and turns the error into one naming the
+// parameter.
+func checkFilter(f store.Filter) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.Group != "" {
+		if _, err := store.ParseGroupID(f.Group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// canonical renders the parts of a filter a cursor is bound to.
+func canonical(f store.Filter) string {
+	t := func(p *time.Time) string {
+		if p == nil {
+			return ""
+		}
+		return p.UTC().Format(time.RFC3339Nano)
+	}
+	return strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
+}
+
+// scoped applies p's scope to f: a filter naming a queue outside it is
+// forbidden (403); otherwise the scope becomes part of the filter, so that
+// nothing outside it is read or changed.
+func scoped(p auth.Principal, f store.Filter) (store.Filter, error) {
+	if p.Queues == nil {
+		return f, nil
+	}
+	if f.SourceQueue != "" && !p.SeesQueue(f.SourceQueue) {
+		return f, &forbiddenError{msg: fmt.Sprintf("source_queue: token %s may not see queue %q", p.Name, f.SourceQueue)}
+	}
+	f.Scope = p.Queues
+	return f, nil
+}
+
+// decodeBody reads a JSON request body into v, refusing unknown fields and
+// trailing data.
+func decodeBody(r *http.Request, v any) error {
+	if r.Body == nil {
+		return badParam("body", "a JSON body is required")
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var (
+			mbe *http.MaxBytesError
+			se  *json.SyntaxError
+			te  *json.UnmarshalTypeError
+		)
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.Is(err, io.EOF):
+			return badParam("body", "a JSON body is required")
+		case errors.As(err, &se):
+			return badParam("body", "invalid JSON at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			return badParam(cmpOr(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return badParam(name, "unknown field")
+		default:
+			return badParam("body", "%v", err)
+		}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return badParam("body", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// pathID reads a positive integer path parameter.
+func pathID(r *http.Request, name string) (int64, error) {
+	s := r.PathValue(name)
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badParam(name, "%q must be a positive integer", s)
+	}
+	return id, nil
+}

@@ -1,0 +1,230 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Message is one stored dead message as the API shows it. The JSON names
+// are the public contract (PRODUCT.md, "Message JSON fields").
+type Message struct {
+	ID               int64           `json:"id"`
+	MessageID        *string         `json:"message_id"`
+	SourceQueue      string          `json:"source_queue"`
+	SourceExchange   string          `json:"source_exchange"`
+	SourceRoutingKey string          `json:"source_routing_key"`
+	DeadLetterQueue  string          `json:"dead_letter_queue"`
+	Reason           string          `json:"reason"`
+	DeathCount       int64           `json:"death_count"`
+	Failure          json.RawMessage `json:"failure"`
+	// Properties and Headers are the typed JSON stored at ingest, passed
+	// through as they are.
+	Properties json.RawMessage `json:"properties"`
+	Headers    json.RawMessage `json:"headers"`
+	// XDeath is filled by the API from DeathHeader.
+	XDeath json.RawMessage `json:"x_death"`
+	// DeathHeader is the stored x-death header (typed JSON), nil when none.
+	DeathHeader json.RawMessage `json:"-"`
+	// Body is nil unless asked for.
+	Body            *[]byte    `json:"body,omitempty"`
+	BodySize        int64      `json:"body_size"`
+	Status          string     `json:"status"`
+	ReplayCount     int64      `json:"replay_count"`
+	FirstFailedAt   time.Time  `json:"first_failed_at"`
+	FailedAt        time.Time  `json:"failed_at"`
+	ReplayedAt      *time.Time `json:"replayed_at"`
+	AcknowledgedAt  *time.Time `json:"acknowledged_at"`
+	Group           *string    `json:"group"`
+	LastReplayError *string    `json:"last_replay_error,omitempty"`
+	ConversionError *string    `json:"conversion_error,omitempty"`
+}
+
+// messageColumns are read in the order scanMessage expects; the body is
+// appended only when asked for, so lists never read TOASTed bodies.
+const messageColumns = `m.id, m.message_id, m.source_queue, m.source_exchange, m.source_routing_key,
+    m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, m.headers -> 'x-death',
+    m.body_size, m.status, m.replay_count, m.first_failed_at, m.failed_at, m.replayed_at, m.acknowledged_at,
+    m.group_id, m.last_replay_error, m.conversion_error`
+
+func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
+	var (
+		m     Message
+		group *int64
+		body  []byte
+	)
+	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
+		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.DeathHeader,
+		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
+		&group, &m.LastReplayError, &m.ConversionError}
+	if withBody {
+		dest = append(dest, &body)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return Message{}, err
+	}
+	if withBody {
+		if body == nil {
+			body = []byte{}
+		}
+		m.Body = &body
+	}
+	if group != nil {
+		g := FormatGroupID(*group)
+		m.Group = &g
+	}
+	m.FirstFailedAt, m.FailedAt = m.FirstFailedAt.UTC(), m.FailedAt.UTC()
+	if m.ReplayedAt != nil {
+		t := m.ReplayedAt.UTC()
+		m.ReplayedAt = &t
+	}
+	if m.AcknowledgedAt != nil {
+		t := m.AcknowledgedAt.UTC()
+		m.AcknowledgedAt = &t
+	}
+	if len(m.Failure) == 0 {
+		m.Failure = nil
+	}
+	return m, nil
+}
+
+// ListOptions pages a listing.
+type ListOptions struct {
+	// Limit is the page size. Optional; default 50, at most 1000.
+	Limit int
+	// Before continues a listing: only messages with a smaller id. 0
+	// starts at the newest.
+	Before int64
+	// IncludeBody reads bodies too.
+	IncludeBody bool
+	// NoBodySearch keeps q away from bodies, for callers not allowed to see
+	// them (a search would otherwise reveal what a body contains).
+	NoBodySearch bool
+}
+
+// List limits.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 1000
+)
+
+// MessagePage is one page of a listing, newest first.
+type MessagePage struct {
+	Messages []Message
+	// HasMore says whether older messages match; LastID is then where the
+	// next page starts (ListOptions.Before).
+	HasMore bool
+	LastID  int64
+}
+
+// ListMessages returns messages matching f, newest first (by id), one page
+// at a time. Pages are a keyset on id: a page starts strictly below the
+// previous page's last id, so rows inserted meanwhile (always with larger
+// ids) never shift a page, and no message is skipped or repeated. Each page
+// is an index range scan on (status, id), (source_queue, status, id) or
+// (group_id, status, id), whatever its depth.
+func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (MessagePage, error) {
+	limit := opt.Limit
+	if limit <= 0 {
+		limit = ListLimitDefault
+	}
+	if limit > ListLimitMax {
+		return MessagePage{}, fmt.Errorf("%w: limit %d is above the maximum %d", ErrInvalidFilter, limit, ListLimitMax)
+	}
+	var args sqlArgs
+	q := f
+	if opt.NoBodySearch {
+		q.Query = ""
+	}
+	where, err := q.where(&args)
+	if err != nil {
+		return MessagePage{}, err
+	}
+	if opt.NoBodySearch && f.Query != "" {
+		noQueue := Filter{Query: f.Query}
+		extra, err := noQueue.searchConds(&args)
+		if err != nil {
+			return MessagePage{}, err
+		}
+		where += " AND " + extra[0]
+	}
+	if opt.Before > 0 {
+		where += " AND m.id < " + args.add(opt.Before)
+	}
+	cols := messageColumns
+	if opt.IncludeBody {
+		cols += ", m.body"
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM dead_messages m WHERE `+where+
+		` ORDER BY m.id DESC LIMIT `+args.add(limit+1), args...)
+	if err != nil {
+		return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+	}
+	defer rows.Close()
+	page := MessagePage{Messages: make([]Message, 0, min(limit, 64))}
+	for rows.Next() {
+		if len(page.Messages) == limit {
+			page.HasMore = true
+			break
+		}
+		m, err := scanMessage(rows, opt.IncludeBody)
+		if err != nil {
+			return MessagePage{}, fmt.Errorf("store: list messages: read row: %w", err)
+		}
+		page.Messages = append(page.Messages, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+	}
+	if page.HasMore {
+		page.LastID = page.Messages[len(page.Messages)-1].ID
+	}
+	return page, nil
+}
+
+// GetMessage returns one message with its body. A message outside scope
+// (nil: every queue) is ErrNotFound, exactly like a missing one, so a
+// scoped caller cannot learn that it exists.
+func (s *Store) GetMessage(ctx context.Context, id int64, scope []string) (Message, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+messageColumns+`, m.body FROM dead_messages m
+WHERE m.id = $1 AND ($2::text[] IS NULL OR m.source_queue = ANY($2))`, id, scope)
+	if err != nil {
+		return Message{}, fmt.Errorf("store: get message %d: %w", id, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Message{}, fmt.Errorf("store: get message %d: %w", id, err)
+		}
+		return Message{}, fmt.Errorf("store: message %d: %w", id, ErrNotFound)
+	}
+	m, err := scanMessage(rows, true)
+	if err != nil {
+		return Message{}, fmt.Errorf("store: get message %d: %w", id, err)
+	}
+	return m, nil
+}
+
+// MessagesExist reports which of ids exist within scope (nil: every
+// queue).
+func (s *Store) MessagesExist(ctx context.Context, ids []int64, scope []string) (map[int64]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT m.id FROM dead_messages m
+WHERE m.id = ANY($1) AND ($2::text[] IS NULL OR m.source_queue = ANY($2))`, ids, scope)
+	if err != nil {
+		return nil, fmt.Errorf("store: look up %d messages: %w", len(ids), err)
+	}
+	out := make(map[int64]bool, len(ids))
+	ids2, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("store: look up %d messages: %w", len(ids), err)
+	}
+	for _, id := range ids2 {
+		out[id] = true
+	}
+	return out, nil
+}

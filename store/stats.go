@@ -1,0 +1,214 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Stats is the overview behind GET /api/v1/stats.
+type Stats struct {
+	At       time.Time `json:"at"`
+	ByStatus Counts    `json:"by_status"`
+	// Bytes is the total body size over every status.
+	Bytes         int64              `json:"bytes"`
+	BySourceQueue []QueueStats       `json:"by_source_queue"`
+	ByReason      map[string]Counts  `json:"by_reason"`
+	OldestPending *OldestPendingStat `json:"oldest_pending"`
+	TopGroups     []Group            `json:"top_groups"`
+	// RepeatFailures counts pending messages that were replayed before
+	// and died again (replay_count > 0).
+	RepeatFailures int64    `json:"repeat_failures"`
+	Last24h        Activity `json:"last_24h"`
+}
+
+// QueueStats is one source queue's counts.
+type QueueStats struct {
+	SourceQueue string `json:"source_queue"`
+	Counts      Counts `json:"counts"`
+	Bytes       int64  `json:"bytes"`
+	// OldestPendingAt is the failed_at of the oldest pending message (nil
+	// when none is pending), and OldestPendingAgeSeconds its age (0).
+	OldestPendingAt         *time.Time `json:"oldest_pending_at"`
+	OldestPendingAgeSeconds float64    `json:"oldest_pending_age_seconds"`
+	RepeatFailures          int64      `json:"repeat_failures"`
+	// UpdatedAt is the last change to the queue's counters.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// QueueSummary reads per source queue counts from queue_summary, plus one
+// index probe per queue for its oldest pending message: the cost depends
+// on the number of queues only. The oldest pending message is the pending
+// one with the smallest id (ids follow arrival); a message replayed and
+// dead again keeps its old id, so it counts from its latest death. scope,
+// when not nil, restricts to those queues. at is the database clock.
+func (s *Store) QueueSummary(ctx context.Context, scope []string) (at time.Time, queues []QueueStats, err error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT now(), s.source_queue, s.status, s.messages, s.bytes, s.updated_at,
+    CASE WHEN s.status = 'pending' AND s.messages > 0 THEN
+        (SELECT m.failed_at FROM dead_messages m
+         WHERE m.source_queue = s.source_queue AND m.status = 'pending' ORDER BY m.id LIMIT 1)
+    END
+FROM queue_summary s
+WHERE $1::text[] IS NULL OR s.source_queue = ANY($1)
+ORDER BY s.source_queue, s.status`, scope)
+	if err != nil {
+		return at, nil, fmt.Errorf("store: read queue summary: %w", err)
+	}
+	defer rows.Close()
+	queues = []QueueStats{}
+	for rows.Next() {
+		var (
+			queue, status string
+			n, bytes      int64
+			updated       time.Time
+			oldest        *time.Time
+		)
+		if err := rows.Scan(&at, &queue, &status, &n, &bytes, &updated, &oldest); err != nil {
+			return at, nil, fmt.Errorf("store: read queue summary: %w", err)
+		}
+		if k := len(queues); k == 0 || queues[k-1].SourceQueue != queue {
+			queues = append(queues, QueueStats{SourceQueue: queue})
+		}
+		q := &queues[len(queues)-1]
+		q.Counts.add(status, n)
+		q.Bytes += bytes
+		if updated.After(q.UpdatedAt) {
+			q.UpdatedAt = updated.UTC()
+		}
+		if oldest != nil {
+			t := oldest.UTC()
+			q.OldestPendingAt = &t
+			q.OldestPendingAgeSeconds = max(0, at.Sub(t).Seconds())
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return at, nil, fmt.Errorf("store: read queue summary: %w", err)
+	}
+	if at.IsZero() {
+		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
+			return at, nil, fmt.Errorf("store: read database clock: %w", err)
+		}
+	}
+	return at.UTC(), queues, nil
+}
+
+// OldestPendingStat is the oldest pending message over every queue in
+// scope.
+type OldestPendingStat struct {
+	SourceQueue string    `json:"source_queue"`
+	FailedAt    time.Time `json:"failed_at"`
+	AgeSeconds  float64   `json:"age_seconds"`
+}
+
+// Activity counts what happened in a time window.
+type Activity struct {
+	// Since is the start of the window (whole hours: the counters are
+	// hourly, so the window is between 23 and 24 hours long).
+	Since        time.Time `json:"since"`
+	New          int64     `json:"new"`
+	Returned     int64     `json:"returned"`
+	Replayed     int64     `json:"replayed"`
+	Acknowledged int64     `json:"acknowledged"`
+	Deleted      int64     `json:"deleted"`
+}
+
+// TopGroupsLimit is how many failure groups Stats shows.
+const TopGroupsLimit = 10
+
+// Stats reads the overview from the counter tables (queue_summary,
+// failure_groups, queue_activity) and from index probes per queue, never
+// from a scan of dead_messages: its cost depends on the number of queues
+// and groups, not messages. scope, when not nil, restricts every number to
+// those source queues.
+func (s *Store) Stats(ctx context.Context, scope []string) (Stats, error) {
+	st := Stats{ByReason: map[string]Counts{}}
+	var err error
+	st.At, st.BySourceQueue, err = s.QueueSummary(ctx, scope)
+	if err != nil {
+		return Stats{}, err
+	}
+	for _, q := range st.BySourceQueue {
+		st.ByStatus.add(StatusPending, q.Counts.Pending)
+		st.ByStatus.add(StatusReplaying, q.Counts.Replaying)
+		st.ByStatus.add(StatusReplayed, q.Counts.Replayed)
+		st.ByStatus.add(StatusAcknowledged, q.Counts.Acknowledged)
+		st.Bytes += q.Bytes
+		if q.OldestPendingAt != nil && (st.OldestPending == nil || q.OldestPendingAt.Before(st.OldestPending.FailedAt)) {
+			st.OldestPending = &OldestPendingStat{SourceQueue: q.SourceQueue, FailedAt: *q.OldestPendingAt, AgeSeconds: q.OldestPendingAgeSeconds}
+		}
+	}
+
+	// Repeat failures: one probe of the partial index dead_messages_repeat
+	// per queue (its predicate is written out so the planner can use it).
+	rows, err := s.pool.Query(ctx, `
+SELECT m.source_queue, count(*) FROM dead_messages m
+WHERE m.replay_count > 0 AND m.status = 'pending' AND ($1::text[] IS NULL OR m.source_queue = ANY($1))
+GROUP BY 1`, scope)
+	if err != nil {
+		return Stats{}, fmt.Errorf("store: stats: repeat failures: %w", err)
+	}
+	repeat := map[string]int64{}
+	for rows.Next() {
+		var (
+			q string
+			n int64
+		)
+		if err := rows.Scan(&q, &n); err != nil {
+			rows.Close()
+			return Stats{}, fmt.Errorf("store: stats: repeat failures: %w", err)
+		}
+		repeat[q] = n
+		st.RepeatFailures += n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Stats{}, fmt.Errorf("store: stats: repeat failures: %w", err)
+	}
+	for i := range st.BySourceQueue {
+		st.BySourceQueue[i].RepeatFailures = repeat[st.BySourceQueue[i].SourceQueue]
+	}
+
+	rows, err = s.pool.Query(ctx, `
+SELECT g.reason, sum(g.pending)::bigint, sum(g.replaying)::bigint, sum(g.replayed)::bigint, sum(g.acknowledged)::bigint
+FROM failure_groups g
+WHERE $1::text[] IS NULL OR g.source_queue = ANY($1)
+GROUP BY 1`, scope)
+	if err != nil {
+		return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
+	}
+	for rows.Next() {
+		var (
+			reason string
+			c      Counts
+		)
+		if err := rows.Scan(&reason, &c.Pending, &c.Replaying, &c.Replayed, &c.Acknowledged); err != nil {
+			rows.Close()
+			return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
+		}
+		if c != (Counts{}) {
+			st.ByReason[reason] = c
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
+	}
+
+	if st.TopGroups, err = s.Groups(ctx, GroupQuery{Limit: TopGroupsLimit, Scope: scope}); err != nil {
+		return Stats{}, err
+	}
+
+	since := st.At.UTC().Truncate(time.Hour).Add(-23 * time.Hour)
+	st.Last24h.Since = since
+	err = s.pool.QueryRow(ctx, `
+SELECT coalesce(sum(new), 0)::bigint, coalesce(sum(returned), 0)::bigint, coalesce(sum(replayed), 0)::bigint,
+       coalesce(sum(acknowledged), 0)::bigint, coalesce(sum(deleted), 0)::bigint
+FROM queue_activity
+WHERE hour >= $1 AND ($2::text[] IS NULL OR source_queue = ANY($2))`, since, scope).
+		Scan(&st.Last24h.New, &st.Last24h.Returned, &st.Last24h.Replayed, &st.Last24h.Acknowledged, &st.Last24h.Deleted)
+	if err != nil {
+		return Stats{}, fmt.Errorf("store: stats: last 24 hours: %w", err)
+	}
+	return st, nil
+}
