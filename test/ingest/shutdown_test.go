@@ -1,0 +1,116 @@
+package ingest
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+)
+
+// TestGracefulShutdownUnderLoad sends SIGTERM while dead letters pour in:
+// dlq must exit 0 in time, having committed and acknowledged everything it
+// had received, so that rows + ready messages account for every publish
+// exactly and nothing is left unacknowledged. A second life then drains
+// the rest.
+func TestGracefulShutdownUnderLoad(t *testing.T) {
+	const n = 20000
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.rejecter(ctx)
+
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	pub := h.publish(ctx, n, 4000, viaTTL, viaReject, viaDirect)
+	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() >= 4000 },
+		"ingest did not get under way: %d rows", h.rowCount())
+
+	code, took := p.term(t, 45*time.Second)
+	require.Equal(t, 0, code, "exit code after SIGTERM")
+	// ShutdownTimeout defaults to 30s; a clean drain takes far less.
+	require.Less(t, took, 30*time.Second)
+	require.NotEmpty(t, h.logLines(`"shutdown complete"`), "dlq did not log the end of its shutdown")
+	stored := h.rowCount()
+	t.Logf("SIGTERM at %d rows; exited 0 in %s", stored, took.Round(time.Millisecond))
+
+	// Let every publish land in dlq's queue, then account for all of them.
+	pub.wait(t, 60*time.Second)
+	var q map[string][2]int
+	dlqtest.Eventually(t, 60*time.Second, func() bool {
+		q = h.queueCounts()
+		return q[h.ttlQueue] == [2]int{} && q[h.rejectQueue] == [2]int{}
+	}, "source queues not empty: %v", q)
+	confirmed, indeterminate := h.ledger.counts()
+	require.Zero(t, indeterminate)
+	require.Equal(t, 0, q[h.queue][1], "unacknowledged messages left in %s after dlq exited", h.queue)
+	require.Equal(t, stored, h.rowCount(), "rows changed after dlq exited")
+	require.Equal(t, confirmed, stored+q[h.queue][0],
+		"stored %d + ready %d != published %d", stored, q[h.queue][0], confirmed)
+	t.Logf("after exit: stored %d + ready %d = published %d, unacked 0", stored, q[h.queue][0], confirmed)
+	mid := h.check()
+	require.Zero(t, mid.Duplicated, "duplicates after the graceful stop: %s", mid)
+	require.Zero(t, mid.Unexpected, "unexpected rows after the graceful stop: %s", mid)
+	require.Equal(t, q[h.queue][0], mid.Lost, "every id not stored must still be in the queue: %s", mid)
+
+	p = h.start()
+	h.waitReady(p, 30*time.Second)
+	h.waitDrained(60 * time.Second)
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+	h.requireExact(h.check())
+}
+
+// TestServerSideCancel deletes dlq's own queue under a running dlq. The
+// broker cancels the subscription; dlq must re-declare its queue, bind it
+// to the exchange again and ingest dead letters published afterwards, by
+// itself. (RabbitMQ 3.10 can refuse to re-declare a quorum queue right
+// after deleting it, so recovery is polled with a deadline.)
+func TestServerSideCancel(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+
+	before := h.publish(ctx, 1000, 0, viaDirect)
+	before.wait(t, 30*time.Second)
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return h.rowCount() >= 1000 },
+		"first dead letters not stored: %d rows", h.rowCount())
+
+	conn := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, conn)
+	_, err := ch.QueueDelete(h.queue, false, false, false)
+	require.NoError(t, err)
+	deleted := time.Now()
+
+	// Back: the queue exists, dlq consumes from it, and it is bound to the
+	// exchange again (a new binding: deleting the queue removed the old).
+	dlqtest.Eventually(t, 60*time.Second, func() bool {
+		c, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		q, err := c.QueueDeclarePassive(h.queue, true, false, false, false, nil)
+		return err == nil && q.Consumers >= 1
+	}, "dlq did not re-declare and consume %s", h.queue)
+	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.bound() },
+		"queue %s not bound to %s again", h.queue, h.exchange)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		code, _, err := h.httpGet("/readyz")
+		return err == nil && code == http.StatusOK
+	}, "dlq not ready after its queue came back")
+	t.Logf("queue re-declared, bound and consumed again %s after deletion", time.Since(deleted).Round(time.Millisecond))
+
+	after := h.publish(ctx, 2000, 0, viaDirect)
+	after.wait(t, 30*time.Second)
+	h.waitDrained(60 * time.Second)
+	require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+	h.requireExact(h.check())
+}
