@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -73,7 +74,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer conn.Close() // 5.
 
 	topo := cfg.BrokerTopology()
-	go declareTopology(ctx, conn, topo, cfg.Topology.DeclareSources, log)
+	// Consumers start after the first attempt, so a fresh broker does not
+	// greet them with "no queue"; a refusal does not hold them back.
+	firstTry := make(chan struct{})
+	var firstOnce sync.Once
+	go declareTopology(ctx, conn, topo, cfg.Topology.DeclareSources, log, func() { firstOnce.Do(func() { close(firstTry) }) })
+	select {
+	case <-firstTry:
+	case <-time.After(15 * time.Second):
+	case <-ctx.Done():
+	}
 
 	cons, err := consumer.New(consumer.Config{
 		Conn:       conn,
@@ -218,9 +228,13 @@ func migrateWhenReachable(ctx context.Context, st *store.Store, log *slog.Logger
 // RabbitMQ is unreachable. A refusal (for example a queue that exists with
 // other arguments) is logged with its explanation and retried slowly, so an
 // operator's fix takes effect without a restart and dlq never crash-loops.
-func declareTopology(ctx context.Context, conn *broker.Conn, t broker.Topology, sources bool, log *slog.Logger) {
+func declareTopology(ctx context.Context, conn *broker.Conn, t broker.Topology, sources bool, log *slog.Logger, tried func()) {
 	backoff := time.Second
-	for ctx.Err() == nil {
+	defer tried()
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt == 1 {
+			tried()
+		}
 		err := broker.DeclareOwn(ctx, conn, t)
 		if err == nil && sources && len(t.Sources) > 0 {
 			err = broker.DeclareSources(ctx, conn, t, log)
