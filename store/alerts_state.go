@@ -1,0 +1,52 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AlertStateRecord is the alert state machine's saved state.
+type AlertStateRecord struct {
+	// State is the JSON document the alerts package produced; nil when no
+	// evaluation has saved one yet.
+	State     []byte
+	Holder    string
+	Token     int64
+	UpdatedAt time.Time
+}
+
+// LoadAlertState returns the last saved alert state (State nil if none).
+func (s *Store) LoadAlertState(ctx context.Context) (AlertStateRecord, error) {
+	var r AlertStateRecord
+	err := s.pool.QueryRow(ctx, `SELECT state, holder, token, updated_at FROM alert_state`).
+		Scan(&r.State, &r.Holder, &r.Token, &r.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return AlertStateRecord{}, nil
+	}
+	if err != nil {
+		return AlertStateRecord{}, fmt.Errorf("store: load alert state: %w", err)
+	}
+	return r, nil
+}
+
+// SaveAlertState replaces the saved alert state under l. It fails with
+// ErrLeaseLost when l is no longer the alerts job's current lease, so an
+// instance that lost the job cannot overwrite its successor's state (and,
+// because the caller notifies only after saving, cannot notify either).
+func (s *Store) SaveAlertState(ctx context.Context, l Lease, state []byte) error {
+	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+INSERT INTO alert_state (id, state, holder, token, updated_at) VALUES (true, $1, $2, $3, now())
+ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, holder = EXCLUDED.holder,
+    token = EXCLUDED.token, updated_at = EXCLUDED.updated_at`, state, l.Holder, l.Token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: save alert state: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrLeaseLost means a cron job's lease is no longer held with the token
+// the caller has: another instance took the job (or it expired and was taken
+// again). The write was not made.
+var ErrLeaseLost = errors.New("job lease lost")
+
+// Job run outcomes, as stored in job_runs.outcome.
+const (
+	JobRunning       = "running"
+	JobSuccess       = "success"
+	JobFailure       = "failure"
+	JobLeaseLost     = "lease_lost"
+	jobErrorMaxBytes = 2000
+)
+
+// Lease is one holding of a cron job's lease. Every write a job makes passes
+// it, and is refused with ErrLeaseLost once the token is no longer current.
+type Lease struct {
+	Job    string
+	Holder string
+	Token  int64
+}
+
+// JobRunStart is a claimed tick: the run's row and the lease it runs under.
+type JobRunStart struct {
+	RunID int64
+	Lease Lease
+}
+
+// leaseAcquireLockTimeout bounds the wait for the lease row. The row is
+// locked only briefly by a renewal, or for one batch by the holder's fenced
+// transaction; an instance that cannot get it at once is not the holder.
+const leaseAcquireLockTimeout = "250ms"
+
+// fenceIdleTimeout ends the session of a fenced transaction whose client
+// stopped talking (a paused or partitioned process). Such a transaction
+// holds the lease row FOR SHARE, which would otherwise keep every other
+// instance from taking the job for as long as the pause lasts.
+const fenceIdleTimeout = 5 * time.Second
+
+// BeginJobRun takes job's lease for holder and claims tick, in one
+// transaction. The lease is taken when it is free, expired, or already
+// holder's; its token grows by one whenever it changes hands or is taken
+// again after expiring, and stays the same when holder renews in time. ok is
+// false, with no error, when another instance holds the lease or has already
+// run this tick: that is the normal outcome on every instance but one.
+func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return JobRunStart{}, false, fmt.Errorf("store: begin run of job %s: %w", job, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, leaseAcquireLockTimeout); err != nil {
+		return JobRunStart{}, false, fmt.Errorf("store: begin run of job %s: %w", job, err)
+	}
+	var token int64
+	err = tx.QueryRow(ctx, `
+INSERT INTO job_leases AS l (job, holder, token, acquired_at, expires_at)
+VALUES ($1, $2, 1, now(), now() + $3 * interval '1 millisecond')
+ON CONFLICT (job) DO UPDATE SET
+    token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+    holder = EXCLUDED.holder,
+    expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
+RETURNING token`, job, holder, ttl.Milliseconds()).Scan(&token)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return JobRunStart{}, false, nil // held by another instance
+	case isLockTimeout(err):
+		return JobRunStart{}, false, nil // being changed by another instance right now
+	case err != nil:
+		return JobRunStart{}, false, fmt.Errorf("store: take lease of job %s for %s: %w", job, holder, err)
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `
+INSERT INTO job_runs (job, tick, instance, token) VALUES ($1, $2, $3, $4)
+ON CONFLICT (job, tick) DO NOTHING
+RETURNING id`, job, tick, holder, token).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return JobRunStart{}, false, nil // this tick already ran elsewhere
+	}
+	if err != nil {
+		return JobRunStart{}, false, fmt.Errorf("store: claim tick %s of job %s: %w", tick.Format(time.RFC3339Nano), job, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return JobRunStart{}, false, fmt.Errorf("store: commit start of job %s tick %s: %w", job, tick.Format(time.RFC3339Nano), err)
+	}
+	return JobRunStart{RunID: id, Lease: Lease{Job: job, Holder: holder, Token: token}}, true, nil
+}
+
+// RenewLease extends l for another ttl. It returns ErrLeaseLost when the
+// token is no longer current.
+func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE job_leases SET expires_at = now() + $4 * interval '1 millisecond'
+WHERE job = $1 AND holder = $2 AND token = $3`, l.Job, l.Holder, l.Token, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("store: renew lease of job %s (token %d): %w", l.Job, l.Token, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("store: renew lease of job %s (token %d): %w", l.Job, l.Token, ErrLeaseLost)
+	}
+	return nil
+}
+
+// FinishJobRun records how run id ended. It is not fenced: the row belongs
+// to the run, and recording that it lost its lease is the point.
+func (s *Store) FinishJobRun(ctx context.Context, id int64, outcome string, rows int64, runErr error) error {
+	var msg *string
+	if runErr != nil {
+		m := runErr.Error()
+		if len(m) > jobErrorMaxBytes {
+			m = m[:jobErrorMaxBytes] + "…"
+		}
+		msg = nullText(m)
+	}
+	_, err := s.pool.Exec(ctx, `
+UPDATE job_runs SET finished_at = now(), outcome = $2, rows_affected = $3, error = $4 WHERE id = $1`,
+		id, outcome, rows, msg)
+	if err != nil {
+		return fmt.Errorf("store: record end of job run %d (%s): %w", id, outcome, err)
+	}
+	return nil
+}
+
+// JobRun is one recorded run.
+type JobRun struct {
+	ID           int64      `json:"id"`
+	Job          string     `json:"job"`
+	Tick         time.Time  `json:"tick"`
+	Instance     string     `json:"instance"`
+	Token        int64      `json:"token"`
+	StartedAt    time.Time  `json:"started_at"`
+	FinishedAt   *time.Time `json:"finished_at"`
+	Outcome      string     `json:"outcome"`
+	RowsAffected int64      `json:"rows_affected"`
+	Error        string     `json:"error,omitempty"`
+}
+
+// JobRuns returns the most recent runs, newest first: of one job, or of
+// every job when job is "".
+func (s *Store) JobRuns(ctx context.Context, job string, limit int) ([]JobRun, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT id, job, tick, instance, token, started_at, finished_at, outcome, rows_affected, coalesce(error, '')
+FROM job_runs WHERE $1 = '' OR job = $1
+ORDER BY started_at DESC, id DESC LIMIT $2`, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list runs of job %q: %w", job, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobRun, error) {
+		var j JobRun
+		err := r.Scan(&j.ID, &j.Job, &j.Tick, &j.Instance, &j.Token, &j.StartedAt, &j.FinishedAt, &j.Outcome, &j.RowsAffected, &j.Error)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list runs of job %q: %w", job, err)
+	}
+	return out, nil
+}
+
+// JobLease is a lease as stored.
+type JobLease struct {
+	Job        string    `json:"job"`
+	Holder     string    `json:"holder"`
+	Token      int64     `json:"token"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	// Held is expires_at > now() by the database clock.
+	Held bool `json:"held"`
+}
+
+// JobLeases returns every job's lease.
+func (s *Store) JobLeases(ctx context.Context) ([]JobLease, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT job, holder, token, acquired_at, expires_at, expires_at > now() FROM job_leases ORDER BY job`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list job leases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobLease, error) {
+		var l JobLease
+		err := r.Scan(&l.Job, &l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Held)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list job leases: %w", err)
+	}
+	return out, nil
+}
+
+// LastJobSuccesses returns, per job, when its last successful run finished.
+// One index probe per job.
+func (s *Store) LastJobSuccesses(ctx context.Context, jobs []string) (map[string]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT j.job, (SELECT max(r.finished_at) FROM job_runs r WHERE r.job = j.job AND r.outcome = 'success')
+FROM unnest($1::text[]) AS j(job)`, jobs)
+	if err != nil {
+		return nil, fmt.Errorf("store: read last successful job runs: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]time.Time, len(jobs))
+	for rows.Next() {
+		var job string
+		var at *time.Time
+		if err := rows.Scan(&job, &at); err != nil {
+			return nil, fmt.Errorf("store: read last successful job runs: %w", err)
+		}
+		if at != nil {
+			out[job] = *at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: read last successful job runs: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteJobRunsBefore deletes up to limit finished job runs that started
+// before cutoff, under l. The newest run of each job is never deleted, so the
+// last outcome stays visible however old it is.
+func (s *Store) DeleteJobRunsBefore(ctx context.Context, l Lease, cutoff time.Time, limit int) (int64, error) {
+	var n int64
+	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+DELETE FROM job_runs WHERE id IN (
+    SELECT r.id FROM job_runs r
+    WHERE r.started_at < $1 AND r.outcome <> 'running'
+      AND r.tick < (SELECT max(x.tick) FROM job_runs x WHERE x.job = r.job)
+    ORDER BY r.started_at LIMIT $2)`, cutoff, limit)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: delete job runs before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	return n, nil
+}
+
+// fenced runs fn in a transaction that first checks, holding the lease row
+// FOR SHARE until commit, that l is still current. A new holder's
+// acquisition waits for this transaction, so whatever fn writes commits
+// before anyone else can run the job, or not at all. The transaction's
+// session is ended by PostgreSQL if the client goes quiet inside it (a
+// paused process), which releases the lease row.
+func (s *Store) fenced(ctx context.Context, l Lease, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	var ok bool
+	err = tx.QueryRow(ctx, `
+SELECT set_config('idle_in_transaction_session_timeout', $4, true) IS NOT NULL
+FROM job_leases WHERE job = $1 AND holder = $2 AND token = $3
+FOR SHARE`, l.Job, l.Holder, l.Token, strconv.FormatInt(fenceIdleTimeout.Milliseconds(), 10)).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("job %s token %d held by %s: %w", l.Job, l.Token, l.Holder, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("check lease of job %s: %w", l.Job, err)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}

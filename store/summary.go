@@ -1,0 +1,404 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RepeatFailureReplays is the replay_count a pending message must exceed to
+// count as a repeat failure. It is written as a literal in the queries below
+// and in the partial index dead_messages_repeat_failures (migration 00005):
+// the planner uses a partial index only for a predicate it can prove from
+// the query text.
+const RepeatFailureReplays = 2
+
+// StatusCount is the number and total body size of messages.
+type StatusCount struct {
+	Messages int64 `json:"messages"`
+	Bytes    int64 `json:"bytes"`
+}
+
+// QueueStatus is one source queue as the summary sees it.
+type QueueStatus struct {
+	SourceQueue string `json:"source_queue"`
+	// ByStatus has an entry for every status the summary has a row for.
+	ByStatus map[string]StatusCount `json:"by_status"`
+	// Messages and Bytes are the totals over every status.
+	Messages int64 `json:"messages"`
+	Bytes    int64 `json:"bytes"`
+	// OldestPendingAt is the failed_at of the oldest pending message, nil
+	// when none is pending.
+	OldestPendingAt *time.Time `json:"oldest_pending_at"`
+	// UpdatedAt is the last change to any of the queue's summary rows.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// StatusReport is the whole summary at one instant of the database clock.
+type StatusReport struct {
+	At     time.Time     `json:"at"`
+	Queues []QueueStatus `json:"queues"`
+}
+
+// QueueStatus reads the per source queue counts from queue_summary and the
+// oldest pending message of each queue from the partial index on pending
+// rows: one small table read and one index probe per queue, whatever the
+// number of stored messages. scope, when not nil, restricts the report to
+// those source queues.
+func (s *Store) QueueStatus(ctx context.Context, scope []string) (StatusReport, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT now(), s.source_queue, s.status, s.messages, s.bytes, s.updated_at,
+       CASE WHEN s.status = 'pending' AND s.messages > 0 THEN
+           (SELECT min(m.failed_at) FROM dead_messages m
+            WHERE m.source_queue = s.source_queue AND m.status = 'pending')
+       END
+FROM queue_summary s
+WHERE $1::text[] IS NULL OR s.source_queue = ANY($1)
+ORDER BY s.source_queue, s.status`, scope)
+	if err != nil {
+		return StatusReport{}, fmt.Errorf("store: read queue summary: %w", err)
+	}
+	defer rows.Close()
+	var rep StatusReport
+	for rows.Next() {
+		var (
+			at, updated  time.Time
+			queue, state string
+			c            StatusCount
+			oldest       *time.Time
+		)
+		if err := rows.Scan(&at, &queue, &state, &c.Messages, &c.Bytes, &updated, &oldest); err != nil {
+			return StatusReport{}, fmt.Errorf("store: read queue summary: %w", err)
+		}
+		rep.At = at
+		if n := len(rep.Queues); n == 0 || rep.Queues[n-1].SourceQueue != queue {
+			rep.Queues = append(rep.Queues, QueueStatus{SourceQueue: queue, ByStatus: map[string]StatusCount{}})
+		}
+		q := &rep.Queues[len(rep.Queues)-1]
+		q.ByStatus[state] = c
+		q.Messages += c.Messages
+		q.Bytes += c.Bytes
+		if updated.After(q.UpdatedAt) {
+			q.UpdatedAt = updated
+		}
+		if oldest != nil {
+			q.OldestPendingAt = oldest
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return StatusReport{}, fmt.Errorf("store: read queue summary: %w", err)
+	}
+	if rep.At.IsZero() {
+		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&rep.At); err != nil {
+			return StatusReport{}, fmt.Errorf("store: read database clock: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// SummaryTotals returns the number and body bytes of every stored message,
+// from queue_summary.
+func (s *Store) SummaryTotals(ctx context.Context) (StatusCount, error) {
+	var c StatusCount
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(messages), 0)::bigint, coalesce(sum(bytes), 0)::bigint FROM queue_summary`).
+		Scan(&c.Messages, &c.Bytes)
+	if err != nil {
+		return StatusCount{}, fmt.Errorf("store: read summary totals: %w", err)
+	}
+	return c, nil
+}
+
+// QueueAlertNumbers are the numbers alert rules look at for one source queue.
+type QueueAlertNumbers struct {
+	SourceQueue     string
+	Pending         int64
+	OldestPendingAt *time.Time
+	// RepeatFailures counts pending messages with replay_count >
+	// RepeatFailureReplays.
+	RepeatFailures int64
+	// NewLast5m counts pending messages whose failed_at (the time dlq
+	// stored their last death) is within five minutes of At. Messages
+	// already resolved again within those minutes are not counted.
+	NewLast5m int64
+}
+
+// AlertNumbers is what the alert job reads each evaluation.
+type AlertNumbers struct {
+	// At is the database clock, shared by every instance.
+	At time.Time
+	// Queues lists source queues with pending messages.
+	Queues []QueueAlertNumbers
+	// Totals are over every status, for the capacity rule.
+	Totals StatusCount
+}
+
+// AlertNumbers reads the alert rules' inputs: for each source queue with
+// pending messages, three probes of the partial indexes on pending rows. The
+// counts are proportional to the repeat failures and the recent arrivals, not
+// to the table.
+func (s *Store) AlertNumbers(ctx context.Context) (AlertNumbers, error) {
+	var out AlertNumbers
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return out, fmt.Errorf("store: read alert numbers: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	err = tx.QueryRow(ctx, `
+SELECT now(), coalesce(sum(messages), 0)::bigint, coalesce(sum(bytes), 0)::bigint FROM queue_summary`).
+		Scan(&out.At, &out.Totals.Messages, &out.Totals.Bytes)
+	if err != nil {
+		return out, fmt.Errorf("store: read alert numbers: totals: %w", err)
+	}
+	rows, err := tx.Query(ctx, `
+SELECT s.source_queue, s.messages,
+    (SELECT min(m.failed_at) FROM dead_messages m
+     WHERE m.source_queue = s.source_queue AND m.status = 'pending'),
+    (SELECT count(*) FROM dead_messages m
+     WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.replay_count > 2),
+    (SELECT count(*) FROM dead_messages m
+     WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.failed_at > now() - interval '5 minutes')
+FROM queue_summary s
+WHERE s.status = 'pending' AND s.messages > 0
+ORDER BY s.source_queue`)
+	if err != nil {
+		return out, fmt.Errorf("store: read alert numbers: %w", err)
+	}
+	out.Queues, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueAlertNumbers, error) {
+		var q QueueAlertNumbers
+		err := r.Scan(&q.SourceQueue, &q.Pending, &q.OldestPendingAt, &q.RepeatFailures, &q.NewLast5m)
+		return q, err
+	})
+	if err != nil {
+		return out, fmt.Errorf("store: read alert numbers: %w", err)
+	}
+	return out, nil
+}
+
+// SourceQueues lists every source queue that has stored messages or a
+// summary row. The stored ones are found with a loose index scan (one
+// index probe per distinct queue), not by reading the table.
+func (s *Store) SourceQueues(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+WITH RECURSIVE q(name) AS (
+    (SELECT source_queue FROM dead_messages ORDER BY source_queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.source_queue FROM dead_messages m
+            WHERE m.source_queue > q.name ORDER BY m.source_queue LIMIT 1)
+    FROM q WHERE q.name IS NOT NULL
+)
+SELECT name FROM q WHERE name IS NOT NULL
+UNION
+SELECT source_queue FROM queue_summary
+ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list source queues: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: list source queues: %w", err)
+	}
+	return out, nil
+}
+
+// SummaryRepair is what reconciling one source queue found.
+type SummaryRepair struct {
+	SourceQueue string
+	// Entries is the number of (queue, status) summary entries that were
+	// wrong and were corrected.
+	Entries int
+	// Messages is the sum of the absolute message-count corrections.
+	Messages int64
+	// Deltas holds each correction (true minus summary), by status.
+	Deltas map[string]StatusCount
+	// Scanned is the number of dead_messages rows counted.
+	Scanned int64
+}
+
+// ReconcileQueue recounts one source queue and repairs its summary rows.
+//
+// The count runs in one REPEATABLE READ snapshot that also reads the
+// queue's summary rows. Every writer changes a message and the summary in
+// one transaction, so within a snapshot the two agree unless something
+// drifted; the difference is the drift. It is then applied as an increment,
+// under the lease, in its own short transaction: increments commute with
+// whatever writers committed since the snapshot, so nothing is locked while
+// counting and nothing committed meanwhile is overwritten. The count walks
+// each status in id order, chunk rows per statement, so no statement is
+// long, only the snapshot.
+func (s *Store) ReconcileQueue(ctx context.Context, l Lease, queue string, chunk int) (SummaryRepair, error) {
+	rep := SummaryRepair{SourceQueue: queue}
+	truth, summary, scanned, err := s.countQueue(ctx, queue, chunk)
+	if err != nil {
+		return rep, fmt.Errorf("store: reconcile summary of source queue %q: %w", queue, err)
+	}
+	rep.Scanned = scanned
+	deltas := make(map[summaryKey]summaryDelta)
+	for st := range statusUnion(truth, summary) {
+		t, sm := truth[st], summary[st]
+		if t == sm {
+			continue
+		}
+		d := summaryDelta{messages: t.Messages - sm.Messages, bytes: t.Bytes - sm.Bytes}
+		deltas[summaryKey{queue, st}] = d
+		if rep.Deltas == nil {
+			rep.Deltas = map[string]StatusCount{}
+		}
+		rep.Deltas[st] = StatusCount{Messages: d.messages, Bytes: d.bytes}
+		rep.Entries++
+		rep.Messages += max(d.messages, -d.messages)
+	}
+	if rep.Entries == 0 {
+		return rep, nil
+	}
+	err = s.fenced(ctx, l, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		queueSummaryDeltas(&b, deltas)
+		b.Queue(`UPDATE summary_state SET repairs = repairs + $1`, rep.Entries)
+		return tx.SendBatch(ctx, &b).Close()
+	})
+	if err != nil {
+		return rep, fmt.Errorf("store: repair summary of source queue %q: %w", queue, err)
+	}
+	return rep, nil
+}
+
+func statusUnion(a, b map[string]StatusCount) map[string]bool {
+	out := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// countQueue returns, from one snapshot, the true counts of queue by status
+// and its summary rows.
+func (s *Store) countQueue(ctx context.Context, queue string, chunk int) (truth, summary map[string]StatusCount, scanned int64, err error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	summary = map[string]StatusCount{}
+	rows, err := tx.Query(ctx, `SELECT status, messages, bytes FROM queue_summary WHERE source_queue = $1`, queue)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for rows.Next() {
+		var st string
+		var c StatusCount
+		if err := rows.Scan(&st, &c.Messages, &c.Bytes); err != nil {
+			rows.Close()
+			return nil, nil, 0, err
+		}
+		if c != (StatusCount{}) {
+			summary[st] = c
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, 0, err
+	}
+	truth = map[string]StatusCount{}
+	for _, st := range Statuses {
+		var total StatusCount
+		after := int64(0)
+		for {
+			var n, bytes, last int64
+			err := tx.QueryRow(ctx, `
+SELECT count(*), coalesce(sum(body_size), 0)::bigint, coalesce(max(id), 0)
+FROM (SELECT id, body_size FROM dead_messages
+      WHERE source_queue = $1 AND status = $2 AND id > $3
+      ORDER BY id LIMIT $4) c`, queue, st, after, chunk).Scan(&n, &bytes, &last)
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("count %s messages after id %d: %w", st, after, err)
+			}
+			total.Messages += n
+			total.Bytes += bytes
+			scanned += n
+			if n < int64(chunk) {
+				break
+			}
+			after = last
+		}
+		if total != (StatusCount{}) {
+			truth[st] = total
+		}
+	}
+	return truth, summary, scanned, nil
+}
+
+// SummaryState is the progress of the summary reconciliation.
+type SummaryState struct {
+	BootstrappedAt *time.Time `json:"bootstrapped_at"`
+	PassStartedAt  *time.Time `json:"pass_started_at"`
+	PassCursor     *string    `json:"pass_cursor"`
+	LastPassAt     *time.Time `json:"last_pass_at"`
+	Repairs        int64      `json:"repairs"`
+	// Now is the database clock when the state was read.
+	Now time.Time `json:"-"`
+}
+
+// ReadSummaryState returns the reconciliation's progress.
+func (s *Store) ReadSummaryState(ctx context.Context) (SummaryState, error) {
+	var st SummaryState
+	err := s.pool.QueryRow(ctx, `
+SELECT bootstrapped_at, pass_started_at, pass_cursor, last_pass_at, repairs, now() FROM summary_state`).
+		Scan(&st.BootstrappedAt, &st.PassStartedAt, &st.PassCursor, &st.LastPassAt, &st.Repairs, &st.Now)
+	if err != nil {
+		return st, fmt.Errorf("store: read summary state: %w", err)
+	}
+	return st, nil
+}
+
+// SaveSummaryPass records the reconciliation's progress under l: the pass
+// started at passStarted has done every queue up to cursor; done means the
+// pass is complete (it then counts as the bootstrap if none happened yet).
+// A nil passStarted clears the pass.
+func (s *Store) SaveSummaryPass(ctx context.Context, l Lease, passStarted *time.Time, cursor *string, done bool) error {
+	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+UPDATE summary_state SET
+    pass_started_at = CASE WHEN $3 THEN NULL ELSE $1 END,
+    pass_cursor     = CASE WHEN $3 THEN NULL ELSE $2 END,
+    last_pass_at    = CASE WHEN $3 THEN now() ELSE last_pass_at END,
+    bootstrapped_at = CASE WHEN $3 THEN coalesce(bootstrapped_at, now()) ELSE bootstrapped_at END`,
+			passStarted, cursor, done)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: save summary reconciliation progress: %w", err)
+	}
+	return nil
+}
+
+// ResetSummaryBootstrap marks the summary as not bootstrapped, so the next
+// summary job run starts a full pass at once. Used when queue_summary is
+// found empty while messages are stored (someone emptied it by hand).
+func (s *Store) ResetSummaryBootstrap(ctx context.Context, l Lease) error {
+	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE summary_state SET bootstrapped_at = NULL, pass_started_at = NULL, pass_cursor = NULL`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: reset summary bootstrap: %w", err)
+	}
+	return nil
+}
+
+// SummaryLooksEmpty reports whether queue_summary holds no counts while
+// dead_messages has at least one row: the sign of a summary that was never
+// built or was emptied. Both checks are single-row probes.
+func (s *Store) SummaryLooksEmpty(ctx context.Context) (bool, error) {
+	var empty bool
+	err := s.pool.QueryRow(ctx, `
+SELECT NOT EXISTS (SELECT 1 FROM queue_summary WHERE messages <> 0)
+   AND EXISTS (SELECT 1 FROM dead_messages)`).Scan(&empty)
+	if err != nil {
+		return false, fmt.Errorf("store: check summary: %w", err)
+	}
+	return empty, nil
+}
