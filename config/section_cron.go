@@ -1,12 +1,131 @@
 package config
 
-// Cron configures the cron feature. Its fields are added with the feature.
-type Cron struct{}
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
-func defaultCron() Cron { return Cron{} }
+	"github.com/robfig/cron/v3"
+)
+
+// Cron configures the cron jobs: when each runs, and whether this instance
+// runs any. Every instance may run every job; a lease in PostgreSQL makes
+// each tick run on exactly one of them.
+//
+//	cron:
+//	  summary: "@every 1m"        # cron expression (UTC), @hourly..., @every <duration>, or off
+//	  cleanup: "@every 10m"
+//	  capacity: "@every 1m"
+//	  alerts: "@every 1m"
+//	  reconcile_interval: 1h      # between full summary reconciliation passes
+//	  lease_ttl: 0s               # 0: the job's interval, at most 30s
+//	  disabled: false             # true: this instance runs no job
+type Cron struct {
+	// Summary, Cleanup, Capacity and Alerts are the jobs' schedules. Env
+	// DLQ_CRON_SUMMARY, DLQ_CRON_CLEANUP, DLQ_CRON_CAPACITY, DLQ_CRON_ALERTS.
+	Summary  string `yaml:"summary"`
+	Cleanup  string `yaml:"cleanup"`
+	Capacity string `yaml:"capacity"`
+	Alerts   string `yaml:"alerts"`
+	// ReconcileInterval is the time between full summary reconciliation
+	// passes. Env DLQ_CRON_RECONCILE_INTERVAL.
+	ReconcileInterval Duration `yaml:"reconcile_interval"`
+	// LeaseTTL is how long a job's lease outlives its holder's last
+	// renewal; 0 means the job's interval, at most 30s. Env DLQ_CRON_LEASE_TTL.
+	LeaseTTL Duration `yaml:"lease_ttl"`
+	// Instance names this process in leases and job runs. Optional, default
+	// host-pid-random. Env DLQ_INSTANCE.
+	Instance string `yaml:"instance"`
+	// Disabled makes this instance run no job. Env DLQ_CRON_DISABLED.
+	Disabled bool `yaml:"disabled"`
+}
+
+// Cron defaults.
+const (
+	CronSummaryDefault   = "@every 1m"
+	CronCleanupDefault   = "@every 10m"
+	CronCapacityDefault  = "@every 1m"
+	CronAlertsDefault    = "@every 1m"
+	CronReconcileDefault = time.Hour
+	// CronOff disables a job.
+	CronOff = "off"
+)
+
+func defaultCron() Cron {
+	return Cron{
+		Summary:           CronSummaryDefault,
+		Cleanup:           CronCleanupDefault,
+		Capacity:          CronCapacityDefault,
+		Alerts:            CronAlertsDefault,
+		ReconcileInterval: Duration(CronReconcileDefault),
+	}
+}
 
 // cronEnvVars lists the environment variables of the cron section.
-func cronEnvVars() []envVar { return nil }
+func cronEnvVars() []envVar {
+	return []envVar{
+		{"DLQ_CRON_SUMMARY", strVar(func(c *Config) *string { return &c.Cron.Summary })},
+		{"DLQ_CRON_CLEANUP", strVar(func(c *Config) *string { return &c.Cron.Cleanup })},
+		{"DLQ_CRON_CAPACITY", strVar(func(c *Config) *string { return &c.Cron.Capacity })},
+		{"DLQ_CRON_ALERTS", strVar(func(c *Config) *string { return &c.Cron.Alerts })},
+		{"DLQ_CRON_RECONCILE_INTERVAL", durVar("DLQ_CRON_RECONCILE_INTERVAL", func(c *Config) *Duration { return &c.Cron.ReconcileInterval })},
+		{"DLQ_CRON_LEASE_TTL", durVar("DLQ_CRON_LEASE_TTL", func(c *Config) *Duration { return &c.Cron.LeaseTTL })},
+		{"DLQ_INSTANCE", strVar(func(c *Config) *string { return &c.Cron.Instance })},
+		{"DLQ_CRON_DISABLED", cronBoolVar("DLQ_CRON_DISABLED", func(c *Config) *bool { return &c.Cron.Disabled })},
+	}
+}
+
+func cronBoolVar(name string, dst func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("config: %s=%q is not a boolean (true or false)", name, v)
+		}
+		*dst(c) = b
+		return nil
+	}
+}
 
 // validateCron checks the cron section.
-func (c *Config) validateCron() []error { return nil }
+func (c *Config) validateCron() []error {
+	var errs []error
+	for _, s := range []struct{ key, env, spec string }{
+		{"cron.summary", "DLQ_CRON_SUMMARY", c.Cron.Summary},
+		{"cron.cleanup", "DLQ_CRON_CLEANUP", c.Cron.Cleanup},
+		{"cron.capacity", "DLQ_CRON_CAPACITY", c.Cron.Capacity},
+		{"cron.alerts", "DLQ_CRON_ALERTS", c.Cron.Alerts},
+	} {
+		if err := checkSchedule(s.spec); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s / %s %q: %w", s.key, s.env, s.spec, err))
+		}
+	}
+	if c.Cron.ReconcileInterval <= 0 {
+		errs = append(errs, fmt.Errorf("config: cron.reconcile_interval / DLQ_CRON_RECONCILE_INTERVAL %s must be > 0", c.Cron.ReconcileInterval.D()))
+	}
+	if c.Cron.LeaseTTL < 0 {
+		errs = append(errs, fmt.Errorf("config: cron.lease_ttl / DLQ_CRON_LEASE_TTL %s must be >= 0 (0: the job's interval, at most 30s)", c.Cron.LeaseTTL.D()))
+	}
+	return errs
+}
+
+// checkSchedule accepts what the cleanup package's ParseSchedule accepts:
+// "off", "@every <duration>" (at least 10ms), or a standard cron expression
+// or descriptor.
+func checkSchedule(spec string) error {
+	spec = strings.TrimSpace(spec)
+	if spec == CronOff {
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil || d < 10*time.Millisecond {
+			return fmt.Errorf("@every needs a duration of at least 10ms, e.g. @every 5m")
+		}
+		return nil
+	}
+	if _, err := cron.ParseStandard(spec); err != nil {
+		return fmt.Errorf("must be off, @every <duration>, a descriptor such as @hourly, or a cron expression (minute hour day month weekday): %w", err)
+	}
+	return nil
+}
