@@ -52,6 +52,9 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusNotFound, "not_found", trimPrefix(err))
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, r, http.StatusConflict, "conflict", trimPrefix(err))
+	case store.IsDataError(err):
+		// PostgreSQL refused a value (the checks above should catch it first).
+		writeError(w, r, http.StatusBadRequest, "invalid_parameter", "a value was refused by the database: "+trimPrefix(err))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
 		writeError(w, r, 499, "canceled", "request canceled")

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/store"
@@ -28,6 +29,11 @@ func newQuery(r *http.Request, allowed ...string) (query, error) {
 		return query{}, badParam("query", "cannot parse the query string: %v", err)
 	}
 	for k, vals := range v {
+		for _, s := range vals {
+			if err := checkText(k, s); err != nil {
+				return query{}, err
+			}
+		}
 		if !slices.Contains(allowed, k) {
 			return query{}, badParam(k, "unknown parameter (allowed: %s)", strings.Join(allowed, ", "))
 		}
@@ -98,9 +104,23 @@ func (q query) filter() (store.Filter, error) {
 	return f, checkFilter(f)
 }
 
+// checkText refuses what PostgreSQL text cannot hold (NUL, invalid UTF-8):
+// no stored value can contain it, and it must not reach a query.
+func checkText(name, s string) error {
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+		return badParam(name, "must be valid UTF-8 text without NUL")
+	}
+	return nil
+}
+
 // checkFilter validates a filter and turns the error into one naming the
 // parameter.
 func checkFilter(f store.Filter) error {
+	for name, v := range map[string]string{"status": f.Status, "source_queue": f.SourceQueue, "reason": f.Reason, "q": f.Query, "group": f.Group} {
+		if err := checkText(name, v); err != nil {
+			return err
+		}
+	}
 	if err := f.Validate(); err != nil {
 		return err
 	}
