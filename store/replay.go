@@ -1,0 +1,429 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Replay task statuses.
+const (
+	TaskScheduled    = "scheduled"     // waiting for its start time or a runner
+	TaskRunning      = "running"       // being published
+	TaskCanaryWait   = "canary_wait"   // canary published, waiting to see if any died again
+	TaskCompleted    = "completed"     // every selected message settled
+	TaskCancelled    = "cancelled"     // stopped by an operator
+	TaskFailed       = "failed"        // stopped by an error it cannot get past
+	TaskCanaryFailed = "canary_failed" // stopped because a canary message died again
+)
+
+// TaskFinished reports whether status is terminal.
+func TaskFinished(status string) bool {
+	switch status {
+	case TaskCompleted, TaskCancelled, TaskFailed, TaskCanaryFailed:
+		return true
+	}
+	return false
+}
+
+// Item outcomes of a replay task: each selected message is settled once.
+const (
+	OutcomePublished = "published" // the broker confirmed it (routed)
+	OutcomeFailed    = "failed"    // not delivered: nack, unroutable, missing exchange, error
+	OutcomeUnknown   = "unknown"   // may or may not have been delivered (lost confirm, dead holder)
+	OutcomeSkipped   = "skipped"   // not attempted: loop guard, not pending, deleted
+	// OutcomeReleased hands a claimed, never published message back
+	// unsettled (shutdown, cancel, lease doubt): it is not an item outcome.
+	OutcomeReleased = "released"
+)
+
+// ErrEmptySelection means a replay selection matched no message.
+var ErrEmptySelection = fmt.Errorf("%w: no message matches the selection", ErrNotFound)
+
+// ErrSelectionTooLarge means a replay selection matched more messages than
+// one task may hold.
+var ErrSelectionTooLarge = errors.New("selection too large")
+
+// ReplayTask is a replay task as stored.
+type ReplayTask struct {
+	ID                int64
+	Status            string
+	Request           json.RawMessage
+	Scope             []string
+	TargetExchange    *string
+	TargetRoutingKey  *string
+	RatePerSecond     float64
+	Force             bool
+	CanaryCount       int
+	CanaryWaitSeconds int
+	CanaryStartedAt   *time.Time
+	CanaryUntil       *time.Time
+	CanaryIDs         []int64
+	CanaryPassed      bool
+	Requested         int64
+	Claimed           int64
+	Published         int64
+	Failed            int64
+	Skipped           int64
+	Unknown           int64
+	Error             string
+	CreatedBy         string
+	CreatedRole       string
+	CreatedVia        string
+	RequestID         string
+	CreatedAt         time.Time
+	StartAt           time.Time
+	StartedAt         *time.Time
+	FinishedAt        *time.Time
+	UpdatedAt         time.Time
+	RunnerOwner       string
+	RunnerExpiresAt   *time.Time
+}
+
+// Remaining is how many selected messages are not settled yet.
+func (t ReplayTask) Remaining() int64 {
+	return max(t.Requested-t.Published-t.Failed-t.Skipped-t.Unknown, 0)
+}
+
+const replayTaskColumns = `id, status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
+    canary_count, canary_wait_seconds, canary_started_at, canary_until, canary_ids, canary_passed,
+    requested, claimed, published, failed, skipped, unknown, coalesce(error, ''),
+    created_by, created_role, created_via, request_id, created_at, start_at, started_at, finished_at, updated_at,
+    coalesce(runner_owner, ''), runner_expires_at`
+
+func scanReplayTask(row pgx.Row) (ReplayTask, error) {
+	var t ReplayTask
+	err := row.Scan(&t.ID, &t.Status, &t.Request, &t.Scope, &t.TargetExchange, &t.TargetRoutingKey,
+		&t.RatePerSecond, &t.Force, &t.CanaryCount, &t.CanaryWaitSeconds, &t.CanaryStartedAt, &t.CanaryUntil,
+		&t.CanaryIDs, &t.CanaryPassed, &t.Requested, &t.Claimed, &t.Published, &t.Failed, &t.Skipped, &t.Unknown,
+		&t.Error, &t.CreatedBy, &t.CreatedRole, &t.CreatedVia, &t.RequestID, &t.CreatedAt, &t.StartAt,
+		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt)
+	return t, err
+}
+
+// NewReplayTask is what CreateReplayTask records.
+type NewReplayTask struct {
+	// Selection picks the messages; its Scope must already hold the
+	// caller's queue scope. Required.
+	Selection Filter
+	// Limit caps the selection (lowest ids first). 0 means MaxItems.
+	Limit int64
+	// MaxItems refuses a selection larger than this with
+	// ErrSelectionTooLarge when no Limit is given. Required.
+	MaxItems int64
+	// Request is the accepted request in its public JSON form. Required.
+	Request json.RawMessage
+	// Target overrides each message's own exchange and routing key when
+	// TargetExchange is set ("" is the default exchange).
+	TargetExchange   *string
+	TargetRoutingKey string
+	RatePerSecond    float64
+	StartAt          time.Time
+	Force            bool
+	CanaryCount      int
+	CanaryWait       time.Duration
+	Actor            Actor
+	// AuditSelection is what the audit row says was selected.
+	AuditSelection any
+	// CommandID, when set, names a reserved control command whose answer
+	// Answer builds; it is recorded in the same transaction, so a redelivered
+	// command can never create a second task.
+	CommandID string
+	Answer    func(ReplayTask) (string, error)
+}
+
+// CreateReplayTask records a task and its snapshot (the ids of the
+// selected messages, fixed now) and writes the audit row, in one
+// transaction. It returns ErrEmptySelection when nothing matches and
+// ErrSelectionTooLarge when more than MaxItems match without a Limit.
+func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTask, error) {
+	if n.MaxItems <= 0 || len(n.Request) == 0 {
+		return ReplayTask{}, errors.New("store: create replay task: MaxItems and Request are required")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: begin replay task: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	var scope any
+	if n.Selection.Scope != nil {
+		scope = n.Selection.Scope
+	}
+	startAt := n.StartAt
+	if startAt.IsZero() {
+		startAt = time.Now()
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `
+INSERT INTO replay_tasks (status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
+    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at)
+VALUES ('scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()))
+RETURNING id`,
+		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
+		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
+		cleanText(n.Actor.RequestID), startAt).Scan(&id)
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: insert replay task: %w", err)
+	}
+
+	limit := n.Limit
+	if limit <= 0 {
+		limit = n.MaxItems + 1 // one more to tell "exactly MaxItems" from "too many"
+	}
+	args := sqlArgs{id}
+	cond, err := n.Selection.where(&args)
+	if err != nil {
+		return ReplayTask{}, err
+	}
+	tag, err := tx.Exec(ctx, `
+INSERT INTO replay_task_items (task_id, message_id)
+SELECT $1, m.id FROM dead_messages m WHERE `+cond+`
+ORDER BY m.id LIMIT `+args.add(limit), args...)
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
+	}
+	requested := tag.RowsAffected()
+	switch {
+	case requested == 0:
+		return ReplayTask{}, ErrEmptySelection
+	case n.Limit <= 0 && requested > n.MaxItems:
+		return ReplayTask{}, fmt.Errorf("%w: more than %d messages match; give a limit of at most %d", ErrSelectionTooLarge, n.MaxItems, n.MaxItems)
+	}
+	t, err := scanReplayTask(tx.QueryRow(ctx, `
+UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColumns, id, requested))
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: count replay task %d: %w", id, err)
+	}
+	detail := map[string]any{"task_id": id, "rate_per_second": n.RatePerSecond, "start_at": t.StartAt, "force": n.Force}
+	if n.TargetExchange != nil {
+		detail["target"] = map[string]string{"exchange": *n.TargetExchange, "routing_key": n.TargetRoutingKey}
+	}
+	if n.CanaryCount > 0 {
+		detail["canary"] = map[string]any{"count": n.CanaryCount, "wait_seconds": int(n.CanaryWait / time.Second)}
+	}
+	if err := insertAudit(ctx, tx, n.Actor, "replay", n.AuditSelection, requested, detail); err != nil {
+		return ReplayTask{}, err
+	}
+	if n.CommandID != "" && n.Answer != nil {
+		answer, err := n.Answer(t)
+		if err != nil {
+			return ReplayTask{}, fmt.Errorf("store: answer command %q: %w", n.CommandID, err)
+		}
+		if err := saveAnswer(ctx, tx, n.CommandID, answer); err != nil {
+			return ReplayTask{}, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('dlq_replay', current_schema() || ':start:' || $1::bigint::text)`, id); err != nil {
+		return ReplayTask{}, fmt.Errorf("store: notify replay task %d: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ReplayTask{}, fmt.Errorf("store: commit replay task %d: %w", id, err)
+	}
+	return t, nil
+}
+
+func targetKey(exchange *string, key string) *string {
+	if exchange == nil {
+		return nil
+	}
+	return &key
+}
+
+// ReplayPreview describes what a replay would select, for a dry run.
+type ReplayPreview struct {
+	// Matched is how many messages the selection holds (capped by the limit).
+	Matched int64
+	// Guarded would be skipped by the loop guard; NotPending because their
+	// status is not pending.
+	Guarded, NotPending int64
+	// Sample holds the lowest ids.
+	Sample []int64
+}
+
+// PreviewReplay counts a selection without changing anything. limit caps
+// the count (0: maxItems+1, so "more than maxItems" shows).
+func (s *Store) PreviewReplay(ctx context.Context, f Filter, limit, maxItems int64, maxReplays int, sample int) (ReplayPreview, error) {
+	if limit <= 0 {
+		limit = maxItems + 1
+	}
+	args := sqlArgs{}
+	cond, err := f.where(&args)
+	if err != nil {
+		return ReplayPreview{}, err
+	}
+	maxArg := args.add(maxReplays)
+	limArg := args.add(limit)
+	var p ReplayPreview
+	err = s.pool.QueryRow(ctx, `
+SELECT count(*),
+       count(*) FILTER (WHERE s.status = 'pending' AND s.replay_count >= `+maxArg+`),
+       count(*) FILTER (WHERE s.status <> 'pending')
+FROM (SELECT m.id, m.status, m.replay_count FROM dead_messages m WHERE `+cond+` ORDER BY m.id LIMIT `+limArg+`) s`,
+		args...).Scan(&p.Matched, &p.Guarded, &p.NotPending)
+	if err != nil {
+		return ReplayPreview{}, fmt.Errorf("store: preview replay: %w", err)
+	}
+	args = args[:len(args)-2]
+	rows, err := s.pool.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+cond+` ORDER BY m.id LIMIT `+args.add(sample), args...)
+	if err != nil {
+		return ReplayPreview{}, fmt.Errorf("store: preview replay sample: %w", err)
+	}
+	p.Sample, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return ReplayPreview{}, fmt.Errorf("store: preview replay sample: %w", err)
+	}
+	return p, nil
+}
+
+// GetReplayTask returns one task, ErrNotFound when there is none.
+func (s *Store) GetReplayTask(ctx context.Context, id int64) (ReplayTask, error) {
+	t, err := scanReplayTask(s.pool.QueryRow(ctx, `SELECT `+replayTaskColumns+` FROM replay_tasks WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ReplayTask{}, fmt.Errorf("replay task %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: get replay task %d: %w", id, err)
+	}
+	return t, nil
+}
+
+// ListReplayTasks returns recent tasks, newest first. scope, when not nil,
+// keeps the tasks whose own scope lies within it (tasks of unscoped callers
+// are then hidden).
+func (s *Store) ListReplayTasks(ctx context.Context, limit int, scope []string) ([]ReplayTask, error) {
+	var scopeArg any
+	if scope != nil {
+		scopeArg = scope
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT `+replayTaskColumns+` FROM replay_tasks
+WHERE $2::text[] IS NULL OR (scope IS NOT NULL AND scope <@ $2::text[])
+ORDER BY id DESC LIMIT $1`, limit, scopeArg)
+	if err != nil {
+		return nil, fmt.Errorf("store: list replay tasks: %w", err)
+	}
+	defer rows.Close()
+	var out []ReplayTask
+	for rows.Next() {
+		t, err := scanReplayTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list replay tasks: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list replay tasks: %w", err)
+	}
+	return out, nil
+}
+
+// CancelReplayTask stops a task: its status becomes cancelled at once and
+// its runner, wherever it runs, is told through a notification and stops
+// before its next publish. allow, when set, is asked under the row lock
+// whether the caller may cancel this task. Cancelling a cancelled task
+// returns it unchanged; cancelling another finished task is ErrConflict.
+func (s *Store) CancelReplayTask(ctx context.Context, id int64, actor Actor, allow func(ReplayTask) error) (ReplayTask, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: begin cancel of replay task %d: %w", id, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	t, err := scanReplayTask(tx.QueryRow(ctx, `SELECT `+replayTaskColumns+` FROM replay_tasks WHERE id = $1 FOR UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ReplayTask{}, fmt.Errorf("replay task %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: lock replay task %d: %w", id, err)
+	}
+	if allow != nil {
+		if err := allow(t); err != nil {
+			return ReplayTask{}, err
+		}
+	}
+	switch {
+	case t.Status == TaskCancelled:
+		return t, nil
+	case TaskFinished(t.Status):
+		return t, fmt.Errorf("%w: replay task %d already finished (%s)", ErrConflict, id, t.Status)
+	}
+	t, err = scanReplayTask(tx.QueryRow(ctx, `
+UPDATE replay_tasks SET status = 'cancelled', finished_at = now(), updated_at = now(),
+    error = 'cancelled by ' || $2
+WHERE id = $1 RETURNING `+replayTaskColumns, id, cleanText(actor.Name)))
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: cancel replay task %d: %w", id, err)
+	}
+	if err := insertAudit(ctx, tx, actor, "replay_cancel", map[string]int64{"task_id": id}, t.Remaining(),
+		map[string]any{"task_id": id, "published": t.Published, "remaining": t.Remaining()}); err != nil {
+		return ReplayTask{}, err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('dlq_replay', current_schema() || ':cancel:' || $1::bigint::text)`, id); err != nil {
+		return ReplayTask{}, fmt.Errorf("store: notify cancel of replay task %d: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ReplayTask{}, fmt.Errorf("store: commit cancel of replay task %d: %w", id, err)
+	}
+	return t, nil
+}
+
+// ReplayEvent is a notification about a replay task, from any instance.
+type ReplayEvent struct {
+	// Kind is "start" or "cancel".
+	Kind   string
+	TaskID int64
+}
+
+// ListenReplayEvents holds one connection and calls fn for every task
+// started or cancelled, by any instance sharing this database schema,
+// until ctx ends or the connection fails (the caller listens again).
+// Notifications carry the schema name, so instances in other schemas of
+// the same database (tests, tenants) do not hear each other.
+func (s *Store) ListenReplayEvents(ctx context.Context, ready func(), fn func(ReplayEvent)) error {
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("store: acquire connection to listen for replay events: %w", err)
+	}
+	// A connection that was LISTENing must not go back to the pool: take it
+	// out and close it when done.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a connection we drop
+	var schema string
+	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return fmt.Errorf("store: listen for replay events: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `LISTEN dlq_replay`); err != nil {
+		return fmt.Errorf("store: listen for replay events: %w", err)
+	}
+	if ready != nil {
+		ready()
+	}
+	prefix := schema + ":"
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("store: wait for replay events: %w", err)
+		}
+		rest, ok := strings.CutPrefix(n.Payload, prefix)
+		if !ok {
+			continue
+		}
+		kind, idText, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		var id int64
+		if _, err := fmt.Sscan(idText, &id); err != nil {
+			continue
+		}
+		fn(ReplayEvent{Kind: kind, TaskID: id})
+	}
+}

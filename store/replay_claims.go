@@ -1,0 +1,606 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Replay claims. A runner holds a task with a lease (replay_tasks.
+// runner_owner); it claims the task's messages in batches, each batch under
+// its own token (dead_messages.claim_owner) and lease. Every write that ends
+// a claim names the token and requires status 'replaying', so a holder whose
+// lease ran out and whose rows were taken back cannot touch them any more
+// (fencing), and a message that died again and came back to its row before
+// it was marked (the row is pending again) is left as the consumer wrote it.
+//
+// Lock order, the same in every transaction here: dead_messages rows (in id
+// order), replay_task_items, replay_tasks, then the counters of
+// applyStatusDeltas.
+
+// ErrReplayLeaseLost means the caller no longer holds the task it names.
+var ErrReplayLeaseLost = errors.New("replay task lease lost")
+
+// AcquireReplayTask gives owner one task that is due and that no live
+// runner holds, for lease; ok is false when there is none. SKIP LOCKED
+// lets instances look at the same time without waiting for each other.
+func (s *Store) AcquireReplayTask(ctx context.Context, owner string, lease time.Duration, exclude []int64) (ReplayTask, bool, error) {
+	t, err := scanReplayTask(s.pool.QueryRow(ctx, `
+UPDATE replay_tasks SET runner_owner = $1, runner_expires_at = now() + $2 * interval '1 millisecond',
+    status = CASE WHEN status = 'scheduled' THEN 'running' ELSE status END,
+    started_at = coalesce(started_at, now()), updated_at = now()
+WHERE id = (
+    SELECT id FROM replay_tasks
+    WHERE status IN ('scheduled', 'running', 'canary_wait') AND start_at <= now()
+      AND (runner_expires_at IS NULL OR runner_expires_at < now())
+      AND NOT (id = ANY($3::bigint[]))
+    ORDER BY start_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING `+replayTaskColumns, owner, lease.Milliseconds(), nonNilIDs(exclude)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ReplayTask{}, false, nil
+	}
+	if err != nil {
+		return ReplayTask{}, false, fmt.Errorf("store: acquire replay task: %w", err)
+	}
+	return t, true, nil
+}
+
+// NextReplayTaskStart returns when the earliest scheduled task becomes due
+// (zero when none is waiting), so an idle runner sleeps exactly that long.
+func (s *Store) NextReplayTaskStart(ctx context.Context) (time.Time, error) {
+	var at *time.Time
+	err := s.pool.QueryRow(ctx, `
+SELECT min(start_at) FROM replay_tasks WHERE status IN ('scheduled', 'running', 'canary_wait')`).Scan(&at)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("store: next replay task start: %w", err)
+	}
+	if at == nil {
+		return time.Time{}, nil
+	}
+	return *at, nil
+}
+
+// RenewReplayLease extends owner's lease on the task and on the message
+// claims named by tokens. It returns the task's status (an operator may
+// have cancelled it), or ErrReplayLeaseLost when owner no longer holds it. The
+// two updates are separate statements: neither waits for the other's
+// locks, so a renewal can never deadlock with a settlement.
+func (s *Store) RenewReplayLease(ctx context.Context, taskID int64, owner string, tokens []string, lease time.Duration) (string, error) {
+	if len(tokens) > 0 {
+		if _, err := s.pool.Exec(ctx, `
+UPDATE dead_messages SET claim_expires_at = now() + $2 * interval '1 millisecond'
+WHERE status = 'replaying' AND claim_owner = ANY($1)`, tokens, lease.Milliseconds()); err != nil {
+			return "", fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+		}
+	}
+	var status string
+	err := s.pool.QueryRow(ctx, `
+UPDATE replay_tasks SET runner_expires_at = now() + $3 * interval '1 millisecond'
+WHERE id = $1 AND runner_owner = $2
+RETURNING status`, taskID, owner, lease.Milliseconds()).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("replay task %d: %w", taskID, ErrReplayLeaseLost)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: renew lease of replay task %d: %w", taskID, err)
+	}
+	return status, nil
+}
+
+// ReleaseReplayTask gives a task back without changing its status, so
+// another runner (another instance, or this one after a restart) resumes
+// it at once instead of waiting for the lease to run out.
+func (s *Store) ReleaseReplayTask(ctx context.Context, taskID int64, owner string) error {
+	_, err := s.pool.Exec(ctx, `
+UPDATE replay_tasks SET runner_owner = NULL, runner_expires_at = NULL, updated_at = now()
+WHERE id = $1 AND runner_owner = $2`, taskID, owner)
+	if err != nil {
+		return fmt.Errorf("store: release replay task %d: %w", taskID, err)
+	}
+	return nil
+}
+
+// ReplayTaskUpdate changes a task's status or canary state. Only the
+// non-zero fields are written.
+type ReplayTaskUpdate struct {
+	Status string
+	// Error is recorded with the status (cleared when empty and Status set).
+	Error string
+	// Finish sets finished_at and releases the runner.
+	Finish bool
+	// StartCanary records now as the canary's start.
+	StartCanary bool
+	// CanaryWait sets canary_until to now + CanaryWait (status canary_wait).
+	CanaryWait time.Duration
+	// CanaryPassed records that the canary found no message dead again.
+	CanaryPassed bool
+}
+
+// UpdateReplayTask applies u to the task if owner holds it and its status
+// is one of from. It returns the task as updated, or ErrReplayLeaseLost.
+func (s *Store) UpdateReplayTask(ctx context.Context, taskID int64, owner string, from []string, u ReplayTaskUpdate) (ReplayTask, error) {
+	var status, errText any
+	if u.Status != "" {
+		status, errText = u.Status, nullText(u.Error)
+	}
+	var canaryUntil any
+	if u.CanaryWait > 0 {
+		canaryUntil = u.CanaryWait.Milliseconds()
+	}
+	t, err := scanReplayTask(s.pool.QueryRow(ctx, `
+UPDATE replay_tasks SET
+    status = coalesce($4, status),
+    error = CASE WHEN $4::text IS NULL THEN error ELSE $5 END,
+    finished_at = CASE WHEN $6 THEN now() ELSE finished_at END,
+    runner_owner = CASE WHEN $6 THEN NULL ELSE runner_owner END,
+    runner_expires_at = CASE WHEN $6 THEN NULL ELSE runner_expires_at END,
+    canary_started_at = CASE WHEN $7 THEN now() ELSE canary_started_at END,
+    canary_until = CASE WHEN $8::bigint IS NULL THEN canary_until ELSE now() + $8 * interval '1 millisecond' END,
+    canary_passed = canary_passed OR $9,
+    updated_at = now()
+WHERE id = $1 AND runner_owner = $2 AND status = ANY($3)
+RETURNING `+replayTaskColumns, taskID, owner, from, status, errText, u.Finish, u.StartCanary, canaryUntil, u.CanaryPassed))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ReplayTask{}, fmt.Errorf("replay task %d (status not in %v): %w", taskID, from, ErrReplayLeaseLost)
+	}
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: update replay task %d: %w", taskID, err)
+	}
+	return t, nil
+}
+
+// ReplayClaim asks for the next messages of a task.
+type ReplayClaim struct {
+	TaskID int64
+	// Token names this claim; every later write of these rows names it.
+	Token string
+	Lease time.Duration
+	// After is the keyset cursor: only message ids above it are looked at.
+	After int64
+	// Limit bounds how many items one call looks at.
+	Limit int
+	// MaxReplays is the loop guard; Force lifts it.
+	MaxReplays int
+	Force      bool
+}
+
+// ClaimedMessage is a message claimed for replay, with what is needed to
+// publish it.
+type ClaimedMessage struct {
+	ID               int64
+	SourceQueue      string
+	Group            int64
+	SourceExchange   string
+	SourceRoutingKey string
+	Properties       []byte
+	Headers          []byte
+	Body             []byte
+	BodySize         int64
+	// ReplayCount is the count before this replay.
+	ReplayCount int64
+}
+
+// ClaimResult is what one ClaimReplayBatch call did.
+type ClaimResult struct {
+	Messages []ClaimedMessage
+	// Skipped items were settled as skipped (loop guard, status).
+	Skipped int
+	// Deferred items are being replayed under another claim; they stay
+	// unsettled and are looked at again on a later pass.
+	Deferred int
+	// Scanned is how many items were looked at; Last the highest id among
+	// them (the next cursor). Scanned < Limit means the pass reached the end,
+	// except for items locked by others at that moment.
+	Scanned int
+	Last    int64
+}
+
+// ClaimReplayBatch takes the next unsettled items of a task above the
+// cursor: pending messages go to replaying under the claim's token;
+// messages the loop guard stops, and messages that are no longer pending,
+// are settled as skipped with the reason. Rows another transaction holds
+// are passed over (SKIP LOCKED), so concurrent claimers never wait for each
+// other and never take the same row.
+func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResult, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("store: begin claim for replay task %d: %w", c.TaskID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, `
+WITH c AS (
+    SELECT i.message_id AS id, m.status, m.replay_count
+    FROM replay_task_items i
+    JOIN dead_messages m ON m.id = i.message_id
+    WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2
+    ORDER BY i.message_id
+    LIMIT $3
+    FOR UPDATE OF m SKIP LOCKED
+), u AS (
+    UPDATE dead_messages m SET status = 'replaying', claim_owner = $4,
+        claim_expires_at = now() + $5 * interval '1 millisecond',
+        replay_task_id = $1, status_changed_at = now()
+    FROM c
+    WHERE m.id = c.id AND c.status = 'pending' AND (c.replay_count < $6 OR $7)
+    RETURNING m.id, m.source_queue, coalesce(m.group_id, 0) AS group_id, m.source_exchange, m.source_routing_key,
+        m.properties, m.headers, m.body, m.body_size
+)
+SELECT c.id, c.status, c.replay_count, u.id IS NOT NULL, coalesce(u.source_queue, ''), coalesce(u.group_id, 0),
+    coalesce(u.source_exchange, ''), coalesce(u.source_routing_key, ''), u.properties, u.headers, u.body,
+    coalesce(u.body_size, 0)
+FROM c LEFT JOIN u ON u.id = c.id
+ORDER BY c.id`, c.TaskID, c.After, c.Limit, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+	}
+	var (
+		res        ClaimResult
+		skipIDs    []int64
+		skipWhy    []string
+		moves      = map[moveKey]*StatusMove{}
+		moveToKeys []moveKey
+	)
+	for rows.Next() {
+		var (
+			m       ClaimedMessage
+			status  string
+			claimed bool
+		)
+		if err := rows.Scan(&m.ID, &status, &m.ReplayCount, &claimed, &m.SourceQueue, &m.Group,
+			&m.SourceExchange, &m.SourceRoutingKey, &m.Properties, &m.Headers, &m.Body, &m.BodySize); err != nil {
+			rows.Close()
+			return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
+		}
+		res.Scanned++
+		res.Last = m.ID
+		switch {
+		case claimed:
+			res.Messages = append(res.Messages, m)
+			k := moveKey{m.SourceQueue, m.Group}
+			mv := moves[k]
+			if mv == nil {
+				mv = &StatusMove{Queue: k.queue, Group: k.group, From: StatusPending, To: StatusReplaying}
+				moves[k] = mv
+				moveToKeys = append(moveToKeys, k)
+			}
+			mv.Messages++
+			mv.Bytes += m.BodySize
+		case status == StatusReplaying:
+			res.Deferred++
+		case status == StatusPending:
+			skipIDs = append(skipIDs, m.ID)
+			skipWhy = append(skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", m.ReplayCount, c.MaxReplays))
+		default:
+			skipIDs = append(skipIDs, m.ID)
+			skipWhy = append(skipWhy, fmt.Sprintf("status is %s: only pending messages are replayed", status))
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+	}
+	if res.Scanned == 0 {
+		return res, tx.Commit(ctx)
+	}
+	res.Skipped = len(skipIDs)
+	var b pgx.Batch
+	if len(skipIDs) > 0 {
+		b.Queue(`
+UPDATE replay_task_items i SET outcome = 'skipped', detail = o.why
+FROM unnest($2::bigint[], $3::text[]) AS o(id, why)
+WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL`, c.TaskID, skipIDs, skipWhy)
+	}
+	b.Queue(`
+UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + $3, updated_at = now() WHERE id = $1`,
+		c.TaskID, len(res.Messages), len(skipIDs))
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return ClaimResult{}, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
+	}
+	list := make([]StatusMove, 0, len(moveToKeys))
+	for _, k := range moveToKeys {
+		list = append(list, *moves[k])
+	}
+	if err := applyStatusDeltas(ctx, tx, list); err != nil {
+		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ClaimResult{}, fmt.Errorf("store: commit claim for replay task %d: %w", c.TaskID, err)
+	}
+	return res, nil
+}
+
+type moveKey struct {
+	queue string
+	group int64
+}
+
+// ReplayOutcome is how one claimed message ended.
+type ReplayOutcome struct {
+	ID    int64
+	Token string
+	// Result is OutcomePublished, OutcomeFailed, OutcomeUnknown or
+	// OutcomeReleased.
+	Result string
+	// Error is recorded as last_replay_error (failed, unknown).
+	Error string
+}
+
+// SettleResult counts what SettleReplayOutcomes recorded for the task.
+type SettleResult struct {
+	Published, Failed, Unknown, Released int64
+	// Marked is how many rows actually changed status; a row can be missing
+	// because it died again and came back first, or because the claim was
+	// taken back after its lease.
+	Marked int64
+}
+
+// SettleReplayOutcomes ends claims: published messages become replayed
+// (replayed_at, replay_count + 1); failed and unknown ones go back to
+// pending with the error recorded; released ones go back to pending
+// untouched and stay unsettled for the task. Each row changes only if it
+// is still replaying under the token the outcome names. The task's items
+// and counters, and the summary counters, change in the same transaction.
+// canary adds the published ids to the task's canary set.
+func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []ReplayOutcome, canary bool) (SettleResult, error) {
+	if len(outs) == 0 {
+		return SettleResult{}, nil
+	}
+	outs = slices.Clone(outs)
+	slices.SortFunc(outs, func(a, b ReplayOutcome) int { return cmp.Compare(a.ID, b.ID) })
+	n := len(outs)
+	ids, toks, kinds, errs := make([]int64, n), make([]string, n), make([]string, n), make([]*string, n)
+	var res SettleResult
+	var itemIDs []int64
+	var itemKinds []string
+	var itemErrs []*string
+	for i, o := range outs {
+		ids[i], toks[i], kinds[i] = o.ID, o.Token, o.Result
+		switch o.Result {
+		case OutcomePublished:
+		case OutcomeFailed, OutcomeUnknown:
+			e := cleanText(o.Error)
+			errs[i] = &e
+		case OutcomeReleased:
+			res.Released++
+		default:
+			return SettleResult{}, fmt.Errorf("store: settle replay task %d: message %d: unknown outcome %q", taskID, o.ID, o.Result)
+		}
+		if o.Result != OutcomeReleased {
+			itemIDs = append(itemIDs, o.ID)
+			itemKinds = append(itemKinds, o.Result)
+			itemErrs = append(itemErrs, errs[i])
+		}
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return SettleResult{}, fmt.Errorf("store: begin settling replay task %d: %w", taskID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, `
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)
+), l AS (
+    SELECT m.id, o.kind, o.err FROM dead_messages m JOIN o ON o.id = m.id
+    WHERE m.status = 'replaying' AND m.claim_owner = o.tok
+    ORDER BY m.id
+    FOR UPDATE OF m
+), u AS (
+    UPDATE dead_messages m SET
+        status = CASE WHEN l.kind = 'published' THEN 'replayed' ELSE 'pending' END,
+        replayed_at = CASE WHEN l.kind = 'published' THEN now() ELSE m.replayed_at END,
+        replay_count = CASE WHEN l.kind = 'published' THEN m.replay_count + 1 ELSE m.replay_count END,
+        last_replay_at = CASE WHEN l.kind = 'released' THEN m.last_replay_at ELSE now() END,
+        last_replay_error = CASE WHEN l.kind = 'published' THEN NULL
+                                 WHEN l.kind = 'released' THEN m.last_replay_error
+                                 ELSE l.err END,
+        claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
+    FROM l WHERE m.id = l.id
+    RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
+)
+SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
+FROM u GROUP BY 1, 2, 4`, ids, toks, kinds, errs)
+	if err != nil {
+		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
+	}
+	moves, err := statusMovesSQL(rows)
+	if err != nil {
+		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
+	}
+	for _, m := range moves {
+		res.Marked += m.Messages
+	}
+	err = tx.QueryRow(ctx, `
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = o.kind, detail = o.err
+    FROM unnest($2::bigint[], $3::text[], $4::text[]) AS o(id, kind, err)
+    WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
+    RETURNING i.message_id, i.outcome
+), c AS (
+    SELECT count(*) FILTER (WHERE outcome = 'published') AS p,
+           count(*) FILTER (WHERE outcome = 'failed') AS f,
+           count(*) FILTER (WHERE outcome = 'unknown') AS u,
+           coalesce(array_agg(message_id) FILTER (WHERE outcome = 'published'), '{}') AS pub
+    FROM s
+)
+UPDATE replay_tasks t SET published = t.published + c.p, failed = t.failed + c.f, unknown = t.unknown + c.u,
+    claimed = t.claimed - $5,
+    canary_ids = CASE WHEN $6 THEN t.canary_ids || c.pub ELSE t.canary_ids END,
+    updated_at = now()
+FROM c WHERE t.id = $1
+RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), itemErrs, res.Released, canary).
+		Scan(&res.Published, &res.Failed, &res.Unknown)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return SettleResult{}, fmt.Errorf("store: count outcomes of replay task %d: %w", taskID, err)
+	}
+	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
+		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return SettleResult{}, fmt.Errorf("store: commit settling replay task %d: %w", taskID, err)
+	}
+	return res, nil
+}
+
+// UnknownOutcomeLeaseExpired is recorded on a message whose claim was taken
+// back after its lease: its holder stopped (crash, kill, partition) after
+// claiming it, and whether it was published is not known.
+const UnknownOutcomeLeaseExpired = "outcome unknown: the replaying process stopped before recording whether the broker confirmed this message (claim lease expired); it may have been delivered"
+
+// RecoverExpiredReplayClaims takes back at most limit claims whose lease
+// ran out: the rows go back to pending with UnknownOutcomeLeaseExpired and
+// their items are settled as unknown, so the task that claimed them never
+// publishes them again on its own (no duplicate by dlq; an operator may
+// replay them). It returns how many rows it took back.
+func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: begin claim recovery: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, `
+WITH e AS (
+    SELECT id FROM dead_messages
+    WHERE status = 'replaying' AND (claim_expires_at IS NULL OR claim_expires_at < now())
+    ORDER BY id LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE dead_messages m SET status = 'pending', last_replay_error = $2, last_replay_at = now(),
+    claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
+FROM e WHERE m.id = e.id
+RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_id, 0), m.body_size`,
+		limit, UnknownOutcomeLeaseExpired)
+	if err != nil {
+		return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	var (
+		taskIDs, msgIDs []int64
+		moves           = map[moveKey]*StatusMove{}
+		n               int64
+	)
+	for rows.Next() {
+		var id, task, group, size int64
+		var queue string
+		if err := rows.Scan(&id, &task, &queue, &group, &size); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		}
+		n++
+		if task > 0 {
+			taskIDs = append(taskIDs, task)
+			msgIDs = append(msgIDs, id)
+		}
+		k := moveKey{queue, group}
+		mv := moves[k]
+		if mv == nil {
+			mv = &StatusMove{Queue: queue, Group: group, From: StatusReplaying, To: StatusPending}
+			moves[k] = mv
+		}
+		mv.Messages++
+		mv.Bytes += size
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if len(msgIDs) > 0 {
+		_, err = tx.Exec(ctx, `
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = 'unknown', detail = $3
+    FROM unnest($1::bigint[], $2::bigint[]) AS o(task_id, id)
+    WHERE i.task_id = o.task_id AND i.message_id = o.id AND i.outcome IS NULL
+    RETURNING i.task_id
+), c AS (SELECT task_id, count(*) AS n FROM s GROUP BY task_id)
+UPDATE replay_tasks t SET unknown = t.unknown + c.n, updated_at = now()
+FROM c WHERE t.id = c.task_id`, taskIDs, msgIDs, UnknownOutcomeLeaseExpired)
+		if err != nil {
+			return 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
+		}
+	}
+	list := make([]StatusMove, 0, len(moves))
+	for _, m := range moves {
+		list = append(list, *m)
+	}
+	if err := applyStatusDeltas(ctx, tx, list); err != nil {
+		return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("store: commit claim recovery: %w", err)
+	}
+	return n, nil
+}
+
+// ReplayItemsLeft counts a task's unsettled items; inFlight is how many of
+// them are being replayed right now (under any claim).
+func (s *Store) ReplayItemsLeft(ctx context.Context, taskID int64) (left, inFlight int64, err error) {
+	err = s.pool.QueryRow(ctx, `
+SELECT count(*), count(*) FILTER (WHERE m.status = 'replaying')
+FROM replay_task_items i LEFT JOIN dead_messages m ON m.id = i.message_id
+WHERE i.task_id = $1 AND i.outcome IS NULL`, taskID).Scan(&left, &inFlight)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: count unsettled items of replay task %d: %w", taskID, err)
+	}
+	return left, inFlight, nil
+}
+
+// SkipDeletedReplayItems settles as skipped the unsettled items of a task
+// whose message no longer exists.
+func (s *Store) SkipDeletedReplayItems(ctx context.Context, taskID int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = 'skipped', detail = 'deleted before it was replayed'
+    WHERE i.task_id = $1 AND i.outcome IS NULL
+      AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = i.message_id)
+    RETURNING 1
+), c AS (SELECT count(*) AS n FROM s)
+UPDATE replay_tasks t SET skipped = t.skipped + c.n, updated_at = now()
+FROM c WHERE t.id = $1
+RETURNING c.n`, taskID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: skip deleted items of replay task %d: %w", taskID, err)
+	}
+	return n, nil
+}
+
+// CanaryDiedAgain returns the canary messages of a task that died again
+// since the canary started: their rows came back to pending with a newer
+// failure time.
+func (s *Store) CanaryDiedAgain(ctx context.Context, taskID int64) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT m.id FROM replay_tasks t
+JOIN dead_messages m ON m.id = ANY(t.canary_ids)
+WHERE t.id = $1 AND m.status = 'pending' AND m.failed_at >= t.canary_started_at
+ORDER BY m.id`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("store: check canary of replay task %d: %w", taskID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: check canary of replay task %d: %w", taskID, err)
+	}
+	return ids, nil
+}
+
+func nonNilIDs(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
