@@ -1,0 +1,519 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Conn is the program's RabbitMQ connection. Required.
+	Conn *Conn
+	// Window bounds the publishes awaiting their confirm. Optional; default
+	// 1000.
+	Window int
+	// CorrelationHeader names the header whose string value identifies a
+	// publish, so that a basic.return can be matched to it. Every message
+	// published must carry a value unique among the publishes in flight.
+	// Optional; default HeaderReplayID.
+	CorrelationHeader string
+	// ConfirmTimeout ends a publish as Unknown when its confirm has not come
+	// this long after it was sent, not counting time the connection spent
+	// blocked by an alarm; the channel is then closed, so a late confirm can
+	// never be taken for another publish. Optional; default 2 minutes.
+	ConfirmTimeout time.Duration
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Outcome is what became of one publish.
+type Outcome uint8
+
+// Outcomes. Only Acked means delivered; Unknown means it may have been.
+const (
+	// Acked: the broker confirmed the message and routed it to at least one
+	// queue.
+	Acked Outcome = iota + 1
+	// Returned: the message was unroutable (mandatory) and was not
+	// delivered anywhere.
+	Returned
+	// Nacked: the broker refused the message; it was not delivered.
+	Nacked
+	// Failed: the message was never sent, or was refused because its
+	// exchange does not exist; it was not delivered.
+	Failed
+	// Unknown: the message was sent but its confirm never came (the channel
+	// or connection was lost first, or it timed out). It may have been
+	// delivered.
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Acked:
+		return "acked"
+	case Returned:
+		return "returned"
+	case Nacked:
+		return "nacked"
+	case Failed:
+		return "failed"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Result is the outcome of one publish.
+type Result struct {
+	Outcome Outcome
+	// Reason explains every outcome but Acked.
+	Reason string
+}
+
+// ErrNoCorrelation is returned by Publish for a message without the
+// correlation header.
+var ErrNoCorrelation = errors.New("broker: message lacks its correlation header")
+
+// Publisher publishes with publisher confirms and the mandatory flag on one
+// channel of the shared Conn, and tells each caller what became of its
+// message: only a confirm that was not preceded by a return means the
+// message was routed. It is safe for concurrent use, but publishes go out
+// one at a time in call order.
+//
+// The channel is opened on first use and opened again after it dies; every
+// publish in flight on a dead channel ends Unknown, since the broker may
+// have routed it before the channel went down. Publish waits while the
+// connection is blocked by a memory or disk alarm, so nothing is sent that
+// the broker would only hold on the socket.
+type Publisher struct {
+	cfg   PublisherConfig
+	log   *slog.Logger
+	slots chan struct{} // one per publish awaiting its outcome
+
+	pubMu sync.Mutex // serialises publishes: delivery tags follow call order
+
+	mu     sync.Mutex
+	cur    *pubChannel
+	closed bool
+	idle   *sync.Cond // signalled when a publish ends
+	active int
+}
+
+type pubChannel struct {
+	ch       *amqp.Channel
+	confirms chan amqp.Confirmation
+	returns  chan amqp.Return
+	closes   chan *amqp.Error
+	nextTag  uint64
+	pending  map[uint64]*publish
+	byCorr   map[string]*publish
+	dead     bool
+	done     chan struct{} // closed when its watcher returned
+}
+
+type publish struct {
+	tag      uint64
+	exchange string
+	corr     string
+	returned *amqp.Return
+	done     func(Result)
+	sentAt   time.Time
+	blocked  time.Duration // time spent blocked since sentAt, not held against the timeout
+}
+
+// NewPublisher validates cfg. It opens no channel until the first publish.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("broker: publisher: Conn is required")
+	}
+	if cfg.Window < 0 {
+		return nil, fmt.Errorf("broker: publisher: Window must be >= 0, got %d", cfg.Window)
+	}
+	cfg.Window = cmp.Or(cfg.Window, 1000)
+	cfg.CorrelationHeader = cmp.Or(cfg.CorrelationHeader, HeaderReplayID)
+	cfg.ConfirmTimeout = cmp.Or(cfg.ConfirmTimeout, 2*time.Minute)
+	p := &Publisher{
+		cfg:   cfg,
+		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "publisher"),
+		slots: make(chan struct{}, cfg.Window),
+	}
+	p.idle = sync.NewCond(&p.mu)
+	return p, nil
+}
+
+// Publish sends msg to exchange with routing key key, mandatory, and
+// arranges for done to be called exactly once with its outcome. done is
+// called from the publisher's own goroutine (or from Publish itself for a
+// message that could not be sent); it must return quickly and never block,
+// because confirms wait for it.
+//
+// Publish blocks while the window is full and while the connection is
+// blocked by an alarm. It returns an error, without calling done, only
+// when ctx ends before the message was handed to the broker, or when msg
+// has no correlation header.
+func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing, done func(Result)) error {
+	corr, _ := msg.Headers[p.cfg.CorrelationHeader].(string)
+	if corr == "" {
+		return fmt.Errorf("%w %s", ErrNoCorrelation, p.cfg.CorrelationHeader)
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	p.mu.Lock()
+	p.active++
+	p.mu.Unlock()
+	sent := false
+	defer func() {
+		if !sent {
+			p.finished()
+		}
+	}()
+
+	p.pubMu.Lock()
+	defer p.pubMu.Unlock()
+	if err := p.waitUnblocked(ctx); err != nil {
+		return err
+	}
+	pc, err := p.channel(ctx)
+	if err != nil {
+		return err
+	}
+	pb := &publish{exchange: exchange, corr: corr, done: done, sentAt: time.Now()}
+	p.mu.Lock()
+	if pc.dead {
+		p.mu.Unlock()
+		// Died between opening and now: report it like any send failure.
+		sent = true
+		p.deliver(pb, Result{Outcome: Failed, Reason: "channel closed before the message was sent"})
+		return nil
+	}
+	if _, dup := pc.byCorr[corr]; dup {
+		p.mu.Unlock()
+		return fmt.Errorf("broker: publish: %s %q is already in flight", p.cfg.CorrelationHeader, corr)
+	}
+	// Registered before it is sent: its confirm cannot come earlier, and the
+	// watcher then always finds it.
+	pc.nextTag++
+	pb.tag = pc.nextTag
+	pc.pending[pb.tag] = pb
+	pc.byCorr[corr] = pb
+	p.mu.Unlock()
+
+	sent = true
+	dc, err := pc.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
+	if err != nil {
+		p.mu.Lock()
+		// A failed send is taken back by the library: the next publish
+		// reuses this tag.
+		pc.nextTag--
+		_, still := pc.pending[pb.tag]
+		delete(pc.pending, pb.tag)
+		delete(pc.byCorr, corr)
+		p.mu.Unlock()
+		if still {
+			p.deliver(pb, Result{Outcome: Failed, Reason: "not sent: " + err.Error()})
+		}
+		return nil
+	}
+	if dc != nil && dc.DeliveryTag != pb.tag {
+		// Cannot happen while this publisher is the channel's only user; if
+		// it did, outcomes could be attributed to the wrong messages, so
+		// the channel is abandoned and everything on it ends Unknown.
+		p.log.Error("delivery tags out of step; closing the channel", "expected", pb.tag, "got", dc.DeliveryTag)
+		_ = pc.ch.Close()
+	}
+	return nil
+}
+
+// waitUnblocked waits while RabbitMQ blocks publishing on the connection.
+func (p *Publisher) waitUnblocked(ctx context.Context) error {
+	if !p.cfg.Conn.Blocked() {
+		return nil
+	}
+	p.log.Warn("RabbitMQ blocks publishing (resource alarm); waiting")
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for p.cfg.Conn.Blocked() {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+	p.log.Info("RabbitMQ accepts publishing again")
+	return nil
+}
+
+// channel returns the live channel, opening one if needed.
+func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errors.New("broker: publisher closed")
+	}
+	pc := p.cur
+	p.mu.Unlock()
+	if pc != nil && !pc.dead {
+		return pc, nil
+	}
+	ch, err := p.cfg.Conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("broker: put channel in confirm mode: %w", err)
+	}
+	pc = &pubChannel{
+		ch: ch,
+		// Buffered beyond the window and always drained: the library drops
+		// a notification it cannot hand over within a few seconds.
+		confirms: ch.NotifyPublish(make(chan amqp.Confirmation, p.cfg.Window+16)),
+		returns:  ch.NotifyReturn(make(chan amqp.Return, p.cfg.Window+16)),
+		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
+		pending:  make(map[uint64]*publish),
+		byCorr:   make(map[string]*publish),
+		done:     make(chan struct{}),
+	}
+	p.mu.Lock()
+	p.cur = pc
+	p.mu.Unlock()
+	go p.watch(pc)
+	return pc, nil
+}
+
+// watch reads a channel's returns and confirms until it dies.
+func (p *Publisher) watch(pc *pubChannel) {
+	defer close(pc.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	returns := pc.returns
+	lastTick := time.Now()
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			p.onReturn(pc, r)
+		case c, ok := <-pc.confirms:
+			if !ok {
+				p.onDead(pc)
+				return
+			}
+			// RabbitMQ sends a message's basic.return before its basic.ack,
+			// and the library hands them over in that order, but from two
+			// Go channels a select may pick the ack first: take every
+			// return already waiting before deciding.
+			p.drainReturns(pc)
+			p.onConfirm(pc, c)
+		case now := <-tick.C:
+			p.checkTimeouts(pc, now.Sub(lastTick))
+			lastTick = now
+		}
+	}
+}
+
+func (p *Publisher) drainReturns(pc *pubChannel) {
+	for {
+		select {
+		case r, ok := <-pc.returns:
+			if !ok {
+				return
+			}
+			p.onReturn(pc, r)
+		default:
+			return
+		}
+	}
+}
+
+func (p *Publisher) onReturn(pc *pubChannel, r amqp.Return) {
+	corr, _ := r.Headers[p.cfg.CorrelationHeader].(string)
+	p.mu.Lock()
+	pb := pc.byCorr[corr]
+	if pb != nil {
+		rc := r
+		pb.returned = &rc
+	}
+	p.mu.Unlock()
+	if pb == nil {
+		p.log.Warn("basic.return for no publish in flight", "exchange", r.Exchange, "routing_key", r.RoutingKey,
+			"reply_code", r.ReplyCode, "reply_text", r.ReplyText)
+	}
+}
+
+func (p *Publisher) onConfirm(pc *pubChannel, c amqp.Confirmation) {
+	p.mu.Lock()
+	pb := pc.pending[c.DeliveryTag]
+	if pb != nil {
+		delete(pc.pending, c.DeliveryTag)
+		delete(pc.byCorr, pb.corr)
+	}
+	p.mu.Unlock()
+	if pb == nil {
+		return
+	}
+	switch {
+	case pb.returned != nil:
+		p.deliver(pb, Result{Outcome: Returned, Reason: fmt.Sprintf("unroutable: exchange %q routing key %q: %d %s",
+			pb.returned.Exchange, pb.returned.RoutingKey, pb.returned.ReplyCode, pb.returned.ReplyText)})
+	case c.Ack:
+		p.deliver(pb, Result{Outcome: Acked})
+	default:
+		p.deliver(pb, Result{Outcome: Nacked, Reason: "the broker refused the message (basic.nack)"})
+	}
+}
+
+// onDead ends every publish still in flight on a channel that died. A
+// message refused because its exchange does not exist was not delivered;
+// any other was sent and may have been routed before the end: Unknown.
+func (p *Publisher) onDead(pc *pubChannel) {
+	var cause *amqp.Error
+	select {
+	case cause = <-pc.closes:
+	default:
+	}
+	p.mu.Lock()
+	pc.dead = true
+	left := make([]*publish, 0, len(pc.pending))
+	for _, pb := range pc.pending {
+		left = append(left, pb)
+	}
+	pc.pending, pc.byCorr = map[uint64]*publish{}, map[string]*publish{}
+	p.mu.Unlock()
+	reason := "connection or channel closed"
+	if cause != nil {
+		reason = fmt.Sprintf("channel closed: %d %s", cause.Code, cause.Reason)
+	}
+	if len(left) > 0 {
+		p.log.Warn("publisher channel closed with publishes unconfirmed", "in_flight", len(left), "reason", reason)
+	}
+	for _, pb := range left {
+		switch {
+		case cause != nil && cause.Code == amqp.NotFound && strings.Contains(cause.Reason, "exchange '"+pb.exchange+"'"):
+			p.deliver(pb, Result{Outcome: Failed, Reason: fmt.Sprintf("exchange %q does not exist (%s)", pb.exchange, cause.Reason)})
+		case pb.returned != nil:
+			p.deliver(pb, Result{Outcome: Returned, Reason: fmt.Sprintf("unroutable: %d %s", pb.returned.ReplyCode, pb.returned.ReplyText)})
+		default:
+			p.deliver(pb, Result{Outcome: Unknown, Reason: "outcome unknown: " + reason + " before the broker confirmed the message; it may have been delivered"})
+		}
+	}
+}
+
+func (p *Publisher) checkTimeouts(pc *pubChannel, elapsed time.Duration) {
+	blocked := p.cfg.Conn.Blocked()
+	p.mu.Lock()
+	expired := false
+	now := time.Now()
+	for _, pb := range pc.pending {
+		if blocked {
+			pb.blocked += elapsed
+			continue
+		}
+		if now.Sub(pb.sentAt)-pb.blocked > p.cfg.ConfirmTimeout {
+			expired = true
+		}
+	}
+	p.mu.Unlock()
+	if expired {
+		// Closing the channel ends every publish on it as Unknown (onDead):
+		// a confirm arriving later could not be told apart.
+		p.log.Warn("publish not confirmed in time; closing the channel", "timeout", p.cfg.ConfirmTimeout)
+		_ = pc.ch.Close()
+	}
+}
+
+func (p *Publisher) deliver(pb *publish, r Result) {
+	defer p.finished()
+	if pb.done != nil {
+		pb.done(r)
+	}
+}
+
+func (p *Publisher) finished() {
+	<-p.slots
+	p.mu.Lock()
+	p.active--
+	p.idle.Broadcast()
+	p.mu.Unlock()
+}
+
+// InFlight is how many publishes await their outcome.
+func (p *Publisher) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.active
+}
+
+// Wait returns when no publish awaits its outcome, or when ctx ends.
+func (p *Publisher) Wait(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.idle.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.active > 0 {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		p.idle.Wait()
+	}
+	return nil
+}
+
+// Close waits for the publishes in flight (until ctx ends), then closes the
+// channel: whatever is still unconfirmed ends Unknown. It is idempotent.
+func (p *Publisher) Close(ctx context.Context) error {
+	werr := p.Wait(ctx)
+	p.pubMu.Lock()
+	defer p.pubMu.Unlock()
+	p.mu.Lock()
+	p.closed = true
+	pc := p.cur
+	p.cur = nil
+	p.mu.Unlock()
+	if pc != nil {
+		_ = pc.ch.Close()
+		<-pc.done
+	}
+	return werr
+}
+
+// ExchangeExists reports whether an exchange exists, on a throwaway
+// channel (a failed passive declare closes the channel it ran on). The
+// default exchange ("") always exists.
+func ExchangeExists(ctx context.Context, c *Conn, name string) (bool, error) {
+	if name == "" {
+		return true, nil
+	}
+	ch, err := c.Channel(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer ch.Close()
+	err = ch.ExchangeDeclarePassive(name, "topic", true, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("broker: look up exchange %q: %w", name, err)
+}
