@@ -1,12 +1,125 @@
 package config
 
-// Replay configures the replay feature. Its fields are added with the feature.
-type Replay struct{}
+import (
+	"fmt"
+	"time"
+)
 
-func defaultReplay() Replay { return Replay{} }
+// Replay configures replay tasks and the control queue.
+//
+//	replay:
+//	  max_replays: 5             # loop guard; a request with force: true lifts it
+//	  lease: 30s                 # claims and task runners unrenewed this long are taken back
+//	  batch_size: 500            # messages claimed per transaction
+//	  window: 1000               # publishes awaiting their confirm, per task
+//	  max_tasks: 4               # tasks one instance runs at once
+//	  max_task_messages: 1000000 # largest selection without an explicit limit
+//	  poll_interval: 1s          # how often an idle runner looks for due tasks
+//	  control_consumers: 1       # control commands handled at once
+//	  control_max_bytes: 1048576 # largest control command
+type Replay struct {
+	// MaxReplays skips messages already replayed this many times, unless
+	// a request says force. Env DLQ_REPLAY_MAX_REPLAYS.
+	MaxReplays int `yaml:"max_replays"`
+	// Lease is how long a claim or a task runner holds without renewal.
+	// Env DLQ_REPLAY_LEASE.
+	Lease Duration `yaml:"lease"`
+	// BatchSize is the most messages claimed per transaction. Env
+	// DLQ_REPLAY_BATCH_SIZE.
+	BatchSize int `yaml:"batch_size"`
+	// Window bounds the publishes awaiting their confirm per task. Env
+	// DLQ_REPLAY_WINDOW.
+	Window int `yaml:"window"`
+	// MaxTasks bounds the tasks one instance runs at once. Env
+	// DLQ_REPLAY_MAX_TASKS.
+	MaxTasks int `yaml:"max_tasks"`
+	// MaxTaskMessages is the largest selection a task takes without an
+	// explicit limit. Env DLQ_REPLAY_MAX_TASK_MESSAGES.
+	MaxTaskMessages int64 `yaml:"max_task_messages"`
+	// PollInterval is how often an idle runner looks for due tasks (a new
+	// task also wakes runners at once). Env DLQ_REPLAY_POLL_INTERVAL.
+	PollInterval Duration `yaml:"poll_interval"`
+	// ControlConsumers is how many control commands are handled at once.
+	// Env DLQ_CONTROL_CONSUMERS.
+	ControlConsumers int `yaml:"control_consumers"`
+	// ControlMaxBytes bounds a control command's size. Env
+	// DLQ_CONTROL_MAX_BYTES.
+	ControlMaxBytes int `yaml:"control_max_bytes"`
+}
+
+// Replay defaults.
+const (
+	ReplayMaxReplaysDefault      = 5
+	ReplayLeaseDefault           = 30 * time.Second
+	ReplayBatchSizeDefault       = 500
+	ReplayWindowDefault          = 1000
+	ReplayMaxTasksDefault        = 4
+	ReplayMaxTaskMessagesDefault = 1_000_000
+	ReplayPollIntervalDefault    = time.Second
+	ControlConsumersDefault      = 1
+	ControlMaxBytesDefault       = 1 << 20
+)
+
+func defaultReplay() Replay {
+	return Replay{
+		MaxReplays:       ReplayMaxReplaysDefault,
+		Lease:            Duration(ReplayLeaseDefault),
+		BatchSize:        ReplayBatchSizeDefault,
+		Window:           ReplayWindowDefault,
+		MaxTasks:         ReplayMaxTasksDefault,
+		MaxTaskMessages:  ReplayMaxTaskMessagesDefault,
+		PollInterval:     Duration(ReplayPollIntervalDefault),
+		ControlConsumers: ControlConsumersDefault,
+		ControlMaxBytes:  ControlMaxBytesDefault,
+	}
+}
 
 // replayEnvVars lists the environment variables of the replay section.
-func replayEnvVars() []envVar { return nil }
+func replayEnvVars() []envVar {
+	return []envVar{
+		{"DLQ_REPLAY_MAX_REPLAYS", intVar("DLQ_REPLAY_MAX_REPLAYS", func(c *Config) *int { return &c.Replay.MaxReplays })},
+		{"DLQ_REPLAY_LEASE", durVar("DLQ_REPLAY_LEASE", func(c *Config) *Duration { return &c.Replay.Lease })},
+		{"DLQ_REPLAY_BATCH_SIZE", intVar("DLQ_REPLAY_BATCH_SIZE", func(c *Config) *int { return &c.Replay.BatchSize })},
+		{"DLQ_REPLAY_WINDOW", intVar("DLQ_REPLAY_WINDOW", func(c *Config) *int { return &c.Replay.Window })},
+		{"DLQ_REPLAY_MAX_TASKS", intVar("DLQ_REPLAY_MAX_TASKS", func(c *Config) *int { return &c.Replay.MaxTasks })},
+		{"DLQ_REPLAY_MAX_TASK_MESSAGES", int64Var("DLQ_REPLAY_MAX_TASK_MESSAGES", func(c *Config) *int64 { return &c.Replay.MaxTaskMessages })},
+		{"DLQ_REPLAY_POLL_INTERVAL", durVar("DLQ_REPLAY_POLL_INTERVAL", func(c *Config) *Duration { return &c.Replay.PollInterval })},
+		{"DLQ_CONTROL_CONSUMERS", intVar("DLQ_CONTROL_CONSUMERS", func(c *Config) *int { return &c.Replay.ControlConsumers })},
+		{"DLQ_CONTROL_MAX_BYTES", intVar("DLQ_CONTROL_MAX_BYTES", func(c *Config) *int { return &c.Replay.ControlMaxBytes })},
+	}
+}
 
 // validateReplay checks the replay section.
-func (c *Config) validateReplay() []error { return nil }
+func (c *Config) validateReplay() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config: "+format, a...)) }
+	r := c.Replay
+	if r.MaxReplays < 1 {
+		bad("replay.max_replays / DLQ_REPLAY_MAX_REPLAYS %d must be >= 1", r.MaxReplays)
+	}
+	if r.Lease.D() < time.Second || r.Lease.D() > time.Hour {
+		bad("replay.lease / DLQ_REPLAY_LEASE %s must be between 1s and 1h", r.Lease.D())
+	}
+	if r.BatchSize < 1 || r.BatchSize > 10000 {
+		bad("replay.batch_size / DLQ_REPLAY_BATCH_SIZE %d must be between 1 and 10000", r.BatchSize)
+	}
+	if r.Window < 1 || r.Window > 65535 {
+		bad("replay.window / DLQ_REPLAY_WINDOW %d must be between 1 and 65535", r.Window)
+	}
+	if r.MaxTasks < 1 || r.MaxTasks > 64 {
+		bad("replay.max_tasks / DLQ_REPLAY_MAX_TASKS %d must be between 1 and 64", r.MaxTasks)
+	}
+	if r.MaxTaskMessages < 1 {
+		bad("replay.max_task_messages / DLQ_REPLAY_MAX_TASK_MESSAGES %d must be >= 1", r.MaxTaskMessages)
+	}
+	if r.PollInterval.D() < 10*time.Millisecond || r.PollInterval.D() > time.Minute {
+		bad("replay.poll_interval / DLQ_REPLAY_POLL_INTERVAL %s must be between 10ms and 1m", r.PollInterval.D())
+	}
+	if r.ControlConsumers < 1 || r.ControlConsumers > 64 {
+		bad("replay.control_consumers / DLQ_CONTROL_CONSUMERS %d must be between 1 and 64", r.ControlConsumers)
+	}
+	if r.ControlMaxBytes < 1024 {
+		bad("replay.control_max_bytes / DLQ_CONTROL_MAX_BYTES %d must be >= 1024", r.ControlMaxBytes)
+	}
+	return errs
+}
