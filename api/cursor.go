@@ -41,7 +41,8 @@ func decodeCursor(s, query string) (int64, error) {
 	if len(s) != base64.RawURLEncoding.EncodedLen(cursorLen) {
 		return 0, errBadCursor
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	// Strict: exactly one spelling per cursor (no stray trailing bits).
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) != cursorLen || b[0] != cursorVersion {
 		return 0, errBadCursor
 	}

@@ -29,6 +29,8 @@ func NormalizeFailure(msg string) string {
 	if len(msg) > maxPatternInput {
 		msg = msg[:maxPatternInput]
 	}
+	// White space first, so masking sees the text it would see again.
+	msg = strings.Join(strings.FieldsFunc(msg, isSpace), " ")
 	var b strings.Builder
 	b.Grow(len(msg))
 	space := false
@@ -45,8 +47,10 @@ func NormalizeFailure(msg string) string {
 		}
 		wordStart := i == 0 || !isWordByte(msg[i-1])
 		switch {
-		case (c == '"' || c == '\'' || c == '`') && wordStart:
-			if j := strings.IndexByte(msg[i+1:], c); j >= 0 && j <= 256 && !strings.ContainsAny(msg[i+1:i+1+j], "\n") {
+		case (c == '"' || c == '\'' || c == '`') && wordStart && (i == 0 || msg[i-1] != '>'):
+			// Not after a mask either: "12`3`" must read the same once its
+			// digits are masked.
+			if j := strings.IndexByte(msg[i+1:], c); j >= 0 {
 				b.WriteByte(c)
 				b.WriteString("<q>")
 				b.WriteByte(c)
@@ -97,6 +101,8 @@ func writeWord(b *strings.Builder, w string) {
 		i++
 	}
 }
+
+func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 
 func isWordByte(c byte) bool {
 	return c == '_' || isDigit(c) || (c|0x20 >= 'a' && c|0x20 <= 'z')
