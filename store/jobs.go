@@ -66,6 +66,7 @@ func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.T
 		return JobRunStart{}, false, fmt.Errorf("store: begin run of job %s: %w", job, err)
 	}
 	var token int64
+	var changedHands bool
 	err = tx.QueryRow(ctx, `
 INSERT INTO job_leases AS l (job, holder, token, acquired_at, expires_at)
 VALUES ($1, $2, 1, now(), now() + $3 * interval '1 millisecond')
@@ -75,7 +76,7 @@ ON CONFLICT (job) DO UPDATE SET
     holder = EXCLUDED.holder,
     expires_at = EXCLUDED.expires_at
 WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
-RETURNING token`, job, holder, ttl.Milliseconds()).Scan(&token)
+RETURNING token, acquired_at = now()`, job, holder, ttl.Milliseconds()).Scan(&token, &changedHands)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return JobRunStart{}, false, nil // held by another instance
@@ -83,6 +84,18 @@ RETURNING token`, job, holder, ttl.Milliseconds()).Scan(&token)
 		return JobRunStart{}, false, nil // being changed by another instance right now
 	case err != nil:
 		return JobRunStart{}, false, fmt.Errorf("store: take lease of job %s for %s: %w", job, holder, err)
+	}
+	if changedHands {
+		// Runs of earlier tokens still marked running were abandoned by a
+		// holder that died or lost the lease without recording their end.
+		// (One that is only paused overwrites this if it ever resumes.)
+		_, err = tx.Exec(ctx, `
+UPDATE job_runs SET outcome = 'lease_lost', finished_at = now(),
+    error = 'abandoned: the holder stopped renewing its lease and another instance took the job'
+WHERE job = $1 AND outcome = 'running' AND token < $2`, job, token)
+		if err != nil {
+			return JobRunStart{}, false, fmt.Errorf("store: close abandoned runs of job %s: %w", job, err)
+		}
 	}
 	var id int64
 	err = tx.QueryRow(ctx, `

@@ -362,10 +362,10 @@ func (s *Store) SaveSummaryPass(ctx context.Context, l Lease, passStarted *time.
 	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `
 UPDATE summary_state SET
-    pass_started_at = CASE WHEN $3 THEN NULL ELSE $1 END,
-    pass_cursor     = CASE WHEN $3 THEN NULL ELSE $2 END,
-    last_pass_at    = CASE WHEN $3 THEN now() ELSE last_pass_at END,
-    bootstrapped_at = CASE WHEN $3 THEN coalesce(bootstrapped_at, now()) ELSE bootstrapped_at END`,
+    pass_started_at = CASE WHEN $3::boolean THEN NULL ELSE $1::timestamptz END,
+    pass_cursor     = CASE WHEN $3::boolean THEN NULL ELSE $2::text END,
+    last_pass_at    = CASE WHEN $3::boolean THEN now() ELSE last_pass_at END,
+    bootstrapped_at = CASE WHEN $3::boolean THEN coalesce(bootstrapped_at, now()) ELSE bootstrapped_at END`,
 			passStarted, cursor, done)
 		return err
 	})
