@@ -1,0 +1,91 @@
+package cleanup
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// ScheduleOff disables a job.
+const ScheduleOff = "off"
+
+// ParseSchedule reads a job schedule: a five-field cron expression
+// ("*/5 * * * *", evaluated in UTC unless prefixed with CRON_TZ=Area/City),
+// a descriptor (@hourly, @daily, ...), or "@every <duration>".
+//
+// "@every" is handled here rather than by the cron library, whose version
+// rounds to whole seconds and counts from each process's start. Ours is
+// aligned to the Unix epoch: every instance computes the same time slots,
+// which is what lets job_runs name a tick that all instances agree on.
+func ParseSchedule(spec string) (cron.Schedule, error) {
+	spec = strings.TrimSpace(spec)
+	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil {
+			return nil, fmt.Errorf("schedule %q: %w", spec, err)
+		}
+		if d < 10*time.Millisecond {
+			return nil, fmt.Errorf("schedule %q: the interval must be at least 10ms", spec)
+		}
+		return everySchedule{d}, nil
+	}
+	if spec == "" {
+		return nil, errors.New("schedule is empty")
+	}
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q is neither a cron expression (minute hour day month weekday), a descriptor such as @hourly, nor @every <duration>: %w", spec, err)
+	}
+	if s.Next(time.Now().UTC()).IsZero() {
+		return nil, fmt.Errorf("schedule %q never fires", spec)
+	}
+	return s, nil
+}
+
+// everySchedule fires at every multiple of d since the Unix epoch.
+type everySchedule struct{ d time.Duration }
+
+func (e everySchedule) Next(t time.Time) time.Time {
+	return time.Unix(0, (t.UnixNano()/int64(e.d)+1)*int64(e.d)).In(t.Location())
+}
+
+// lastActivation returns the latest time at or before now at which s fires:
+// the tick a job started at now belongs to. The cron library starts a job
+// at (or just after) its activation time, never before, so for a job
+// started on time this is the activation that started it.
+func lastActivation(s cron.Schedule, now time.Time) time.Time {
+	if e, ok := s.(everySchedule); ok {
+		return time.Unix(0, now.UnixNano()/int64(e.d)*int64(e.d)).In(now.Location())
+	}
+	next := s.Next(now)
+	period := s.Next(next).Sub(next)
+	if period <= 0 {
+		period = time.Minute
+	}
+	for back := 2*period + time.Second; back < 5*366*24*time.Hour; back *= 2 {
+		t := s.Next(now.Add(-back))
+		if t.IsZero() || t.After(now) {
+			continue
+		}
+		for {
+			n := s.Next(t)
+			if n.IsZero() || n.After(now) {
+				return t
+			}
+			t = n
+		}
+	}
+	return now.Truncate(time.Second)
+}
+
+// interval estimates the time between two activations of s after now.
+func interval(s cron.Schedule, now time.Time) time.Duration {
+	if e, ok := s.(everySchedule); ok {
+		return e.d
+	}
+	next := s.Next(now)
+	return s.Next(next).Sub(next)
+}
