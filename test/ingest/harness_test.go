@@ -32,6 +32,12 @@ import (
 var dlqBin string
 
 func TestMain(m *testing.M) {
+	// DLQ_TEST_DLQ_BIN runs the tests against a binary built elsewhere (a
+	// race-enabled build, or a candidate fix) instead of this tree's.
+	if bin := os.Getenv("DLQ_TEST_DLQ_BIN"); bin != "" {
+		dlqBin = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "dlq-ingest-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "create build directory:", err)
@@ -101,6 +107,12 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() {
 		if t.Failed() {
 			h.dumpLog(200)
+		}
+		// DLQ_TEST_KEEP_LOGS=dir keeps every test's whole dlq output.
+		if dir := os.Getenv("DLQ_TEST_KEEP_LOGS"); dir != "" {
+			if b, err := os.ReadFile(h.logPath); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, h.runID+"-"+strings.ReplaceAll(t.Name(), "/", "_")+".log"), b, 0o644)
+			}
 		}
 	})
 	h.declare()
@@ -721,6 +733,9 @@ func (h *harness) check() tally {
 func (h *harness) requireExact(c tally) {
 	h.t.Helper()
 	h.t.Logf("checker: %s", c)
+	if c.Duplicated > 0 {
+		h.explainDuplicates(10)
+	}
 	require.Zero(h.t, c.Lost, "lost: %s", c)
 	require.Zero(h.t, c.Duplicated, "duplicated: %s", c)
 	require.Zero(h.t, c.Unexpected, "unexpected: %s", c)
@@ -728,34 +743,75 @@ func (h *harness) requireExact(c tally) {
 	require.Zero(h.t, c.ConversionErrors, "rows stored raw: %s", c)
 }
 
-// queueCounts returns ready and unacknowledged counts of the test's queues,
-// as RabbitMQ itself reports them (the management API's figures lag).
-func (h *harness) queueCounts() map[string][2]int {
+// queueState is what a passive declare reports: live figures, straight
+// from the queue (for quorum queues, from its leader).
+type queueState struct{ Ready, Consumers int }
+
+// liveCounts passively declares the test's queues on a fresh connection.
+func (h *harness) liveCounts() map[string]queueState {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-q", "--no-table-headers",
-		"name", "messages_ready", "messages_unacknowledged").Output()
-	require.NoError(h.t, err, "rabbitmqctl list_queues")
-	want := map[string]bool{h.queue: true, h.ttlQueue: true, h.rejectQueue: true}
-	res := map[string][2]int{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 || !want[f[0]] {
-			continue
-		}
-		r, err1 := strconv.Atoi(f[1])
-		u, err2 := strconv.Atoi(f[2])
-		require.NoError(h.t, errors.Join(err1, err2), "parse rabbitmqctl line %q", sc.Text())
-		res[f[0]] = [2]int{r, u}
+	conn, err := dialRetry(30 * time.Second)
+	require.NoError(h.t, err)
+	defer conn.Close()
+	res := map[string]queueState{}
+	for _, name := range []string{h.queue, h.ttlQueue, h.rejectQueue} {
+		ch, err := conn.Channel()
+		require.NoError(h.t, err)
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		require.NoError(h.t, err, "inspect queue %s", name)
+		_ = ch.Close()
+		res[name] = queueState{Ready: q.Messages, Consumers: q.Consumers}
 	}
 	return res
 }
 
-// waitDrained waits until every confirmed dead letter has a row and nothing
-// of the test's waits in RabbitMQ except what dlq holds unacknowledged (a
-// graceful stop commits and acknowledges that).
+// unackedCounts returns ready and unacknowledged counts of the test's
+// queues as rabbitmqctl lists them. A passive declare cannot tell
+// unacknowledged messages; rabbitmqctl can, but for quorum queues its
+// figures are refreshed on the queue's periodic tick (every few seconds),
+// so they are samples of the recent past, not of this instant. A busy
+// quorum queue can also miss rabbitmqctl's per-queue deadline and be left
+// out of a listing, so it asks again until every queue is there.
+func (h *harness) unackedCounts() map[string][2]int {
+	h.t.Helper()
+	want := map[string]bool{h.queue: true, h.ttlQueue: true, h.rejectQueue: true}
+	var res map[string][2]int
+	var raw []string
+	for attempt := 0; attempt < 10; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-q", "--no-table-headers",
+			"name", "messages_ready", "messages_unacknowledged").Output()
+		cancel()
+		require.NoError(h.t, err, "rabbitmqctl list_queues")
+		res, raw = map[string][2]int{}, nil
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			f := strings.Split(sc.Text(), "\t")
+			if !want[f[0]] {
+				continue
+			}
+			raw = append(raw, sc.Text())
+			if len(f) != 3 {
+				continue
+			}
+			r, err1 := strconv.Atoi(strings.TrimSpace(f[1]))
+			u, err2 := strconv.Atoi(strings.TrimSpace(f[2]))
+			if errors.Join(err1, err2) == nil {
+				res[f[0]] = [2]int{r, u}
+			}
+		}
+		if len(res) == len(want) {
+			return res
+		}
+	}
+	h.t.Fatalf("rabbitmqctl list_queues did not report all of %v; it said %q", want, raw)
+	return nil
+}
+
+// waitDrained waits until every confirmed dead letter has a row and no
+// message of the test's is ready in any queue. What dlq still holds
+// unacknowledged is committed and acknowledged by the graceful stop that
+// follows.
 func (h *harness) waitDrained(timeout time.Duration) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -768,27 +824,51 @@ func (h *harness) waitDrained(timeout time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for {
-		q := h.queueCounts()
-		if q[h.queue][0] == 0 && q[h.ttlQueue] == [2]int{} && q[h.rejectQueue] == [2]int{} {
+		q := h.liveCounts()
+		if q[h.queue].Ready == 0 && q[h.ttlQueue].Ready == 0 && q[h.rejectQueue].Ready == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
 			h.t.Logf("drain: queues not empty after %s: %v", timeout, q)
 			return
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
+// waitNoConsumer waits until RabbitMQ has processed the end of dlq's
+// connection: no consumer left on dlq's queue. Anything dlq left
+// unacknowledged is then back among the ready messages.
+func (h *harness) waitNoConsumer() map[string]queueState {
+	h.t.Helper()
+	var q map[string]queueState
+	dlqtest.Eventually(h.t, 30*time.Second, func() bool {
+		q = h.liveCounts()
+		return q[h.queue].Consumers == 0
+	}, "a consumer is still attached to %s after dlq stopped: %v", h.queue, q)
+	return q
+}
+
 // requireQueuesEmpty asserts that nothing of the test's is left in
-// RabbitMQ, ready or unacknowledged.
+// RabbitMQ, ready or unacknowledged, once dlq has stopped: live ready
+// counts of 0 with no consumer attached, and rabbitmqctl's unacknowledged
+// counts settling at 0 too.
 func (h *harness) requireQueuesEmpty() {
 	h.t.Helper()
-	q := h.queueCounts()
-	require.Contains(h.t, q, h.queue, "dlq's queue %s is missing", h.queue)
+	q := h.waitNoConsumer()
 	for name, c := range q {
-		require.Equal(h.t, [2]int{0, 0}, c, "queue %s: [ready, unacked]", name)
+		require.Equal(h.t, 0, c.Ready, "queue %s still holds ready messages: %v", name, q)
 	}
+	var u map[string][2]int
+	dlqtest.Eventually(h.t, 30*time.Second, func() bool {
+		u = h.unackedCounts()
+		for _, c := range u {
+			if c != [2]int{} {
+				return false
+			}
+		}
+		return true
+	}, "rabbitmqctl still lists messages [ready, unacked]: %v", u)
 }
 
 // stopGracefully sends SIGTERM and requires a clean exit.
@@ -812,9 +892,53 @@ func (h *harness) bound() bool {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == h.exchange && f[1] == h.queue && f[2] == "#" {
+		if f := strings.Split(sc.Text(), "\t"); len(f) == 3 && f[0] == h.exchange && f[1] == h.queue && f[2] == "#" {
 			return true
 		}
 	}
 	return false
+}
+
+// explainDuplicates logs, for a few ids stored more than once, each row's
+// ingest batch, when it was received and when its batch committed, and
+// which consumer wrote it (ingest_inflight keeps batches whose
+// acknowledgement was never confirmed): enough to tell a redelivery
+// matched too early from one that found no candidate left.
+func (h *harness) explainDuplicates(limit int) {
+	h.t.Helper()
+	h.query(func(ctx context.Context) error {
+		rows, err := h.st.Pool().Query(ctx, `
+WITH r AS (
+    SELECT id, split_part(convert_from(substring(body FROM 1 FOR 64), 'UTF8'), '|', 1) AS key,
+           ingest_batch, failed_at
+    FROM dead_messages
+), d AS (
+    SELECT key FROM r GROUP BY key HAVING count(*) > 1 ORDER BY key LIMIT $1
+)
+SELECT r.key, r.id, coalesce(r.ingest_batch, 0), r.failed_at,
+       coalesce(f.consumer, ''), f.committed_at
+FROM r JOIN d USING (key) LEFT JOIN ingest_inflight f ON f.batch_id = r.ingest_batch
+ORDER BY r.key, r.id`, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var key, consumer string
+			var id, batch int64
+			var failedAt time.Time
+			var committed *time.Time
+			if err := rows.Scan(&key, &id, &batch, &failedAt, &consumer, &committed); err != nil {
+				return err
+			}
+			c := "not in ingest_inflight"
+			if committed != nil {
+				c = "committed " + committed.Format("15:04:05.000000") + " by " + consumer
+			}
+			fmt.Fprintf(&b, "  %s row %d batch %d received %s, %s\n", key, id, batch, failedAt.Format("15:04:05.000000"), c)
+		}
+		h.t.Logf("duplicated ids (first %d):\n%s", limit, b.String())
+		return rows.Err()
+	})
 }

@@ -39,22 +39,27 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 
 	// Let every publish land in dlq's queue, then account for all of them.
 	pub.wait(t, 60*time.Second)
-	var q map[string][2]int
-	dlqtest.Eventually(t, 60*time.Second, func() bool {
-		q = h.queueCounts()
-		return q[h.ttlQueue] == [2]int{} && q[h.rejectQueue] == [2]int{}
-	}, "source queues not empty: %v", q)
+	// With no consumer attached nothing can be unacknowledged: whatever
+	// dlq had left so would be ready again, and counted twice below.
+	// A dead letter can still be on its way (in the rejecter's hands, or
+	// between a source queue and dlq's), so the sum may take a moment to
+	// reach the total; it must never exceed it.
 	confirmed, indeterminate := h.ledger.counts()
 	require.Zero(t, indeterminate)
-	require.Equal(t, 0, q[h.queue][1], "unacknowledged messages left in %s after dlq exited", h.queue)
+	var q map[string]queueState
+	ready := 0
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		q = h.waitNoConsumer()
+		ready = q[h.queue].Ready
+		require.LessOrEqual(t, stored+ready, confirmed, "stored %d + ready %d > published %d: a message counted twice", stored, ready, confirmed)
+		return stored+ready == confirmed
+	}, "stored %d + ready %d != published %d; queues %v", stored, ready, confirmed, q)
 	require.Equal(t, stored, h.rowCount(), "rows changed after dlq exited")
-	require.Equal(t, confirmed, stored+q[h.queue][0],
-		"stored %d + ready %d != published %d", stored, q[h.queue][0], confirmed)
-	t.Logf("after exit: stored %d + ready %d = published %d, unacked 0", stored, q[h.queue][0], confirmed)
+	t.Logf("after exit: stored %d + ready %d = published %d, no consumer attached", stored, ready, confirmed)
 	mid := h.check()
 	require.Zero(t, mid.Duplicated, "duplicates after the graceful stop: %s", mid)
 	require.Zero(t, mid.Unexpected, "unexpected rows after the graceful stop: %s", mid)
-	require.Equal(t, q[h.queue][0], mid.Lost, "every id not stored must still be in the queue: %s", mid)
+	require.Equal(t, ready, mid.Lost, "every id not stored must still be in the queue: %s", mid)
 
 	p = h.start()
 	h.waitReady(p, 30*time.Second)

@@ -1,0 +1,217 @@
+//go:build faults
+
+// These tests restart the shared PostgreSQL and RabbitMQ or close every
+// broker connection: they break any other test running at the same time.
+// The Makefile runs them alone (go test -tags faults -run Fault -p 1).
+// Each one puts its server back however it ends.
+
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+)
+
+// run runs an administration command and fails the test with its output.
+func run(t *testing.T, timeout time.Duration, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
+}
+
+// pgCluster returns the version of the local PostgreSQL cluster "main"
+// (the directory name under /etc/postgresql).
+func pgCluster(t *testing.T) string {
+	t.Helper()
+	entries, err := os.ReadDir("/etc/postgresql")
+	require.NoError(t, err, "find the PostgreSQL cluster to restart")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			return e.Name()
+		}
+	}
+	t.Fatal("no PostgreSQL cluster under /etc/postgresql")
+	return ""
+}
+
+func pgctl(t *testing.T, version, action string) {
+	t.Helper()
+	args := []string{"--skip-systemctl-redirect", version, "main", action}
+	if action == "stop" {
+		args = append(args, "-m", "fast")
+	}
+	run(t, 120*time.Second, "pg_ctlcluster", args...)
+}
+
+// ensurePostgres starts the cluster if it is down, whatever the test did.
+func ensurePostgres(t *testing.T, version string) {
+	if exec.Command("pg_isready", "-q", "-h", "127.0.0.1").Run() == nil {
+		return
+	}
+	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start").CombinedOutput()
+	if err != nil {
+		t.Errorf("could not start PostgreSQL again: %v: %s", err, out)
+	}
+}
+
+// ensureRabbit starts the RabbitMQ application if it is stopped.
+func ensureRabbit(t *testing.T) {
+	out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput()
+	if err != nil {
+		t.Errorf("could not start RabbitMQ again: %v: %s", err, out)
+		return
+	}
+	_ = exec.Command("rabbitmqctl", "await_startup", "--timeout", "120").Run()
+}
+
+// TestFaultPostgresRestart stops PostgreSQL while dead letters arrive, keeps
+// it down for a few seconds, and starts it again. While it is down dlq must
+// stop pulling (unacknowledged deliveries never above consumers ×
+// prefetch), say so on /readyz and in dlq_up{component="postgres"}, and
+// afterwards resume by itself with nothing lost or doubled.
+func TestFaultPostgresRestart(t *testing.T) {
+	const (
+		consumers = 2
+		prefetch  = 300
+		bound     = consumers * prefetch
+	)
+	version := pgCluster(t)
+	h := newHarness(t)
+	h.env["DLQ_CONSUMERS"] = strconv.Itoa(consumers)
+	h.env["DLQ_PREFETCH"] = strconv.Itoa(prefetch)
+	h.env["DLQ_BATCH_SIZE"] = "150"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	pub := h.publish(ctx, 30000, 2500, viaTTL, viaDirect)
+	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() >= 3000 },
+		"ingest did not get under way: %d rows", h.rowCount())
+
+	t.Cleanup(func() { ensurePostgres(t, version) })
+	pgctl(t, version, "stop")
+	down := time.Now()
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		code, _, err := h.httpGet("/readyz")
+		return err == nil && code == http.StatusServiceUnavailable
+	}, "/readyz did not turn 503 while PostgreSQL was down")
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		v, err := h.metric(`dlq_up{component="postgres"}`)
+		return err == nil && v == 0
+	}, `dlq_up{component="postgres"} did not drop to 0`)
+	// rabbitmqctl's quorum-queue figures refresh every few seconds, so
+	// keep sampling for a while: every sample is a true past value.
+	maxUnacked, samples := 0, []string{}
+	for time.Since(down) < 10*time.Second {
+		c := h.unackedCounts()[h.queue]
+		maxUnacked = max(maxUnacked, c[1])
+		samples = append(samples, fmt.Sprintf("%s: ready %d unacked %d", time.Since(down).Round(100*time.Millisecond), c[0], c[1]))
+	}
+	t.Logf("PostgreSQL down, %s: %s", h.queue, strings.Join(samples, "; "))
+	require.LessOrEqual(t, maxUnacked, bound, "unacknowledged deliveries above consumers × prefetch while PostgreSQL was down")
+	require.Positive(t, maxUnacked, "no sample saw dlq holding deliveries: the bound was not observed")
+	require.False(t, p.done(), "dlq exited while PostgreSQL was down: %v", p.waitErr)
+	pgctl(t, version, "start")
+	t.Logf("PostgreSQL was down for %s", time.Since(down).Round(time.Millisecond))
+
+	dlqtest.Eventually(t, 60*time.Second, func() bool {
+		code, _, err := h.httpGet("/readyz")
+		return err == nil && code == http.StatusOK
+	}, "/readyz did not return to 200 after PostgreSQL came back")
+	dlqtest.Eventually(t, 60*time.Second, func() bool {
+		v, err := h.metric(`dlq_up{component="postgres"}`)
+		return err == nil && v == 1
+	}, `dlq_up{component="postgres"} did not return to 1`)
+
+	pub.wait(t, 120*time.Second)
+	h.waitDrained(120 * time.Second)
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+	h.requireExact(h.check())
+}
+
+// TestFaultCloseAllConnections makes RabbitMQ close every connection
+// several times during ingest. dlq must reconnect by itself, never
+// acknowledge a delivery tag of a dead channel (RabbitMQ would answer
+// PRECONDITION_FAILED "unknown delivery tag") and store every dead letter
+// exactly once.
+func TestFaultCloseAllConnections(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.rejecter(ctx)
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	pub := h.publish(ctx, 24000, 2000, viaTTL, viaReject, viaDirect)
+
+	const closes = 5
+	for i := 0; i < closes; i++ {
+		time.Sleep(time.Second + rand.N(1500*time.Millisecond))
+		run(t, 60*time.Second, "rabbitmqctl", "close_all_connections", "dlq fault test: close_all_connections")
+		t.Logf("closed all connections (%d of %d) at %d rows", i+1, closes, h.rowCount())
+	}
+	pub.wait(t, 120*time.Second)
+	h.waitReady(p, 60*time.Second)
+	h.waitDrained(120 * time.Second)
+	require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+
+	require.NotEmpty(t, h.logLines("connection lost"), "dlq never saw its connection closed: the test did not test")
+	for _, bad := range []string{"unknown delivery tag", "PRECONDITION_FAILED"} {
+		require.Empty(t, h.logLines(bad), "dlq's log mentions %q", bad)
+	}
+	h.requireExact(h.check())
+}
+
+// TestFaultBrokerRestart stops and starts the RabbitMQ application while
+// dlq drains a backlog. The backlog sits in dlq's quorum queue, which
+// survives; dlq must come back by itself and store everything once, the
+// backlog and what is published after the restart.
+func TestFaultBrokerRestart(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Published in full before the restart, straight to the exchange, so
+	// every publish is confirmed by the quorum queue itself.
+	backlog := h.publish(ctx, 20000, 0, viaDirect)
+	backlog.wait(t, 120*time.Second)
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() >= 2000 },
+		"ingest did not get under way: %d rows", h.rowCount())
+
+	t.Cleanup(func() { ensureRabbit(t) })
+	run(t, 120*time.Second, "rabbitmqctl", "stop_app")
+	stopped := time.Now()
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		code, _, err := h.httpGet("/readyz")
+		return err == nil && code == http.StatusServiceUnavailable
+	}, "/readyz did not turn 503 while RabbitMQ was stopped")
+	run(t, 120*time.Second, "rabbitmqctl", "start_app")
+	run(t, 180*time.Second, "rabbitmqctl", "await_startup", "--timeout", "150")
+	t.Logf("RabbitMQ was stopped for %s, at %d rows", time.Since(stopped).Round(time.Millisecond), h.rowCount())
+
+	h.waitReady(p, 90*time.Second)
+	after := h.publish(ctx, 5000, 0, viaDirect)
+	after.wait(t, 120*time.Second)
+	h.waitDrained(120 * time.Second)
+	require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+	h.requireExact(h.check())
+}
