@@ -36,6 +36,8 @@ func (s *Server) routes() []route {
 		{"GET /api/v1/stats", auth.RoleViewer, s.handleStats},
 		{"GET /api/v1/status", auth.RoleViewer, s.handleStatus},
 		{"GET /api/v1/audit", auth.RoleAdmin, s.handleAudit},
+		{"GET /api/v1/jobs", auth.RoleViewer, s.handleJobs},
+		{"GET /api/v1/alerts", auth.RoleViewer, s.handleAlerts},
 		{"GET /api/v1/openapi.yaml", "", s.handleOpenAPI},
 	}
 }

@@ -43,6 +43,9 @@ type Config struct {
 	// Replayer serves the replay routes. Optional: without it they answer
 	// 503.
 	Replayer replay.Replayer
+	// Cron serves GET /api/v1/jobs and GET /api/v1/alerts. Optional:
+	// without it they answer 503.
+	Cron CronViews
 	// MaxBodyBytes bounds a request body; larger ones get 413. Optional;
 	// default 1 MiB.
 	MaxBodyBytes int64
