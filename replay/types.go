@@ -31,6 +31,10 @@ type Request struct {
 	Canary *Canary `json:"canary,omitempty"`
 	// Force replays messages already replayed max_replays times.
 	Force bool `json:"force,omitempty"`
+	// Scope restricts the selection to these source queues: the caller's
+	// permission (auth.Principal.Queues), never user input. Nil means every
+	// queue.
+	Scope []string `json:"-"`
 }
 
 // Target is an exchange and routing key to publish to.
@@ -45,6 +49,18 @@ type Canary struct {
 	WaitSeconds int `json:"wait_seconds"`
 }
 
+// Task statuses.
+const (
+	StatusScheduled    = store.TaskScheduled    // waiting for its start time or a runner
+	StatusRunning      = store.TaskRunning      // publishing
+	StatusCanaryWait   = store.TaskCanaryWait   // canary published, watching for re-deaths
+	StatusCompleted    = store.TaskCompleted    // every selected message settled
+	StatusCancelled    = store.TaskCancelled    // stopped by an operator
+	StatusFailed       = store.TaskFailed       // stopped by an error it cannot get past
+	StatusCanaryFailed = store.TaskCanaryFailed // a canary message died again; the rest untouched
+	StatusDryRun       = "dry_run"              // the answer to a dry run: nothing recorded
+)
+
 // Task is a replay task and its progress. Its JSON form is the public
 // contract of the API and the control queue.
 type Task struct {
@@ -55,14 +71,21 @@ type Task struct {
 	Published int64  `json:"published"`
 	Failed    int64  `json:"failed"`
 	Skipped   int64  `json:"skipped"`
-	Remaining int64  `json:"remaining"`
+	// Unknown counts messages whose confirm never came (connection lost,
+	// replaying process died): they may have been delivered, are back to
+	// pending with the reason recorded, and are not published again by this
+	// task.
+	Unknown   int64 `json:"unknown"`
+	Remaining int64 `json:"remaining"`
 	// The request as accepted.
 	Request Request `json:"request"`
 	// Sample holds a few selected messages' ids for a dry run.
-	Sample     []int64    `json:"sample,omitempty"`
-	DryRun     bool       `json:"dry_run"`
-	Error      string     `json:"error,omitempty"`
-	CreatedBy  string     `json:"created_by,omitempty"`
+	Sample    []int64 `json:"sample,omitempty"`
+	DryRun    bool    `json:"dry_run"`
+	Error     string  `json:"error,omitempty"`
+	CreatedBy string  `json:"created_by,omitempty"`
+	// CanaryIDs are the canary messages published so far.
+	CanaryIDs  []int64    `json:"canary_ids,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	StartAt    time.Time  `json:"start_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`

@@ -1,0 +1,336 @@
+package replay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+const (
+	adminToken    = "admin-secret"
+	operatorToken = "operator-secret"
+	viewerToken   = "viewer-secret"
+)
+
+// control runs a Control on a fresh control queue of the bundle and
+// returns the queue's name. scoped tokens get the queues given.
+func (b *bundle) control(t *testing.T, scopedQueues ...string) string {
+	t.Helper()
+	tokens := []auth.Token{
+		{Name: "ops", Token: operatorToken, Role: auth.RoleOperator},
+		{Name: "watcher", Token: viewerToken, Role: auth.RoleViewer},
+	}
+	if len(scopedQueues) > 0 {
+		tokens = append(tokens, auth.Token{Name: "scoped", Token: "scoped-secret", Role: auth.RoleOperator, Queues: scopedQueues})
+	}
+	a, err := auth.New(auth.Config{AdminToken: adminToken, Tokens: tokens, RatePerSecond: -1})
+	require.NoError(t, err)
+	queue := dlqtest.Name(t, "ctl")
+	dlqtest.DeleteQueues(t, b.app, queue)
+	c, err := replay.NewControl(replay.ControlConfig{
+		Conn: b.conn, Queue: queue, Replays: b.svc, Actions: b.st, Commands: b.st, Auth: a,
+		Consumers: 2, MaxBytes: 1 << 20, ConfirmAbove: 1000, Registerer: b.reg,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		require.NoError(t, c.Run(ctx))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	// The subscriber declares the queue; wait for it before sending.
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		ch, err := b.app.Channel()
+		if err != nil {
+			return false
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		return err == nil
+	}, "control queue %s not declared", queue)
+	return queue
+}
+
+func (b *bundle) client(t *testing.T, queue, token string) *replay.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := replay.Dial(ctx, dlqtest.AMQPURL(), queue, token)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func call(t *testing.T, c *replay.Client, body string) replay.Answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := c.CallRaw(ctx, []byte(body))
+	require.NoError(t, err)
+	return a
+}
+
+func requireOK(t *testing.T, a replay.Answer) {
+	t.Helper()
+	require.True(t, a.OK, "answer: %+v", a.Error)
+	require.Nil(t, a.Error)
+}
+
+func requireCode(t *testing.T, a replay.Answer, code string) {
+	t.Helper()
+	require.False(t, a.OK)
+	require.NotNil(t, a.Error, "answer has no error")
+	require.Equal(t, code, a.Error.Code, "message: %s", a.Error.Message)
+	require.NotEmpty(t, a.Error.Message)
+	require.Nil(t, a.Result)
+}
+
+func taskOf(t *testing.T, a replay.Answer) replay.Task {
+	t.Helper()
+	requireOK(t, a)
+	var task replay.Task
+	require.NoError(t, json.Unmarshal(a.Result, &task))
+	return task
+}
+
+func (b *bundle) tableCount(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// Every command works through the queue; a repeated command_id returns the
+// first answer and does nothing again.
+func TestControlCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	src, ids := b.deadLetter(t, 6)
+	queue := b.control(t)
+	ops := b.client(t, queue, operatorToken)
+	admin := b.client(t, queue, adminToken)
+	viewer := b.client(t, queue, viewerToken)
+
+	t.Run("replay", func(t *testing.T) {
+		body := fmt.Sprintf(`{"command":"replay","command_id":"r-1","ids":[%d,%d]}`, ids[0], ids[1])
+		first := call(t, ops, body)
+		task := taskOf(t, first)
+		require.Equal(t, int64(2), task.Requested)
+		require.Equal(t, "r-1", first.CommandID)
+		b.waitTask(t, task.ID, 20*time.Second, replay.StatusCompleted)
+		b.consume(t, src, 2, 10*time.Second)
+
+		again := call(t, ops, body)
+		require.Equal(t, first, again, "a repeated command_id returns the first answer")
+		require.Equal(t, 1, b.tableCount(t, "replay_tasks"), "and does nothing again")
+		require.Equal(t, 2, b.count(t, "status = 'replayed'"))
+	})
+
+	t.Run("replay dry run", func(t *testing.T) {
+		a := call(t, ops, fmt.Sprintf(`{"command":"replay","command_id":"r-dry","filter":{"source_queue":%q},"dry_run":true}`, src))
+		task := taskOf(t, a)
+		require.Equal(t, replay.StatusDryRun, task.Status)
+		require.Equal(t, int64(4), task.Requested)
+		require.Len(t, task.Sample, 4)
+		require.Equal(t, 1, b.tableCount(t, "replay_tasks"))
+	})
+
+	t.Run("replay_status and list_replays", func(t *testing.T) {
+		a := call(t, viewer, `{"command":"list_replays","command_id":"l-1"}`)
+		requireOK(t, a)
+		var list struct{ Replays []replay.Task }
+		require.NoError(t, json.Unmarshal(a.Result, &list))
+		require.Len(t, list.Replays, 1)
+		st := taskOf(t, call(t, viewer, fmt.Sprintf(`{"command":"replay_status","command_id":"s-1","id":%d}`, list.Replays[0].ID)))
+		require.Equal(t, replay.StatusCompleted, st.Status)
+		requireCode(t, call(t, viewer, `{"command":"replay_status","command_id":"s-2","id":999999}`), replay.CodeNotFound)
+	})
+
+	t.Run("cancel_replay", func(t *testing.T) {
+		a := call(t, ops, fmt.Sprintf(`{"command":"replay","command_id":"r-slow","ids":[%d],"delay_seconds":3600}`, ids[2]))
+		task := taskOf(t, a)
+		require.Equal(t, replay.StatusScheduled, task.Status)
+		c := taskOf(t, call(t, ops, fmt.Sprintf(`{"command":"cancel_replay","command_id":"c-1","id":%d}`, task.ID)))
+		require.Equal(t, replay.StatusCancelled, c.Status)
+		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", ids[2]), "nothing was replayed")
+		requireCode(t, call(t, viewer, fmt.Sprintf(`{"command":"cancel_replay","command_id":"c-2","id":%d}`, task.ID)), replay.CodeForbidden)
+	})
+
+	t.Run("acknowledge", func(t *testing.T) {
+		body := fmt.Sprintf(`{"command":"acknowledge","command_id":"a-1","ids":[%d]}`, ids[3])
+		first := call(t, ops, body)
+		requireOK(t, first)
+		var r store.ActionResult
+		require.NoError(t, json.Unmarshal(first.Result, &r))
+		require.Equal(t, int64(1), r.Changed)
+		require.Equal(t, first, call(t, ops, body))
+		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[3]))
+	})
+
+	t.Run("delete needs admin", func(t *testing.T) {
+		body := fmt.Sprintf(`{"command":"delete","command_id":"d-1","ids":[%d]}`, ids[4])
+		requireCode(t, call(t, ops, body), replay.CodeForbidden)
+		a := call(t, admin, body)
+		requireOK(t, a)
+		require.Zero(t, b.count(t, "id = $1", ids[4]))
+		// The forbidden attempt was not remembered: the admin's ran.
+		require.Equal(t, a, call(t, admin, body))
+	})
+
+	t.Run("command_id reused for another command", func(t *testing.T) {
+		requireCode(t, call(t, ops, fmt.Sprintf(`{"command":"acknowledge","command_id":"r-1","ids":[%d]}`, ids[5])), replay.CodeConflict)
+		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", ids[5]))
+	})
+
+	t.Run("tokens", func(t *testing.T) {
+		body := fmt.Sprintf(`{"command":"acknowledge","command_id":"tok-1","ids":[%d]}`, ids[5])
+		requireCode(t, call(t, b.client(t, queue, "wrong"), body), replay.CodeInvalidToken)
+		requireCode(t, call(t, b.client(t, queue, ""), body), replay.CodeMissingToken)
+		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", ids[5]))
+		// A rejected caller did not spend the command_id.
+		requireOK(t, call(t, ops, body))
+	})
+	b.requireSummaryExact(t)
+}
+
+// A scoped token only touches its own queues.
+func TestControlScopedToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	mine, myIDs := b.deadLetter(t, 1)
+	_, otherIDs := b.deadLetter(t, 1)
+	queue := b.control(t, mine)
+	scoped := b.client(t, queue, "scoped-secret")
+	requireCode(t, call(t, scoped, fmt.Sprintf(`{"command":"replay","command_id":"x-1","ids":[%d]}`, otherIDs[0])), replay.CodeNotFound)
+	task := taskOf(t, call(t, scoped, `{"command":"replay","command_id":"x-3","filter":{}}`))
+	require.Equal(t, int64(1), task.Requested, "a filter is limited to the token's queues")
+	b.waitTask(t, task.ID, 20*time.Second, replay.StatusCompleted)
+	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'replayed'", myIDs[0]))
+	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", otherIDs[0]))
+
+	var list struct{ Replays []replay.Task }
+	a := call(t, scoped, `{"command":"list_replays","command_id":"x-4"}`)
+	requireOK(t, a)
+	require.NoError(t, json.Unmarshal(a.Result, &list))
+	require.Len(t, list.Replays, 1)
+	// A task of an unscoped caller is invisible to the scoped one.
+	ops := b.client(t, queue, operatorToken)
+	other := taskOf(t, call(t, ops, fmt.Sprintf(`{"command":"replay","command_id":"x-5","ids":[%d],"delay_seconds":3600}`, otherIDs[0])))
+	requireCode(t, call(t, scoped, fmt.Sprintf(`{"command":"cancel_replay","command_id":"x-6","id":%d}`, other.ID)), replay.CodeNotFound)
+}
+
+// Malformed and hostile commands are answered with an error, acknowledged,
+// and change nothing; the consumer goes on answering.
+func TestControlMalformedCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, ids := b.deadLetter(t, 2)
+	queue := b.control(t)
+	ops := b.client(t, queue, operatorToken)
+
+	var million strings.Builder
+	million.WriteString(`{"command":"replay","command_id":"big","ids":[`)
+	for i := 0; i < 1_000_000; i++ {
+		if i > 0 {
+			million.WriteByte(',')
+		}
+		million.WriteString("1")
+	}
+	million.WriteString("]}")
+	var many strings.Builder
+	many.WriteString(`{"command":"replay","command_id":"many","ids":[`)
+	for i := 1; i <= store.MaxFilterIDs+1; i++ {
+		if i > 1 {
+			many.WriteByte(',')
+		}
+		fmt.Fprint(&many, i)
+	}
+	many.WriteString("]}")
+
+	cases := []struct{ name, body, code string }{
+		{"empty", ``, replay.CodeInvalidJSON},
+		{"not JSON", `replay everything`, replay.CodeInvalidJSON},
+		{"truncated", `{"command":"replay","command_id":"t","ids":[1,`, replay.CodeInvalidJSON},
+		{"array", `[{"command":"replay"}]`, replay.CodeInvalidJSON},
+		{"null", `null`, replay.CodeInvalidRequest},
+		{"trailing data", `{"command":"list_replays","command_id":"td"} {"command":"delete"}`, replay.CodeInvalidJSON},
+		{"unknown field", `{"command":"replay","command_id":"uf","ids":[1],"rate":5}`, replay.CodeInvalidJSON},
+		{"unknown command", `{"command":"purge","command_id":"uc"}`, replay.CodeUnknownCommand},
+		{"missing command_id", `{"command":"list_replays"}`, replay.CodeInvalidRequest},
+		{"one million ids", million.String(), replay.CodeTooLarge},
+		{"too many ids", many.String(), replay.CodeInvalidRequest},
+		{"negative id", `{"command":"replay","command_id":"n1","ids":[-5]}`, replay.CodeInvalidRequest},
+		{"negative limit", `{"command":"replay","command_id":"n2","filter":{},"limit":-1}`, replay.CodeInvalidRequest},
+		{"negative rate", `{"command":"replay","command_id":"n3","ids":[1],"rate_per_second":-10}`, replay.CodeInvalidRequest},
+		{"negative delay", `{"command":"replay","command_id":"n4","ids":[1],"delay_seconds":-1}`, replay.CodeInvalidRequest},
+		{"negative task id", `{"command":"cancel_replay","command_id":"n5","id":-3}`, replay.CodeInvalidRequest},
+		{"huge number", `{"command":"replay","command_id":"n6","ids":[1e999]}`, replay.CodeInvalidJSON},
+		{"fractional id", `{"command":"replay","command_id":"n7","ids":[1.5]}`, replay.CodeInvalidJSON},
+		{"sql in command", `{"command":"replay'; DROP TABLE dead_messages; --","command_id":"s1"}`, replay.CodeUnknownCommand},
+		{"sql in status", `{"command":"replay","command_id":"s2","filter":{"status":"pending' OR '1'='1"}}`, replay.CodeInvalidRequest},
+		{"sql in ids", `{"command":"acknowledge","command_id":"s3","ids":["1 OR 1=1"]}`, replay.CodeInvalidJSON},
+		{"sql in limit", `{"command":"replay","command_id":"s4","filter":{},"limit":"1; DROP TABLE replay_tasks"}`, replay.CodeInvalidJSON},
+		{"sql in queue", `{"command":"replay","command_id":"s5","filter":{"source_queue":"x'; DROP TABLE dead_messages; --"}}`, replay.CodeNotFound},
+		{"control characters in command_id", "{\"command\":\"list_replays\",\"command_id\":\"a\\u0000b\"}", replay.CodeInvalidRequest},
+		{"field of another command", `{"command":"acknowledge","command_id":"o1","ids":[1],"rate_per_second":5}`, replay.CodeInvalidRequest},
+		{"both ids and filter", `{"command":"replay","command_id":"o2","ids":[1],"filter":{}}`, replay.CodeInvalidRequest},
+		{"nothing selected", `{"command":"acknowledge","command_id":"o3"}`, replay.CodeInvalidRequest},
+		{"bad target", `{"command":"replay","command_id":"o4","ids":[1],"target":{"exchange":"","routing_key":""}}`, replay.CodeInvalidRequest},
+		{"bad canary", `{"command":"replay","command_id":"o5","ids":[1],"canary":{"count":0,"wait_seconds":5}}`, replay.CodeInvalidRequest},
+	}
+	for _, c := range cases {
+		a := call(t, ops, c.body)
+		require.False(t, a.OK, "%s: %+v", c.name, a)
+		require.NotNil(t, a.Error, c.name)
+		require.Equal(t, c.code, a.Error.Code, "%s: %s", c.name, a.Error.Message)
+	}
+
+	// A command with no reply_to is acknowledged all the same, and one whose
+	// headers are not strings (token as bytes, typed values) is understood.
+	ch := dlqtest.Channel(t, b.app)
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", queue, false, false, amqp.Publishing{Body: []byte(`{oops`)}))
+	raw := b.rawCall(t, queue, amqp.Table{replay.TokenHeader: []byte(operatorToken), "x-n": int16(3), "x-t": amqp.Table{"a": []any{1.5}}},
+		fmt.Sprintf(`{"command":"acknowledge","command_id":"bytes-token","ids":[%d]}`, ids[0]))
+	requireOK(t, raw)
+
+	// Nothing changed, nothing is left in the queue, and the consumer still
+	// answers.
+	require.Zero(t, b.tableCount(t, "replay_tasks"))
+	require.Equal(t, 1, b.count(t, "status = 'pending'"))
+	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, b.app, queue) == 0 }, "control queue not drained")
+	requireOK(t, call(t, ops, `{"command":"list_replays","command_id":"after"}`))
+}
+
+// rawCall publishes a command with the given headers on a direct-reply
+// channel of the test's own and waits for the answer.
+func (b *bundle) rawCall(t *testing.T, queue string, headers amqp.Table, body string) replay.Answer {
+	t.Helper()
+	ch := dlqtest.Channel(t, b.app)
+	ds, err := ch.Consume("amq.rabbitmq.reply-to", "", true, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", queue, false, false, amqp.Publishing{
+		ReplyTo: "amq.rabbitmq.reply-to", CorrelationId: "raw-1", Headers: headers, Body: []byte(body),
+	}))
+	select {
+	case d := <-ds:
+		require.Equal(t, "raw-1", d.CorrelationId)
+		var a replay.Answer
+		require.NoError(t, json.Unmarshal(d.Body, &a))
+		return a
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer")
+	}
+	return replay.Answer{}
+}

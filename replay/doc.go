@@ -1,0 +1,113 @@
+// Package replay sends stored dead messages back to RabbitMQ, safely: each
+// message is published once per replay, with publisher confirms and the
+// mandatory flag, at a chosen rate, after a chosen delay, with a canary,
+// and cancellable. It also answers the control queue, through which
+// applications and the CLI ask for replays, acknowledgements and deletes.
+//
+// # Tasks and the snapshot
+//
+// A replay is a task (replay_tasks). Starting one records, in one
+// transaction, the task, the ids of every selected message
+// (replay_task_items: the snapshot) and the audit row. The set is fixed at
+// that moment: a message that dies later is not swept in, even if it
+// matches the filter, because operators replaying "everything from orders"
+// mean what they saw. Every item is settled exactly once for its task —
+// published, failed, unknown or skipped — in the same transaction that
+// adds to the task's counter, so the counters are exact and a task knows
+// what is left after any crash. A dry run runs the selection's count and
+// sample only, and records nothing.
+//
+// # Runners and leases
+//
+// Every dlq serve instance runs a runner loop (Service.Run). A runner takes
+// a due task that no live runner holds (SKIP LOCKED, so instances never
+// wait for each other) and keeps it with a lease it renews every Lease/3.
+// A runner that dies loses its task when the lease runs out and another
+// instance resumes it; a runner shutting down hands its task back at once.
+// A task runs on one runner at a time, which keeps its rate limit (a token
+// bucket, burst 1) exact.
+//
+// # Claims and fencing
+//
+// A runner claims a task's messages in batches: pending → replaying, with
+// FOR UPDATE SKIP LOCKED, each batch under its own token
+// (dead_messages.claim_owner) and lease (claim_expires_at). Only one
+// claimer can win a row; a row held by another task's claim is passed over
+// and looked at again later. Every write that ends a claim says WHERE
+// status = 'replaying' AND claim_owner = <token>: a holder whose claim was
+// taken back cannot touch the row any more, and a replayed message that
+// died and came back to its row before its confirm was recorded (the
+// consumer sets it pending, with replay_count from x-dlq-replay-count) is
+// left exactly as the consumer wrote it. The holder also fences itself: it
+// publishes nothing from a batch once three quarters of the lease have
+// passed since the claim or its last renewal, so a stalled process cannot
+// publish a claim someone else may already have taken back.
+//
+// Claims whose lease ran out are taken back by whichever instance looks
+// first (every Lease/2): the rows go back to pending, their items are
+// settled as unknown, and last_replay_error says why.
+//
+// # Confirms, returns and unknown outcomes
+//
+// Publishing uses broker.Publisher: confirm mode, mandatory, returns and
+// confirms read from buffered channels that are always drained, and
+// returns matched to their publish by x-dlq-replay-id (RabbitMQ sends a
+// message's basic.return before its basic.ack). The row becomes replayed
+// (replayed_at, replay_count + 1) only on an ack not preceded by a return.
+// A nack, a return (unroutable), a missing exchange (looked up before the
+// first publish to it, so that the broker does not close the channel under
+// the other publishes in flight), or an error put it back to pending with
+// the reason. Publishing waits while an alarm blocks the connection.
+//
+// A publish whose confirm never came — the connection died, or the process
+// died — may or may not have been delivered. It is recorded as unknown: the
+// row goes back to pending with "outcome unknown" in last_replay_error, the
+// task counts it, and the task does not publish it again. dlq therefore
+// never publishes a claim twice by itself; the price is that after a crash
+// up to the confirm window of messages are pending although some of them
+// were delivered. Replaying them again (an operator's choice) can produce a
+// duplicate; downstream can drop it with the pair (x-dlq-id,
+// x-dlq-replay-count), which two copies of one replay attempt share, while
+// x-dlq-replay-id is unique per publish.
+//
+// # Canary
+//
+// With a canary, the runner publishes the first Count messages, records them
+// (canary_ids), waits WaitSeconds (status canary_wait, persisted, so a
+// restart resumes the wait), and then looks whether any of them came back:
+// a canary row pending again with a failure time after the canary started.
+// If so the task ends as canary_failed and the rest is not touched;
+// otherwise it replays the rest.
+//
+// # Cancel
+//
+// Cancelling sets the task's status in PostgreSQL and sends a notification
+// (LISTEN/NOTIFY, scoped to the schema) that reaches the task's runner on
+// whatever instance it runs; the runner checks before every publish, so it
+// stops within one publish. The lease renewal notices a cancel too, if a
+// notification was lost. Claimed messages not yet published go back to
+// pending, unsettled; confirms in flight are still recorded.
+//
+// # Control queue
+//
+// Control runs a Watermill router on the control queue. Watermill gives the
+// handler model (one handler per consumer, middleware, Run/Close with a
+// timeout); the transport underneath is this package's Subscriber on
+// broker.Conn rather than watermill-amqp, because the program has exactly
+// one reconnect layer (broker.Conn) and watermill-amqp brings its own, and
+// because watermill-amqp's default marshaler drops or fails on non-string
+// headers, while Marshaler here keeps the whole header table and every
+// property as typed JSON. Messages are never nacked with requeue: every
+// command, however malformed, is answered and acknowledged, so nothing
+// crashes, blocks or loops the consumer.
+//
+// A command carries its token in x-dlq-token; the role decides (viewer
+// reads, operator replays, acknowledges and cancels, admin deletes) and a
+// token scoped to queues only touches those queues. A mutating command is
+// reserved by command_id before it runs (control_commands) and its answer
+// stored after; a replay's answer is stored in the task's own transaction,
+// so a redelivered command can never start a second task. A repeated
+// command_id returns the stored first answer and does nothing again.
+// Commands whose only failure was the database being unavailable are
+// forgotten, so that a retry with the same id runs them.
+package replay

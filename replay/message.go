@@ -1,0 +1,68 @@
+package replay
+
+import (
+	"crypto/rand"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/store"
+)
+
+// buildPublishing rebuilds the message as the application sent it: the
+// same body and properties, the application headers with their AMQP types
+// (DecodeHeadersJSON is lossless), without the broker's death headers,
+// plus dlq's replay headers. replay_count+1 is the number this publish
+// will have once confirmed; with x-dlq-id it names the replay attempt, so
+// two copies of one attempt (an unknown outcome replayed again by an
+// operator) carry the same pair while x-dlq-replay-id differs per publish.
+func buildPublishing(m store.ClaimedMessage, replayID string) (amqp.Publishing, error) {
+	props, err := broker.ParsePropertiesJSON(m.Properties)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("stored properties of message %d: %w", m.ID, err)
+	}
+	h, err := broker.DecodeHeadersJSON(m.Headers)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("stored headers of message %d: %w", m.ID, err)
+	}
+	if h == nil {
+		h = amqp.Table{}
+	}
+	for k := range h {
+		if broker.IsBrokerHeader(k) {
+			delete(h, k)
+		}
+	}
+	h[broker.HeaderID] = m.ID
+	h[broker.HeaderReplayCount] = m.ReplayCount + 1
+	h[broker.HeaderReplayID] = replayID
+	pub := props.Publishing()
+	pub.Headers = h
+	pub.Body = m.Body
+	return pub, nil
+}
+
+// target is where a message goes: the task's override, or the exchange and
+// routing key it was first published with (a message sent through the
+// default exchange has exchange "" and its queue as routing key, so it goes
+// straight back to that queue).
+func target(t store.ReplayTask, m store.ClaimedMessage) (exchange, key string) {
+	if t.TargetExchange != nil {
+		key := ""
+		if t.TargetRoutingKey != nil {
+			key = *t.TargetRoutingKey
+		}
+		return *t.TargetExchange, key
+	}
+	return m.SourceExchange, m.SourceRoutingKey
+}
+
+// newReplayID returns a random (version 4) UUID, unique per publish.
+func newReplayID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

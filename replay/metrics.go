@@ -1,0 +1,76 @@
+package replay
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Results of dlq_replays_total.
+const (
+	resultPublished  = "published"  // confirmed and routed
+	resultFailed     = "failed"     // not sent, missing exchange, bad stored data
+	resultUnroutable = "unroutable" // returned: no queue bound for it
+	resultNacked     = "nacked"     // refused by the broker
+	resultUnknown    = "unknown"    // confirm never came
+	resultSkipped    = "skipped"    // loop guard, not pending, deleted
+)
+
+type metrics struct {
+	replays    *prometheus.CounterVec
+	progress   *prometheus.GaugeVec
+	running    prometheus.Gauge
+	inFlight   prometheus.Gauge
+	recoveries prometheus.Counter
+}
+
+// taskStates are the label values of dlq_replay_task_messages.
+var taskStates = []string{"requested", "claimed", "published", "failed", "skipped", "unknown", "remaining"}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dlq_replays_total",
+			Help: "Messages replayed, by result: published (confirmed, routed), unroutable (returned), nacked, failed (not sent), unknown (no confirm: may have been delivered), skipped (loop guard, not pending).",
+		}, []string{"result"}),
+		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dlq_replay_task_messages",
+			Help: "Progress of the replay tasks this instance runs, by task and state (requested, claimed, published, failed, skipped, unknown, remaining).",
+		}, []string{"task", "state"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dlq_replay_tasks_running",
+			Help: "Replay tasks this instance runs now.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dlq_replay_publishes_in_flight",
+			Help: "Replayed messages published and awaiting their confirm, on this instance.",
+		}),
+		recoveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_replay_claims_recovered_total",
+			Help: "Replay claims taken back after their lease ran out (their outcome is unknown).",
+		}),
+	}
+	for _, r := range []string{resultPublished, resultFailed, resultUnroutable, resultNacked, resultUnknown, resultSkipped} {
+		m.replays.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.replays, m.progress, m.running, m.inFlight, m.recoveries} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("replay: register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) setProgress(t Task) {
+	id := strconv.FormatInt(t.ID, 10)
+	for i, v := range []int64{t.Requested, t.Claimed, t.Published, t.Failed, t.Skipped, t.Unknown, t.Remaining} {
+		m.progress.WithLabelValues(id, taskStates[i]).Set(float64(v))
+	}
+}
+
+func (m *metrics) dropProgress(id int64) {
+	m.progress.DeletePartialMatch(prometheus.Labels{"task": strconv.FormatInt(id, 10)})
+}

@@ -1,0 +1,470 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/store"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Store holds messages and tasks. Required.
+	Store *store.Store
+	// Conn publishes replayed messages. Required to run tasks (Run); a
+	// Service without it only records and reads tasks.
+	Conn *broker.Conn
+	// MaxReplays is the loop guard. Optional; default 5.
+	MaxReplays int
+	// Lease is how long a claim or a task holds without renewal; renewals
+	// happen every Lease/3. Optional; default 30s.
+	Lease time.Duration
+	// BatchSize is the most messages claimed per transaction. Optional;
+	// default 500.
+	BatchSize int
+	// Window bounds the publishes awaiting their confirm per task.
+	// Optional; default 1000.
+	Window int
+	// MaxTasks bounds the tasks this instance runs at once. Optional;
+	// default 4.
+	MaxTasks int
+	// MaxTaskMessages is the largest selection without an explicit limit.
+	// Optional; default 1,000,000.
+	MaxTaskMessages int64
+	// PollInterval is how often an idle runner looks for due tasks.
+	// Optional; default 1s.
+	PollInterval time.Duration
+	// ShutdownTimeout bounds waiting for confirms and recording outcomes at
+	// shutdown. Optional; default 30s.
+	ShutdownTimeout time.Duration
+	// Name identifies this instance in claims. Optional; default host-pid.
+	Name string
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the replay metrics. Optional.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	c.MaxReplays = cmp.Or(c.MaxReplays, 5)
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.Window = cmp.Or(c.Window, 1000)
+	c.MaxTasks = cmp.Or(c.MaxTasks, 4)
+	c.MaxTaskMessages = cmp.Or(c.MaxTaskMessages, 1_000_000)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d", cmp.Or(host, "dlq"), os.Getpid())
+	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("replay: Store is required")
+	case c.MaxReplays < 1:
+		return fmt.Errorf("replay: MaxReplays must be >= 1, got %d", c.MaxReplays)
+	case c.Lease < 100*time.Millisecond:
+		return fmt.Errorf("replay: Lease must be >= 100ms, got %s", c.Lease)
+	case c.BatchSize < 1:
+		return fmt.Errorf("replay: BatchSize must be >= 1, got %d", c.BatchSize)
+	case c.Window < 1:
+		return fmt.Errorf("replay: Window must be >= 1, got %d", c.Window)
+	case c.MaxTasks < 1:
+		return fmt.Errorf("replay: MaxTasks must be >= 1, got %d", c.MaxTasks)
+	case c.MaxTaskMessages < 1:
+		return fmt.Errorf("replay: MaxTaskMessages must be >= 1, got %d", c.MaxTaskMessages)
+	}
+	return nil
+}
+
+// Service records replay tasks (Replayer) and, in Run, executes them.
+// It is safe for concurrent use.
+type Service struct {
+	cfg     Config
+	st      *store.Store
+	log     *slog.Logger
+	metrics *metrics
+	wake    chan struct{}
+	seq     atomic.Int64
+
+	mu      sync.Mutex
+	running map[int64]*taskRun
+}
+
+var _ Replayer = (*Service)(nil)
+
+// New validates cfg and registers the metrics.
+func New(cfg Config) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg:     cfg,
+		st:      cfg.Store,
+		log:     cfg.Logger.With("component", "replay"),
+		metrics: m,
+		wake:    make(chan struct{}, 1),
+		running: map[int64]*taskRun{},
+	}, nil
+}
+
+// Start validates req and records a task with its snapshot, or, for a dry
+// run, counts and samples the selection and changes nothing.
+func (s *Service) Start(ctx context.Context, req Request, actor store.Actor) (Task, error) {
+	return s.start(ctx, req, actor, "", nil)
+}
+
+// StartCommand is Start for a reserved control command: answer builds the
+// command's answer from the task, recorded in the task's own transaction.
+func (s *Service) StartCommand(ctx context.Context, req Request, actor store.Actor, commandID string, answer func(Task) (string, error)) (Task, error) {
+	return s.start(ctx, req, actor, commandID, answer)
+}
+
+func (s *Service) start(ctx context.Context, req Request, actor store.Actor, commandID string, answer func(Task) (string, error)) (Task, error) {
+	if err := req.Validate(s.cfg.MaxTaskMessages); err != nil {
+		return Task{}, err
+	}
+	sel := req.selection()
+	if req.DryRun {
+		p, err := s.st.PreviewReplay(ctx, sel, int64(req.Limit), s.cfg.MaxTaskMessages, s.cfg.MaxReplays, dryRunSampleLength)
+		if err != nil {
+			return Task{}, mapStoreError(err)
+		}
+		t := Task{Status: StatusDryRun, DryRun: true, Request: req, Requested: p.Matched, Sample: p.Sample,
+			Skipped: p.NotPending, CreatedBy: actor.Name, CreatedAt: time.Now().UTC()}
+		if !req.Force {
+			t.Skipped += p.Guarded
+		}
+		if req.Limit == 0 && p.Matched > s.cfg.MaxTaskMessages {
+			t.Error = fmt.Sprintf("more than %d messages match: a replay needs a limit of at most %d", s.cfg.MaxTaskMessages, s.cfg.MaxTaskMessages)
+			t.Requested = s.cfg.MaxTaskMessages
+		}
+		t.Remaining = t.Requested - t.Skipped
+		t.StartAt = t.CreatedAt.Add(time.Duration(req.DelaySeconds) * time.Second)
+		return t, nil
+	}
+	reqJSON, err := json.Marshal(req)
+	if err != nil {
+		return Task{}, fmt.Errorf("replay: encode request: %w", err)
+	}
+	n := store.NewReplayTask{
+		Selection:      sel,
+		Limit:          int64(req.Limit),
+		MaxItems:       s.cfg.MaxTaskMessages,
+		Request:        reqJSON,
+		RatePerSecond:  req.RatePerSecond,
+		StartAt:        time.Now().Add(time.Duration(req.DelaySeconds) * time.Second),
+		Force:          req.Force,
+		Actor:          actor,
+		AuditSelection: auditSelection(req),
+		CommandID:      commandID,
+	}
+	if req.Target != nil {
+		ex := req.Target.Exchange
+		n.TargetExchange, n.TargetRoutingKey = &ex, req.Target.RoutingKey
+	}
+	if req.Canary != nil {
+		n.CanaryCount, n.CanaryWait = req.Canary.Count, time.Duration(req.Canary.WaitSeconds)*time.Second
+	}
+	if answer != nil {
+		n.Answer = func(t store.ReplayTask) (string, error) { return answer(taskOf(t)) }
+	}
+	st, err := s.st.CreateReplayTask(ctx, n)
+	if err != nil {
+		return Task{}, mapStoreError(err)
+	}
+	t := taskOf(st)
+	s.log.Info("replay task created", "task_id", t.ID, "requested", t.Requested, "actor", actor.Name, "via", actor.Via,
+		"start_at", t.StartAt, "rate_per_second", req.RatePerSecond)
+	s.poke()
+	return t, nil
+}
+
+func auditSelection(req Request) any {
+	if req.Filter != nil {
+		return map[string]any{"filter": req.Filter, "limit": req.Limit, "scope": req.Scope}
+	}
+	return map[string]any{"ids": req.IDs, "scope": req.Scope}
+}
+
+// mapStoreError turns the store's validation errors into ErrInvalidRequest.
+func mapStoreError(err error) error {
+	switch {
+	case errors.Is(err, store.ErrInvalidFilter), errors.Is(err, store.ErrSelectionTooLarge):
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	return err
+}
+
+// Get returns a task; store.ErrNotFound when there is none.
+func (s *Service) Get(ctx context.Context, id int64) (Task, error) {
+	t, err := s.st.GetReplayTask(ctx, id)
+	if err != nil {
+		return Task{}, err
+	}
+	return taskOf(t), nil
+}
+
+// List returns recent tasks, newest first.
+func (s *Service) List(ctx context.Context, limit int) ([]Task, error) {
+	return s.ListIn(ctx, limit, nil)
+}
+
+// ListIn returns recent tasks visible to a caller restricted to scope
+// (nil: every task).
+func (s *Service) ListIn(ctx context.Context, limit int, scope []string) ([]Task, error) {
+	limit = min(cmp.Or(limit, 50), 1000)
+	if limit < 0 {
+		return nil, invalid("limit %d must be between 1 and 1000", limit)
+	}
+	ts, err := s.st.ListReplayTasks(ctx, limit, scope)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Task, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, taskOf(t))
+	}
+	return out, nil
+}
+
+// Cancel stops a task within one publish.
+func (s *Service) Cancel(ctx context.Context, id int64, actor store.Actor) (Task, error) {
+	return s.CancelIn(ctx, id, nil, actor)
+}
+
+// CancelIn is Cancel for a caller restricted to scope (nil: every task); a
+// task outside it is store.ErrNotFound.
+func (s *Service) CancelIn(ctx context.Context, id int64, scope []string, actor store.Actor) (Task, error) {
+	t, err := s.st.CancelReplayTask(ctx, id, actor, func(t store.ReplayTask) error {
+		if !Visible(t.Scope, scope) {
+			return fmt.Errorf("replay task %d: %w", id, store.ErrNotFound)
+		}
+		return nil
+	})
+	if err != nil {
+		if t.ID != 0 && errors.Is(err, store.ErrConflict) {
+			return taskOf(t), err
+		}
+		return Task{}, err
+	}
+	s.cancelLocal(id)
+	s.log.Info("replay task cancelled", "task_id", id, "actor", actor.Name, "via", actor.Via)
+	return taskOf(t), nil
+}
+
+// Visible reports whether a task recorded with taskScope may be seen by a
+// caller restricted to callerScope: an unrestricted caller sees every task;
+// a restricted one sees the tasks whose scope lies within its own.
+func Visible(taskScope, callerScope []string) bool {
+	if callerScope == nil {
+		return true
+	}
+	if taskScope == nil {
+		return false
+	}
+	for _, q := range taskScope {
+		if !slices.Contains(callerScope, q) {
+			return false
+		}
+	}
+	return true
+}
+
+func taskOf(t store.ReplayTask) Task {
+	out := Task{
+		ID: t.ID, Status: t.Status, Requested: t.Requested, Claimed: t.Claimed, Published: t.Published,
+		Failed: t.Failed, Skipped: t.Skipped, Unknown: t.Unknown, Remaining: t.Remaining(),
+		Error: t.Error, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt.UTC(), StartAt: t.StartAt.UTC(),
+	}
+	if t.FinishedAt != nil {
+		f := t.FinishedAt.UTC()
+		out.FinishedAt = &f
+	}
+	if len(t.CanaryIDs) > 0 {
+		out.CanaryIDs = t.CanaryIDs
+	}
+	_ = json.Unmarshal(t.Request, &out.Request)
+	out.Request.Scope = t.Scope
+	return out
+}
+
+// poke wakes the local runner loop.
+func (s *Service) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) cancelLocal(id int64) {
+	s.mu.Lock()
+	r := s.running[id]
+	s.mu.Unlock()
+	if r != nil {
+		r.stop(errCancelled)
+	}
+}
+
+// Run executes due tasks until ctx ends: it takes tasks no live runner
+// holds (at most MaxTasks at once), takes back expired claims, and listens
+// for tasks started or cancelled by other instances. When ctx ends it
+// stops publishing, waits for the confirms in flight, records their
+// outcomes, hands unpublished claims and its tasks back, and returns.
+func (s *Service) Run(ctx context.Context) error {
+	if s.cfg.Conn == nil {
+		return errors.New("replay: Run needs Conn")
+	}
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() { defer bg.Done(); s.listen(ctx) }()
+	go func() { defer bg.Done(); s.recoverLoop(ctx) }()
+
+	var tasks sync.WaitGroup
+	defer func() {
+		tasks.Wait()
+		bg.Wait()
+	}()
+	backoff := s.cfg.PollInterval
+	for ctx.Err() == nil {
+		wait := s.cfg.PollInterval
+		if n := s.runningCount(); n < s.cfg.MaxTasks {
+			t, ok, err := s.st.AcquireReplayTask(ctx, s.newOwner(), s.cfg.Lease, s.runningIDs())
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					break
+				}
+				s.log.Warn("cannot look for replay tasks; retrying", "error", err, "retry_in", backoff)
+				wait = backoff
+				backoff = min(backoff*2, 30*time.Second)
+			case ok:
+				backoff = s.cfg.PollInterval
+				r := s.newRun(t)
+				tasks.Add(1)
+				go func() {
+					defer tasks.Done()
+					r.run(ctx)
+				}()
+				continue // maybe more are due
+			default:
+				backoff = s.cfg.PollInterval
+				if next, err := s.st.NextReplayTaskStart(ctx); err == nil && !next.IsZero() {
+					if d := time.Until(next); d > 0 && d < wait {
+						wait = d
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+		case <-time.After(wait):
+		}
+	}
+	return nil
+}
+
+func (s *Service) newOwner() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%s/%d", s.cfg.Name, hex.EncodeToString(b[:]), s.seq.Add(1))
+}
+
+func (s *Service) runningCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
+}
+
+func (s *Service) runningIDs() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]int64, 0, len(s.running))
+	for id := range s.running {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// listen hears tasks started and cancelled anywhere, so that a cancel
+// reaches the runner within a publish wherever it runs, and new tasks start
+// without waiting for the poll.
+func (s *Service) listen(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := s.st.ListenReplayEvents(ctx, func() { backoff = time.Second }, func(e store.ReplayEvent) {
+			switch e.Kind {
+			case "start":
+				s.poke()
+			case "cancel":
+				s.cancelLocal(e.TaskID)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("replay notifications lost; listening again (cancels fall back to the lease renewal)", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// recoverLoop takes back claims whose holder stopped renewing them.
+func (s *Service) recoverLoop(ctx context.Context) {
+	const batch = 1000
+	t := time.NewTicker(max(s.cfg.Lease/2, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n, err := s.st.RecoverExpiredReplayClaims(ctx, batch)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("cannot take back expired replay claims", "error", err)
+				}
+				break
+			}
+			if n > 0 {
+				s.metrics.recoveries.Add(float64(n))
+				s.metrics.replays.WithLabelValues(resultUnknown).Add(float64(n))
+				s.log.Warn("took back replay claims whose holder stopped; their outcome is unknown and they are pending again",
+					"messages", n)
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/dlq/dlq/store"
+)
+
+// ErrInvalidRequest wraps every refusal of a request's content; the
+// message names the field. The API answers 400, the control queue
+// invalid_request.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// Bounds of a request.
+const (
+	MaxRatePerSecond   = 100_000
+	MaxDelaySeconds    = 30 * 24 * 3600
+	MaxCanaryCount     = 10_000
+	MaxCanaryWait      = 24 * 3600
+	maxNameBytes       = 255 // AMQP short string: exchange names and routing keys
+	dryRunSampleLength = 10
+)
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, a...)...)
+}
+
+// Validate checks a request and names the wrong field. maxMessages bounds
+// limit.
+func (r Request) Validate(maxMessages int64) error {
+	switch {
+	case len(r.IDs) == 0 && r.Filter == nil:
+		return invalid("select messages with ids or filter (filter {} selects every pending message)")
+	case len(r.IDs) > 0 && r.Filter != nil:
+		return invalid("give ids or filter, not both (a filter can list ids itself)")
+	case len(r.IDs) > store.MaxFilterIDs:
+		return invalid("ids lists %d ids; at most %d per request (use a filter for more)", len(r.IDs), store.MaxFilterIDs)
+	}
+	for _, id := range r.IDs {
+		if id <= 0 {
+			return invalid("ids: %d is not a message id", id)
+		}
+	}
+	if r.Filter != nil {
+		if err := r.Filter.Validate(); err != nil {
+			return fmt.Errorf("%w: filter: %w", ErrInvalidRequest, err)
+		}
+	}
+	if r.Limit < 0 || int64(r.Limit) > maxMessages {
+		return invalid("limit %d must be between 0 (no limit) and %d", r.Limit, maxMessages)
+	}
+	if math.IsNaN(r.RatePerSecond) || r.RatePerSecond < 0 || r.RatePerSecond > MaxRatePerSecond {
+		return invalid("rate_per_second %v must be between 0 (unthrottled) and %d", r.RatePerSecond, MaxRatePerSecond)
+	}
+	if r.DelaySeconds < 0 || r.DelaySeconds > MaxDelaySeconds {
+		return invalid("delay_seconds %d must be between 0 and %d (30 days)", r.DelaySeconds, MaxDelaySeconds)
+	}
+	if t := r.Target; t != nil {
+		if len(t.Exchange) > maxNameBytes || !utf8.ValidString(t.Exchange) {
+			return invalid("target.exchange must be valid UTF-8 of at most %d bytes", maxNameBytes)
+		}
+		if len(t.RoutingKey) > maxNameBytes || !utf8.ValidString(t.RoutingKey) {
+			return invalid("target.routing_key must be valid UTF-8 of at most %d bytes", maxNameBytes)
+		}
+		if t.Exchange == "" && strings.TrimSpace(t.RoutingKey) == "" {
+			return invalid("target.routing_key is required with the default exchange (\"\"): it names the queue")
+		}
+	}
+	if c := r.Canary; c != nil {
+		if c.Count < 1 || c.Count > MaxCanaryCount {
+			return invalid("canary.count %d must be between 1 and %d", c.Count, MaxCanaryCount)
+		}
+		if c.WaitSeconds < 0 || c.WaitSeconds > MaxCanaryWait {
+			return invalid("canary.wait_seconds %d must be between 0 and %d (1 day)", c.WaitSeconds, MaxCanaryWait)
+		}
+	}
+	return nil
+}
+
+// selection is the filter a request stands for, with the caller's scope.
+func (r Request) selection() store.Filter {
+	var f store.Filter
+	if r.Filter != nil {
+		f = *r.Filter
+	} else {
+		// Ids name messages whatever their status; the ones not pending are
+		// settled as skipped with the reason, so the caller sees why.
+		f = store.Filter{IDs: r.IDs, Status: "all"}
+	}
+	f.Scope = r.Scope
+	return f
+}

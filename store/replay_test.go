@@ -1,0 +1,284 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+var replayActor = store.Actor{Name: "test", Role: "operator", Via: "test"}
+
+// seedPending stores n pending messages of queue and returns their ids.
+func seedPending(t *testing.T, st *store.Store, queue string, n int) []int64 {
+	t.Helper()
+	msgs := make([]store.NewMessage, n)
+	for i := range msgs {
+		msgs[i] = msg(queue, fmt.Sprintf("body %d", i), int64(i+1))
+		msgs[i].FailureType = "Timeout"
+		msgs[i].FailureMessage = "timed out"
+	}
+	for start := 0; start < n; start += 500 {
+		ingest(t, st, msgs[start:min(start+500, n)]...)
+	}
+	rows, err := st.Pool().Query(context.Background(), `SELECT id FROM dead_messages WHERE source_queue = $1 ORDER BY id`, queue)
+	require.NoError(t, err)
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, ids, n)
+	return ids
+}
+
+func newTask(t *testing.T, st *store.Store, f store.Filter) store.ReplayTask {
+	t.Helper()
+	task, err := st.CreateReplayTask(context.Background(), store.NewReplayTask{
+		Selection: f, MaxItems: 1_000_000, Request: json.RawMessage(`{}`), Actor: replayActor,
+	})
+	require.NoError(t, err)
+	return task
+}
+
+// runner is a claimer that owns a task, as replay's runner does.
+func acquire(t *testing.T, st *store.Store, id int64, owner string) {
+	t.Helper()
+	_, err := st.Pool().Exec(context.Background(), `UPDATE replay_tasks SET runner_owner = $2, status = 'running' WHERE id = $1`, id, owner)
+	require.NoError(t, err)
+}
+
+// Many claimers on tasks over the same rows: every row is claimed, and
+// settled as published, exactly once.
+func TestReplayClaimsAreExclusive(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	const rows, tasks, claimersPerTask = 2000, 3, 3
+	seedPending(t, st, "orders", rows)
+	var mu sync.Mutex
+	claimedBy := map[int64]string{}
+	var wg sync.WaitGroup
+	var all []store.ReplayTask
+	for k := 0; k < tasks; k++ {
+		task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+		require.Equal(t, int64(rows), task.Requested)
+		all = append(all, task)
+	}
+	for _, task := range all {
+		for c := 0; c < claimersPerTask; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := context.Background()
+				var cursor int64
+				for i := 0; ; i++ {
+					token := fmt.Sprintf("t%d-c%d-%d", task.ID, c, i)
+					res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{
+						TaskID: task.ID, Token: token, Lease: time.Minute, After: cursor, Limit: 50, MaxReplays: 5,
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					var outs []store.ReplayOutcome
+					mu.Lock()
+					for _, m := range res.Messages {
+						if prev, dup := claimedBy[m.ID]; dup {
+							t.Errorf("message %d claimed by %s and %s", m.ID, prev, token)
+						}
+						claimedBy[m.ID] = token
+						outs = append(outs, store.ReplayOutcome{ID: m.ID, Token: token, Result: store.OutcomePublished})
+					}
+					mu.Unlock()
+					if _, err := st.SettleReplayOutcomes(ctx, task.ID, outs, false); err != nil {
+						t.Error(err)
+						return
+					}
+					cursor = res.Last
+					if res.Scanned < 50 {
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.Len(t, claimedBy, rows)
+	require.Equal(t, rows, count(t, st, "status = 'replayed' AND replay_count = 1"))
+	var published int64
+	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT sum(published) FROM replay_tasks`).Scan(&published))
+	require.Equal(t, int64(rows), published)
+	requireCountersConsistent(t, st)
+}
+
+// A claim whose lease ran out is taken back as unknown; the former holder
+// can no longer settle it (fencing), and its task never claims it again.
+func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	ids := seedPending(t, st, "orders", 3)
+	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "old", Lease: 50 * time.Millisecond, Limit: 10, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 3)
+	// One settles in time.
+	_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "old", Result: store.OutcomePublished}}, false)
+	require.NoError(t, err)
+
+	dlqtest.Eventually(t, 5*time.Second, func() bool {
+		n, err := st.RecoverExpiredReplayClaims(ctx, 100)
+		require.NoError(t, err)
+		return n == 2
+	}, "expired claims not taken back")
+	require.Equal(t, 2, count(t, st, "status = 'pending' AND last_replay_error = $1 AND claim_owner IS NULL", store.UnknownOutcomeLeaseExpired))
+
+	// The former holder comes back with its confirms: nothing changes.
+	s, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
+		{ID: ids[1], Token: "old", Result: store.OutcomePublished},
+		{ID: ids[2], Token: "old", Result: store.OutcomeFailed, Error: "late"},
+	}, false)
+	require.NoError(t, err)
+	require.Zero(t, s.Marked)
+	require.Zero(t, s.Published+s.Failed)
+	require.Equal(t, 2, count(t, st, "status = 'pending' AND replay_count = 0"))
+
+	got, err := st.GetReplayTask(ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), got.Published)
+	require.Equal(t, int64(2), got.Unknown)
+	require.Zero(t, got.Remaining())
+	// The task has nothing left to claim: no double publishing.
+	res, err = st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "new", Lease: time.Minute, Limit: 10, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Zero(t, res.Scanned)
+	requireCountersConsistent(t, st)
+}
+
+// A replayed message that died again and came back to its row before the
+// replay was recorded keeps what the consumer wrote: pending, with the
+// replay count of the header.
+func TestReplaySettleKeepsAMessageThatDiedAgainFirst(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	ids := seedPending(t, st, "orders", 1)
+	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 10, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+
+	back := msg("orders", "body 0", 999)
+	back.DLQID, back.ReplayID, back.ReplayCount, back.Redelivered = ids[0], "rid-1", 1, false
+	back.Reason = "expired"
+	_, r := ingest(t, st, back)
+	require.Equal(t, 1, r.Returned)
+
+	s, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "tok", Result: store.OutcomePublished}}, false)
+	require.NoError(t, err)
+	require.Zero(t, s.Marked, "the row had already changed")
+	require.Equal(t, int64(1), s.Published, "the task still counts the confirmed publish")
+	st0 := rowState(t, st, ids[0])
+	require.Equal(t, "pending", st0.status)
+	require.Equal(t, "expired", st0.reason)
+	require.Equal(t, 1, st0.replayCount)
+	requireCountersConsistent(t, st)
+}
+
+// The snapshot is taken when the task is created: later arrivals are not
+// in it. The loop guard and non-pending messages are skipped with reasons.
+func TestReplaySnapshotAndSkips(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	ids := seedPending(t, st, "orders", 4)
+	_, err := st.Pool().Exec(ctx, `UPDATE dead_messages SET replay_count = 5 WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	_, err = st.Acknowledge(ctx, store.Filter{IDs: []int64{ids[2]}}, replayActor, store.ActionOptions{})
+	require.NoError(t, err)
+	task, err := st.CreateReplayTask(ctx, store.NewReplayTask{
+		Selection: store.Filter{IDs: ids, Status: "all"}, MaxItems: 100, Request: json.RawMessage(`{}`), Actor: replayActor,
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), task.Requested)
+	seedPending(t, st, "later", 2)
+
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 100, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2)
+	require.Equal(t, 2, res.Skipped)
+	var details []string
+	rows, err := st.Pool().Query(ctx, `SELECT detail FROM replay_task_items WHERE task_id = $1 AND outcome = 'skipped' ORDER BY message_id`, task.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var d string
+		require.NoError(t, rows.Scan(&d))
+		details = append(details, d)
+	}
+	require.Len(t, details, 2)
+	require.Contains(t, details[0], "max_replays 5")
+	require.Contains(t, details[1], "status is acknowledged")
+
+	// Force lifts the guard.
+	forced, err := st.CreateReplayTask(ctx, store.NewReplayTask{
+		Selection: store.Filter{IDs: ids[1:2], Status: "all"}, MaxItems: 100, Request: json.RawMessage(`{}`), Force: true, Actor: replayActor,
+	})
+	require.NoError(t, err)
+	res, err = st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: forced.ID, Token: "tok2", Lease: time.Minute, Limit: 100, MaxReplays: 5, Force: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+
+	// A selection that matches nothing, or too much, records nothing.
+	_, err = st.CreateReplayTask(ctx, store.NewReplayTask{Selection: store.Filter{SourceQueue: "none"}, MaxItems: 100, Request: json.RawMessage(`{}`), Actor: replayActor})
+	require.ErrorIs(t, err, store.ErrEmptySelection)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = st.CreateReplayTask(ctx, store.NewReplayTask{Selection: store.Filter{SourceQueue: "later"}, MaxItems: 1, Request: json.RawMessage(`{}`), Actor: replayActor})
+	require.ErrorIs(t, err, store.ErrSelectionTooLarge)
+	var n int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM replay_tasks`).Scan(&n))
+	require.Equal(t, 2, n)
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'replay'`).Scan(&n))
+	require.Equal(t, 2, n, "one audit row per task, written with it")
+	requireCountersConsistent(t, st)
+}
+
+// A repeated command_id finds the first answer; a reservation whose
+// handler died is taken over after its lease.
+func TestControlCommandMemory(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	r, err := st.ReserveCommand(ctx, "c1", "acknowledge", "ops", time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Reserved)
+	r, err = st.ReserveCommand(ctx, "c1", "acknowledge", "ops", time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Running)
+	require.NoError(t, st.SaveCommandAnswer(ctx, "c1", `{"ok":true}`))
+	r, err = st.ReserveCommand(ctx, "c1", "acknowledge", "ops", time.Minute)
+	require.NoError(t, err)
+	require.False(t, r.Reserved)
+	require.Equal(t, `{"ok":true}`, r.Answer)
+
+	r, err = st.ReserveCommand(ctx, "c2", "delete", "ops", 10*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, r.Reserved)
+	dlqtest.Eventually(t, 5*time.Second, func() bool {
+		r, err = st.ReserveCommand(ctx, "c2", "delete", "ops", time.Minute)
+		require.NoError(t, err)
+		return r.Reserved
+	}, "expired reservation not taken over")
+
+	n, err := st.DeleteExpiredControlCommands(ctx, time.Now().Add(time.Hour), 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "only the answered command is old and done")
+}
