@@ -55,7 +55,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, []string{"component"})
 	reg.MustRegister(up)
 
-	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues)), Logger: log, Registerer: reg})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues) + replayConns(cfg)), Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -110,6 +110,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	replays, control, err := newReplay(cfg, st, conn, authn, log, reg)
+	if err != nil {
+		return err
+	}
+
 	srv, err := api.New(api.Config{
 		Addr:         cfg.HTTPAddr,
 		Gatherer:     reg,
@@ -117,6 +122,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:       log,
 		Store:        st,
 		Auth:         authn,
+		Replayer:     replays,
 		MaxBodyBytes: cfg.API.MaxBodyBytes,
 		ConfirmAbove: cfg.API.ConfirmAbove,
 		Checks: []api.Check{
@@ -143,6 +149,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go watchDatabase(ctx, st, up.WithLabelValues("postgres"), log)
 	consumeDone := make(chan error, 1)
 	go func() { consumeDone <- cons.Run(ctx) }()
+	controlDone := make(chan error, 1)
+	go func() { controlDone <- control.Run(ctx) }()
+	replayDone := make(chan error, 1)
+	go func() { replayDone <- replays.Run(ctx) }()
 	log.Info("dlq serving", "queues", cfg.Queues, "exchange", cfg.Exchange, "http_addr", cfg.HTTPAddr)
 
 	select {
@@ -156,7 +166,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Error("consumer stopped with an error", "error", err)
 	}
 	up.WithLabelValues("consumer").Set(0)
-	// 2., 3.: replay and cron are wired here as they are added.
+	if err := <-controlDone; err != nil {
+		log.Error("control queue stopped with an error", "error", err)
+	}
+	// 2.
+	if err := <-replayDone; err != nil {
+		log.Error("replay stopped with an error", "error", err)
+	}
+	// 3.: cron is wired here as it is added.
 	// 4.
 	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
