@@ -13,7 +13,7 @@
 //
 //  1. to take the job's lease (job_leases: holder, token, expires_at): it is
 //     taken when free, expired, or already this instance's. The token grows
-//     by one whenever the lease changes hands or is taken after expiring;
+//     by one whenever the lease changes hands;
 //  2. to claim the tick: INSERT INTO job_runs (job, tick) ON CONFLICT DO
 //     NOTHING. No row back means someone else has the tick; that is not an
 //     error.

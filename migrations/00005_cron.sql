@@ -2,7 +2,7 @@
 
 -- One row per cron job. The instance named in holder runs the job while
 -- expires_at is in the future; token grows by one every time the lease
--- changes hands (or is taken again after expiring), and every write a job
+-- changes hands, and every write a job
 -- makes first checks (FOR SHARE) that its token is still the current one.
 -- A paused or partitioned former holder therefore cannot write once another
 -- instance has taken the job: its token no longer matches.

@@ -52,8 +52,10 @@ const fenceIdleTimeout = 5 * time.Second
 
 // BeginJobRun takes job's lease for holder and claims tick, in one
 // transaction. The lease is taken when it is free, expired, or already
-// holder's; its token grows by one whenever it changes hands or is taken
-// again after expiring, and stays the same when holder renews in time. ok is
+// holder's; its token grows by one whenever it changes hands and stays the
+// same while one holder keeps it. (A holder name is unique per process, and
+// a process never runs two ticks of a job at once, so a holder that takes
+// its own expired lease back has no older run left to fence.) ok is
 // false, with no error, when another instance holds the lease or has already
 // run this tick: that is the normal outcome on every instance but one.
 func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
@@ -71,8 +73,8 @@ func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.T
 INSERT INTO job_leases AS l (job, holder, token, acquired_at, expires_at)
 VALUES ($1, $2, 1, now(), now() + $3 * interval '1 millisecond')
 ON CONFLICT (job) DO UPDATE SET
-    token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.acquired_at ELSE now() END,
+    token = CASE WHEN l.holder = EXCLUDED.holder THEN l.token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE now() END,
     holder = EXCLUDED.holder,
     expires_at = EXCLUDED.expires_at
 WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder

@@ -110,6 +110,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	cron, err := newCron(cfg, st, log, reg)
+	if err != nil {
+		return err
+	}
+
 	replays, control, err := newReplay(cfg, st, conn, authn, log, reg)
 	if err != nil {
 		return err
@@ -122,6 +127,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:       log,
 		Store:        st,
 		Auth:         authn,
+		Cron:         cron,
 		Replayer:     replays,
 		MaxBodyBytes: cfg.API.MaxBodyBytes,
 		ConfirmAbove: cfg.API.ConfirmAbove,
@@ -153,6 +159,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { controlDone <- control.Run(ctx) }()
 	replayDone := make(chan error, 1)
 	go func() { replayDone <- replays.Run(ctx) }()
+	cron.Start()
 	log.Info("dlq serving", "queues", cfg.Queues, "exchange", cfg.Exchange, "http_addr", cfg.HTTPAddr)
 
 	select {
@@ -173,7 +180,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := <-replayDone; err != nil {
 		log.Error("replay stopped with an error", "error", err)
 	}
-	// 3.: cron is wired here as it is added.
+	// 3.
+	stopCron(cron, log)
 	// 4.
 	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

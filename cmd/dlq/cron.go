@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/store"
+)
+
+// newCron builds the cron service (summary, cleanup, capacity and alert
+// jobs) from the configuration. Every instance builds it; the jobs' leases
+// decide which instance runs each tick.
+func newCron(cfg config.Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*cleanup.Service, error) {
+	notifiers, err := cfg.Alerts.Notifiers(alerts.NotifierDeps{
+		EvalInterval: cleanup.ScheduleInterval(cfg.Cron.Alerts),
+	})
+	if err != nil {
+		return nil, err
+	}
+	retention := make(map[string]time.Duration, len(cfg.Cleanup.Retention))
+	for status, d := range cfg.Cleanup.Retention {
+		retention[status] = d.D()
+	}
+	// In the configuration 0 keeps records forever; in cleanup.Config a
+	// negative TTL does (0 there means "the default").
+	keep := func(d config.Duration) time.Duration {
+		if d == 0 {
+			return -1
+		}
+		return d.D()
+	}
+	return cleanup.New(cleanup.Config{
+		Store:      st,
+		Logger:     log,
+		Registerer: reg,
+		Instance:   cfg.Cron.Instance,
+		LeaseTTL:   cfg.Cron.LeaseTTL.D(),
+		Disabled:   cfg.Cron.Disabled,
+		Schedules: cleanup.Schedules{
+			Summary:  cfg.Cron.Summary,
+			Cleanup:  cfg.Cron.Cleanup,
+			Capacity: cfg.Cron.Capacity,
+			Alerts:   cfg.Cron.Alerts,
+		},
+		Summary:      cleanup.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
+		Retention:    retention,
+		BatchSize:    cfg.Cleanup.BatchSize,
+		BatchTimeout: cfg.Cleanup.BatchTimeout.D(),
+		Pause:        cfg.Cleanup.Pause.D(),
+		Capacity: cleanup.Capacity{
+			MaxMessages:       cfg.Cleanup.MaxMessages,
+			MaxBytes:          cfg.Cleanup.MaxBytes,
+			AllowEvictPending: cfg.Cleanup.AllowEvictPending,
+		},
+		ControlCommandTTL: keep(cfg.Cleanup.ControlCommandTTL),
+		ReplayTaskTTL:     keep(cfg.Cleanup.ReplayTaskTTL),
+		JobRunTTL:         keep(cfg.Cleanup.JobRunTTL),
+		AuditTTL:          keep(cfg.Cleanup.AuditTTL),
+		Alerts:            cleanup.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
+	})
+}
+
+// stopCron is shutdown step 3: no new ticks; runs in progress stop at their
+// next statement (what they committed stays) and record their end.
+func stopCron(c *cleanup.Service, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		log.Warn("cron jobs did not stop in time", "error", err)
+	}
+}
