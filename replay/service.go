@@ -308,7 +308,12 @@ func taskOf(t store.ReplayTask) Task {
 		out.CanaryIDs = t.CanaryIDs
 	}
 	_ = json.Unmarshal(t.Request, &out.Request)
+	// The scope is not part of the request's JSON; it comes back from the
+	// task's own column, on the request and on its filter.
 	out.Request.Scope = t.Scope
+	if out.Request.Filter != nil {
+		out.Request.Filter.Scope = t.Scope
+	}
 	return out
 }
 

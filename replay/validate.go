@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -91,6 +92,20 @@ func (r Request) selection() store.Filter {
 		// settled as skipped with the reason, so the caller sees why.
 		f = store.Filter{IDs: r.IDs, Status: "all"}
 	}
-	f.Scope = r.Scope
+	// The request's scope narrows whatever scope the filter already has
+	// (the HTTP API scopes the filter itself).
+	switch {
+	case r.Scope == nil:
+	case f.Scope == nil:
+		f.Scope = r.Scope
+	default:
+		var both []string
+		for _, q := range f.Scope {
+			if slices.Contains(r.Scope, q) {
+				both = append(both, q)
+			}
+		}
+		f.Scope = append([]string{}, both...)
+	}
 	return f
 }
