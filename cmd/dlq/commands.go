@@ -27,6 +27,9 @@ func commands() []command {
 		{"serve", "run dlq: ingest, replay, cron jobs and the HTTP API", cmdServe},
 		{"migrate", "apply database migrations and exit", cmdMigrate},
 		{"topology", "declare the dead-letter exchange, queues and configured source queues", cmdTopology},
+		{"replay", "replay messages by id or filter, at a rate, after a delay, with a canary", cmdReplay},
+		{"replays", "list replay tasks, or show one", cmdReplays},
+		{"cancel", "cancel a replay task", cmdCancel},
 		{"version", "print the version", cmdVersion},
 	}
 }
