@@ -41,10 +41,21 @@ func TestFaultKill9(t *testing.T) {
 		if k >= kills && isClosed(pub.done) {
 			break
 		}
-		// A random point 100 ms to 2.5 s into this process's life: during
-		// start-up, while redeliveries of the previous life are matched,
-		// between a commit and its acknowledgement, mid-batch.
-		time.Sleep(100*time.Millisecond + rand.N(2400*time.Millisecond))
+		if k%2 == 0 {
+			// A random point 100 ms to 2.5 s into this process's life:
+			// during start-up, while redeliveries of the previous life are
+			// matched, mid-batch.
+			time.Sleep(100*time.Millisecond + rand.N(2400*time.Millisecond))
+		} else {
+			// Soon after this life's first commits, so that kills also land
+			// between commits and their acknowledgements (the window in
+			// which a redelivery must be recognised, not stored again).
+			rows, deadline := h.rowCount(), time.Now().Add(8*time.Second)
+			for h.rowCount() == rows && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(rand.N(300 * time.Millisecond))
+		}
 		p.kill9(t)
 		k++
 		trace = append(trace, fmt.Sprintf("kill %d: %d rows", k, h.rowCount()))
