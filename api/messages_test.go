@@ -253,7 +253,11 @@ func TestSearch(t *testing.T) {
 	require.Equal(t, []int64{ids[2]}, search(tokAdmin, "", "bill-9"))
 	// Header values, nested too.
 	require.Equal(t, []int64{ids[1]}, search(tokAdmin, "", "tenant-zebra"))
-	require.Equal(t, []int64{ids[1]}, search(tokAdmin, "", "trace-abc"))
+	require.Equal(t, []int64{ids[1]}, search(tokAdmin, "", "trace-abc-123"))
+	// Words in order, the last one as a prefix.
+	require.Equal(t, []int64{ids[0]}, search(tokAdmin, "", "declined by iss"))
+	require.Equal(t, []int64{ids[2], ids[1]}, search(tokAdmin, "", "Timeout"))
+	require.Empty(t, search(tokAdmin, "", "by declined"))
 	// Body phrase: within a source queue.
 	require.Equal(t, []int64{ids[0]}, search(tokAdmin, "&source_queue=orders", `"sku":"blue-widget"`))
 	require.Equal(t, []int64{ids[2]}, search(tokAdmin, "&source_queue=billing&failed_after="+url.QueryEscape(time.Now().Add(-24*time.Hour).Format(time.RFC3339)), "blue-widget"))
@@ -265,9 +269,9 @@ func TestSearch(t *testing.T) {
 	// A scoped token never finds other queues' messages.
 	require.Equal(t, []int64{ids[1]}, search(tokScoped, "", "timeouterror"))
 	require.Empty(t, search(tokScoped, "", "bill-9"))
-	// LIKE wildcards are literal.
+	// Query syntax is not interpreted: these are plain (word-less) text.
 	require.Empty(t, search(tokAdmin, "", "%%%"))
-	require.Empty(t, search(tokAdmin, "", "___"))
+	require.Empty(t, search(tokAdmin, "", "a & !b | c:*"))
 }
 
 // TestInjectionLookingInputIsHarmless sends SQL-looking values in every

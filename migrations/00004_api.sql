@@ -45,25 +45,36 @@ CREATE INDEX dead_messages_repeat ON dead_messages (source_queue, id)
     WHERE replay_count > 0 AND status = 'pending';
 
 -- Text search over message id, failure type and message, and header values
--- (strings and numbers at any depth), as one trigram-indexed expression.
--- The text is capped so that one huge header (a stack trace) cannot make
--- a row's index entry, and ingest, expensive. Bodies are not indexed: they
--- are searched by scanning within one source queue (see store/search.go).
-CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA public;
+-- (strings and numbers at any depth, stack traces left out) as one
+-- full-text document ('simple' configuration: no stemming, no stop words,
+-- so ids and codes stay whole). A tsvector GIN index holds a few dozen
+-- words per message; a trigram index over the same text costs ingest
+-- several times more (measured: docs/BENCHMARKS.md, API). Bodies are not
+-- indexed: they are searched by scanning within one source queue (see
+-- store/search.go).
+CREATE FUNCTION dlq_search_doc(message_id text, failure_type text, failure_message text, headers jsonb)
+RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN to_tsvector('simple'::regconfig, coalesce(message_id, '') || ' ' || coalesce(failure_type, '') || ' ' || coalesce(failure_message, ''))
+    || jsonb_to_tsvector('simple'::regconfig,
+        headers - ARRAY['x-exception-stacktrace', 'x-error-stack', 'x-error-stacktrace', 'x-exception-stack',
+                        'NServiceBus.ExceptionInfo.StackTrace', 'MT-Fault-StackTrace'],
+        '["string", "numeric"]');
 
-CREATE FUNCTION dlq_search_text(message_id text, failure_type text, failure_message text, headers jsonb)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN left(
-    coalesce(message_id, '') || ' ' || coalesce(failure_type, '') || ' ' || coalesce(failure_message, '') || ' ' ||
-    coalesce(jsonb_path_query_array(headers, 'strict $.** ? (@.type() == "string" || @.type() == "number")')::text, ''),
-    2000);
+-- The query for q: its words as a phrase, the last one as a prefix
+-- ("declined by iss" finds "declined by issuer", "timeout" finds
+-- "TimeoutError"). Any input is safe: phraseto_tsquery has no syntax.
+CREATE FUNCTION dlq_search_query(q text)
+RETURNS tsquery LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN numnode(phraseto_tsquery('simple'::regconfig, q)) = 0 THEN phraseto_tsquery('simple'::regconfig, q)
+            ELSE (phraseto_tsquery('simple'::regconfig, q)::text || ':*')::tsquery END;
 
 CREATE INDEX dead_messages_search ON dead_messages
-    USING gin (dlq_search_text(message_id, failure_type, failure_message, headers) public.gin_trgm_ops);
+    USING gin (dlq_search_doc(message_id, failure_type, failure_message, headers));
 
 -- +goose Down
 DROP INDEX dead_messages_search;
-DROP FUNCTION dlq_search_text(text, text, text, jsonb);
+DROP FUNCTION dlq_search_query(text);
+DROP FUNCTION dlq_search_doc(text, text, text, jsonb);
 DROP INDEX dead_messages_repeat;
 DROP TABLE queue_activity;
 DROP INDEX dead_messages_group_status_id;

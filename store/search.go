@@ -6,24 +6,26 @@ import (
 	"unicode/utf8"
 )
 
-// MinQueryLen is the shortest q accepted: the trigram index cannot narrow
-// a search for fewer than three characters, which would scan every row.
+// MinQueryLen is the shortest q accepted: a one- or two-letter prefix
+// matches too many words to be a useful search.
 const MinQueryLen = 3
 
-// searchText is the expression behind the trigram index
+// searchDoc is the expression behind the full-text index
 // dead_messages_search (migrations/00004_api.sql). A condition uses the
 // index only if it repeats this expression exactly.
-const searchText = "dlq_search_text(m.message_id, m.failure_type, m.failure_message, m.headers)"
+const searchDoc = "dlq_search_doc(m.message_id, m.failure_type, m.failure_message, m.headers)"
 
 // searchConds renders the text search (q) and failure group conditions.
 //
-// q matches, case-insensitively, anywhere in the message id, the failure
-// type and message, and the values of the headers (strings and numbers, at
-// any depth) — all through one trigram index, so the cost depends on how
-// many rows match, not on the table size. When the filter names a source
-// queue, q also matches the body's bytes exactly (case-sensitive): bodies
-// are not indexed (that would cost ingest far more than it gives), so a
-// body search scans one queue's rows, best narrowed with failed_after.
+// q matches words, case-insensitively: its words must appear in that order
+// in the message id, the failure type and message, or one header value
+// (strings and numbers, at any depth), the last word as a prefix — all
+// through one full-text index, so the cost depends on how many rows match,
+// not on the table size. When the filter names a source queue, q also
+// matches the body's bytes exactly (case-sensitive, any substring):
+// bodies are not indexed (that would cost ingest far more than it gives),
+// so a body search scans one queue's rows, best narrowed with
+// failed_after.
 func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
 	var conds []string
 	if f.Group != "" {
@@ -41,27 +43,11 @@ func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
 		if utf8.RuneCountInString(strings.TrimSpace(q)) < MinQueryLen {
 			return nil, fmt.Errorf("%w: q must have at least %d characters", ErrInvalidFilter, MinQueryLen)
 		}
-		cond := searchText + " ILIKE " + args.add("%"+escapeLike(q)+"%")
+		cond := searchDoc + " @@ dlq_search_query(" + args.add(q) + ")"
 		if f.SourceQueue != "" {
 			cond = "(" + cond + " OR position(" + args.add([]byte(q)) + "::bytea IN m.body) > 0)"
 		}
 		conds = append(conds, cond)
 	}
 	return conds, nil
-}
-
-// escapeLike makes every character of s literal in a LIKE pattern whose
-// escape character is the default backslash.
-func escapeLike(s string) string {
-	if !strings.ContainsAny(s, `%_\`) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if r == '%' || r == '_' || r == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
