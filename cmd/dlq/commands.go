@@ -30,6 +30,13 @@ func commands() []command {
 		{"replay", "replay messages by id or filter, at a rate, after a delay, with a canary", cmdReplay},
 		{"replays", "list replay tasks, or show one", cmdReplays},
 		{"cancel", "cancel a replay task", cmdCancel},
+		{"ls", "list dead messages (filters, search, pages) through the HTTP API", cmdLs},
+		{"show", "show one dead message with headers, death record and body", cmdShow},
+		{"groups", "list failure groups, largest first", cmdGroups},
+		{"stats", "overview: counts by status, queue, reason; oldest pending; top groups", cmdStats},
+		{"status", "per source queue counts", cmdStatus},
+		{"ack", "acknowledge messages by id or filter", cmdAck},
+		{"rm", "delete messages by id or filter", cmdRm},
 		{"version", "print the version", cmdVersion},
 	}
 }

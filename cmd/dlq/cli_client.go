@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// The operator commands ls, show, groups, stats, status, ack and rm talk to
+// a running dlq's HTTP API: DLQ_URL (default http://127.0.0.1:8080) with the
+// bearer token DLQ_TOKEN (or DLQ_ADMIN_TOKEN). They print readable tables,
+// or the API's JSON with --json, and exit with a code that says what
+// happened (see commands.go): 3 when dlq cannot be reached, 4 when the
+// thing does not exist, 5 when the token is refused.
+
+// DLQURLDefault is where the CLI finds the API without DLQ_URL.
+const DLQURLDefault = "http://127.0.0.1:8080"
+
+// cliEnv is what an operator command reads and writes; tests run commands
+// in-process with their own.
+type cliEnv struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+}
+
+func osEnv() cliEnv { return cliEnv{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr} }
+
+// apiFlags are the flags every API command takes.
+type apiFlags struct {
+	url     string
+	token   string
+	json    bool
+	timeout time.Duration
+}
+
+func (f *apiFlags) register(fs *flag.FlagSet, env cliEnv) {
+	fs.StringVar(&f.url, "url", firstNonEmpty(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
+	fs.StringVar(&f.token, "token", firstNonEmpty(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
+	fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the API")
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// apiClient sends requests to the API and turns failures into exit codes.
+type apiClient struct {
+	name  string
+	flags apiFlags
+	env   cliEnv
+	http  *http.Client
+}
+
+func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout}}
+}
+
+// apiError is an answer other than 2xx.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string {
+	if e.code == "" {
+		return fmt.Sprintf("HTTP %d", e.status)
+	}
+	return fmt.Sprintf("%s (HTTP %d): %s", e.code, e.status, e.message)
+}
+
+// call sends one request and returns the body of a 2xx answer.
+func (c *apiClient) call(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
+	u := strings.TrimRight(c.flags.url, "/") + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.flags.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.flags.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach dlq at %s (is dlq serve running? set DLQ_URL): %w", c.flags.url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &apiError{status: resp.StatusCode}
+		var env struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(b, &env) == nil {
+			e.code, e.message = env.Error.Code, env.Error.Message
+		}
+		return nil, e
+	}
+	return b, nil
+}
+
+// fail prints err and returns the exit code that describes it.
+func (c *apiClient) fail(err error) int {
+	fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
+	var e *apiError
+	if !errors.As(err, &e) {
+		return exitUnavailable
+	}
+	switch {
+	case e.status == http.StatusUnauthorized:
+		if c.flags.token == "" {
+			fmt.Fprintf(c.env.stderr, "dlq %s: set DLQ_TOKEN to a token of this dlq\n", c.name)
+		}
+		return exitDenied
+	case e.status == http.StatusForbidden:
+		return exitDenied
+	case e.status == http.StatusNotFound:
+		return exitNotFound
+	case e.status == http.StatusBadRequest:
+		return exitUsage
+	case e.status == http.StatusTooManyRequests, e.status >= 500:
+		return exitUnavailable
+	}
+	return exitFailure
+}
+
+// printRaw prints an API answer as indented JSON.
+func (c *apiClient) printRaw(b []byte) {
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") != nil {
+		out.Reset()
+		out.Write(b)
+	}
+	fmt.Fprintln(c.env.stdout, strings.TrimRight(out.String(), "\n"))
+}
+
+// parseFlags parses a command's flags; a negative code means go on.
+func parseFlags(fs *flag.FlagSet, args []string, env cliEnv) int {
+	fs.SetOutput(env.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	return -1
+}
+
+// timeArg reads a time flag: RFC 3339, or a duration meaning that long ago
+// ("24h", "90m").
+func timeArg(name, s string, now time.Time) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d).UTC().Format(time.RFC3339), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC().Format(time.RFC3339), nil
+	}
+	return "", fmt.Errorf("--%s %q: use an RFC 3339 time (2024-05-01T12:00:00Z) or a duration ago (24h)", name, s)
+}
+
+// shorten cuts s to n runes for a table cell.
+func shorten(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
