@@ -37,6 +37,32 @@
 // that inserts a row or changes a status adjusts it in the same transaction,
 // so reading status is O(number of queues) whatever the table size.
 //
+// Two more counter tables follow the same rule: failure_groups (per failure
+// group and status, see groups.go) and queue_activity (per queue and hour:
+// new, returned, replayed, acknowledged, deleted; stats' "last 24 hours").
+// Ingest updates all three in its batch. Any other statement that changes
+// the status of rows or deletes them calls applyStatusDeltas (deltas.go) in
+// the same transaction with what it changed, as []StatusMove{queue, group,
+// from, to, messages, bytes}; the easiest way to get them is a statement
+// that returns exactly those columns (see act in actions.go, read with
+// statusMovesSQL). Lock order, everywhere: dead_messages rows, then
+// queue_summary, queue_activity and failure_groups rows, each in key order.
+//
+// # Failure groups
+//
+// A message's group is a hash of source queue, reason, failure type and the
+// failure message with its variable parts masked (NormalizeFailure), so it
+// is computed in Go during ingest and written by the same COPY, without a
+// lookup. Rows stored before migration 00004 have no group.
+//
+// # Listing and search
+//
+// Listings are keysets on id, newest first: each page is a range scan of
+// the (status, id), (source_queue, status, id) or (group_id, status, id)
+// index, the same cost at any depth. q is a full-text search through one
+// GIN index over message id, failure text and header values (search.go);
+// bodies are matched only within one source queue, by scanning.
+//
 // # Text columns
 //
 // PostgreSQL text cannot hold NUL or invalid UTF-8. The exact bytes of every
