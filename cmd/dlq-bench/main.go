@@ -24,8 +24,9 @@ type benchmark struct {
 // benchmarks is the dispatch table: one line per benchmark, kept sorted by name.
 func benchmarks() map[string]benchmark {
 	return map[string]benchmark{
-		"api":    {"load 10M messages via COPY, measure p50/p99 of API pages, search, stats, status; ingest cost of the search index", benchAPI},
-		"ingest": {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", benchIngest},
+		"api":     {"load 10M messages via COPY, measure p50/p99 of API pages, search, stats, status; ingest cost of the search index", benchAPI},
+		"cleanup": {"delete 1M expired messages while ingest runs (throughput drop, delete rate); status and gauge reads at 10M rows", benchCleanup},
+		"ingest":  {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", benchIngest},
 	}
 }
 

@@ -1,0 +1,565 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/store"
+)
+
+// cleanupOptions are the flags of `dlq-bench cleanup`.
+type cleanupOptions struct {
+	pgURL, amqpURL string
+	eligible       int
+	ingestN        int
+	size           int
+	batch          int
+	pauses         []time.Duration
+	statusSchema   string
+	statusN        int
+	reuse          bool
+	iterations     int
+	skipDelete     bool
+	skipStatus     bool
+	out            string
+}
+
+type cleanupResult struct {
+	Bench string `json:"bench"`
+	Name  string `json:"name"`
+	// Delete under ingest.
+	Eligible       int     `json:"eligible,omitempty"`
+	BatchSize      int     `json:"batch_size,omitempty"`
+	Pause          string  `json:"pause,omitempty"`
+	IngestBaseline float64 `json:"ingest_baseline_msgs_per_s,omitempty"`
+	IngestDuring   float64 `json:"ingest_during_cleanup_msgs_per_s,omitempty"`
+	DropPct        float64 `json:"ingest_drop_pct,omitempty"`
+	DeleteRate     float64 `json:"delete_rows_per_s,omitempty"`
+	CleanupSecs    float64 `json:"cleanup_secs,omitempty"`
+	OverlapSecs    float64 `json:"overlap_secs,omitempty"`
+	// Reads at N rows.
+	Rows  int     `json:"rows,omitempty"`
+	P50ms float64 `json:"p50_ms,omitempty"`
+	P99ms float64 `json:"p99_ms,omitempty"`
+	MaxMs float64 `json:"max_ms,omitempty"`
+}
+
+func benchCleanup(args []string) error {
+	def := config.Default()
+	o := cleanupOptions{}
+	var pauses string
+	fs := flag.NewFlagSet("dlq-bench cleanup", flag.ContinueOnError)
+	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"), "PostgreSQL database")
+	fs.StringVar(&o.amqpURL, "amqp", cmp.Or(os.Getenv("DLQ_AMQP_URL"), config.AMQPURLDefault), "RabbitMQ URL")
+	fs.IntVar(&o.eligible, "eligible", 1_000_000, "resolved messages past their retention, deleted while ingest runs")
+	fs.IntVar(&o.ingestN, "ingest", 400_000, "dead letters ingested in each phase (baseline, then during cleanup)")
+	fs.IntVar(&o.size, "size", 512, "body bytes of the ingested dead letters")
+	fs.IntVar(&o.batch, "batch", def.Cleanup.BatchSize, "cleanup batch size (rows per transaction)")
+	fs.StringVar(&pauses, "pause", "0s", "comma list of pauses between cleanup batches; each is one delete-under-ingest run")
+	fs.StringVar(&o.statusSchema, "status-schema", "bench_api", "schema with -status-rows generated messages (shared with `dlq-bench api`)")
+	fs.IntVar(&o.statusN, "status-rows", 10_000_000, "messages in the status schema")
+	fs.BoolVar(&o.reuse, "reuse", true, "reuse the status schema when it already holds -status-rows messages")
+	fs.IntVar(&o.iterations, "iterations", 1000, "timed reads per measurement (after 20 warm-up reads)")
+	fs.BoolVar(&o.skipDelete, "skip-delete", false, "skip the delete-under-ingest measurement")
+	fs.BoolVar(&o.skipStatus, "skip-status", false, "skip the status and gauge read measurement")
+	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	for _, p := range splitList(pauses) {
+		d, err := time.ParseDuration(p)
+		if err != nil {
+			return fmt.Errorf("-pause %q: %w", p, err)
+		}
+		o.pauses = append(o.pauses, d)
+	}
+	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	ctx := context.Background()
+	var results []cleanupResult
+	if !o.skipDelete {
+		for _, pause := range o.pauses {
+			r, err := deleteUnderIngest(ctx, o, pause)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+		}
+	}
+	if !o.skipStatus {
+		rs, err := statusReads(ctx, o)
+		results = append(results, rs...)
+		if err != nil {
+			return err
+		}
+	}
+	if o.out != "" {
+		for _, r := range results {
+			if err := appendJSON(o.out, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// deleteUnderIngest measures ingest throughput alone, then again while
+// the cleanup job deletes o.eligible expired messages, in one schema.
+func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duration) (cleanupResult, error) {
+	res := cleanupResult{Bench: "cleanup", Name: "delete_under_ingest", Eligible: o.eligible, BatchSize: o.batch, Pause: pause.String()}
+	suffix := randomHex(4)
+	schema := "bench_cleanup_" + suffix
+	admin, err := pgx.Connect(ctx, o.pgURL)
+	if err != nil {
+		return res, fmt.Errorf("connect to %s (does database bench exist? `make bench-limits` creates it): %w", o.pgURL, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return res, err
+	}
+	defer func() {
+		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}()
+	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	if err != nil {
+		return res, err
+	}
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16})
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx, nil); err != nil {
+		return res, err
+	}
+
+	t := time.Now()
+	if err := loadExpired(ctx, st, o.eligible); err != nil {
+		return res, fmt.Errorf("load expired messages: %w", err)
+	}
+	fmt.Printf("loaded %d expired resolved messages in %s\n", o.eligible, time.Since(t).Round(time.Second))
+
+	conn, err := amqp.Dial(o.amqpURL)
+	if err != nil {
+		return res, fmt.Errorf("connect to RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	exchange, queue := "bench.cleanup.dlx."+suffix, "bench.cleanup.dlq."+suffix
+	ch, err := conn.Channel()
+	if err != nil {
+		return res, err
+	}
+	version, _ := conn.Properties["version"].(string)
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		return res, err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, broker.OwnQueueArgs(version)); err != nil {
+		return res, err
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		return res, err
+	}
+	defer func() {
+		if c, err := conn.Channel(); err == nil {
+			_, _ = c.QueueDelete(queue, false, false, false)
+			_ = c.ExchangeDelete(exchange, false, false)
+			_ = c.Close()
+		}
+	}()
+
+	// Phase 1: ingest alone.
+	base, err := ingestPhase(ctx, o, conn, st, admin, exchange, queue, suffix+"a", nil, nil)
+	if err != nil {
+		return res, fmt.Errorf("baseline ingest: %w", err)
+	}
+	res.IngestBaseline = base.rate
+	fmt.Printf("ingest alone: %.0f msgs/s over %.1fs\n", base.rate, base.window.Seconds())
+
+	// Phase 2: the same ingest with the cleanup job running.
+	var cl struct {
+		mu            sync.Mutex
+		start, end    time.Time
+		deleted       int64
+		duringIngest  int64
+		ingestStopped time.Time
+	}
+	startCleanup := func(ingestDone <-chan struct{}) (func() error, error) {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		reg := prometheus.NewRegistry()
+		svc, err := cleanup.New(cleanup.Config{
+			Store: st, Logger: log, Registerer: reg, Instance: "bench",
+			Schedules: cleanup.Schedules{Summary: cleanup.ScheduleOff, Cleanup: "@every 1s", Capacity: cleanup.ScheduleOff, Alerts: cleanup.ScheduleOff},
+			BatchSize: o.batch, Pause: pause, LeaseTTL: 30 * time.Second,
+		})
+		if err != nil {
+			return nil, err
+		}
+		svc.Start()
+		done := make(chan error, 1)
+		go func() {
+			deleted := func() int64 {
+				return int64(metricSum(reg, "dlq_cleanup_deleted_total"))
+			}
+			for {
+				runs, err := st.JobRuns(ctx, cleanup.JobCleanup, 1)
+				if err != nil {
+					done <- err
+					return
+				}
+				if len(runs) > 0 {
+					cl.mu.Lock()
+					cl.start = runs[0].StartedAt
+					if runs[0].FinishedAt != nil {
+						cl.end = *runs[0].FinishedAt
+						cl.deleted = deleted()
+						cl.mu.Unlock()
+						if runs[0].Outcome != store.JobSuccess {
+							done <- fmt.Errorf("cleanup run ended %s: %s", runs[0].Outcome, runs[0].Error)
+						} else {
+							done <- nil
+						}
+						return
+					}
+					select {
+					case <-ingestDone:
+						if cl.ingestStopped.IsZero() {
+							cl.ingestStopped = time.Now()
+							cl.duringIngest = deleted()
+						}
+					default:
+					}
+					cl.mu.Unlock()
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		return func() error {
+			err := <-done
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return errors.Join(err, svc.Stop(sctx))
+		}, nil
+	}
+	cleanupEnd := func() time.Time {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return cl.end
+	}
+	during, err := ingestPhase(ctx, o, conn, st, admin, exchange, queue, suffix+"b", startCleanup, cleanupEnd)
+	if err != nil {
+		return res, fmt.Errorf("ingest during cleanup: %w", err)
+	}
+	res.IngestDuring = during.rate
+	res.OverlapSecs = during.window.Seconds()
+	res.DropPct = (1 - during.rate/base.rate) * 100
+	cl.mu.Lock()
+	res.CleanupSecs = cl.end.Sub(cl.start).Seconds()
+	res.DeleteRate = float64(cl.deleted) / res.CleanupSecs
+	deletedDuring := cl.duringIngest
+	cl.mu.Unlock()
+	left := int64(0)
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE status IN ('replayed', 'acknowledged')`).Scan(&left); err != nil {
+		return res, err
+	}
+	if left != 0 {
+		return res, fmt.Errorf("%d expired messages left after the cleanup run", left)
+	}
+	fmt.Printf("ingest during cleanup: %.0f msgs/s over %.1fs (drop %.1f%%); cleanup deleted %d in %.1fs = %.0f rows/s (%d while ingest ran); batch %d, pause %s\n",
+		during.rate, during.window.Seconds(), res.DropPct, o.eligible, res.CleanupSecs, res.DeleteRate, deletedDuring, o.batch, pause)
+	return res, nil
+}
+
+type phaseResult struct {
+	rate   float64
+	window time.Duration
+}
+
+// ingestPhase prefills o.ingestN dead letters, then runs the consumer (and
+// alongside, when given, whatever start starts) and measures the ingest
+// rate over the window in which both run: from 0.5s after the consumer
+// starts until the drain ends, or otherEnd if that is earlier.
+func ingestPhase(ctx context.Context, o cleanupOptions, conn *amqp.Connection, st *store.Store, admin *pgx.Conn,
+	exchange, queue, runID string, start func(ingestDone <-chan struct{}) (func() error, error), otherEnd func() time.Time) (phaseResult, error) {
+	if err := prefill(ctx, conn, exchange, o.ingestN, o.size, runID); err != nil {
+		return phaseResult{}, fmt.Errorf("prefill: %w", err)
+	}
+	if err := waitReady(conn, queue, o.ingestN, 5*time.Minute); err != nil {
+		return phaseResult{}, err
+	}
+	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		return phaseResult{}, err
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bc, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench cleanup", Logger: quiet})
+	if err != nil {
+		return phaseResult{}, err
+	}
+	defer bc.Close()
+	def := config.Default().Ingest
+	reg := prometheus.NewRegistry()
+	cons, err := consumer.New(consumer.Config{
+		Conn: bc, Store: st, Exchange: exchange, Queues: []string{queue},
+		Consumers: def.Consumers, Prefetch: def.Prefetch, BatchSize: def.BatchSize, BatchBytes: def.BatchBytes,
+		Linger: def.Linger.D(), Logger: quiet, Registerer: reg,
+	})
+	if err != nil {
+		return phaseResult{}, err
+	}
+	ingestDone := make(chan struct{})
+	var wait func() error
+	if start != nil {
+		if wait, err = start(ingestDone); err != nil {
+			return phaseResult{}, err
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	consDone := make(chan error, 1)
+	go func() { consDone <- cons.Run(cctx) }()
+	ingested := func() float64 { return metricSum(reg, "dlq_messages_ingested_total") }
+
+	type sample struct {
+		at time.Time
+		n  float64
+	}
+	var samples []sample
+	t0 := time.Now()
+	deadline := t0.Add(time.Duration(o.ingestN/200)*time.Second + 2*time.Minute)
+	for {
+		n := ingested()
+		samples = append(samples, sample{time.Now(), n})
+		if n >= float64(o.ingestN) {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			return phaseResult{}, fmt.Errorf("only %.0f of %d ingested by the deadline", n, o.ingestN)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ingestEnd := time.Now()
+	close(ingestDone)
+	cancel()
+	if err := <-consDone; err != nil {
+		return phaseResult{}, err
+	}
+	from := t0.Add(500 * time.Millisecond)
+	to := ingestEnd
+	var werr error
+	if wait != nil {
+		werr = wait()
+	}
+	if werr != nil {
+		return phaseResult{}, werr
+	}
+	if otherEnd != nil {
+		if e := otherEnd(); e.Before(to) {
+			to = e
+		}
+	}
+	// The window: samples between from and to.
+	var first, last *sample
+	for i := range samples {
+		s := &samples[i]
+		if s.at.Before(from) {
+			continue
+		}
+		if first == nil {
+			first = s
+		}
+		if !s.at.After(to) {
+			last = s
+		}
+	}
+	if first == nil || last == nil || !last.at.After(first.at) {
+		return phaseResult{}, errors.New("ingest finished too fast to measure; raise -ingest")
+	}
+	return phaseResult{rate: (last.n - first.n) / last.at.Sub(first.at).Seconds(), window: last.at.Sub(first.at)}, nil
+}
+
+func metricSum(g prometheus.Gatherer, name string) float64 {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// loadExpired COPYs n messages resolved 40 days ago (half replayed, half
+// acknowledged) over 20 source queues, then derives queue_summary and
+// analyzes.
+func loadExpired(ctx context.Context, st *store.Store, n int) error {
+	pool := st.Pool()
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	cols := []string{"message_id", "source_queue", "dead_letter_queue", "reason", "properties", "headers", "body", "body_size",
+		"status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at", "status_changed_at", "fingerprint"}
+	body := make([]byte, 200)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	props, headers := []byte(`{"content_type":"application/json"}`), []byte(`{"x-tenant":"acme"}`)
+	const chunk = 250_000
+	for c := 0; c < n; c += chunk {
+		end := min(n, c+chunk)
+		i := c
+		_, err := pool.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, cols, pgx.CopyFromFunc(func() ([]any, error) {
+			if i >= end {
+				return nil, nil
+			}
+			at := old.Add(time.Duration(i) * time.Millisecond)
+			var replayedAt, ackAt any
+			status := store.StatusAcknowledged
+			if i%2 == 0 {
+				status, replayedAt = store.StatusReplayed, at.Add(time.Minute)
+			} else {
+				ackAt = at.Add(time.Minute)
+			}
+			row := []any{fmt.Sprintf("expired-%d", i), benchQueues[i%len(benchQueues)], "dlq", "rejected", props, headers,
+				body, len(body), status, 1, at, at, replayedAt, ackAt, at, int64(i)}
+			i++
+			return row, nil
+		}))
+		if err != nil {
+			return err
+		}
+	}
+	for _, q := range []string{
+		`INSERT INTO queue_summary (source_queue, status, messages, bytes)
+		 SELECT source_queue, status, count(*), sum(body_size) FROM dead_messages GROUP BY 1, 2`,
+		`VACUUM ANALYZE dead_messages`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statusReads times the status read (store.QueueStatus, what GET
+// /api/v1/status and the gauges read) and a full scrape of the summary
+// gauges, at o.statusN stored messages.
+func statusReads(ctx context.Context, o cleanupOptions) ([]cleanupResult, error) {
+	dsn, err := withSearchPath(o.pgURL, o.statusSchema+",public")
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareAPISchema(ctx, apiOptions{pgURL: o.pgURL, schema: o.statusSchema, n: o.statusN, reuse: o.reuse}, dsn); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	// A schema generated before the cron migration gets its indexes now.
+	if r, err := st.Migrate(ctx, nil); err != nil {
+		return nil, err
+	} else if len(r.Applied) > 0 {
+		fmt.Printf("applied %v to %s\n", r.Applied, o.statusSchema)
+		if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE dead_messages`); err != nil {
+			return nil, err
+		}
+	}
+	var rows int64
+	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(sum(messages), 0)::bigint FROM queue_summary`).Scan(&rows); err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	svc, err := cleanup.New(cleanup.Config{
+		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg, Disabled: true,
+		Capacity: cleanup.Capacity{MaxMessages: 20_000_000},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = svc.Stop(context.Background()) }()
+
+	measure := func(name string, f func() error) (cleanupResult, error) {
+		for range 20 {
+			if err := f(); err != nil {
+				return cleanupResult{}, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		d := make([]time.Duration, 0, o.iterations)
+		for range o.iterations {
+			t := time.Now()
+			if err := f(); err != nil {
+				return cleanupResult{}, fmt.Errorf("%s: %w", name, err)
+			}
+			d = append(d, time.Since(t))
+		}
+		slices.Sort(d)
+		r := cleanupResult{Bench: "cleanup", Name: name, Rows: int(rows), P50ms: ms(pct(d, 0.50)), P99ms: ms(pct(d, 0.99)), MaxMs: ms(d[len(d)-1])}
+		fmt.Printf("%-28s at %d rows: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", name, rows, r.P50ms, r.P99ms, r.MaxMs)
+		return r, nil
+	}
+	var out []cleanupResult
+	for _, m := range []struct {
+		name string
+		f    func() error
+	}{
+		{"status_read", func() error {
+			rep, err := st.QueueStatus(ctx, nil)
+			if err == nil && len(rep.Queues) == 0 {
+				err = errors.New("no queues")
+			}
+			return err
+		}},
+		{"gauge_scrape", func() error {
+			mfs, err := reg.Gather()
+			if err == nil && len(mfs) < 4 {
+				err = fmt.Errorf("only %d metric families", len(mfs))
+			}
+			return err
+		}},
+		{"alert_snapshot", func() error { _, err := st.AlertNumbers(ctx); return err }},
+	} {
+		r, err := measure(m.name, m.f)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
