@@ -35,7 +35,7 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 	if spec == "" {
 		return nil, errors.New("schedule is empty")
 	}
-	s, err := cron.ParseStandard(spec)
+	s, err := parseStandard(spec)
 	if err != nil {
 		return nil, fmt.Errorf("schedule %q is neither a cron expression (minute hour day month weekday), a descriptor such as @hourly, nor @every <duration>: %w", spec, err)
 	}
@@ -43,6 +43,17 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 		return nil, fmt.Errorf("schedule %q never fires", spec)
 	}
 	return s, nil
+}
+
+// parseStandard is cron.ParseStandard without its panics: the library
+// indexes past the end of "TZ=Zone" given with no fields after it.
+func parseStandard(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("unparseable: %v", r)
+		}
+	}()
+	return cron.ParseStandard(spec)
 }
 
 // everySchedule fires at every multiple of d since the Unix epoch.
@@ -65,7 +76,7 @@ func lastActivation(s cron.Schedule, now time.Time) time.Time {
 	if period <= 0 {
 		period = time.Minute
 	}
-	for back := 2*period + time.Second; back < 5*366*24*time.Hour; back *= 2 {
+	for back := 2*period + time.Second; back < 12*366*24*time.Hour; back *= 2 {
 		t := s.Next(now.Add(-back))
 		if t.IsZero() || t.After(now) {
 			continue

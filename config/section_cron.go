@@ -124,8 +124,20 @@ func checkSchedule(spec string) error {
 		}
 		return nil
 	}
-	if _, err := cron.ParseStandard(spec); err != nil {
+	if err := parseCron(spec); err != nil {
 		return fmt.Errorf("must be off, @every <duration>, a descriptor such as @hourly, or a cron expression (minute hour day month weekday): %w", err)
 	}
 	return nil
+}
+
+// parseCron is cron.ParseStandard without its panics (the library indexes
+// past the end of "TZ=Zone" given with no fields after it).
+func parseCron(spec string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("unparseable: %v", r)
+		}
+	}()
+	_, err = cron.ParseStandard(spec)
+	return err
 }

@@ -81,6 +81,7 @@ alerts:
 		want string
 	}{
 		"bad schedule":        {env: map[string]string{"DLQ_CRON_CLEANUP": "every day"}, want: "cron.cleanup / DLQ_CRON_CLEANUP"},
+		"zone only":           {env: map[string]string{"DLQ_CRON_SUMMARY": "TZ=UTC"}, want: "cron.summary / DLQ_CRON_SUMMARY"},
 		"tiny every":          {env: map[string]string{"DLQ_CRON_ALERTS": "@every 1ms"}, want: "cron.alerts / DLQ_CRON_ALERTS"},
 		"negative lease":      {env: map[string]string{"DLQ_CRON_LEASE_TTL": "-1s"}, want: "cron.lease_ttl"},
 		"pending retention":   {yaml: "cleanup:\n  retention:\n    pending: 24h\n", want: "cleanup.retention.pending"},
