@@ -44,37 +44,25 @@ CREATE TABLE queue_activity (
 CREATE INDEX dead_messages_repeat ON dead_messages (source_queue, id)
     WHERE replay_count > 0 AND status = 'pending';
 
--- Text search over message id, failure type and message, and header values
--- (strings and numbers at any depth, stack traces left out) as one
--- full-text document ('simple' configuration: no stemming, no stop words,
--- so ids and codes stay whole). A tsvector GIN index holds a few dozen
--- words per message; a trigram index over the same text costs ingest
--- several times more (measured: docs/BENCHMARKS.md, API). Bodies are not
--- indexed: they are searched by scanning within one source queue (see
+-- Search keys: the message id, the values of the application's headers
+-- and the variable values of the failure message (ids, numbers, quoted
+-- values), lower-cased, computed at ingest (store.SearchKeys). A GIN index
+-- over a handful of keys per message is what ingest can afford: a
+-- full-text or trigram index over the same text costs it several times
+-- more (measured: docs/BENCHMARKS.md, API). Failure text is searched
+-- through failure_groups; bodies by scanning within one source queue (see
 -- store/search.go).
-CREATE FUNCTION dlq_search_doc(message_id text, failure_type text, failure_message text, headers jsonb)
-RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN to_tsvector('simple'::regconfig, coalesce(message_id, '') || ' ' || coalesce(failure_type, '') || ' ' || coalesce(failure_message, ''))
-    || jsonb_to_tsvector('simple'::regconfig,
-        headers - ARRAY['x-exception-stacktrace', 'x-error-stack', 'x-error-stacktrace', 'x-exception-stack',
-                        'NServiceBus.ExceptionInfo.StackTrace', 'MT-Fault-StackTrace'],
-        '["string", "numeric"]');
-
--- The query for q: its words as a phrase, the last one as a prefix
--- ("declined by iss" finds "declined by issuer", "timeout" finds
--- "TimeoutError"). Any input is safe: phraseto_tsquery has no syntax.
-CREATE FUNCTION dlq_search_query(q text)
-RETURNS tsquery LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN numnode(phraseto_tsquery('simple'::regconfig, q)) = 0 THEN phraseto_tsquery('simple'::regconfig, q)
-            ELSE (phraseto_tsquery('simple'::regconfig, q)::text || ':*')::tsquery END;
-
-CREATE INDEX dead_messages_search ON dead_messages
-    USING gin (dlq_search_doc(message_id, failure_type, failure_message, headers));
+ALTER TABLE dead_messages ADD COLUMN search_keys text[];
+CREATE INDEX dead_messages_search ON dead_messages USING gin (search_keys);
+-- Body search within a time range reads the blocks of that range: rows
+-- arrive in time order, so a BRIN index (a few pages, nearly free at
+-- ingest) narrows a scan to them.
+CREATE INDEX dead_messages_failed_at_brin ON dead_messages USING brin (failed_at);
 
 -- +goose Down
+DROP INDEX dead_messages_failed_at_brin;
 DROP INDEX dead_messages_search;
-DROP FUNCTION dlq_search_query(text);
-DROP FUNCTION dlq_search_doc(text, text, text, jsonb);
+ALTER TABLE dead_messages DROP COLUMN search_keys;
 DROP INDEX dead_messages_repeat;
 DROP TABLE queue_activity;
 DROP INDEX dead_messages_group_status_id;

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -63,18 +64,42 @@ func FuzzNormalizeFailure(f *testing.F) {
 func TestFilterSearchConds(t *testing.T) {
 	t.Parallel()
 	var args sqlArgs
-	conds, err := Filter{Query: "timeout", Group: FormatGroupID(42)}.searchConds(&args)
+	conds, err := Filter{Query: " Took 1500MS ", Group: FormatGroupID(42)}.searchConds(&args)
 	require.NoError(t, err)
 	require.Len(t, conds, 2)
-	require.Equal(t, []any{int64(42), "timeout"}, []any(args))
-	require.Contains(t, conds[1], "dlq_search_doc(")
+	require.Equal(t, []any{int64(42), "took 1500ms", "%Took 1500MS%", "%Took <n>MS%", "%Took 1500MS%"}, []any(args))
+	require.Contains(t, conds[1], "search_keys @>")
+	require.NotContains(t, conds[1], "position(", "bodies only with a source queue")
 	args = nil
 	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args)
 	require.NoError(t, err)
 	require.Contains(t, conds[0], "position(")
-	require.Equal(t, []any{"a_b%", []byte("a_b%")}, []any(args))
+	require.Equal(t, []any{"a_b%", `%a\_b\%%`, `%a\_b\%%`, `%a\_b\%%`, []byte("a_b%")}, []any(args))
 	for _, f := range []Filter{{Query: "ab"}, {Query: "  a "}, {Query: "a\x00bc"}, {Query: "\xff\xfe\xfd"}, {Group: "nope"}} {
 		_, err := f.searchConds(&args)
 		require.ErrorIs(t, err, ErrInvalidFilter, "%+v", f)
 	}
+}
+
+func TestEscapeLike(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, `100\% of a\_b\\c`, escapeLike(`100% of a_b\c`))
+	require.Equal(t, "plain", escapeLike("plain"))
+}
+
+func TestSearchKeys(t *testing.T) {
+	t.Parallel()
+	m := NewMessage{
+		MessageID:      "Order-7F3A",
+		FailureType:    "ValidationError",
+		FailureMessage: `field 'sku' has invalid value 'SKU-4242' (order 981, host 10.0.1.2:5432)`,
+		Headers: []byte(`{"trace-id":"Trace-ABC-123","attempt":{"type":"int32","value":12345},"ratio":{"type":"float64","value":0.5},` +
+			`"x-death":[{"queue":"orders"}],"x-first-death-queue":"orders","x-error-message":"field 'sku' has invalid value 'SKU-4242' (order 981, host 10.0.1.2:5432)",` +
+			`"x-exception-type":"ValidationError","nested":{"a":"b1","deeper":{"c":"d1"}},"long":"` + strings.Repeat("x", 300) + `"}`),
+	}
+	keys := SearchKeys(&m)
+	require.ElementsMatch(t, []string{"order-7f3a", "trace-abc-123", "12345", "b1", "sku", "sku-4242", "981", "10.0.1.2:5432", "10.0.1.2", "5432"}, keys)
+	require.Empty(t, SearchKeys(&NewMessage{Headers: []byte(`not json`)}))
+	many := NewMessage{FailureMessage: strings.Repeat("id-1 id-2 id-3 id-4 id-5 id-6 id-7 id-8 id-9 id-10 id-11 id-12 id-13 id-14 id-15 id-16 id-17 id-18 ", 3)}
+	require.Len(t, SearchKeys(&many), maxSearchKeys)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -135,32 +136,35 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 	if limit > ListLimitMax {
 		return MessagePage{}, fmt.Errorf("%w: limit %d is above the maximum %d", ErrInvalidFilter, limit, ListLimitMax)
 	}
-	var args sqlArgs
-	q := f
-	if opt.NoBodySearch {
-		q.Query = ""
-	}
-	where, err := q.where(&args)
-	if err != nil {
-		return MessagePage{}, err
-	}
-	if opt.NoBodySearch && f.Query != "" {
-		noQueue := Filter{Query: f.Query}
-		extra, err := noQueue.searchConds(&args)
-		if err != nil {
-			return MessagePage{}, err
-		}
-		where += " AND " + extra[0]
-	}
-	if opt.Before > 0 {
-		where += " AND m.id < " + args.add(opt.Before)
-	}
 	cols := messageColumns
 	if opt.IncludeBody {
 		cols += ", m.body"
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM dead_messages m WHERE `+where+
-		` ORDER BY m.id DESC LIMIT `+args.add(limit+1), args...)
+	var (
+		args  sqlArgs
+		query string
+	)
+	if f.Query != "" {
+		sq, err := parseQuery(f.Query)
+		if err != nil {
+			return MessagePage{}, err
+		}
+		ids, err := searchIDs(f, sq, opt, limit, &args)
+		if err != nil {
+			return MessagePage{}, err
+		}
+		query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
+	} else {
+		where, err := f.where(&args)
+		if err != nil {
+			return MessagePage{}, err
+		}
+		if opt.Before > 0 {
+			where += " AND m.id < " + args.add(opt.Before)
+		}
+		query = `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1)
+	}
+	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
 		return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
 	}
@@ -185,6 +189,53 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 		page.LastID = page.Messages[len(page.Messages)-1].ID
 	}
 	return page, nil
+}
+
+// searchIDs renders the ids of one page of a search: each part of q (see
+// search.go) is its own newest-first query with the plan that suits it —
+// the keys' GIN index; a walk down (group_id, status, id) for each
+// matching failure group; a scan of one queue for bodies — and the page is
+// the newest limit+1 of their union. One OR of the three would leave the
+// planner a single plan for all, and walking the whole table for a rare
+// key is what it would too often choose.
+func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, args *sqlArgs) (string, error) {
+	base := f
+	base.Query = ""
+	where, err := base.where(args)
+	if err != nil {
+		return "", err
+	}
+	if opt.Before > 0 {
+		where += " AND m.id < " + args.add(opt.Before)
+	}
+	statuses, _ := f.Statuses()
+	if statuses == nil {
+		statuses = Statuses
+	}
+	n := args.add(limit + 1)
+	arms := []string{
+		`(SELECT m.id FROM dead_messages m WHERE ` + where + ` AND m.search_keys @> ARRAY[` + args.add(sq.key) + `::text]
+		  ORDER BY m.id DESC LIMIT ` + n + `)`,
+		`(SELECT x.id FROM unnest(ARRAY(` + sq.groupsMatching(args) + `)) AS gid
+		  CROSS JOIN unnest(` + args.add(statuses) + `::text[]) AS st
+		  CROSS JOIN LATERAL (
+		      SELECT m.id FROM dead_messages m
+		      WHERE m.group_id = gid AND m.status = st AND ` + where + ` AND ` + sq.failureText(args) + `
+		      ORDER BY m.id DESC LIMIT ` + n + `) x)`,
+	}
+	if f.SourceQueue != "" && !opt.NoBodySearch {
+		// With a time bound, "m.id + 0" keeps the planner from walking the
+		// queue's id index (which ignores the bound and may read the whole
+		// queue looking for a rare phrase): it reads the rows in the time
+		// range through the failed_at indexes instead, then sorts them.
+		order := "m.id"
+		if f.FailedAfter != nil {
+			order = "m.id + 0"
+		}
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+` AND position(`+args.add(sq.body)+`::bytea IN m.body) > 0
+		  ORDER BY `+order+` DESC LIMIT `+n+`)`)
+	}
+	return `SELECT u.id FROM (` + strings.Join(arms, " UNION ") + `) u ORDER BY u.id DESC LIMIT ` + n, nil
 }
 
 // GetMessage returns one message with its body. A message outside scope

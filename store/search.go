@@ -1,31 +1,175 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
 
-// MinQueryLen is the shortest q accepted: a one- or two-letter prefix
-// matches too many words to be a useful search.
+// Search (q) has three parts, each backed by what ingest can afford:
+//
+//   - Keys: the message id, the values of the application's headers and
+//     the variable values of the failure message (ids, numbers, quoted
+//     values), lower-cased, stored in dead_messages.search_keys by ingest
+//     and indexed by GIN. q matches a key exactly, case-insensitively:
+//     paste a message id, a trace id, an order number.
+//   - Failure text: failure groups whose type or masked pattern contains q
+//     (the groups table is small), then their messages whose failure type
+//     or message contains q (case-insensitive substring). "declined by
+//     issuer" or "Timeout" find their groups at once, whatever the table
+//     size.
+//   - Body: with a source queue in the filter, any substring of the body's
+//     bytes (case-sensitive). Bodies are not indexed; this scans the
+//     queue's messages, best narrowed with failed_after.
+
+// MinQueryLen is the shortest q accepted.
 const MinQueryLen = 3
 
-// searchDoc is the expression behind the full-text index
-// dead_messages_search (migrations/00004_api.sql). A condition uses the
-// index only if it repeats this expression exactly.
-const searchDoc = "dlq_search_doc(m.message_id, m.failure_type, m.failure_message, m.headers)"
+// Key limits: a few short keys per message keep the GIN index cheap to
+// maintain.
+const (
+	maxSearchKeys   = 16
+	maxSearchKeyLen = 128
+)
 
-// searchConds renders the text search (q) and failure group conditions.
-//
-// q matches words, case-insensitively: its words must appear in that order
-// in the message id, the failure type and message, or one header value
-// (strings and numbers, at any depth), the last word as a prefix — all
-// through one full-text index, so the cost depends on how many rows match,
-// not on the table size. When the filter names a source queue, q also
-// matches the body's bytes exactly (case-sensitive, any substring):
-// bodies are not indexed (that would cost ingest far more than it gives),
-// so a body search scans one queue's rows, best narrowed with
-// failed_after.
+// SearchKeys returns the search keys of a message (see above).
+func SearchKeys(m *NewMessage) []string {
+	keys := make([]string, 0, 8)
+	seen := make(map[string]bool, 8)
+	add := func(s string) {
+		s = strings.ToLower(strings.TrimSpace(cleanText(s)))
+		if len(s) < 2 || len(s) > maxSearchKeyLen || seen[s] || len(keys) >= maxSearchKeys {
+			return
+		}
+		seen[s] = true
+		keys = append(keys, s)
+	}
+	add(m.MessageID)
+	headerKeys(m.Headers, m.FailureType, m.FailureMessage, add)
+	failureKeys(m.FailureMessage, add)
+	return keys
+}
+
+// headerKeys adds the header values that identify a message: strings and
+// integers, at the top level and in tables one level down; not RabbitMQ's
+// own death headers, not the failure text (searched through groups), not
+// long values (stack traces).
+func headerKeys(headers json.RawMessage, failureType, failureMessage string, add func(string)) {
+	headerTableKeys(headers, failureType, failureMessage, add, 0)
+}
+
+func headerTableKeys(table json.RawMessage, failureType, failureMessage string, add func(string), depth int) {
+	if len(table) == 0 || table[0] != '{' {
+		return
+	}
+	var h map[string]json.RawMessage
+	if json.Unmarshal(table, &h) != nil {
+		return
+	}
+	for k, raw := range h {
+		if len(raw) == 0 || strings.HasPrefix(k, "x-death") ||
+			strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+			continue
+		}
+		switch raw[0] {
+		case '"':
+			var s string
+			if len(raw) <= 2*maxSearchKeyLen && json.Unmarshal(raw, &s) == nil && s != failureType && s != failureMessage {
+				add(s)
+			}
+		case '{':
+			var typed struct {
+				Type  string      `json:"type"`
+				Value json.Number `json:"value"`
+			}
+			if json.Unmarshal(raw, &typed) == nil && typed.Type != "" {
+				if strings.HasPrefix(strings.TrimPrefix(typed.Type, "u"), "int") {
+					if _, err := strconv.ParseInt(typed.Value.String(), 10, 64); err == nil {
+						add(typed.Value.String())
+					}
+				}
+				continue
+			}
+			if depth == 0 {
+				headerTableKeys(raw, failureType, failureMessage, add, depth+1)
+			}
+		}
+	}
+}
+
+// failureKeys adds the variable values of a failure message: quoted
+// values, and words holding a digit (ids, numbers, addresses), whole and
+// split at = : / ,.
+func failureKeys(msg string, add func(string)) {
+	if len(msg) > maxPatternInput {
+		msg = msg[:maxPatternInput]
+	}
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if (c == '"' || c == '\'' || c == '`') && (i == 0 || !isWordByte(msg[i-1])) {
+			if j := strings.IndexByte(msg[i+1:], c); j > 0 {
+				add(msg[i+1 : i+1+j])
+			}
+		}
+	}
+	for _, w := range strings.Fields(msg) {
+		w = strings.Trim(w, `.,;:!?()[]{}<>"'`+"`")
+		if !strings.ContainsAny(w, "0123456789") {
+			continue
+		}
+		add(w)
+		if strings.ContainsAny(w, "=:/,") {
+			for _, p := range strings.FieldsFunc(w, func(r rune) bool { return r == '=' || r == ':' || r == '/' || r == ',' }) {
+				if strings.ContainsAny(p, "0123456789") {
+					add(p)
+				}
+			}
+		}
+	}
+}
+
+// searchQuery is q, checked and prepared.
+type searchQuery struct {
+	key     string // exact key
+	like    string // ILIKE pattern on failure text
+	pattern string // ILIKE pattern on group patterns
+	body    []byte
+}
+
+func parseQuery(q string) (searchQuery, error) {
+	if !utf8.ValidString(q) || strings.IndexByte(q, 0) >= 0 {
+		return searchQuery{}, fmt.Errorf("%w: q must be valid UTF-8 text without NUL", ErrInvalidFilter)
+	}
+	t := strings.TrimSpace(q)
+	if utf8.RuneCountInString(t) < MinQueryLen {
+		return searchQuery{}, fmt.Errorf("%w: q must have at least %d characters", ErrInvalidFilter, MinQueryLen)
+	}
+	return searchQuery{
+		key:     strings.ToLower(t),
+		like:    "%" + escapeLike(t) + "%",
+		pattern: "%" + escapeLike(NormalizeFailure(t)) + "%",
+		body:    []byte(q),
+	}, nil
+}
+
+// groupsMatching renders the failure groups whose type or pattern contains
+// q.
+func (sq searchQuery) groupsMatching(args *sqlArgs) string {
+	return "SELECT g.id FROM failure_groups g WHERE g.failure_type ILIKE " + args.add(sq.like) +
+		" OR g.pattern ILIKE " + args.add(sq.pattern)
+}
+
+// failureText renders the failure text condition on m.
+func (sq searchQuery) failureText(args *sqlArgs) string {
+	p := args.add(sq.like)
+	return "(m.failure_type ILIKE " + p + " OR m.failure_message ILIKE " + p + ")"
+}
+
+// searchConds renders the text search (q) and failure group conditions as
+// one condition on m (for bulk actions and replay selection; listings use
+// ListMessages' faster plan with the same meaning).
 func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
 	var conds []string
 	if f.Group != "" {
@@ -36,18 +180,34 @@ func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
 		conds = append(conds, "m.group_id = "+args.add(id))
 	}
 	if f.Query != "" {
-		q := f.Query
-		if !utf8.ValidString(q) || strings.IndexByte(q, 0) >= 0 {
-			return nil, fmt.Errorf("%w: q must be valid UTF-8 text without NUL", ErrInvalidFilter)
+		sq, err := parseQuery(f.Query)
+		if err != nil {
+			return nil, err
 		}
-		if utf8.RuneCountInString(strings.TrimSpace(q)) < MinQueryLen {
-			return nil, fmt.Errorf("%w: q must have at least %d characters", ErrInvalidFilter, MinQueryLen)
+		arms := []string{
+			"m.search_keys @> ARRAY[" + args.add(sq.key) + "::text]",
+			"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
 		}
-		cond := searchDoc + " @@ dlq_search_query(" + args.add(q) + ")"
 		if f.SourceQueue != "" {
-			cond = "(" + cond + " OR position(" + args.add([]byte(q)) + "::bytea IN m.body) > 0)"
+			arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")
 		}
-		conds = append(conds, cond)
+		conds = append(conds, "("+strings.Join(arms, " OR ")+")")
 	}
 	return conds, nil
+}
+
+// escapeLike makes every character of s literal in a LIKE pattern whose
+// escape character is the default backslash.
+func escapeLike(s string) string {
+	if !strings.ContainsAny(s, `%_\`) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r == '%' || r == '_' || r == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -266,15 +266,19 @@ func (g *rowGen) row(i int) []any {
 	case x == 99:
 		replayCount = 1 + r.IntN(3) // a repeat failure
 	}
+	nm := store.NewMessage{MessageID: msgID, Headers: headers}
+	if ftype != nil {
+		nm.FailureType, nm.FailureMessage = ftype.(string), fmsg.(string)
+	}
 	return []any{id, msgID, queue, "app", queue + ".created", "dlq", reason, int64(1), failure, ftype, fmsg,
 		props, headers, body, len(body), status, replayCount, failedAt, failedAt, replayedAt, ackAt, failedAt,
-		int64(r.Uint64() >> 1), group}
+		int64(r.Uint64() >> 1), group, store.SearchKeys(&nm)}
 }
 
 var genColumns = []string{"id", "message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers", "body", "body_size",
 	"status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at", "status_changed_at",
-	"fingerprint", "group_id"}
+	"fingerprint", "group_id", "search_keys"}
 
 func randHex(r *rand.Rand, n int) string {
 	b := make([]byte, n)
@@ -595,7 +599,7 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 	if err := measure("filtered page (group)", static("/api/v1/messages?group="+store.FormatGroupID(gid))); err != nil {
 		return results, err
 	}
-	if err := measure("search failure text (rare: deadlock)", static("/api/v1/messages?q="+url.QueryEscape("deadlock detected"))); err != nil {
+	if err := measure("search failure text (rare: deadlock)", static("/api/v1/messages?q="+url.QueryEscape("deadlock detected while"))); err != nil {
 		return results, err
 	}
 	if err := measure("search failure text (common: declined by issuer)", static("/api/v1/messages?q="+url.QueryEscape("declined by issuer"))); err != nil {
@@ -609,6 +613,11 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 	}
 	if err := measure("search body phrase (one queue, last 24h)", static("/api/v1/messages?status=all&source_queue="+url.QueryEscape(bodyQueue)+
 		"&failed_after="+dayAgo+"&q="+url.QueryEscape(bodyPhrase))); err != nil {
+		return results, err
+	}
+	if err := measure("search value in failure text (SKU in a quoted value)", func(i int) string {
+		return "/api/v1/messages?status=all&q=SKU-" + strconv.Itoa(i*37%100000)
+	}); err != nil {
 		return results, err
 	}
 	if err := measure("stats", static("/api/v1/stats")); err != nil {
@@ -638,7 +647,7 @@ func measureIngestCost(ctx context.Context, o apiOptions) ([]apiResult, error) {
 	}{
 		{"all indexes", nil},
 		{"without dead_messages_search", []string{"dead_messages_search"}},
-		{"without any API index (search, group, repeat)", []string{"dead_messages_search", "dead_messages_group_status_id", "dead_messages_repeat"}},
+		{"without any API index (search, brin, group, repeat)", []string{"dead_messages_search", "dead_messages_failed_at_brin", "dead_messages_group_status_id", "dead_messages_repeat"}},
 	}
 	var results []apiResult
 	// Alternate variants over three rounds so drift affects all alike.
