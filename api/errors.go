@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -46,7 +47,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 			fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
 	case errors.As(err, &ce):
 		writeError(w, r, http.StatusBadRequest, "confirm_required", "confirm: "+ce.Error())
-	case errors.Is(err, store.ErrInvalidFilter):
+	case errors.Is(err, store.ErrInvalidFilter), errors.Is(err, replay.ErrInvalidRequest):
 		writeError(w, r, http.StatusBadRequest, "invalid_parameter", trimPrefix(err))
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, r, http.StatusNotFound, "not_found", trimPrefix(err))
@@ -70,7 +71,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 // for API users.
 func trimPrefix(err error) string {
 	msg := err.Error()
-	for _, p := range []string{"store: "} {
+	for _, p := range []string{"store: ", "replay: "} {
 		if len(msg) > len(p) && msg[:len(p)] == p {
 			msg = msg[len(p):]
 		}

@@ -53,6 +53,8 @@ type bundle struct {
 }
 
 type setupOpts struct {
+	// store, when set, is the store to serve (its schema already migrated).
+	store        *store.Store
 	replayer     replay.Replayer
 	rate         float64
 	maxBody      int64
@@ -65,7 +67,10 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	for _, f := range opts {
 		f(&o)
 	}
-	st, dsn := dlqtest.Store(t)
+	st, dsn := o.store, ""
+	if st == nil {
+		st, dsn = dlqtest.Store(t)
+	}
 	authn, err := auth.New(auth.Config{
 		AdminToken: tokAdmin,
 		Tokens: []auth.Token{
