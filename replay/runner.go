@@ -57,6 +57,9 @@ type claimBatch struct {
 	// nothing of the batch is published (guarded by taskRun.mu).
 	deadline time.Time
 	open     int // messages not settled yet (guarded by taskRun.mu)
+	// marked is the index of the last message the claim's write-ahead mark
+	// covers when the batch arrives (marked with the claim).
+	marked int
 }
 
 type exchangeCheck struct {
@@ -294,74 +297,97 @@ func (r *taskRun) claimSize() int {
 // the beginning for the items it passed over (held by another claim at the
 // time); when a whole pass finds nothing to do it waits for what is in
 // flight, and stops once no item is left unsettled.
+//
+// An unthrottled task claims two batches at once: a claim costs about as
+// long as publishing a batch, so one claimer alone would leave the
+// publisher waiting. Throttled tasks and canaries claim one at a time,
+// which keeps their counts exact.
 func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch) (int64, error) {
+	parallel := 1
+	if limit < 0 && r.limiter == nil {
+		parallel = 2
+	}
 	var (
 		cursor   int64
+		backoff  = 100 * time.Millisecond
+		sem      = make(chan struct{}, parallel)
+		wg       sync.WaitGroup
+		mu       sync.Mutex // guards progress and total
 		progress bool
 		total    int64
-		backoff  = 100 * time.Millisecond
 	)
+	// done waits for the claims under way and returns what was claimed.
+	done := func(err error) (int64, error) {
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return total, err
+	}
 	for {
 		if err := context.Cause(ctx); err != nil {
-			return total, err
+			return done(err)
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return done(context.Cause(ctx))
 		}
 		n := r.claimSize()
 		if limit >= 0 {
-			if total >= limit {
-				return total, nil
+			// One claimer: the previous claim is done, total is exact.
+			mu.Lock()
+			left := limit - total
+			mu.Unlock()
+			if left <= 0 {
+				<-sem
+				return done(nil)
 			}
-			n = min(n, int(limit-total))
+			n = min(n, int(left))
 		}
-		token := r.s.newOwner()
-		start := time.Now()
-		// The claim runs to its end even when the run is stopping: a claim
-		// committed but abandoned would be taken back as "unknown" although
-		// nothing was published.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		res, err := r.s.st.ClaimReplayBatch(cctx, store.ReplayClaim{
-			TaskID: r.task.ID, Token: token, Lease: r.s.cfg.Lease, After: cursor, Limit: n,
-			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force,
-		})
-		cancel()
+		ids, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n)
 		if err != nil {
-			r.log.Warn("cannot claim messages; retrying", "error", err, "retry_in", backoff)
+			<-sem
+			if ctx.Err() != nil {
+				return done(context.Cause(ctx))
+			}
+			r.log.Warn("cannot read the task's next messages; retrying", "error", err, "retry_in", backoff)
 			if err := sleep(ctx, backoff); err != nil {
-				return total, err
+				return done(err)
 			}
 			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if res.Skipped > 0 {
-			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(res.Skipped))
-			progress = true
+		if len(ids) > 0 {
+			cursor = ids[len(ids)-1]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				claimed, skipped := r.claim(ctx, ids, out)
+				mu.Lock()
+				total += int64(claimed)
+				progress = progress || claimed+skipped > 0
+				mu.Unlock()
+			}()
+		} else {
+			<-sem
 		}
-		cursor = max(cursor, res.Last)
-		if len(res.Messages) > 0 {
-			progress = true
-			total += int64(len(res.Messages))
-			b := &claimBatch{token: token, msgs: res.Messages, deadline: start.Add(r.fenceLease()), open: len(res.Messages)}
-			r.mu.Lock()
-			r.batches[token] = b
-			r.unsettled += len(res.Messages)
-			r.mu.Unlock()
-			select {
-			case out <- b:
-			case <-ctx.Done():
-				r.release(b, b.msgs)
-				return total, context.Cause(ctx)
-			}
-		}
-		if res.Scanned >= n {
+		if len(ids) == n {
 			continue
 		}
-		// End of a pass.
-		if progress {
-			cursor, progress = 0, false
+		// End of a pass: let the claims under way finish first.
+		wg.Wait()
+		mu.Lock()
+		moved := progress
+		progress = false
+		mu.Unlock()
+		cursor = 0
+		if moved {
 			continue
 		}
 		if err := r.waitSettled(ctx); err != nil {
-			return total, err
+			return done(err)
 		}
 		if _, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
 			r.log.Warn("cannot settle items of deleted messages", "error", err)
@@ -370,14 +396,63 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 		if err != nil {
 			r.log.Warn("cannot count what is left", "error", err)
 		} else if left == 0 {
-			return total, nil
+			return done(nil)
 		} else {
 			r.log.Debug("items held by other claims; waiting for them", "left", left, "in_flight", inFlight)
 		}
-		cursor = 0
 		if err := sleep(ctx, min(r.s.cfg.PollInterval, max(r.s.cfg.Lease/4, 10*time.Millisecond))); err != nil {
-			return total, err
+			return done(err)
 		}
+	}
+}
+
+// claim claims the given items and hands the batch to the publisher loop.
+// It retries a failed claim until it succeeds or the run stops, and
+// returns how many messages it claimed and how many items it settled as
+// skipped.
+func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch) (claimed, skipped int) {
+	backoff := 100 * time.Millisecond
+	for {
+		token := r.s.newOwner()
+		start := time.Now()
+		// The claim runs to its end even when the run is stopping: a claim
+		// committed but abandoned would be taken back later as if it might
+		// have been published.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		res, err := r.s.st.ClaimReplayBatch(cctx, store.ReplayClaim{
+			TaskID: r.task.ID, Token: token, Lease: r.s.cfg.Lease, IDs: ids,
+			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markStep,
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, 0
+			}
+			r.log.Warn("cannot claim messages; retrying", "error", err, "retry_in", backoff)
+			if sleep(ctx, backoff) != nil {
+				return 0, 0
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		if res.Skipped > 0 {
+			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(res.Skipped))
+		}
+		if len(res.Messages) == 0 {
+			return 0, res.Skipped
+		}
+		b := &claimBatch{token: token, msgs: res.Messages, deadline: start.Add(r.fenceLease()), open: len(res.Messages),
+			marked: min(markStep, len(res.Messages)) - 1}
+		r.mu.Lock()
+		r.batches[token] = b
+		r.unsettled += len(res.Messages)
+		r.mu.Unlock()
+		select {
+		case out <- b:
+		case <-ctx.Done():
+			r.release(b, b.msgs)
+		}
+		return len(res.Messages), res.Skipped
 	}
 }
 
@@ -405,9 +480,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 // one publish), that the rate allows it and that the claim is still
 // trusted. What it does not publish it hands back.
 func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch) {
+	ahead := &markAhead{r: r, b: b, through: b.marked}
+	defer ahead.wait()
 	for i := range b.msgs {
 		m := &b.msgs[i]
 		if ctx.Err() != nil {
+			r.release(b, b.msgs[i:])
+			return
+		}
+		if err := ahead.ensure(ctx, i); err != nil {
+			r.log.Warn("cannot record what is about to be published; handing the rest of the batch back", "error", err)
 			r.release(b, b.msgs[i:])
 			return
 		}
@@ -452,6 +534,71 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch) {
 		r.s.metrics.inFlight.Inc()
 		// The body is no longer needed here; let it go.
 		m.Body, m.Headers, m.Properties = nil, nil, nil
+	}
+}
+
+// markAhead keeps a claim's write-ahead mark (store.MarkReplayClaim)
+// ahead of publishing: a message is published only once the mark covers
+// it, and the next stretch is marked in the background while the current
+// one goes out, so publishing rarely waits for it. If the process dies,
+// only the marked stretch can be in doubt; the rest of the claim goes back
+// to the task untouched.
+type markAhead struct {
+	r       *taskRun
+	b       *claimBatch
+	through int // index of the last message covered
+	pending chan markResult
+}
+
+type markResult struct {
+	through int
+	err     error
+}
+
+// markStep is how many messages one mark covers.
+const markStep = 128
+
+func (m *markAhead) ensure(ctx context.Context, i int) error {
+	for i > m.through {
+		if m.pending == nil {
+			m.start(i)
+		}
+		select {
+		case res := <-m.pending:
+			m.pending = nil
+			if res.err != nil {
+				return res.err
+			}
+			m.through = max(m.through, res.through)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	// Keep one stretch marked ahead at all times: a mark can take a while
+	// when the database is busy, and publishing should not wait for it.
+	if m.pending == nil && m.through < len(m.b.msgs)-1 && m.through-i < markStep {
+		m.start(m.through + 1)
+	}
+	return nil
+}
+
+// start marks the stretch beginning at index from.
+func (m *markAhead) start(from int) {
+	through := min(from+markStep-1, len(m.b.msgs)-1)
+	ch := make(chan markResult, 1)
+	m.pending = ch
+	r, token, id := m.r, m.b.token, m.b.msgs[through].ID
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 30*time.Second)
+		defer cancel()
+		ch <- markResult{through: through, err: r.s.st.MarkReplayClaim(ctx, r.task.ID, token, id)}
+	}()
+}
+
+// wait lets a mark in flight finish.
+func (m *markAhead) wait() {
+	if m.pending != nil {
+		<-m.pending
 	}
 }
 
@@ -528,7 +675,7 @@ func (r *taskRun) release(b *claimBatch, msgs []store.ClaimedMessage) {
 // waitBacklog keeps the outcomes awaiting settlement bounded: publishing
 // waits for the database rather than the other way round.
 func (r *taskRun) waitBacklog(ctx context.Context) error {
-	limit := 4 * max(r.s.cfg.BatchSize, r.s.cfg.Window)
+	limit := max(r.s.cfg.BatchSize, r.s.cfg.Window)
 	return r.waitFor(ctx, func() bool { return len(r.outcomes) < limit })
 }
 
@@ -581,12 +728,26 @@ func (r *taskRun) settler(ctx context.Context) {
 }
 
 func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
+	// Claims that end with these outcomes lose their mark in the same
+	// transaction.
+	perToken := map[string]int{}
+	for _, o := range outs {
+		perToken[o.Token]++
+	}
+	var finished []string
+	r.mu.Lock()
+	for tok, n := range perToken {
+		if b := r.batches[tok]; b != nil && b.open == n {
+			finished = append(finished, tok)
+		}
+	}
+	r.mu.Unlock()
 	backoff := 100 * time.Millisecond
 	for {
 		// Outcomes are recorded even while the run is stopping; only the
 		// drain's own deadline (ctx) gives up on them.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		res, err := r.s.st.SettleReplayOutcomes(sctx, r.task.ID, outs, r.canary.Load())
+		res, err := r.s.st.SettleReplayOutcomes(sctx, r.task.ID, outs, r.canary.Load(), finished...)
 		cancel()
 		if err == nil {
 			if missed := res.Published + res.Failed + res.Unknown + res.Released - res.Marked; missed > 0 {

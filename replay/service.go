@@ -454,7 +454,7 @@ func (s *Service) recoverLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			n, err := s.st.RecoverExpiredReplayClaims(ctx, batch)
+			n, unknown, err := s.st.RecoverExpiredReplayClaims(ctx, batch)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("cannot take back expired replay claims", "error", err)
@@ -463,9 +463,9 @@ func (s *Service) recoverLoop(ctx context.Context) {
 			}
 			if n > 0 {
 				s.metrics.recoveries.Add(float64(n))
-				s.metrics.replays.WithLabelValues(resultUnknown).Add(float64(n))
-				s.log.Warn("took back replay claims whose holder stopped; their outcome is unknown and they are pending again",
-					"messages", n)
+				s.metrics.replays.WithLabelValues(resultUnknown).Add(float64(unknown))
+				s.log.Warn("took back replay claims whose holder stopped; they are pending again",
+					"messages", n, "outcome_unknown", unknown, "never_published", n-unknown)
 			}
 			if n < batch {
 				break

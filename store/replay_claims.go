@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -168,6 +169,31 @@ type ReplayClaim struct {
 	// MaxReplays is the loop guard; Force lifts it.
 	MaxReplays int
 	Force      bool
+	// IDs, when set, are the items to claim (from ReplayItemsAfter); After
+	// and Limit are then ignored.
+	IDs []int64
+	// MarkFirst, when > 0, writes the claim's write-ahead mark (see
+	// MarkReplayClaim) over its first MarkFirst messages in the claim's
+	// own transaction, so publishing can start without waiting for it.
+	MarkFirst int
+}
+
+// ReplayItemsAfter returns the ids of at most limit unsettled items of a
+// task above the cursor, in order. Claiming them is ClaimReplayBatch's job;
+// selecting first lets several claims run at once on disjoint items.
+func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT message_id FROM replay_task_items
+WHERE task_id = $1 AND outcome IS NULL AND message_id > $2
+ORDER BY message_id LIMIT $3`, taskID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
+	}
+	return ids, nil
 }
 
 // ClaimedMessage is a message claimed for replay, with what is needed to
@@ -208,6 +234,18 @@ type ClaimResult struct {
 // are passed over (SKIP LOCKED), so concurrent claimers never wait for each
 // other and never take the same row.
 func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResult, error) {
+	// The items first, by the task's keyset: a join would let the planner
+	// walk dead_messages from its first row on every call.
+	items := c.IDs
+	if len(items) == 0 {
+		var err error
+		if items, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit); err != nil {
+			return ClaimResult{}, err
+		}
+		if len(items) == 0 {
+			return ClaimResult{}, nil
+		}
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: begin claim for replay task %d: %w", c.TaskID, err)
@@ -215,19 +253,20 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	rows, err := tx.Query(ctx, `
 WITH c AS (
-    SELECT i.message_id AS id, m.status, m.replay_count
-    FROM replay_task_items i
-    JOIN dead_messages m ON m.id = i.message_id
-    WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2
-    ORDER BY i.message_id
-    LIMIT $3
-    FOR UPDATE OF m SKIP LOCKED
+    -- The item is locked and checked again: it may have been settled
+    -- (published by this task's previous claim, or taken back as unknown)
+    -- since it was selected.
+    SELECT m.id, m.status, m.replay_count FROM dead_messages m
+    JOIN replay_task_items i ON i.task_id = $2 AND i.message_id = m.id AND i.outcome IS NULL
+    WHERE m.id = ANY($1)
+    ORDER BY m.id
+    FOR UPDATE OF m, i SKIP LOCKED
 ), u AS (
-    UPDATE dead_messages m SET status = 'replaying', claim_owner = $4,
-        claim_expires_at = now() + $5 * interval '1 millisecond',
-        replay_task_id = $1, status_changed_at = now()
+    UPDATE dead_messages m SET status = 'replaying', claim_owner = $3,
+        claim_expires_at = now() + $4 * interval '1 millisecond',
+        replay_task_id = $2, status_changed_at = now()
     FROM c
-    WHERE m.id = c.id AND c.status = 'pending' AND (c.replay_count < $6 OR $7)
+    WHERE m.id = c.id AND c.status = 'pending' AND (c.replay_count < $5 OR $6)
     RETURNING m.id, m.source_queue, coalesce(m.group_id, 0) AS group_id, m.source_exchange, m.source_routing_key,
         m.properties, m.headers, m.body, m.body_size
 )
@@ -235,12 +274,12 @@ SELECT c.id, c.status, c.replay_count, u.id IS NOT NULL, coalesce(u.source_queue
     coalesce(u.source_exchange, ''), coalesce(u.source_routing_key, ''), u.properties, u.headers, u.body,
     coalesce(u.body_size, 0)
 FROM c LEFT JOIN u ON u.id = c.id
-ORDER BY c.id`, c.TaskID, c.After, c.Limit, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
+ORDER BY c.id`, items, c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 	}
 	var (
-		res        ClaimResult
+		res        = ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
 		skipIDs    []int64
 		skipWhy    []string
 		moves      = map[moveKey]*StatusMove{}
@@ -257,8 +296,6 @@ ORDER BY c.id`, c.TaskID, c.After, c.Limit, c.Token, c.Lease.Milliseconds(), c.M
 			rows.Close()
 			return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
 		}
-		res.Scanned++
-		res.Last = m.ID
 		switch {
 		case claimed:
 			res.Messages = append(res.Messages, m)
@@ -285,20 +322,22 @@ ORDER BY c.id`, c.TaskID, c.After, c.Limit, c.Token, c.Lease.Milliseconds(), c.M
 	if err := rows.Err(); err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 	}
-	if res.Scanned == 0 {
-		return res, tx.Commit(ctx)
-	}
-	res.Skipped = len(skipIDs)
 	var b pgx.Batch
 	if len(skipIDs) > 0 {
+		// The items are locked by this transaction: each is settled here.
 		b.Queue(`
 UPDATE replay_task_items i SET outcome = 'skipped', detail = o.why
 FROM unnest($2::bigint[], $3::text[]) AS o(id, why)
 WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL`, c.TaskID, skipIDs, skipWhy)
 	}
+	res.Skipped = len(skipIDs)
 	b.Queue(`
 UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + $3, updated_at = now() WHERE id = $1`,
 		c.TaskID, len(res.Messages), len(skipIDs))
+	if c.MarkFirst > 0 && len(res.Messages) > 0 {
+		b.Queue(`INSERT INTO replay_claims (token, task_id, through_id) VALUES ($1, $2, $3)`,
+			c.Token, c.TaskID, res.Messages[min(c.MarkFirst, len(res.Messages))-1].ID)
+	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return ClaimResult{}, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
 	}
@@ -318,6 +357,21 @@ UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + $3, updated_
 type moveKey struct {
 	queue string
 	group int64
+}
+
+// MarkReplayClaim records, before anything is published, that the messages
+// of a claim with ids up to throughID may be published. A claim's messages
+// go out in id order, so when its holder dies the rows above the mark were
+// certainly never published (see RecoverExpiredReplayClaims).
+func (s *Store) MarkReplayClaim(ctx context.Context, taskID int64, token string, throughID int64) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO replay_claims (token, task_id, through_id) VALUES ($1, $2, $3)
+ON CONFLICT (token) DO UPDATE SET through_id = greatest(replay_claims.through_id, EXCLUDED.through_id), updated_at = now()`,
+		token, taskID, throughID)
+	if err != nil {
+		return fmt.Errorf("store: mark replay claim %s of task %d: %w", token, taskID, err)
+	}
+	return nil
 }
 
 // ReplayOutcome is how one claimed message ended.
@@ -347,7 +401,10 @@ type SettleResult struct {
 // is still replaying under the token the outcome names. The task's items
 // and counters, and the summary counters, change in the same transaction.
 // canary adds the published ids to the task's canary set.
-func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []ReplayOutcome, canary bool) (SettleResult, error) {
+//
+// finished names claims that end with these outcomes: their write-ahead
+// marks are dropped in the same transaction.
+func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []ReplayOutcome, canary bool, finished ...string) (SettleResult, error) {
 	if len(outs) == 0 {
 		return SettleResult{}, nil
 	}
@@ -442,6 +499,11 @@ RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), 
 	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
 		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
 	}
+	if len(finished) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM replay_claims WHERE token = ANY($1)`, finished); err != nil {
+			return SettleResult{}, fmt.Errorf("store: drop claim marks of replay task %d: %w", taskID, err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return SettleResult{}, fmt.Errorf("store: commit settling replay task %d: %w", taskID, err)
 	}
@@ -449,52 +511,70 @@ RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), 
 }
 
 // UnknownOutcomeLeaseExpired is recorded on a message whose claim was taken
-// back after its lease: its holder stopped (crash, kill, partition) after
-// claiming it, and whether it was published is not known.
+// back after its lease while it may have been published: its holder
+// stopped (crash, kill, partition) after handing it to the broker, and
+// whether the broker took it is not known.
 const UnknownOutcomeLeaseExpired = "outcome unknown: the replaying process stopped before recording whether the broker confirmed this message (claim lease expired); it may have been delivered"
 
-// RecoverExpiredReplayClaims takes back at most limit claims whose lease
-// ran out: the rows go back to pending with UnknownOutcomeLeaseExpired and
-// their items are settled as unknown, so the task that claimed them never
-// publishes them again on its own (no duplicate by dlq; an operator may
-// replay them). It returns how many rows it took back.
-func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (int64, error) {
+// RecoverExpiredReplayClaims takes back at most limit claimed rows whose
+// lease ran out. A row its holder may have published (at or below the
+// claim's write-ahead mark) goes back to pending with
+// UnknownOutcomeLeaseExpired and its item is settled as unknown, so its
+// task never publishes it again on its own (no duplicate by dlq; an
+// operator may replay it). A row above the mark was never published: it
+// goes back to pending untouched and stays to do for its task. It returns
+// how many rows it took back and how many of them had an unknown outcome.
+func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (taken, unknown int64, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("store: begin claim recovery: %w", err)
+		return 0, 0, fmt.Errorf("store: begin claim recovery: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	rows, err := tx.Query(ctx, `
 WITH e AS (
-    SELECT id FROM dead_messages
-    WHERE status = 'replaying' AND (claim_expires_at IS NULL OR claim_expires_at < now())
-    ORDER BY id LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    SELECT m.id, m.claim_owner,
+           coalesce(m.id <= (SELECT c.through_id FROM replay_claims c WHERE c.token = m.claim_owner), false) AS maybe
+    FROM dead_messages m
+    WHERE m.status = 'replaying' AND (m.claim_expires_at IS NULL OR m.claim_expires_at < now())
+    ORDER BY m.id LIMIT $1
+    FOR UPDATE OF m SKIP LOCKED
 )
-UPDATE dead_messages m SET status = 'pending', last_replay_error = $2, last_replay_at = now(),
+UPDATE dead_messages m SET status = 'pending',
+    last_replay_error = CASE WHEN e.maybe THEN $2 ELSE m.last_replay_error END,
+    last_replay_at = CASE WHEN e.maybe THEN now() ELSE m.last_replay_at END,
     claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
 FROM e WHERE m.id = e.id
-RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_id, 0), m.body_size`,
+RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_id, 0), m.body_size, e.maybe, e.claim_owner`,
 		limit, UnknownOutcomeLeaseExpired)
 	if err != nil {
-		return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
 	var (
 		taskIDs, msgIDs []int64
+		released        = map[int64]int64{}
+		tokens          = map[string]bool{}
 		moves           = map[moveKey]*StatusMove{}
-		n               int64
 	)
 	for rows.Next() {
 		var id, task, group, size int64
 		var queue string
-		if err := rows.Scan(&id, &task, &queue, &group, &size); err != nil {
+		var maybe bool
+		var token *string
+		if err := rows.Scan(&id, &task, &queue, &group, &size, &maybe, &token); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+			return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
 		}
-		n++
-		if task > 0 {
+		taken++
+		if token != nil {
+			tokens[*token] = true
+		}
+		switch {
+		case task > 0 && maybe:
+			unknown++
 			taskIDs = append(taskIDs, task)
 			msgIDs = append(msgIDs, id)
+		case task > 0:
+			released[task]++
 		}
 		k := moveKey{queue, group}
 		mv := moves[k]
@@ -507,10 +587,10 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
-	if n == 0 {
-		return 0, nil
+	if taken == 0 {
+		return 0, 0, nil
 	}
 	if len(msgIDs) > 0 {
 		_, err = tx.Exec(ctx, `
@@ -519,11 +599,24 @@ WITH s AS (
     FROM unnest($1::bigint[], $2::bigint[]) AS o(task_id, id)
     WHERE i.task_id = o.task_id AND i.message_id = o.id AND i.outcome IS NULL
     RETURNING i.task_id
-), c AS (SELECT task_id, count(*) AS n FROM s GROUP BY task_id)
+), c AS (SELECT task_id, count(*) AS n FROM s GROUP BY task_id ORDER BY task_id)
 UPDATE replay_tasks t SET unknown = t.unknown + c.n, updated_at = now()
 FROM c WHERE t.id = c.task_id`, taskIDs, msgIDs, UnknownOutcomeLeaseExpired)
 		if err != nil {
-			return 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
+			return 0, 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
+		}
+	}
+	if len(released) > 0 {
+		ids := slices.Sorted(maps.Keys(released))
+		counts := make([]int64, len(ids))
+		for i, id := range ids {
+			counts[i] = released[id]
+		}
+		_, err = tx.Exec(ctx, `
+UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
+FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: hand back recovered replay claims: %w", err)
 		}
 	}
 	list := make([]StatusMove, 0, len(moves))
@@ -531,12 +624,23 @@ FROM c WHERE t.id = c.task_id`, taskIDs, msgIDs, UnknownOutcomeLeaseExpired)
 		list = append(list, *m)
 	}
 	if err := applyStatusDeltas(ctx, tx, list); err != nil {
-		return 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	// A claim's mark goes once none of its rows is replaying any more.
+	toks := make([]string, 0, len(tokens))
+	for t := range tokens {
+		toks = append(toks, t)
+	}
+	_, err = tx.Exec(ctx, `
+DELETE FROM replay_claims c WHERE c.token = ANY($1)
+  AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.status = 'replaying' AND m.claim_owner = c.token)`, toks)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: drop marks of recovered replay claims: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("store: commit claim recovery: %w", err)
+		return 0, 0, fmt.Errorf("store: commit claim recovery: %w", err)
 	}
-	return n, nil
+	return taken, unknown, nil
 }
 
 // ReplayItemsLeft counts a task's unsettled items; inFlight is how many of

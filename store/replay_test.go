@@ -120,27 +120,36 @@ func TestReplayClaimsAreExclusive(t *testing.T) {
 	requireCountersConsistent(t, st)
 }
 
-// A claim whose lease ran out is taken back as unknown; the former holder
-// can no longer settle it (fencing), and its task never claims it again.
+// A claim whose lease ran out is taken back: rows its holder may have
+// published (up to its write-ahead mark) as unknown, the others as not done
+// yet. The former holder can no longer settle them (fencing), and its task
+// never claims an unknown one again.
 func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	t.Parallel()
 	st, _ := dlqtest.Store(t)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 3)
+	ids := seedPending(t, st, "orders", 4)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "old", Lease: 50 * time.Millisecond, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
-	require.Len(t, res.Messages, 3)
+	require.Len(t, res.Messages, 4)
+	// The holder got as far as announcing the first three.
+	require.NoError(t, st.MarkReplayClaim(ctx, task.ID, "old", ids[2]))
 	// One settles in time.
 	_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "old", Result: store.OutcomePublished}}, false)
 	require.NoError(t, err)
 
 	dlqtest.Eventually(t, 5*time.Second, func() bool {
-		n, err := st.RecoverExpiredReplayClaims(ctx, 100)
+		taken, unknown, err := st.RecoverExpiredReplayClaims(ctx, 100)
 		require.NoError(t, err)
-		return n == 2
+		if taken > 0 {
+			require.Equal(t, int64(3), taken)
+			require.Equal(t, int64(2), unknown)
+		}
+		return taken > 0
 	}, "expired claims not taken back")
 	require.Equal(t, 2, count(t, st, "status = 'pending' AND last_replay_error = $1 AND claim_owner IS NULL", store.UnknownOutcomeLeaseExpired))
+	require.Equal(t, 1, count(t, st, "id = $1 AND status = 'pending' AND last_replay_error IS NULL", ids[3]), "never published: no error")
 
 	// The former holder comes back with its confirms: nothing changes.
 	s, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
@@ -150,17 +159,21 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.Marked)
 	require.Zero(t, s.Published+s.Failed)
-	require.Equal(t, 2, count(t, st, "status = 'pending' AND replay_count = 0"))
+	require.Equal(t, 3, count(t, st, "status = 'pending' AND replay_count = 0"))
 
 	got, err := st.GetReplayTask(ctx, task.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), got.Published)
 	require.Equal(t, int64(2), got.Unknown)
-	require.Zero(t, got.Remaining())
-	// The task has nothing left to claim: no double publishing.
+	require.Equal(t, int64(1), got.Remaining())
+	// The task claims only the message that was never published.
 	res, err = st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "new", Lease: time.Minute, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
-	require.Zero(t, res.Scanned)
+	require.Len(t, res.Messages, 1)
+	require.Equal(t, ids[3], res.Messages[0].ID)
+	var marks int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM replay_claims WHERE token = 'old'`).Scan(&marks))
+	require.Zero(t, marks, "the dead claim's mark is gone")
 	requireCountersConsistent(t, st)
 }
 
