@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,10 +88,15 @@ func TestFaultMemoryAlarm(t *testing.T) {
 		_ = exec.Command("rabbitmqctl", "set_vm_memory_high_watermark", "0.4").Run()
 	})
 	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0001")
-	dlqtest.Eventually(t, 30*time.Second, b.conn.Blocked, "connection not blocked by the alarm")
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		out, _ := exec.Command("rabbitmq-diagnostics", "-q", "alarms").CombinedOutput()
+		return strings.Contains(strings.ToLower(string(out)), "memory alarm")
+	}, "memory alarm not raised")
 
 	task, err := b.svc.Start(context.Background(), replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
 	require.NoError(t, err)
+	// RabbitMQ blocks a connection when it publishes during an alarm.
+	dlqtest.Eventually(t, 30*time.Second, b.conn.Blocked, "connection not blocked by the alarm")
 	// Proving an absence: for a while, nothing gets replayed.
 	time.Sleep(3 * time.Second) //nolint:forbidigo // nothing to poll for
 	got, err := b.svc.Get(context.Background(), task.ID)
