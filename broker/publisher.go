@@ -222,7 +222,13 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		delete(pc.byCorr, corr)
 		p.mu.Unlock()
 		if still {
-			p.deliver(pb, Result{Outcome: Failed, Reason: "not sent: " + err.Error()})
+			res := Result{Outcome: Failed, Reason: "not sent: " + err.Error()}
+			if !errors.Is(err, amqp.ErrClosed) {
+				// A write that failed part way may have reached the broker
+				// whole before the error surfaced.
+				res = Result{Outcome: Unknown, Reason: "outcome unknown: the write failed part way (" + err.Error() + "); it may have been delivered"}
+			}
+			p.deliver(pb, res)
 		}
 		return nil
 	}
