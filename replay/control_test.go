@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -134,6 +135,7 @@ func TestControlCommands(t *testing.T) {
 
 		again := call(t, ops, body)
 		require.Equal(t, first, again, "a repeated command_id returns the first answer")
+		require.Equal(t, 1.0, testutil.ToFloat64(mustCollector(t, b.reg, "dlq_control_commands_total", "result", "duplicate")))
 		require.Equal(t, 1, b.tableCount(t, "replay_tasks"), "and does nothing again")
 		require.Equal(t, 2, b.count(t, "status = 'replayed'"))
 	})

@@ -87,18 +87,18 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		t.Cleanup(func() { runCancel(); <-done })
 		dlqtest.Eventually(t, 10*time.Second, func() bool { return cons.Ready() == nil }, "consumer not ready: %v", cons.Ready())
 	}
-	b.svc = b.newService(t, o)
+	b.svc = b.newService(t, o, b.reg)
 	if !o.noService {
 		b.stopSvc = b.run(t, b.svc)
 	}
 	return b
 }
 
-func (b *bundle) newService(t *testing.T, o setupOpts) *replay.Service {
+func (b *bundle) newService(t *testing.T, o setupOpts, reg prometheus.Registerer) *replay.Service {
 	svc, err := replay.New(replay.Config{
 		Store: b.st, Conn: b.conn, Lease: o.lease, BatchSize: o.batchSize, PollInterval: 50 * time.Millisecond,
 		MaxReplays: o.maxReplays, Window: o.window, MaxTaskMessages: o.maxMessages,
-		ShutdownTimeout: 10 * time.Second,
+		ShutdownTimeout: 10 * time.Second, Registerer: reg,
 	})
 	require.NoError(t, err)
 	return svc

@@ -68,15 +68,16 @@ SELECT min(start_at) FROM replay_tasks WHERE status IN ('scheduled', 'running', 
 }
 
 // RenewReplayLease extends owner's lease on the task and on the message
-// claims named by tokens. It returns the task's status (an operator may
+// claims named by tokens (on their replay_claims rows: cheap, and never
+// waiting for row locks). It returns the task's status (an operator may
 // have cancelled it), or ErrReplayLeaseLost when owner no longer holds it. The
 // two updates are separate statements: neither waits for the other's
 // locks, so a renewal can never deadlock with a settlement.
 func (s *Store) RenewReplayLease(ctx context.Context, taskID int64, owner string, tokens []string, lease time.Duration) (string, error) {
 	if len(tokens) > 0 {
 		if _, err := s.pool.Exec(ctx, `
-UPDATE dead_messages SET claim_expires_at = now() + $2 * interval '1 millisecond'
-WHERE status = 'replaying' AND claim_owner = ANY($1)`, tokens, lease.Milliseconds()); err != nil {
+UPDATE replay_claims SET expires_at = now() + $2 * interval '1 millisecond'
+WHERE token = ANY($1)`, tokens, lease.Milliseconds()); err != nil {
 			return "", fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
 		}
 	}
@@ -334,9 +335,15 @@ WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL`, c.TaskID, s
 	b.Queue(`
 UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + $3, updated_at = now() WHERE id = $1`,
 		c.TaskID, len(res.Messages), len(skipIDs))
-	if c.MarkFirst > 0 && len(res.Messages) > 0 {
-		b.Queue(`INSERT INTO replay_claims (token, task_id, through_id) VALUES ($1, $2, $3)`,
-			c.Token, c.TaskID, res.Messages[min(c.MarkFirst, len(res.Messages))-1].ID)
+	if len(res.Messages) > 0 {
+		// The claim's lease and write-ahead mark (0: nothing may be
+		// published yet).
+		var through int64
+		if c.MarkFirst > 0 {
+			through = res.Messages[min(c.MarkFirst, len(res.Messages))-1].ID
+		}
+		b.Queue(`INSERT INTO replay_claims (token, task_id, through_id, expires_at) VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')`,
+			c.Token, c.TaskID, through, c.Lease.Milliseconds())
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return ClaimResult{}, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
@@ -517,7 +524,7 @@ RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), 
 const UnknownOutcomeLeaseExpired = "outcome unknown: the replaying process stopped before recording whether the broker confirmed this message (claim lease expired); it may have been delivered"
 
 // RecoverExpiredReplayClaims takes back at most limit claimed rows whose
-// lease ran out. A row its holder may have published (at or below the
+// lease ran out (the row's first lease and its claim's renewed one). A row its holder may have published (at or below the
 // claim's write-ahead mark) goes back to pending with
 // UnknownOutcomeLeaseExpired and its item is settled as unknown, so its
 // task never publishes it again on its own (no duplicate by dlq; an
@@ -532,10 +539,11 @@ func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (take
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	rows, err := tx.Query(ctx, `
 WITH e AS (
-    SELECT m.id, m.claim_owner,
-           coalesce(m.id <= (SELECT c.through_id FROM replay_claims c WHERE c.token = m.claim_owner), false) AS maybe
+    SELECT m.id, m.claim_owner, coalesce(m.id <= c.through_id, false) AS maybe
     FROM dead_messages m
+    LEFT JOIN replay_claims c ON c.token = m.claim_owner
     WHERE m.status = 'replaying' AND (m.claim_expires_at IS NULL OR m.claim_expires_at < now())
+      AND (c.token IS NULL OR c.expires_at < now())
     ORDER BY m.id LIMIT $1
     FOR UPDATE OF m SKIP LOCKED
 )
