@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +172,41 @@ func TestActions(t *testing.T) {
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE actor = 'token:ops' AND request_id = 'req-1'`).Scan(&n))
 	require.Equal(t, auditCount(t, st), n)
 	require.Equal(t, 5, n, "ack by ids, ack again (changes nothing, still a request), delete with confirm, scoped single delete, ack by group; refused and not-found requests write none")
+}
+
+// TestReturnedMessageMovesGroup: a replayed message that dies again with
+// another failure leaves its old group for the new one, and every counter
+// stays equal to a recount.
+func TestReturnedMessageMovesGroup(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	ids := seed(t, st, []string{"orders"}, 2, timeoutFailure)
+	actor := store.Actor{Name: "test", Via: "test"}
+	_, err := st.Acknowledge(ctx, store.Filter{IDs: ids[:1]}, actor, store.ActionOptions{})
+	require.NoError(t, err)
+
+	var body []byte
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT body FROM dead_messages WHERE id = $1`, ids[0]).Scan(&body))
+	now := time.Now().UTC()
+	back := store.NewMessage{
+		SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 2,
+		FailureType: "KeyError", FailureMessage: "missing key 'sku-9'",
+		Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{"trace":"t-77"}`), Body: body,
+		FirstFailedAt: now, FailedAt: now, Fingerprint: 99, DLQID: ids[0], ReplayID: "r-1", ReplayCount: 1,
+	}
+	res, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{back}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Returned)
+	requireCountersConsistent(t, st)
+
+	var group string
+	var keys []string
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT to_hex(group_id), search_keys FROM dead_messages WHERE id = $1`, ids[0]).Scan(&group, &keys))
+	require.Equal(t, strings.TrimLeft(store.GroupIDOf("orders", "rejected", "KeyError", "missing key 'sku-7'"), "0"), group)
+	require.Contains(t, keys, "t-77")
+	require.Contains(t, keys, "sku-9")
+	var returned int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT coalesce(sum(returned), 0) FROM queue_activity`).Scan(&returned))
+	require.EqualValues(t, 1, returned)
 }
