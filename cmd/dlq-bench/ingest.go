@@ -46,6 +46,9 @@ type ingestOptions struct {
 	out        string
 	keep       bool
 	ingest     config.Ingest
+	// withoutIndexes are dropped after migrating: a diagnostic to price an
+	// index at ingest, never for recorded figures.
+	withoutIndexes []string
 }
 
 // ingestResult is one measured drain.
@@ -68,10 +71,16 @@ type ingestResult struct {
 	// PeakRSSMB is the dlq serve process's VmHWM (process mode only).
 	PeakRSSMB   float64 `json:"peak_rss_mb,omitempty"`
 	PrefillSecs float64 `json:"prefill_secs"`
-	Consumers   int     `json:"consumers"`
-	Prefetch    int     `json:"prefetch"`
-	BatchSize   int     `json:"batch_size"`
-	Linger      string  `json:"linger"`
+	// BatchMs and BatchMsgs are the mean time to write and commit one batch
+	// and its mean size (inproc mode, from dlq's own histograms).
+	BatchMs   float64 `json:"batch_ms,omitempty"`
+	BatchMsgs float64 `json:"batch_msgs,omitempty"`
+	// WithoutIndexes lists indexes dropped for a diagnostic run.
+	WithoutIndexes []string `json:"without_indexes,omitempty"`
+	Consumers      int      `json:"consumers"`
+	Prefetch       int      `json:"prefetch"`
+	BatchSize      int      `json:"batch_size"`
+	Linger         string   `json:"linger"`
 }
 
 func benchIngest(args []string) error {
@@ -92,8 +101,14 @@ func benchIngest(args []string) error {
 	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
 	fs.IntVar(&o.ingest.Prefetch, "prefetch", def.Ingest.Prefetch, "prefetch per consumer (default: dlq's default)")
 	fs.IntVar(&o.ingest.BatchSize, "batch", def.Ingest.BatchSize, "messages per transaction (default: dlq's default)")
+	without := fs.String("without-index", "", "diagnostic: drop these dead_messages indexes (comma list) before the drain, to price them; never for recorded figures")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, ix := range strings.Split(*without, ",") {
+		if ix = strings.TrimSpace(ix); ix != "" {
+			o.withoutIndexes = append(o.withoutIndexes, ix)
+		}
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(s))
@@ -158,8 +173,15 @@ func printResult(r ingestResult) {
 	if r.PeakRSSMB > 0 {
 		rss = fmt.Sprintf(" peak_rss=%.0fMB", r.PeakRSSMB)
 	}
-	fmt.Printf("RESULT ingest %s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s (prefill %.1fs)\n",
-		r.Mode, r.QueueType, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, r.PrefillSecs)
+	batch := ""
+	if r.BatchMsgs > 0 {
+		batch = fmt.Sprintf(" batch=%.0fmsgs/%.1fms", r.BatchMsgs, r.BatchMs)
+	}
+	if len(r.WithoutIndexes) > 0 {
+		batch += " WITHOUT " + strings.Join(r.WithoutIndexes, ",")
+	}
+	fmt.Printf("RESULT ingest %s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
+		r.Mode, r.QueueType, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
 }
 
 func appendJSON(path string, v any) error {
@@ -244,6 +266,12 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	if _, err := st.Migrate(ctx, nil); err != nil {
 		return r, err
 	}
+	for _, ix := range o.withoutIndexes {
+		if _, err := admin.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix}.Sanitize()); err != nil {
+			return r, fmt.Errorf("-without-index %s: %w", ix, err)
+		}
+	}
+	r.WithoutIndexes = o.withoutIndexes
 
 	// Broker side: dlq's exchange and queue, declared as dlq declares them.
 	conn, err := amqp.Dial(o.amqpURL)
@@ -298,10 +326,11 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	// (its database backends still alive for the CPU count); stop then
 	// shuts it down gracefully.
 	var drain func() (dlqCPU, peakRSS float64, stop func() error, err error)
+	reg := prometheus.NewRegistry()
 	switch o.mode {
 	case "inproc":
 		drain = func() (float64, float64, func() error, error) {
-			return drainInProcess(o, st, exchange, queue, size, run)
+			return drainInProcess(o, st, reg, exchange, queue, size, run)
 		}
 	default:
 		drain = func() (float64, float64, func() error, error) {
@@ -318,6 +347,13 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	c1 := takeCPU()
 	if err := stop(); err != nil {
 		return r, err
+	}
+	if o.mode == "inproc" {
+		secs, batches := histogram(reg, "dlq_ingest_batch_seconds")
+		msgs, _ := histogram(reg, "dlq_ingest_batch_messages")
+		if batches > 0 {
+			r.BatchMs, r.BatchMsgs = secs/float64(batches)*1000, msgs/float64(batches)
+		}
 	}
 	r.MsgsSec = float64(o.n) / r.Secs
 	r.MBSec = float64(o.n) * float64(size) / 1e6 / r.Secs
@@ -376,7 +412,7 @@ func waitStored(st *store.Store, n int, done <-chan struct{}, why func() error) 
 }
 
 // drainInProcess runs the consumer exactly as `dlq serve` wires it.
-func drainInProcess(o ingestOptions, st *store.Store, exchange, queue string, size, run int) (cpu, rss float64, stop func() error, err error) {
+func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, exchange, queue string, size, run int) (cpu, rss float64, stop func() error, err error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	conn, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench", Logger: quiet})
 	if err != nil {
@@ -386,7 +422,7 @@ func drainInProcess(o ingestOptions, st *store.Store, exchange, queue string, si
 		Conn: conn, Store: st, Exchange: exchange, Queues: []string{queue},
 		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize,
 		BatchBytes: o.ingest.BatchBytes, Linger: o.ingest.Linger.D(),
-		Logger: quiet, Registerer: prometheus.NewRegistry(),
+		Logger: quiet, Registerer: reg,
 	})
 	if err != nil {
 		conn.Close()
@@ -719,4 +755,23 @@ func takeCPU() cpuSnap {
 		}
 	}
 	return s
+}
+
+// histogram returns the sum and count of a histogram in reg.
+func histogram(reg *prometheus.Registry, name string) (float64, uint64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				return h.GetSampleSum(), h.GetSampleCount()
+			}
+		}
+	}
+	return 0, 0
 }
