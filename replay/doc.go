@@ -30,22 +30,37 @@
 // # Claims and fencing
 //
 // A runner claims a task's messages in batches: pending → replaying, with
-// FOR UPDATE SKIP LOCKED, each batch under its own token
-// (dead_messages.claim_owner) and lease (claim_expires_at). Only one
+// FOR UPDATE SKIP LOCKED on the message rows and on their items, each batch
+// under its own token (dead_messages.claim_owner) and lease. Only one
 // claimer can win a row; a row held by another task's claim is passed over
-// and looked at again later. Every write that ends a claim says WHERE
-// status = 'replaying' AND claim_owner = <token>: a holder whose claim was
-// taken back cannot touch the row any more, and a replayed message that
-// died and came back to its row before its confirm was recorded (the
-// consumer sets it pending, with replay_count from x-dlq-replay-count) is
-// left exactly as the consumer wrote it. The holder also fences itself: it
-// publishes nothing from a batch once three quarters of the lease have
-// passed since the claim or its last renewal, so a stalled process cannot
-// publish a claim someone else may already have taken back.
+// and looked at again later; an item settled since it was selected is
+// left alone. An unthrottled task runs two claims at once, so that the
+// publisher does not wait for the database.
+//
+// Every write that ends a claim says WHERE status = 'replaying' AND
+// claim_owner = <token>: a holder whose claim was taken back cannot touch
+// the row any more, and a replayed message that died and came back to its
+// row before its confirm was recorded (the consumer sets it pending, with
+// replay_count from x-dlq-replay-count) is left exactly as the consumer
+// wrote it. The holder also fences itself: it publishes nothing from a
+// batch once three quarters of the lease have passed since the claim or
+// its last renewal, so a stalled process cannot publish a claim someone
+// else may already have taken back.
+//
+// A claim's lease is renewed on its replay_claims row (one small update
+// per claim every Lease/3), not on the claimed rows: rewriting every
+// claimed message would churn every index of dead_messages and wait for
+// the row locks of settlements. The same row holds the claim's write-ahead
+// mark: before publishing, the runner records how far into the batch
+// (which goes out in id order) it may publish, one stretch of 128 messages
+// ahead, in the background.
 //
 // Claims whose lease ran out are taken back by whichever instance looks
-// first (every Lease/2): the rows go back to pending, their items are
-// settled as unknown, and last_replay_error says why.
+// first (every Lease/2). Rows at or below the claim's mark may have been
+// published: they go back to pending, their items are settled as unknown,
+// and last_replay_error says why. Rows above it were certainly never
+// published: they go back to pending untouched, and the task (resumed
+// elsewhere) replays them normally.
 //
 // # Confirms, returns and unknown outcomes
 //
@@ -64,8 +79,9 @@
 // row goes back to pending with "outcome unknown" in last_replay_error, the
 // task counts it, and the task does not publish it again. dlq therefore
 // never publishes a claim twice by itself; the price is that after a crash
-// up to the confirm window of messages are pending although some of them
-// were delivered. Replaying them again (an operator's choice) can produce a
+// up to the confirm window, the confirmed outcomes not yet recorded and one
+// marked stretch of messages are pending although some of them were
+// delivered. Replaying them again (an operator's choice) can produce a
 // duplicate; downstream can drop it with the pair (x-dlq-id,
 // x-dlq-replay-count), which two copies of one replay attempt share, while
 // x-dlq-replay-id is unique per publish.
