@@ -183,10 +183,13 @@ type ReplayClaim struct {
 // task above the cursor, in order. Claiming them is ClaimReplayBatch's job;
 // selecting first lets several claims run at once on disjoint items.
 func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int) ([]int64, error) {
+	// Items whose message is being replayed (this task's own batches in
+	// flight, or another task's claim) are not worth a claim attempt.
 	rows, err := s.pool.Query(ctx, `
-SELECT message_id FROM replay_task_items
-WHERE task_id = $1 AND outcome IS NULL AND message_id > $2
-ORDER BY message_id LIMIT $3`, taskID, after, limit)
+SELECT i.message_id FROM replay_task_items i
+WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2
+  AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = i.message_id AND m.status = 'replaying')
+ORDER BY i.message_id LIMIT $3`, taskID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
 	}
