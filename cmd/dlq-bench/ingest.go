@@ -358,8 +358,9 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	r.MsgsSec = float64(o.n) / r.Secs
 	r.MBSec = float64(o.n) * float64(size) / 1e6 / r.Secs
 	r.CPUDlq = dlqCPU / r.Secs * 100
-	r.CPURabbit = (c1.rmqSec - c0.rmqSec) / r.Secs * 100
-	r.CPUPg = (c1.pgSec - c0.pgSec) / r.Secs * 100
+	rmq, pg := c1.since(c0)
+	r.CPURabbit = rmq / r.Secs * 100
+	r.CPUPg = pg / r.Secs * 100
 	r.PeakRSSMB = peak
 
 	// Check the outcome: exactly n rows, nothing left in the queue, ready or
@@ -686,7 +687,29 @@ func procStatusKB(pid int, name string) (float64, error) {
 
 const clkTck = 100.0 // getconf CLK_TCK on Linux
 
-type cpuSnap struct{ rmqSec, pgSec float64 }
+// cpuSnap holds the CPU seconds of the RabbitMQ and PostgreSQL processes:
+// totals, and by pid. Prefer since over subtracting totals: a process that
+// exits between two snapshots (a backend of another client on a shared
+// machine) takes its seconds with it and can make a total's difference
+// negative. (The helpers in this file are shared by the package's other
+// benchmarks: keep their signatures.)
+type cpuSnap struct {
+	rmqSec, pgSec float64
+	rmq, pg       map[int]float64
+}
+
+// since returns the CPU seconds RabbitMQ and PostgreSQL used since s0:
+// the growth of processes in both snapshots plus all of new ones.
+func (s cpuSnap) since(s0 cpuSnap) (rmq, pg float64) {
+	diff := func(now, before map[int]float64) float64 {
+		var sum float64
+		for pid, sec := range now {
+			sum += max(sec-before[pid], 0)
+		}
+		return sum
+	}
+	return diff(s.rmq, s0.rmq), diff(s.pg, s0.pg)
+}
 
 var rmqUID, pgUID = ^uint32(0), ^uint32(0)
 
@@ -729,7 +752,7 @@ func procCPU(pid int) (float64, error) {
 }
 
 func takeCPU() cpuSnap {
-	var s cpuSnap
+	s := cpuSnap{rmq: map[int]float64{}, pg: map[int]float64{}}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		fi, err := os.Stat(d)
@@ -749,8 +772,10 @@ func takeCPU() cpuSnap {
 			continue
 		}
 		if st.Uid == rmqUID {
+			s.rmq[pid] = sec
 			s.rmqSec += sec
 		} else {
+			s.pg[pid] = sec
 			s.pgSec += sec
 		}
 	}
