@@ -344,7 +344,7 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 			}
 			n = min(n, int(left))
 		}
-		ids, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n)
+		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes)
 		if err != nil {
 			<-sem
 			if ctx.Err() != nil {
@@ -373,7 +373,7 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 		} else {
 			<-sem
 		}
-		if len(ids) == n {
+		if more {
 			continue
 		}
 		// End of a pass: let the claims under way finish first.

@@ -36,6 +36,9 @@ type Config struct {
 	// BatchSize is the most messages claimed per transaction. Optional;
 	// default 500.
 	BatchSize int
+	// BatchBytes bounds the bodies one claim loads into memory (a single
+	// larger message is still claimed alone). Optional; default 32 MiB.
+	BatchBytes int64
 	// Window bounds the publishes awaiting their confirm per task.
 	// Optional; default 1000.
 	Window int
@@ -63,6 +66,7 @@ func (c *Config) setDefaults() {
 	c.MaxReplays = cmp.Or(c.MaxReplays, 5)
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.BatchBytes = cmp.Or(c.BatchBytes, 32<<20)
 	c.Window = cmp.Or(c.Window, 1000)
 	c.MaxTasks = cmp.Or(c.MaxTasks, 4)
 	c.MaxTaskMessages = cmp.Or(c.MaxTaskMessages, 1_000_000)

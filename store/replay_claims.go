@@ -180,24 +180,44 @@ type ReplayClaim struct {
 }
 
 // ReplayItemsAfter returns the ids of at most limit unsettled items of a
-// task above the cursor, in order. Claiming them is ClaimReplayBatch's job;
+// task above the cursor, in order, whose bodies add up to at most maxBytes
+// (the first is always returned; 0: no bound), so that one claim never
+// loads more than that into memory; more says whether items may remain
+// beyond the last one returned. Claiming them is ClaimReplayBatch's job;
 // selecting first lets several claims run at once on disjoint items.
-func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int) ([]int64, error) {
-	// Items whose message is being replayed (this task's own batches in
-	// flight, or another task's claim) are not worth a claim attempt.
+// Items whose message is being replayed (this task's own batches in
+// flight, or another task's claim) are not worth a claim attempt, and
+// items whose message was deleted are left for SkipDeletedReplayItems.
+func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64) (ids []int64, more bool, err error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT i.message_id FROM replay_task_items i
-WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2
-  AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = i.message_id AND m.status = 'replaying')
+SELECT i.message_id, m.body_size
+FROM replay_task_items i
+CROSS JOIN LATERAL (SELECT d.body_size, d.status FROM dead_messages d WHERE d.id = i.message_id LIMIT 1) m -- one index lookup per item, never a scan
+WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2 AND m.status <> 'replaying'
 ORDER BY i.message_id LIMIT $3`, taskID, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
+		return nil, false, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
+	defer rows.Close()
+	var total int64
+	n := 0
+	for rows.Next() {
+		var id, size int64
+		if err := rows.Scan(&id, &size); err != nil {
+			return nil, false, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
+		}
+		n++
+		total += size
+		if len(ids) > 0 && maxBytes > 0 && total > maxBytes {
+			more = true
+			break
+		}
+		ids = append(ids, id)
 	}
-	return ids, nil
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
+	}
+	return ids, more || n == limit, nil
 }
 
 // ClaimedMessage is a message claimed for replay, with what is needed to
@@ -243,7 +263,7 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	items := c.IDs
 	if len(items) == 0 {
 		var err error
-		if items, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit); err != nil {
+		if items, _, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit, 0); err != nil {
 			return ClaimResult{}, err
 		}
 		if len(items) == 0 {

@@ -241,6 +241,21 @@ func TestReplaySnapshotAndSkips(t *testing.T) {
 	require.Contains(t, details[0], "max_replays 5")
 	require.Contains(t, details[1], "status is acknowledged")
 
+	// A claim's bodies are bounded: "body 0" is 6 bytes, so 10 bytes hold
+	// one message, and the rest remains.
+	bounded, err := st.CreateReplayTask(ctx, store.NewReplayTask{
+		Selection: store.Filter{SourceQueue: "later"}, MaxItems: 100, Request: json.RawMessage(`{}`), Actor: replayActor,
+	})
+	require.NoError(t, err)
+	items, more, err := st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 10)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	require.True(t, more)
+	items, more, err = st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 0)
+	require.NoError(t, err)
+	require.Len(t, items, 2)
+	require.False(t, more)
+
 	// Force lifts the guard.
 	forced, err := st.CreateReplayTask(ctx, store.NewReplayTask{
 		Selection: store.Filter{IDs: ids[1:2], Status: "all"}, MaxItems: 100, Request: json.RawMessage(`{}`), Force: true, Actor: replayActor,
@@ -258,9 +273,9 @@ func TestReplaySnapshotAndSkips(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrSelectionTooLarge)
 	var n int
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM replay_tasks`).Scan(&n))
-	require.Equal(t, 2, n)
+	require.Equal(t, 3, n)
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'replay'`).Scan(&n))
-	require.Equal(t, 2, n, "one audit row per task, written with it")
+	require.Equal(t, 3, n, "one audit row per task, written with it")
 	requireCountersConsistent(t, st)
 }
 
