@@ -291,14 +291,18 @@ WITH c AS (
         replay_task_id = $2, status_changed_at = now()
     FROM c
     WHERE m.id = c.id AND c.status = 'pending' AND (c.replay_count < $5 OR $6)
-    RETURNING m.id, m.source_queue, coalesce(m.group_id, 0) AS group_id, m.source_exchange, m.source_routing_key,
-        m.properties, m.headers, m.body, m.body_size
+    RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0) AS group_id, m.source_exchange,
+        m.source_routing_key, m.properties, m.headers, m.body, m.body_size
 )
-SELECT c.id, c.status, c.replay_count, u.id IS NOT NULL, coalesce(u.source_queue, ''), coalesce(u.group_id, 0),
-    coalesce(u.source_exchange, ''), coalesce(u.source_routing_key, ''), u.properties, u.headers, u.body,
-    coalesce(u.body_size, 0)
-FROM c LEFT JOIN u ON u.id = c.id
-ORDER BY c.id`, items, c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
+-- Every locked row that was not claimable, then every claimed one: no join
+-- between the two (the planner cannot size CTEs and would loop).
+SELECT c.id, c.status, c.replay_count, false, '', 0::bigint, '', '', NULL::jsonb, NULL::jsonb, NULL::bytea, 0
+FROM c WHERE NOT (c.status = 'pending' AND (c.replay_count < $5 OR $6))
+UNION ALL
+SELECT u.id, 'pending', u.replay_count, true, u.source_queue, u.group_id, u.source_exchange, u.source_routing_key,
+    u.properties, u.headers, u.body, u.body_size
+FROM u
+ORDER BY 1`, items, c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 	}
