@@ -418,7 +418,7 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 		// The claim runs to its end even when the run is stopping: a claim
 		// committed but abandoned would be taken back later as if it might
 		// have been published.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		res, err := r.s.st.ClaimReplayBatch(cctx, store.ReplayClaim{
 			TaskID: r.task.ID, Token: token, Lease: r.s.cfg.Lease, IDs: ids,
 			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markStep,
@@ -746,7 +746,7 @@ func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
 	for {
 		// Outcomes are recorded even while the run is stopping; only the
 		// drain's own deadline (ctx) gives up on them.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		res, err := r.s.st.SettleReplayOutcomes(sctx, r.task.ID, outs, r.canary.Load(), finished...)
 		cancel()
 		if err == nil {
