@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,9 @@ type replayOptions struct {
 	cpuProfile string
 	out        string
 	keep       bool
+	// dropIndexes names indexes of dead_messages to drop before the run:
+	// a diagnostic, to see what each index costs a replay.
+	dropIndexes []string
 }
 
 // replayResult is one measured replay task.
@@ -51,6 +55,7 @@ type replayResult struct {
 	Batch     int     `json:"batch_size"`
 	Window    int     `json:"window"`
 	QueueType string  `json:"queue_type"`
+	Dropped   string  `json:"dropped_indexes,omitempty"`
 }
 
 // benchReplay replays N stored messages with dlq's replay service (a task
@@ -72,6 +77,10 @@ func benchReplay(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured part to this file")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep the schema and the queue for inspection")
+	fs.Func("drop-indexes", "comma list of dead_messages indexes to drop first (diagnostic: what an index costs a replay)", func(v string) error {
+		o.dropIndexes = splitList(v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,14 +105,15 @@ func benchReplay(args []string) error {
 	}
 	slices.SortFunc(results, func(a, b replayResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
 	med := results[len(results)/2]
-	fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%d × %d B, batch %d, window %d, %s target)\n",
-		len(results), med.MsgsSec, med.N, med.Size, med.Batch, med.Window, o.queueType)
+	fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%d × %d B, batch %d, window %d, %s target%s)\n",
+		len(results), med.MsgsSec, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes))
 	return nil
 }
 
 func replayRun(o replayOptions, run int) (replayResult, error) {
 	ctx := context.Background()
-	res := replayResult{Bench: "replay", N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType}
+	res := replayResult{Bench: "replay", N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
+		Dropped: strings.Join(o.dropIndexes, ",")}
 	suffix := randomHex(4)
 	schema := "dlqbench_replay_" + suffix
 	queue := "dlqbench.replay." + suffix
@@ -133,6 +143,11 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 	defer st.Close()
 	if _, err := st.Migrate(ctx, nil); err != nil {
 		return res, err
+	}
+	for _, ix := range o.dropIndexes {
+		if _, err := admin.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix}.Sanitize()); err != nil {
+			return res, fmt.Errorf("-drop-indexes: %w", err)
+		}
 	}
 
 	app, err := amqp.Dial(o.amqpURL)
@@ -254,4 +269,11 @@ func seedReplay(ctx context.Context, st *store.Store, queue string, n, size int)
 		}
 	}
 	return nil
+}
+
+func dropNote(ix []string) string {
+	if len(ix) == 0 {
+		return ""
+	}
+	return ", without indexes " + strings.Join(ix, ", ")
 }
