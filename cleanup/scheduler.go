@@ -203,7 +203,7 @@ func (s *Scheduler) fire(j *scheduledJob) {
 	if !j.running.CompareAndSwap(false, true) {
 		// Still running the previous tick on this instance, which holds
 		// the lease: nobody runs this tick.
-		s.log.Warn("job still running; tick skipped", "job", j.Name, "tick", tick)
+		s.log.Info("job still running; tick skipped", "job", j.Name, "tick", tick)
 		return
 	}
 	defer j.running.Store(false)
