@@ -100,11 +100,27 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 	var done []int64
 	backoff := 100 * time.Millisecond
 	failing := false
+	// A write for a dead channel is pointless and harmful: its deliveries
+	// are already on their way to another consumer, which must find either
+	// this batch committed or nothing at all. So stop before each attempt,
+	// and cancel an attempt in progress, once the channel is gone.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-wr.dead:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for len(queue) > 0 {
+		if wr.gone(nil) {
+			return done, false
+		}
 		msgs, id := queue[0], ids[0]
 		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: wr.confirmed}
 		start := time.Now()
-		res, err := c.cfg.Store.IngestBatch(context.Background(), b)
+		res, err := c.cfg.Store.IngestBatch(ctx, b)
 		if err == nil {
 			c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
 			wr.confirmed = nil
@@ -134,7 +150,7 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 			// Even the raw form was refused: this is not about the data.
 		}
 		// The commit may have succeeded before the error reached us.
-		if ok, cerr := c.cfg.Store.BatchCommitted(context.Background(), id); cerr == nil && ok {
+		if ok, cerr := c.cfg.Store.BatchCommitted(ctx, id); cerr == nil && ok {
 			c.metrics.observe(wr.w.queue, msgs, store.IngestResult{Inserted: len(msgs)}, time.Since(start))
 			wr.confirmed = nil
 			done = append(done, id)

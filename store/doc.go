@@ -18,9 +18,10 @@
 //     in ingest_inflight in the same transaction as its rows and stays there
 //     until the consumer knows its acknowledgement reached the broker. A
 //     redelivery is matched by content fingerprint only against rows of those
-//     unconfirmed batches, and a matched row is taken out of the candidate set
-//     so it can absorb exactly one redelivery. A match is a duplicate: it is
-//     counted and changes nothing.
+//     unconfirmed batches. A matched row moves to the current batch, so it stands
+//     for this delivery until this batch's acknowledgement is confirmed in
+//     turn, and absorbs one delivery per batch. A match is a duplicate: it is
+//     counted and changes nothing else.
 //   - A message carrying x-dlq-id is a replayed message that died again. It
 //     returns to its own row (status pending, death details updated,
 //     replay_count kept). Its x-dlq-replay-id is unique per publish and is

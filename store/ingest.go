@@ -89,7 +89,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 			}
 			res.Outcomes[i] = out
 		case m.Redelivered:
-			dup, err := matchRedelivery(ctx, tx, m.Fingerprint)
+			dup, err := matchRedelivery(ctx, tx, m.Fingerprint, b.ID)
 			if err != nil {
 				return IngestResult{}, fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
 			}
@@ -184,33 +184,35 @@ func (s *Store) ConfirmBatches(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// matchRedelivery claims one stored row with this fingerprint from a batch
-// whose acknowledgement is unconfirmed, and takes it out of the candidate
-// set (ingest_batch = NULL) so it absorbs at most one redelivery.
+// matchRedelivery finds a stored row with this fingerprint from a batch
+// whose acknowledgement is unconfirmed and moves it to the current batch: the
+// row now stands for this delivery, whose own acknowledgement is again
+// unconfirmed (if that ack is lost too, the next redelivery matches the row
+// again). Within this transaction the row is no candidate, because the
+// current batch joins ingest_inflight only after matching, so each row
+// absorbs one delivery per batch.
 //
 // SKIP LOCKED is right even when the holder of a skipped row rolls back:
 // copies with the same fingerprint are interchangeable, so whichever
 // redelivery gets a row and whichever gets a new one, the count of rows
 // equals the count of distinct messages. The guarded UPDATE catches a row
-// claimed and committed by another transaction after this statement's
-// snapshot; the next attempt's fresh snapshot no longer sees it.
-func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint int64) (bool, error) {
+// moved and committed by another transaction after this statement's
+// snapshot; the next attempt's fresh snapshot no longer sees it there.
+func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint, batch int64) (bool, error) {
 	for range 100 {
-		var id int64
+		var id, from int64
 		err := tx.QueryRow(ctx, `
-SELECT m.id FROM ingest_inflight f
-JOIN dead_messages m ON m.ingest_batch = f.batch_id
-WHERE m.fingerprint = $1 AND m.ingest_batch IS NOT NULL
-ORDER BY m.id
+SELECT m.id, m.ingest_batch FROM ingest_inflight f
+JOIN dead_messages m ON m.ingest_batch = f.batch_id AND m.fingerprint = $1
 LIMIT 1
-FOR UPDATE OF m SKIP LOCKED`, fingerprint).Scan(&id)
+FOR UPDATE OF m SKIP LOCKED`, fingerprint).Scan(&id, &from)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE dead_messages SET ingest_batch = NULL WHERE id = $1 AND ingest_batch IS NOT NULL`, id)
+		tag, err := tx.Exec(ctx, `UPDATE dead_messages SET ingest_batch = $3 WHERE id = $1 AND ingest_batch = $2`, id, from, batch)
 		if err != nil {
 			return false, err
 		}
