@@ -164,7 +164,24 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 		}
 		query = `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1)
 	}
-	rows, err := s.pool.Query(ctx, query, args...)
+	// A search's estimated cost can pass PostgreSQL's JIT threshold, and
+	// compiling takes longer (hundreds of ms) than running these short
+	// queries; the transaction switches JIT off for itself.
+	var db interface {
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	} = s.pool
+	if f.Query != "" {
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		}
+		db = tx
+	}
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
 	}
@@ -192,12 +209,20 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 }
 
 // searchIDs renders the ids of one page of a search: each part of q (see
-// search.go) is its own newest-first query with the plan that suits it —
-// the keys' GIN index; a walk down (group_id, status, id) for each
-// matching failure group; a scan of one queue for bodies — and the page is
-// the newest limit+1 of their union. One OR of the three would leave the
-// planner a single plan for all, and walking the whole table for a rare
-// key is what it would too often choose.
+// search.go) is its own newest-first query with the plan that suits it,
+// and the page is the newest limit+1 of their union. One OR of the parts
+// would leave the planner a single plan for all, and walking the whole
+// table for a rare key is what it would too often choose.
+//
+//   - keys: the GIN index on search_keys;
+//   - failure groups whose type or pattern contains q literally: every
+//     message of such a group matches, so each group's newest ids come
+//     from its (group_id, status, id) index alone, without reading rows;
+//     the filter's queue, reason, scope and group apply to the groups;
+//   - groups whose pattern matches q only once q's variable parts are
+//     masked ("took 1500ms" in "took <n>ms"): their messages that have
+//     q's variable values among their keys (GIN), then checked;
+//   - the body, with a source queue: a scan of that queue.
 func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, args *sqlArgs) (string, error) {
 	base := f
 	base.Query = ""
@@ -205,23 +230,76 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, args *sqlAr
 	if err != nil {
 		return "", err
 	}
+	// Row conditions a failure group does not already decide.
+	rowConds := []string{"m.group_id = gid", "m.status = st"}
 	if opt.Before > 0 {
-		where += " AND m.id < " + args.add(opt.Before)
+		b := args.add(opt.Before)
+		where += " AND m.id < " + b
+		rowConds = append(rowConds, "m.id < "+b)
+	}
+	if f.FailedAfter != nil {
+		rowConds = append(rowConds, "m.failed_at >= "+args.add(*f.FailedAfter))
+	}
+	if f.FailedBefore != nil {
+		rowConds = append(rowConds, "m.failed_at < "+args.add(*f.FailedBefore))
+	}
+	if len(f.IDs) > 0 {
+		rowConds = append(rowConds, "m.id = ANY("+args.add(f.IDs)+")")
+	}
+	// Conditions on the group: its key holds the queue and the reason.
+	groupConds := []string{"TRUE"}
+	if f.SourceQueue != "" {
+		groupConds = append(groupConds, "g.source_queue = "+args.add(f.SourceQueue))
+	}
+	if f.Scope != nil {
+		groupConds = append(groupConds, "g.source_queue = ANY("+args.add(f.Scope)+")")
+	}
+	if f.Reason != "" {
+		groupConds = append(groupConds, "g.reason = "+args.add(f.Reason))
+	}
+	if f.Group != "" {
+		id, err := ParseGroupID(f.Group)
+		if err != nil {
+			return "", err
+		}
+		groupConds = append(groupConds, "g.id = "+args.add(id))
 	}
 	statuses, _ := f.Statuses()
 	if statuses == nil {
 		statuses = Statuses
 	}
 	n := args.add(limit + 1)
-	arms := []string{
-		`(SELECT m.id FROM dead_messages m WHERE ` + where + ` AND m.search_keys @> ARRAY[` + args.add(sq.key) + `::text]
-		  ORDER BY m.id DESC LIMIT ` + n + `)`,
-		`(SELECT x.id FROM unnest(ARRAY(` + sq.groupsMatching(args) + `)) AS gid
-		  CROSS JOIN unnest(` + args.add(statuses) + `::text[]) AS st
+	st := args.add(statuses)
+	gWhere := strings.Join(groupConds, " AND ")
+	whole := "FALSE"
+	if !strings.Contains(sq.key, "<") {
+		lit := args.add(sq.like)
+		whole = "(g.failure_type ILIKE " + lit + " OR g.pattern ILIKE " + lit + ")"
+	}
+	perGroup := func(groups, extra string) string {
+		return `(SELECT x.id FROM unnest(ARRAY(` + groups + `)) AS gid
+		  CROSS JOIN unnest(` + st + `::text[]) AS st
 		  CROSS JOIN LATERAL (
-		      SELECT m.id FROM dead_messages m
-		      WHERE m.group_id = gid AND m.status = st AND ` + where + ` AND ` + sq.failureText(args) + `
-		      ORDER BY m.id DESC LIMIT ` + n + `) x)`,
+		      SELECT m.id FROM dead_messages m WHERE ` + strings.Join(rowConds, " AND ") + extra + `
+		      ORDER BY m.id DESC LIMIT ` + n + `) x)`
+	}
+	// keyed reads the messages having keys through the GIN index alone:
+	// OFFSET 0 fences the subquery, so the planner cannot AND the bitmap
+	// with (status, id) or (group_id, status, id), whose millions of
+	// entries cost far more than checking a few keyed rows.
+	keyed := func(keys string) string {
+		return `(SELECT * FROM dead_messages k WHERE k.search_keys @> ` + keys + ` OFFSET 0) m`
+	}
+	arms := []string{
+		`(SELECT m.id FROM ` + keyed(`ARRAY[`+args.add(sq.key)+`::text]`) + ` WHERE ` + where + `
+		  ORDER BY m.id DESC LIMIT ` + n + `)`,
+		perGroup(`SELECT g.id FROM failure_groups g WHERE `+gWhere+` AND `+whole, ""),
+	}
+	if len(sq.values) > 0 {
+		arms = append(arms, `(SELECT m.id FROM `+keyed(args.add(sq.values)+`::text[]`)+` WHERE `+where+`
+		  AND m.group_id = ANY(ARRAY(SELECT g.id FROM failure_groups g WHERE `+gWhere+` AND g.pattern ILIKE `+args.add(sq.pattern)+` AND NOT `+whole+`))
+		  AND `+sq.failureText(args)+`
+		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	if f.SourceQueue != "" && !opt.NoBodySearch {
 		// With a time bound, "m.id + 0" keeps the planner from walking the

@@ -132,9 +132,10 @@ func failureKeys(msg string, add func(string)) {
 
 // searchQuery is q, checked and prepared.
 type searchQuery struct {
-	key     string // exact key
-	like    string // ILIKE pattern on failure text
-	pattern string // ILIKE pattern on group patterns
+	key     string   // exact key
+	like    string   // ILIKE pattern on failure text
+	pattern string   // ILIKE pattern on group patterns
+	values  []string // q's own variable values, as keys
 	body    []byte
 }
 
@@ -146,12 +147,19 @@ func parseQuery(q string) (searchQuery, error) {
 	if utf8.RuneCountInString(t) < MinQueryLen {
 		return searchQuery{}, fmt.Errorf("%w: q must have at least %d characters", ErrInvalidFilter, MinQueryLen)
 	}
-	return searchQuery{
+	sq := searchQuery{
 		key:     strings.ToLower(t),
 		like:    "%" + escapeLike(t) + "%",
 		pattern: "%" + escapeLike(NormalizeFailure(t)) + "%",
 		body:    []byte(q),
-	}, nil
+	}
+	failureKeys(t, func(v string) {
+		v = strings.ToLower(strings.TrimSpace(v))
+		if len(v) >= 2 && len(v) <= maxSearchKeyLen && len(sq.values) < maxSearchKeys {
+			sq.values = append(sq.values, v)
+		}
+	})
+	return sq, nil
 }
 
 // groupsMatching renders the failure groups whose type or pattern contains

@@ -470,7 +470,8 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Store: st, Auth: authn, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Store: st, Auth: authn,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 	if err != nil {
 		return nil, err
 	}
@@ -609,6 +610,16 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 		return results, err
 	}
 	if err := measure("search header value (trace id)", func(i int) string { return "/api/v1/messages?status=all&q=" + traces[i%len(traces)] }); err != nil {
+		return results, err
+	}
+	if err := measure("search header value shared by 20k messages (tenant)", func(i int) string {
+		return "/api/v1/messages?status=all&q=tenant-" + strconv.Itoa(i%500)
+	}); err != nil {
+		return results, err
+	}
+	if err := measure("search failure text with a value (took <n>ms)", func(i int) string {
+		return "/api/v1/messages?q=" + url.QueryEscape("took "+strconv.Itoa(1000+i*97%30000)+"ms")
+	}); err != nil {
 		return results, err
 	}
 	if err := measure("search body phrase (one queue, last 24h)", static("/api/v1/messages?status=all&source_queue="+url.QueryEscape(bodyQueue)+
