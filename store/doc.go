@@ -60,9 +60,10 @@
 //
 // Listings are keysets on id, newest first: each page is a range scan of
 // the (status, id), (source_queue, status, id) or (group_id, status, id)
-// index, the same cost at any depth. q is a full-text search through one
-// GIN index over message id, failure text and header values (search.go);
-// bodies are matched only within one source queue, by scanning.
+// index, the same cost at any depth. q combines exact search keys written
+// at ingest (GIN), failure groups for failure text, and a bounded scan of
+// one queue for bodies (search.go); ListMessages runs each part as its own
+// newest-first query (searchIDs).
 //
 // # Text columns
 //

@@ -16,10 +16,11 @@ import (
 //     and indexed by GIN. q matches a key exactly, case-insensitively:
 //     paste a message id, a trace id, an order number.
 //   - Failure text: failure groups whose type or masked pattern contains q
-//     (the groups table is small), then their messages whose failure type
-//     or message contains q (case-insensitive substring). "declined by
-//     issuer" or "Timeout" find their groups at once, whatever the table
-//     size.
+//     (the groups table is small). When q is in the fixed text, every
+//     message of the group matches ("declined by issuer", "Timeout"); when
+//     q matches only once its variable parts are masked ("took 1500ms"),
+//     messages of the group that have those values as keys, checked
+//     against q (case-insensitive substring).
 //   - Body: with a source queue in the filter, any substring of the body's
 //     bytes (case-sensitive). Bodies are not indexed; this scans the
 //     queue's messages, best narrowed with failed_after.
