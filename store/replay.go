@@ -189,6 +189,14 @@ ORDER BY m.id LIMIT `+args.add(limit), args...)
 		return ReplayTask{}, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
 	}
 	requested := tag.RowsAffected()
+	if requested >= 1000 {
+		// The task's queries plan from replay_task_items' statistics, and
+		// autovacuum would only notice these rows after the task ran.
+		// ANALYZE in this transaction counts them.
+		if _, err := tx.Exec(ctx, `ANALYZE replay_task_items`); err != nil {
+			return ReplayTask{}, fmt.Errorf("store: analyze the snapshot of replay task %d: %w", id, err)
+		}
+	}
 	switch {
 	case requested == 0:
 		return ReplayTask{}, ErrEmptySelection

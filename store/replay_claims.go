@@ -276,13 +276,17 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	rows, err := tx.Query(ctx, `
-WITH c AS (
+WITH x AS MATERIALIZED (
+    -- Driving from the ids keeps the plan to index probes whatever the
+    -- tables' statistics say (a task's items are often minutes old).
+    SELECT unnest($1::bigint[]) AS id
+), c AS (
     -- The item is locked and checked again: it may have been settled
     -- (published by this task's previous claim, or taken back as unknown)
     -- since it was selected.
-    SELECT m.id, m.status, m.replay_count FROM dead_messages m
-    JOIN replay_task_items i ON i.task_id = $2 AND i.message_id = m.id AND i.outcome IS NULL
-    WHERE m.id = ANY($1)
+    SELECT m.id, m.status, m.replay_count FROM x
+    JOIN dead_messages m ON m.id = x.id
+    JOIN replay_task_items i ON i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL
     ORDER BY m.id
     FOR UPDATE OF m, i SKIP LOCKED
 ), u AS (
