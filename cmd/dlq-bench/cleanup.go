@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +41,7 @@ type cleanupOptions struct {
 	skipDelete     bool
 	skipStatus     bool
 	runs           int
+	window         time.Duration
 	out            string
 }
 
@@ -76,7 +76,8 @@ func benchCleanup(args []string) error {
 	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"), "PostgreSQL database")
 	fs.StringVar(&o.amqpURL, "amqp", cmp.Or(os.Getenv("DLQ_AMQP_URL"), config.AMQPURLDefault), "RabbitMQ URL")
 	fs.IntVar(&o.eligible, "eligible", 1_000_000, "resolved messages past their retention, deleted while ingest runs")
-	fs.IntVar(&o.ingestN, "ingest", 400_000, "dead letters ingested in each phase (baseline, then during cleanup)")
+	fs.IntVar(&o.ingestN, "ingest", 1_000_000, "dead letters ingested while cleanup alternates on and off (enough to outlast the deletion)")
+	fs.DurationVar(&o.window, "window", 6*time.Second, "length of each cleanup-on and cleanup-off window")
 	fs.IntVar(&o.size, "size", 512, "body bytes of the ingested dead letters")
 	fs.IntVar(&o.batch, "batch", def.Cleanup.BatchSize, "cleanup batch size (rows per transaction)")
 	fs.StringVar(&pauses, "pause", "0s", "comma list of pauses between cleanup batches; each is one delete-under-ingest run")
@@ -148,8 +149,14 @@ func splitList(s string) []string {
 	return out
 }
 
-// deleteUnderIngest measures ingest throughput alone, then again while
-// the cleanup job deletes o.eligible expired messages, in one schema.
+// deleteUnderIngest ingests o.ingestN dead letters at full speed while the
+// cleanup job deletes o.eligible expired messages, in alternating windows:
+// the job runs in one window and is stopped in the next. On a machine whose
+// background load drifts (a shared one), comparing each window with its
+// neighbours measures the job's cost far better than two long runs one
+// after the other. Ingest never stops; the job (a fresh cleanup.Service per
+// window, exactly as dlq serve runs it) resumes where it left off, since
+// its work is simply "whatever is still expired".
 func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duration) (cleanupResult, error) {
 	res := cleanupResult{Bench: "cleanup", Name: "delete_under_ingest", Eligible: o.eligible, BatchSize: o.batch, Pause: pause.String()}
 	suffix := randomHex(4)
@@ -158,7 +165,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	if err != nil {
 		return res, fmt.Errorf("connect to %s (does database bench exist? `make bench-limits` creates it): %w", o.pgURL, err)
 	}
-	defer admin.Close(ctx)
+	defer admin.Close(context.Background())
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return res, err
 	}
@@ -177,7 +184,6 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	if _, err := st.Migrate(ctx, nil); err != nil {
 		return res, err
 	}
-
 	t := time.Now()
 	if err := loadExpired(ctx, st, o.eligible); err != nil {
 		return res, fmt.Errorf("load expired messages: %w", err)
@@ -205,221 +211,169 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		return res, err
 	}
 	defer func() {
-		if c, err := conn.Channel(); err == nil {
-			_, _ = c.QueueDelete(queue, false, false, false)
-			_ = c.ExchangeDelete(exchange, false, false)
+		if c, err := amqp.Dial(o.amqpURL); err == nil {
+			if ch, err := c.Channel(); err == nil {
+				_, _ = ch.QueueDelete(queue, false, false, false)
+				_ = ch.ExchangeDelete(exchange, false, false)
+			}
 			_ = c.Close()
 		}
 	}()
+	t = time.Now()
+	if err := prefill(ctx, conn, exchange, o.ingestN, o.size, suffix); err != nil {
+		return res, fmt.Errorf("prefill: %w", err)
+	}
+	if err := waitReady(conn, queue, o.ingestN, 10*time.Minute); err != nil {
+		return res, err
+	}
+	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		return res, err
+	}
+	fmt.Printf("prefilled %d dead letters in %s\n", o.ingestN, time.Since(t).Round(time.Second))
 
-	// Phase 1: ingest alone.
-	base, err := ingestPhase(ctx, o, conn, st, admin, exchange, queue, suffix+"a", nil, nil)
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bc, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench cleanup", Logger: quiet})
 	if err != nil {
-		return res, fmt.Errorf("baseline ingest: %w", err)
+		return res, err
 	}
-	res.IngestBaseline = base.rate
-	fmt.Printf("ingest alone: %.0f msgs/s over %.1fs\n", base.rate, base.window.Seconds())
-
-	// Phase 2: the same ingest with the cleanup job running.
-	var cl struct {
-		mu            sync.Mutex
-		start, end    time.Time
-		deleted       int64
-		duringIngest  int64
-		ingestStopped time.Time
+	defer bc.Close()
+	def := config.Default().Ingest
+	creg := prometheus.NewRegistry()
+	cons, err := consumer.New(consumer.Config{
+		Conn: bc, Store: st, Exchange: exchange, Queues: []string{queue},
+		Consumers: def.Consumers, Prefetch: def.Prefetch, BatchSize: def.BatchSize, BatchBytes: def.BatchBytes,
+		Linger: def.Linger.D(), Logger: quiet, Registerer: creg,
+	})
+	if err != nil {
+		return res, err
 	}
-	startCleanup := func(ingestDone <-chan struct{}) (func() error, error) {
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	consDone := make(chan error, 1)
+	go func() { consDone <- cons.Run(cctx) }()
+	ingested := func() float64 { return metricSum(creg, "dlq_messages_ingested_total") }
+	var deletedBefore float64
+	startJob := func() (func() float64, error) {
 		reg := prometheus.NewRegistry()
 		svc, err := cleanup.New(cleanup.Config{
-			Store: st, Logger: log, Registerer: reg, Instance: "bench",
-			Schedules: cleanup.Schedules{Summary: cleanup.ScheduleOff, Cleanup: "@every 1s", Capacity: cleanup.ScheduleOff, Alerts: cleanup.ScheduleOff},
+			Store: st, Logger: quiet, Registerer: reg, Instance: "bench",
+			Schedules: cleanup.Schedules{Summary: cleanup.ScheduleOff, Cleanup: "@every 100ms", Capacity: cleanup.ScheduleOff, Alerts: cleanup.ScheduleOff},
 			BatchSize: o.batch, Pause: pause, LeaseTTL: 30 * time.Second,
 		})
 		if err != nil {
 			return nil, err
 		}
 		svc.Start()
-		done := make(chan error, 1)
-		go func() {
-			deleted := func() int64 {
-				return int64(metricSum(reg, "dlq_cleanup_deleted_total"))
-			}
-			for {
-				runs, err := st.JobRuns(ctx, cleanup.JobCleanup, 1)
-				if err != nil {
-					done <- err
-					return
-				}
-				if len(runs) > 0 {
-					cl.mu.Lock()
-					cl.start = runs[0].StartedAt
-					if runs[0].FinishedAt != nil {
-						cl.end = *runs[0].FinishedAt
-						cl.deleted = deleted()
-						cl.mu.Unlock()
-						if runs[0].Outcome != store.JobSuccess {
-							done <- fmt.Errorf("cleanup run ended %s: %s", runs[0].Outcome, runs[0].Error)
-						} else {
-							done <- nil
-						}
-						return
-					}
-					select {
-					case <-ingestDone:
-						if cl.ingestStopped.IsZero() {
-							cl.ingestStopped = time.Now()
-							cl.duringIngest = deleted()
-						}
-					default:
-					}
-					cl.mu.Unlock()
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-		}()
-		return func() error {
-			err := <-done
+		return func() float64 {
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			return errors.Join(err, svc.Stop(sctx))
+			_ = svc.Stop(sctx)
+			return metricSum(reg, "dlq_cleanup_deleted_total")
 		}, nil
 	}
-	cleanupEnd := func() time.Time {
-		cl.mu.Lock()
-		defer cl.mu.Unlock()
-		return cl.end
+
+	// Windows: off, on, off, on, ... after a warm-up, until the expired
+	// messages are gone or ingest is nearly done.
+	time.Sleep(time.Second)
+	type window struct {
+		on      bool
+		rate    float64
+		deleted float64
+		secs    float64
 	}
-	during, err := ingestPhase(ctx, o, conn, st, admin, exchange, queue, suffix+"b", startCleanup, cleanupEnd)
-	if err != nil {
-		return res, fmt.Errorf("ingest during cleanup: %w", err)
+	var windows []window
+	total := float64(o.ingestN)
+	for on := false; ; on = !on {
+		n0, t0 := ingested(), time.Now()
+		if n0 > 0.9*total {
+			break
+		}
+		var stop func() float64
+		if on {
+			if stop, err = startJob(); err != nil {
+				return res, err
+			}
+		}
+		time.Sleep(o.window)
+		n1, t1 := ingested(), time.Now()
+		w := window{on: on, rate: (n1 - n0) / t1.Sub(t0).Seconds(), secs: t1.Sub(t0).Seconds()}
+		if stop != nil {
+			w.deleted = stop()
+			deletedBefore += w.deleted
+		}
+		if n1 >= total {
+			break // ingest ended inside the window: not a full window
+		}
+		windows = append(windows, w)
+		state := "off"
+		if on {
+			state = "on "
+		}
+		fmt.Printf("  window %2d cleanup %s ingest %6.0f msgs/s, deleted %7.0f\n", len(windows), state, w.rate, w.deleted)
+		if on && int64(deletedBefore) >= int64(o.eligible) {
+			break
+		}
 	}
-	res.IngestDuring = during.rate
-	res.OverlapSecs = during.window.Seconds()
-	res.DropPct = (1 - during.rate/base.rate) * 100
-	cl.mu.Lock()
-	res.CleanupSecs = cl.end.Sub(cl.start).Seconds()
-	res.DeleteRate = float64(cl.deleted) / res.CleanupSecs
-	deletedDuring := cl.duringIngest
-	cl.mu.Unlock()
+	cancel()
+	if err := <-consDone; err != nil {
+		return res, err
+	}
+	// Each on window against the mean of the off windows on either side.
+	var drops, offRates, onRates []float64
+	var onSecs, deleted float64
+	for i, w := range windows {
+		if !w.on {
+			offRates = append(offRates, w.rate)
+			continue
+		}
+		onRates = append(onRates, w.rate)
+		onSecs += w.secs
+		deleted += w.deleted
+		var ref []float64
+		if i > 0 {
+			ref = append(ref, windows[i-1].rate)
+		}
+		if i+1 < len(windows) {
+			ref = append(ref, windows[i+1].rate)
+		}
+		if len(ref) > 0 {
+			var sum float64
+			for _, r := range ref {
+				sum += r
+			}
+			drops = append(drops, (1-w.rate/(sum/float64(len(ref))))*100)
+		}
+	}
+	if len(drops) == 0 {
+		return res, errors.New("no complete on window: raise -ingest or lower -window")
+	}
+	slices.Sort(drops)
+	res.IngestBaseline = mean(offRates)
+	res.IngestDuring = mean(onRates)
+	res.DropPct = drops[len(drops)/2]
+	res.CleanupSecs = onSecs
+	res.DeleteRate = deleted / onSecs
+	res.OverlapSecs = onSecs
+	res.LoadAvg = loadAvg()
 	left := int64(0)
 	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE status IN ('replayed', 'acknowledged')`).Scan(&left); err != nil {
 		return res, err
 	}
-	if left != 0 {
-		return res, fmt.Errorf("%d expired messages left after the cleanup run", left)
-	}
-	fmt.Printf("ingest during cleanup: %.0f msgs/s over %.1fs (drop %.1f%%); cleanup deleted %d in %.1fs = %.0f rows/s (%d while ingest ran); batch %d, pause %s; load average %.1f\n",
-		during.rate, during.window.Seconds(), res.DropPct, o.eligible, res.CleanupSecs, res.DeleteRate, deletedDuring, o.batch, pause, loadAvg())
-	res.LoadAvg = loadAvg()
+	fmt.Printf("ingest %.0f msgs/s with cleanup stopped, %.0f with it running: median drop %.1f%% over %d window pairs (each: %.1f); "+
+		"cleanup deleted %.0f in %.1fs of running = %.0f rows/s (%d expired left); batch %d, pause %s; load average %.1f\n",
+		res.IngestBaseline, res.IngestDuring, res.DropPct, len(drops), drops, deleted, onSecs, res.DeleteRate, left, o.batch, pause, res.LoadAvg)
 	return res, nil
 }
 
-type phaseResult struct {
-	rate   float64
-	window time.Duration
-}
-
-// ingestPhase prefills o.ingestN dead letters, then runs the consumer (and
-// alongside, when given, whatever start starts) and measures the ingest
-// rate over the window in which both run: from 0.5s after the consumer
-// starts until the drain ends, or otherEnd if that is earlier.
-func ingestPhase(ctx context.Context, o cleanupOptions, conn *amqp.Connection, st *store.Store, admin *pgx.Conn,
-	exchange, queue, runID string, start func(ingestDone <-chan struct{}) (func() error, error), otherEnd func() time.Time) (phaseResult, error) {
-	if err := prefill(ctx, conn, exchange, o.ingestN, o.size, runID); err != nil {
-		return phaseResult{}, fmt.Errorf("prefill: %w", err)
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
 	}
-	if err := waitReady(conn, queue, o.ingestN, 5*time.Minute); err != nil {
-		return phaseResult{}, err
+	var s float64
+	for _, x := range xs {
+		s += x
 	}
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
-		return phaseResult{}, err
-	}
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	bc, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench cleanup", Logger: quiet})
-	if err != nil {
-		return phaseResult{}, err
-	}
-	defer bc.Close()
-	def := config.Default().Ingest
-	reg := prometheus.NewRegistry()
-	cons, err := consumer.New(consumer.Config{
-		Conn: bc, Store: st, Exchange: exchange, Queues: []string{queue},
-		Consumers: def.Consumers, Prefetch: def.Prefetch, BatchSize: def.BatchSize, BatchBytes: def.BatchBytes,
-		Linger: def.Linger.D(), Logger: quiet, Registerer: reg,
-	})
-	if err != nil {
-		return phaseResult{}, err
-	}
-	ingestDone := make(chan struct{})
-	var wait func() error
-	if start != nil {
-		if wait, err = start(ingestDone); err != nil {
-			return phaseResult{}, err
-		}
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	consDone := make(chan error, 1)
-	go func() { consDone <- cons.Run(cctx) }()
-	ingested := func() float64 { return metricSum(reg, "dlq_messages_ingested_total") }
-
-	type sample struct {
-		at time.Time
-		n  float64
-	}
-	var samples []sample
-	t0 := time.Now()
-	deadline := t0.Add(time.Duration(o.ingestN/200)*time.Second + 2*time.Minute)
-	for {
-		n := ingested()
-		samples = append(samples, sample{time.Now(), n})
-		if n >= float64(o.ingestN) {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			return phaseResult{}, fmt.Errorf("only %.0f of %d ingested by the deadline", n, o.ingestN)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ingestEnd := time.Now()
-	close(ingestDone)
-	cancel()
-	if err := <-consDone; err != nil {
-		return phaseResult{}, err
-	}
-	from := t0.Add(500 * time.Millisecond)
-	to := ingestEnd
-	var werr error
-	if wait != nil {
-		werr = wait()
-	}
-	if werr != nil {
-		return phaseResult{}, werr
-	}
-	if otherEnd != nil {
-		if e := otherEnd(); e.Before(to) {
-			to = e
-		}
-	}
-	// The window: samples between from and to.
-	var first, last *sample
-	for i := range samples {
-		s := &samples[i]
-		if s.at.Before(from) {
-			continue
-		}
-		if first == nil {
-			first = s
-		}
-		if !s.at.After(to) {
-			last = s
-		}
-	}
-	if first == nil || last == nil || !last.at.After(first.at) {
-		return phaseResult{}, errors.New("ingest finished too fast to measure; raise -ingest")
-	}
-	return phaseResult{rate: (last.n - first.n) / last.at.Sub(first.at).Seconds(), window: last.at.Sub(first.at)}, nil
+	return s / float64(len(xs))
 }
 
 func metricSum(g prometheus.Gatherer, name string) float64 {
