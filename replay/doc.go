@@ -52,8 +52,9 @@
 // claimed message would churn every index of dead_messages and wait for
 // the row locks of settlements. The same row holds the claim's write-ahead
 // mark: before publishing, the runner records how far into the batch
-// (which goes out in id order) it may publish, one stretch of 128 messages
-// ahead, in the background.
+// (which goes out in id order) it may publish: the claim marks its first
+// 32 messages, and the runner marks 128 more, in the background, whenever
+// fewer than 64 marked ones are left.
 //
 // Claims whose lease ran out are taken back by whichever instance looks
 // first (every Lease/2). Rows at or below the claim's mark may have been

@@ -421,7 +421,7 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		res, err := r.s.st.ClaimReplayBatch(cctx, store.ReplayClaim{
 			TaskID: r.task.ID, Token: token, Lease: r.s.cfg.Lease, IDs: ids,
-			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markStep,
+			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markFirst,
 		})
 		cancel()
 		if err != nil {
@@ -442,7 +442,7 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 			return 0, res.Skipped
 		}
 		b := &claimBatch{token: token, msgs: res.Messages, deadline: start.Add(r.fenceLease()), open: len(res.Messages),
-			marked: min(markStep, len(res.Messages)) - 1}
+			marked: min(markFirst, len(res.Messages)) - 1}
 		r.mu.Lock()
 		r.batches[token] = b
 		r.unsettled += len(res.Messages)
@@ -555,8 +555,13 @@ type markResult struct {
 	err     error
 }
 
-// markStep is how many messages one mark covers.
-const markStep = 128
+// markStep is how many messages one mark covers; markFirst how many the
+// claim itself marks, so that publishing a batch can start at once while a
+// claimed batch that waits its turn has only a few messages in doubt.
+const (
+	markStep  = 128
+	markFirst = 32
+)
 
 func (m *markAhead) ensure(ctx context.Context, i int) error {
 	for i > m.through {
@@ -574,9 +579,10 @@ func (m *markAhead) ensure(ctx context.Context, i int) error {
 			return context.Cause(ctx)
 		}
 	}
-	// Keep one stretch marked ahead at all times: a mark can take a while
-	// when the database is busy, and publishing should not wait for it.
-	if m.pending == nil && m.through < len(m.b.msgs)-1 && m.through-i < markStep {
+	// Mark the next stretch while half a stretch is still ahead: a mark can
+	// take a while when the database is busy, and publishing should not
+	// wait for it.
+	if m.pending == nil && m.through < len(m.b.msgs)-1 && m.through-i < markStep/2 {
 		m.start(m.through + 1)
 	}
 	return nil
