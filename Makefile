@@ -52,11 +52,13 @@ run: services build
 
 # The fault tests (//go:build faults) stop and restart the shared RabbitMQ/PostgreSQL,
 # so they run alone (-p 1) after everything else has finished.
-test: services
+# The process-level tests run the binary built here (DLQ_TEST_DLQ_BIN), so
+# every package tests the same build.
+test: services build
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags 'faults soak' $(PKGS)
-	$(GO) test -race -count=1 -timeout 15m -p 2 $(PKGS)
-	$(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(PKGS)
+	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -timeout 15m -p 2 $(PKGS)
+	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(PKGS)
 
 # One `go test -fuzz` per Fuzz target (the fuzzer takes one target in one package at a time).
 fuzz:
