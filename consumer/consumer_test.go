@@ -143,12 +143,12 @@ func (b *bundle) waitRows(t *testing.T, n int, where string, args ...any) {
 
 type storedRow struct {
 	SourceQueue, SourceExchange, SourceRoutingKey, DeadLetterQueue, Reason, Status string
-	DeathCount                                                                    int64
-	MessageID                                                                     *string
-	Body                                                                          []byte
-	Headers, Properties                                                           []byte
-	FailureType, FailureMessage                                                   *string
-	Failure                                                                       []byte
+	DeathCount                                                                     int64
+	MessageID                                                                      *string
+	Body                                                                           []byte
+	Headers, Properties                                                            []byte
+	FailureType, FailureMessage                                                    *string
+	Failure                                                                        []byte
 }
 
 func (b *bundle) rows(t *testing.T, where string, args ...any) []storedRow {
