@@ -252,7 +252,6 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	consDone := make(chan error, 1)
 	go func() { consDone <- cons.Run(cctx) }()
 	ingested := func() float64 { return metricSum(creg, "dlq_messages_ingested_total") }
-	var deletedBefore float64
 	startJob := func() (func() float64, error) {
 		reg := prometheus.NewRegistry()
 		svc, err := cleanup.New(cleanup.Config{
@@ -299,7 +298,6 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		w := window{on: on, rate: (n1 - n0) / t1.Sub(t0).Seconds(), secs: t1.Sub(t0).Seconds()}
 		if stop != nil {
 			w.deleted = stop()
-			deletedBefore += w.deleted
 		}
 		if n1 >= total {
 			break // ingest ended inside the window: not a full window
@@ -310,8 +308,14 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 			state = "on "
 		}
 		fmt.Printf("  window %2d cleanup %s ingest %6.0f msgs/s, deleted %7.0f\n", len(windows), state, w.rate, w.deleted)
-		if on && int64(deletedBefore) >= int64(o.eligible) {
-			break
+		if on {
+			var left bool
+			if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dead_messages WHERE status IN ('replayed', 'acknowledged'))`).Scan(&left); err != nil {
+				return res, err
+			}
+			if !left {
+				break
+			}
 		}
 	}
 	cancel()
@@ -325,6 +329,9 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		if !w.on {
 			offRates = append(offRates, w.rate)
 			continue
+		}
+		if w.deleted == 0 {
+			continue // nothing was left to delete: not a cleanup window
 		}
 		onRates = append(onRates, w.rate)
 		onSecs += w.secs
