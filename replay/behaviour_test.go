@@ -317,6 +317,7 @@ func TestReplayResumesAfterRestart(t *testing.T) {
 	}
 	require.Zero(t, dlqtest.QueueDepth(t, b.app, q))
 	b.requireSummaryExact(t)
+	require.Zero(t, b.tableCount(t, "replay_claims"), "every claim's mark is gone once it ended")
 }
 
 // Two tasks over the same messages, run at once: each message is
@@ -349,6 +350,7 @@ func TestReplayOverlappingTasks(t *testing.T) {
 		published += final.Published
 	}
 	require.Equal(t, int64(n), published)
+	require.Zero(t, b.tableCount(t, "replay_claims"), "every claim's mark is gone once it ended")
 	got := b.consume(t, q, n, 20*time.Second)
 	seen := map[int64]bool{}
 	for _, d := range got {

@@ -39,12 +39,15 @@ type taskRun struct {
 
 	canary atomic.Bool // outcomes being settled belong to the canary
 
-	mu        sync.Mutex
-	changed   *sync.Cond
-	batches   map[string]*claimBatch // live claim tokens
-	outcomes  []store.ReplayOutcome  // awaiting settlement
-	unsettled int                    // claimed messages not settled yet
-	kick      chan struct{}
+	mu       sync.Mutex
+	changed  *sync.Cond
+	batches  map[string]*claimBatch // live claim tokens
+	outcomes []store.ReplayOutcome  // awaiting settlement
+	// doneTokens are claims whose outcomes are all recorded; their marks
+	// are dropped by the next settlement.
+	doneTokens []string
+	unsettled  int // claimed messages not settled yet
+	kick       chan struct{}
 
 	exchanges map[string]exchangeCheck // used by the publishing goroutine only
 }
@@ -117,10 +120,14 @@ func (r *taskRun) run(parent context.Context) {
 	// renewed, and outcomes recorded, until the last confirm is in.
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(parent))
 	var bg sync.WaitGroup
-	bg.Add(2)
+	// Two settlers: a settlement costs about as much database time as a
+	// claim, and one at a time could not keep up with the publisher. They
+	// update different rows, and the shared counter rows last, in order.
+	bg.Add(1 + settlers)
 	go func() { defer bg.Done(); r.heartbeat(bgCtx) }()
-	settlerDone := make(chan struct{})
-	go func() { defer bg.Done(); defer close(settlerDone); r.settler(bgCtx) }()
+	for range settlers {
+		go func() { defer bg.Done(); r.settler(bgCtx) }()
+	}
 
 	workErr := r.work(ctx)
 
@@ -136,7 +143,7 @@ func (r *taskRun) run(parent context.Context) {
 	}
 	bgCancel()
 	bg.Wait()
-	<-settlerDone
+	r.dropMarks(context.WithoutCancel(parent))
 
 	final := context.WithoutCancel(parent)
 	switch {
@@ -708,10 +715,21 @@ func (r *taskRun) waitFor(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
+// settlers is how many settlement transactions a run has going at once.
+const settlers = 2
+
 // settler records outcomes in batches: while one transaction runs, the
 // next batch gathers, so batches grow with the rate.
 func (r *taskRun) settler(ctx context.Context) {
 	for {
+		r.mu.Lock()
+		outs := r.outcomes
+		r.outcomes = nil
+		r.mu.Unlock()
+		if len(outs) > 0 {
+			r.settle(ctx, outs)
+			continue
+		}
 		select {
 		case <-r.kick:
 		case <-ctx.Done():
@@ -722,31 +740,16 @@ func (r *taskRun) settler(ctx context.Context) {
 				return
 			}
 		}
-		r.mu.Lock()
-		outs := r.outcomes
-		r.outcomes = nil
-		r.mu.Unlock()
-		if len(outs) == 0 {
-			continue
-		}
-		r.settle(ctx, outs)
 	}
 }
 
 func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
-	// Claims that end with these outcomes lose their mark in the same
-	// transaction.
-	perToken := map[string]int{}
-	for _, o := range outs {
-		perToken[o.Token]++
-	}
-	var finished []string
+	// Claims whose every outcome is recorded lose their write-ahead mark in
+	// a later settlement: with two settlers, only then is it sure that no
+	// row of the claim is still being recorded by the other one.
 	r.mu.Lock()
-	for tok, n := range perToken {
-		if b := r.batches[tok]; b != nil && b.open == n {
-			finished = append(finished, tok)
-		}
-	}
+	finished := r.doneTokens
+	r.doneTokens = nil
 	r.mu.Unlock()
 	backoff := 100 * time.Millisecond
 	for {
@@ -759,6 +762,7 @@ func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
 			if missed := res.Published + res.Failed + res.Unknown + res.Released - res.Marked; missed > 0 {
 				r.log.Debug("some rows had changed before their outcome was recorded (died again first, or claim taken back)", "rows", missed)
 			}
+			finished = nil
 			break
 		}
 		if ctx.Err() != nil {
@@ -774,17 +778,34 @@ func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	r.mu.Lock()
+	r.doneTokens = append(r.doneTokens, finished...)
 	for _, o := range outs {
 		if b := r.batches[o.Token]; b != nil {
 			b.open--
 			if b.open == 0 {
 				delete(r.batches, o.Token)
+				r.doneTokens = append(r.doneTokens, o.Token)
 			}
 		}
 	}
 	r.unsettled -= len(outs)
 	r.changed.Broadcast()
 	r.mu.Unlock()
+}
+
+// dropMarks drops the write-ahead marks of the claims that ended after the
+// last settlement.
+func (r *taskRun) dropMarks(ctx context.Context) {
+	r.mu.Lock()
+	tokens := r.doneTokens
+	r.doneTokens = nil
+	r.mu.Unlock()
+	if len(tokens) == 0 {
+		return
+	}
+	if err := r.s.st.DropReplayClaimMarks(ctx, tokens); err != nil {
+		r.log.Warn("cannot drop finished claim marks; they stay until the task is deleted", "error", err)
+	}
 }
 
 // heartbeat renews the task's lease and its claims every Lease/3, notices

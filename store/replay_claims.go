@@ -220,6 +220,14 @@ ORDER BY i.message_id LIMIT $3`, taskID, after, limit)
 	return ids, more || n == limit, nil
 }
 
+// DropReplayClaimMarks drops the write-ahead marks of claims that ended.
+func (s *Store) DropReplayClaimMarks(ctx context.Context, tokens []string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM replay_claims WHERE token = ANY($1)`, tokens); err != nil {
+		return fmt.Errorf("store: drop %d replay claim marks: %w", len(tokens), err)
+	}
+	return nil
+}
+
 // ClaimedMessage is a message claimed for replay, with what is needed to
 // publish it.
 type ClaimedMessage struct {
