@@ -34,8 +34,8 @@
 // under its own token (dead_messages.claim_owner) and lease. Only one
 // claimer can win a row; a row held by another task's claim is passed over
 // and looked at again later; an item settled since it was selected is
-// left alone. An unthrottled task runs two claims at once, so that the
-// publisher does not wait for the database.
+// left alone. An unthrottled task runs two claims at once, and every task
+// two settlements, so that the publisher does not wait for the database.
 //
 // Every write that ends a claim says WHERE status = 'replaying' AND
 // claim_owner = <token>: a holder whose claim was taken back cannot touch
