@@ -344,3 +344,29 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, "my-request-1", resp.Header.Get("X-Request-Id"))
 }
+
+// TestSearchSharedKeyPages: a header value thousands of messages share
+// takes the walking plan; paging through it returns each exactly once.
+func TestSearchSharedKeyPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ms := many("orders", 1100)
+	for i := range ms {
+		ms[i].headers = amqp.Table{"tenant": "acme-corp"}
+		if i%100 == 0 {
+			ms[i].headers = amqp.Table{"tenant": "other"}
+		}
+	}
+	ids := b.seed(t, ms...)
+	var want []int64
+	for i, id := range ids {
+		if i%100 != 0 {
+			want = append(want, id)
+		}
+	}
+	slices.Reverse(want)
+	require.Equal(t, want, b.listAll(t, "/api/v1/messages?limit=200&q=ACME-corp", tokAdmin))
+	require.Equal(t, want[:50], b.listAll(t, "/api/v1/messages?limit=1000&q=acme-corp&failed_after="+
+		url.QueryEscape(time.Now().Add(-time.Hour).Format(time.RFC3339)), tokAdmin)[:50])
+	require.Len(t, b.listAll(t, "/api/v1/messages?q=other", tokAdmin), 11)
+}

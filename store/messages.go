@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -143,13 +144,42 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 	var (
 		args  sqlArgs
 		query string
+		db    interface {
+			Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		} = s.pool
 	)
 	if f.Query != "" {
 		sq, err := parseQuery(f.Query)
 		if err != nil {
 			return MessagePage{}, err
 		}
-		ids, err := searchIDs(f, sq, opt, limit, &args)
+		// A search's estimated cost can pass PostgreSQL's JIT threshold,
+		// and compiling takes longer (hundreds of ms) than running these
+		// short queries; the transaction switches JIT off for itself.
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		}
+		db = tx
+		// Is q a key thousands of messages share? Counting up to the
+		// threshold reads the GIN index and the visibility map, not rows.
+		var shared int
+		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
+WHERE k.search_keys @> ARRAY[$1::text] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, sq.key).Scan(&shared)
+		if err != nil {
+			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		}
+		var keyIDs []int64
+		if shared >= sharedKeyThreshold {
+			if keyIDs, err = walkKey(ctx, tx, f, sq, opt, limit); err != nil {
+				return MessagePage{}, err
+			}
+		}
+		ids, err := searchIDs(f, sq, opt, limit, keyIDs, &args)
 		if err != nil {
 			return MessagePage{}, err
 		}
@@ -163,23 +193,6 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 			where += " AND m.id < " + args.add(opt.Before)
 		}
 		query = `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1)
-	}
-	// A search's estimated cost can pass PostgreSQL's JIT threshold, and
-	// compiling takes longer (hundreds of ms) than running these short
-	// queries; the transaction switches JIT off for itself.
-	var db interface {
-		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	} = s.pool
-	if f.Query != "" {
-		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-		if err != nil {
-			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
-		}
-		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
-			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
-		}
-		db = tx
 	}
 	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
@@ -223,19 +236,40 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 //     masked ("took 1500ms" in "took <n>ms"): their messages that have
 //     q's variable values among their keys (GIN), then checked;
 //   - the body, with a source queue: a scan of that queue.
-func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, args *sqlArgs) (string, error) {
+func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []int64, args *sqlArgs) (string, error) {
 	base := f
 	base.Query = ""
-	where, err := base.where(args)
-	if err != nil {
-		return "", err
+	// The filter with its status written so that no index can serve it,
+	// so the planner never ANDs the GIN bitmap with millions of (status,
+	// id) entries.
+	// Rendered when first used: a placeholder no statement uses is an
+	// error.
+	var keyWhereSQL string
+	keyWhere := func() (string, error) {
+		if keyWhereSQL != "" {
+			return keyWhereSQL, nil
+		}
+		statusFree := base
+		statusFree.Status = "all"
+		w, err := statusFree.where(args)
+		if err != nil {
+			return "", err
+		}
+		if sts, _ := f.Statuses(); sts != nil {
+			w += " AND (m.status || '') = ANY(" + args.add(sts) + "::text[])"
+		}
+		if opt.Before > 0 {
+			w += " AND m.id < " + args.add(opt.Before)
+		}
+		keyWhereSQL = w
+		return w, nil
 	}
 	// Row conditions a failure group does not already decide.
 	rowConds := []string{"m.group_id = gid", "m.status = st"}
+	var before string
 	if opt.Before > 0 {
-		b := args.add(opt.Before)
-		where += " AND m.id < " + b
-		rowConds = append(rowConds, "m.id < "+b)
+		before = " AND m.id < " + args.add(opt.Before)
+		rowConds = append(rowConds, "m.id < "+before[len(" AND m.id < "):])
 	}
 	if f.FailedAfter != nil {
 		rowConds = append(rowConds, "m.failed_at >= "+args.add(*f.FailedAfter))
@@ -285,20 +319,39 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, args *sqlAr
 	}
 	// keyed reads the messages having keys through the GIN index alone:
 	// OFFSET 0 fences the subquery, so the planner cannot AND the bitmap
-	// with (status, id) or (group_id, status, id), whose millions of
-	// entries cost far more than checking a few keyed rows.
+	// with (group_id, status, id), whose millions of entries cost far more
+	// than checking the few rows with q's values.
 	keyed := func(keys string) string {
 		return `(SELECT * FROM dead_messages k WHERE k.search_keys @> ` + keys + ` OFFSET 0) m`
 	}
+	// A rare key (a message id, a trace id) is read through the GIN index;
+	// a key thousands of messages share was walked to already (keyIDs, see
+	// walkKey).
+	var keyArm string
+	if keyIDs != nil {
+		keyArm = `(SELECT unnest(` + args.add(keyIDs) + `::bigint[]) AS id)`
+	} else {
+		kw, err := keyWhere()
+		if err != nil {
+			return "", err
+		}
+		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND m.search_keys @> ARRAY[` + args.add(sq.key) + `::text]
+		  ORDER BY m.id DESC LIMIT ` + n + `)`
+	}
 	arms := []string{
-		`(SELECT m.id FROM ` + keyed(`ARRAY[`+args.add(sq.key)+`::text]`) + ` WHERE ` + where + `
-		  ORDER BY m.id DESC LIMIT ` + n + `)`,
+		keyArm,
 		perGroup(`SELECT g.id FROM failure_groups g WHERE `+gWhere+` AND `+whole, ""),
 	}
 	if len(sq.values) > 0 {
-		arms = append(arms, `(SELECT m.id FROM `+keyed(args.add(sq.values)+`::text[]`)+` WHERE `+where+`
-		  AND m.group_id = ANY(ARRAY(SELECT g.id FROM failure_groups g WHERE `+gWhere+` AND g.pattern ILIKE `+args.add(sq.pattern)+` AND NOT `+whole+`))
-		  AND `+sq.failureText(args)+`
+		// The EXISTS is a one-time filter: with no such group, the keyed
+		// rows are not even read.
+		kw, err := keyWhere()
+		if err != nil {
+			return "", err
+		}
+		partial := `SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND g.pattern ILIKE ` + args.add(sq.pattern) + ` AND NOT ` + whole
+		arms = append(arms, `(SELECT m.id FROM `+keyed(args.add(sq.values)+`::text[]`)+`
+		  WHERE EXISTS (`+partial+`) AND m.group_id = ANY(ARRAY(`+partial+`)) AND `+kw+` AND `+sq.failureText(args)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	if f.SourceQueue != "" && !opt.NoBodySearch {
@@ -310,10 +363,60 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, args *sqlAr
 		if f.FailedAfter != nil {
 			order = "m.id + 0"
 		}
-		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+` AND position(`+args.add(sq.body)+`::bytea IN m.body) > 0
+		where, err := base.where(args)
+		if err != nil {
+			return "", err
+		}
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+before+` AND position(`+args.add(sq.body)+`::bytea IN m.body) > 0
 		  ORDER BY `+order+` DESC LIMIT `+n+`)`)
 	}
 	return `SELECT u.id FROM (` + strings.Join(arms, " UNION ") + `) u ORDER BY u.id DESC LIMIT ` + n, nil
+}
+
+// sharedKeyThreshold is the number of messages from which a search key is
+// walked to rather than read through the index (see walkKey).
+const sharedKeyThreshold = 1000
+
+// walkKey finds the newest page of messages having a key that thousands
+// of messages share (a tenant): walking the listing's own index newest
+// first meets them within a few thousand rows, where reading them all
+// through the GIN index means thousands of scattered reads and a sort. The
+// planner underrates how scattered those rows are and would not walk, so
+// the transaction forbids the other plans for this one query.
+func walkKey(ctx context.Context, tx pgx.Tx, f Filter, sq searchQuery, opt ListOptions, limit int) ([]int64, error) {
+	base := f
+	base.Query = ""
+	var args sqlArgs
+	where, err := base.where(&args)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Before > 0 {
+		where += " AND m.id < " + args.add(opt.Before)
+	}
+	for _, set := range []string{`SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`} {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			return nil, fmt.Errorf("store: search: %w", err)
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+where+` AND m.search_keys @> ARRAY[`+args.add(sq.key)+`::text]
+ORDER BY m.id DESC LIMIT `+args.add(limit+1), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: search key %q: %w", sq.key, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: search key %q: %w", sq.key, err)
+	}
+	for _, set := range []string{`SET LOCAL enable_seqscan = on`, `SET LOCAL enable_bitmapscan = on`} {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			return nil, fmt.Errorf("store: search: %w", err)
+		}
+	}
+	if ids == nil {
+		ids = []int64{}
+	}
+	return ids, nil
 }
 
 // GetMessage returns one message with its body. A message outside scope
