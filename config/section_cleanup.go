@@ -36,7 +36,9 @@ type Cleanup struct {
 	BatchSize int `yaml:"batch_size"`
 	// BatchTimeout bounds each batch. Env DLQ_CLEANUP_BATCH_TIMEOUT.
 	BatchTimeout Duration `yaml:"batch_timeout"`
-	// Pause waits between batches. Env DLQ_CLEANUP_PAUSE.
+	// Pause waits between batches, so a large cleanup leaves PostgreSQL to
+	// ingest (docs/BENCHMARKS.md, "Cleanup and status"); 0 deletes flat
+	// out. Env DLQ_CLEANUP_PAUSE.
 	Pause Duration `yaml:"pause"`
 	// MaxMessages and MaxBytes cap the store (every status); 0 is no cap.
 	// Env DLQ_MAX_MESSAGES, DLQ_MAX_BYTES.
@@ -60,6 +62,7 @@ const (
 	RetentionDefault         = 30 * 24 * time.Hour
 	CleanupBatchSizeDefault  = 1000
 	CleanupBatchTimeout      = 30 * time.Second
+	CleanupPauseDefault      = 10 * time.Millisecond
 	ControlCommandTTLDefault = 24 * time.Hour
 	ReplayTaskTTLDefault     = 30 * 24 * time.Hour
 	JobRunTTLDefault         = 7 * 24 * time.Hour
@@ -73,6 +76,7 @@ func defaultCleanup() Cleanup {
 		Retention:         map[string]Duration{"replayed": Duration(RetentionDefault), "acknowledged": Duration(RetentionDefault)},
 		BatchSize:         CleanupBatchSizeDefault,
 		BatchTimeout:      Duration(CleanupBatchTimeout),
+		Pause:             Duration(CleanupPauseDefault),
 		ControlCommandTTL: Duration(ControlCommandTTLDefault),
 		ReplayTaskTTL:     Duration(ReplayTaskTTLDefault),
 		JobRunTTL:         Duration(JobRunTTLDefault),

@@ -22,6 +22,7 @@ func TestCronCleanupAlertsSections(t *testing.T) {
 	require.Equal(t, 30*24*time.Hour, c.Cleanup.Retention["replayed"].D())
 	require.Equal(t, 30*24*time.Hour, c.Cleanup.Retention["acknowledged"].D())
 	require.Equal(t, 1000, c.Cleanup.BatchSize)
+	require.Equal(t, 10*time.Millisecond, c.Cleanup.Pause.D())
 	require.Equal(t, 24*time.Hour, c.Cleanup.ControlCommandTTL.D())
 	require.Zero(t, c.Cleanup.MaxMessages)
 	require.Empty(t, c.Alerts.Webhooks)
