@@ -84,6 +84,7 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 		FirstFailedAt:    death.FirstTime,
 		FailedAt:         now,
 		Redelivered:      d.Redelivered,
+		HeaderValues:     headerSearchValues(headers),
 	}
 	if m.SourceQueue == "" && death.Reason == "unknown" {
 		// Published straight to the dead-letter exchange, not dead-lettered:

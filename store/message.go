@@ -49,6 +49,10 @@ type NewMessage struct {
 	DLQID       int64
 	ReplayID    string
 	ReplayCount int64
+	// HeaderValues are the header values SearchKeys may index, when the
+	// converter has them from the decoded table; nil means SearchKeys
+	// derives them from Headers.
+	HeaderValues []string
 }
 
 // cleanText makes s storable in a text column: PostgreSQL rejects NUL and

@@ -48,7 +48,15 @@ func SearchKeys(m *NewMessage) []string {
 		keys = append(keys, s)
 	}
 	add(m.MessageID)
-	headerKeys(m.Headers, m.FailureType, m.FailureMessage, add)
+	if m.HeaderValues != nil {
+		for _, v := range m.HeaderValues {
+			if v != m.FailureType && v != m.FailureMessage {
+				add(v)
+			}
+		}
+	} else {
+		headerKeys(m.Headers, m.FailureType, m.FailureMessage, add)
+	}
 	failureKeys(m.FailureMessage, add)
 	return keys
 }
@@ -81,14 +89,17 @@ func headerTableKeys(table json.RawMessage, failureType, failureMessage string, 
 				add(s)
 			}
 		case '{':
+			// A typed value of the header codec (integers, base64
+			// strings, wrapped tables), or a table with a "type" key,
+			// which the codec may wrap too: only integers are keys.
 			var typed struct {
-				Type  string      `json:"type"`
-				Value json.Number `json:"value"`
+				Type  string          `json:"type"`
+				Value json.RawMessage `json:"value"`
 			}
 			if json.Unmarshal(raw, &typed) == nil && typed.Type != "" {
-				if strings.HasPrefix(strings.TrimPrefix(typed.Type, "u"), "int") {
-					if _, err := strconv.ParseInt(typed.Value.String(), 10, 64); err == nil {
-						add(typed.Value.String())
+				if v := string(typed.Value); strings.HasPrefix(strings.TrimPrefix(typed.Type, "u"), "int") {
+					if _, err := strconv.ParseInt(v, 10, 64); err == nil {
+						add(v)
 					}
 				}
 				continue
