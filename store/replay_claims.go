@@ -308,11 +308,11 @@ WITH x AS MATERIALIZED (
 )
 -- Every locked row that was not claimable, then every claimed one: no join
 -- between the two (the planner cannot size CTEs and would loop).
-SELECT c.id, c.status, c.replay_count, false, '', 0::bigint, '', '', NULL::jsonb, NULL::jsonb, NULL::bytea, 0
+SELECT c.id, c.status, c.replay_count, false, '', 0::bigint, '', '', NULL::text, NULL::text, NULL::bytea, 0
 FROM c WHERE NOT (c.status = 'pending' AND (c.replay_count < $5 OR $6))
 UNION ALL
 SELECT u.id, 'pending', u.replay_count, true, u.source_queue, u.group_id, u.source_exchange, u.source_routing_key,
-    u.properties, u.headers, u.body, u.body_size
+    u.properties::text, u.headers::text, u.body, u.body_size
 FROM u
 ORDER BY 1`, items, c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
 	if err != nil {
