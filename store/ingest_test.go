@@ -214,7 +214,7 @@ WHERE source_queue = 'orders' AND status = 'pending'`, id)
 	require.Equal(t, "pending", s.status)
 	require.Equal(t, 1, s.replayCount, "replay_count kept")
 	require.Equal(t, "expired", s.reason, "death details updated")
-	require.Contains(t, s.headers, `"value": 2`)
+	require.JSONEq(t, `{"x-death":[{"count":{"type":"int64","value":2}}]}`, s.headers, "the new death's headers, stored as written")
 	require.Equal(t, 1, count(t, st, "TRUE"), "no second record")
 	require.Equal(t, map[string]int64{"pending": 1}, summary(t, st, "orders"))
 
