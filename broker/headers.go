@@ -461,6 +461,9 @@ func DecodeHeadersJSON(b []byte) (amqp.Table, error) {
 // parseJSON parses exactly one JSON value, keeping numbers as text so that
 // int64 values beyond 2^53 stay exact.
 func parseJSON(b []byte) (any, error) {
+	if v, ok := parseJSONFast(b); ok {
+		return v, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var raw any
