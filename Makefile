@@ -53,7 +53,8 @@ run: services build
 # The fault tests (//go:build faults) stop and restart the shared RabbitMQ/PostgreSQL,
 # so they run alone (-p 1) after everything else has finished.
 # The process-level tests run the binary built here (DLQ_TEST_DLQ_BIN), so
-# every package tests the same build.
+# every package tests the same build and dlq is built once, not once per
+# package (without it test/ingest builds its own, and passes either way).
 test: services build
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags 'faults soak' $(PKGS)

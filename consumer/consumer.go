@@ -108,6 +108,9 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	workers []*worker
+	// gates are the shutdown waits per queue (settle.go), set before the
+	// workers cancel their subscriptions.
+	gates map[string]*settleGate
 }
 
 // New validates cfg and registers the metrics.
@@ -126,6 +129,19 @@ func New(cfg Config) (*Consumer, error) {
 // Run consumes until ctx ends, then finishes the batches in flight (see the
 // package doc) and returns. It returns nil after a clean shutdown.
 func (c *Consumer) Run(ctx context.Context) error {
+	// The workers stop only after the queues' consumer counts are noted,
+	// so that each can tell when RabbitMQ has applied its last
+	// acknowledgements (settle.go).
+	wctx, stopWorkers := context.WithCancel(context.Background())
+	defer stopWorkers()
+	go func() {
+		select {
+		case <-ctx.Done():
+			c.noteConsumers()
+		case <-wctx.Done():
+		}
+		stopWorkers()
+	}()
 	var wg sync.WaitGroup
 	for _, q := range c.cfg.Queues {
 		for i := range c.cfg.Consumers {
@@ -140,7 +156,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.run(ctx)
+				w.run(wctx)
 			}()
 		}
 	}

@@ -47,11 +47,25 @@
 // methods in order, so its reply proves the ack was processed. Only then is
 // the batch removed from ingest_inflight (see package store).
 //
+// For a quorum queue "processed" means the channel took the ack, not that
+// the queue applied it: while too many of the channel's commands wait for
+// the queue's Raft log, the channel holds settlements back, and if it
+// closes then, they are dropped and the messages delivered again (RabbitMQ
+// issue #10327). So batches the writer still holds as confirmed when its
+// session ends are left in ingest_inflight, where a redelivery finds them.
+// A batch confirmed during a session
+// whose connection is lost within that hold-back (normally well under a
+// second) can still come back unmatched and be stored twice.
+//
 // # Shutdown
 //
-// When Run's context ends each consumer cancels its subscription (no more
-// deliveries), drains what was already delivered into final batches,
-// commits and acknowledges them, and only then returns. Deliveries that
-// cannot be committed within ShutdownTimeout are left unacknowledged and
-// RabbitMQ keeps them.
+// When Run's context ends, Run first notes each queue's consumer count;
+// then each consumer cancels its subscription (no more deliveries), drains
+// what was already delivered into final batches, commits and acknowledges
+// them, and keeps its channel open until RabbitMQ shows those
+// acknowledgements applied — a cancelled quorum queue consumer is counted
+// until every delivery it holds is settled, so the count falls back by
+// this process's consumers (settle.go) — and only then returns. Deliveries
+// that cannot be committed within ShutdownTimeout are left unacknowledged
+// and RabbitMQ keeps them.
 package consumer

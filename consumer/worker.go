@@ -123,7 +123,13 @@ func (w *worker) session(ctx context.Context) error {
 	}()
 
 	ready := make(chan *pending, 1)
-	wr := &writer{w: w, ch: ch, dead: dead}
+	// amqp091-go matches a synchronous method's reply to whichever call
+	// reads it first, so two at once on one channel (the writer's basic.qos,
+	// our basic.cancel) can swap replies and both fail: the writer then
+	// stops acknowledging, and its last batches go back to the queue
+	// although they were committed. One at a time.
+	var rpc sync.Mutex
+	wr := &writer{w: w, ch: ch, dead: dead, rpc: &rpc}
 	writerDone := make(chan struct{})
 	stop := make(chan struct{}) // closed when the writer must give up
 	var stopOnce sync.Once
@@ -167,8 +173,12 @@ func (w *worker) session(ctx context.Context) error {
 			if !ok {
 				if cancelled {
 					// Every delivery of this subscription was read: finish
-					// the batches and acknowledge them on the live channel.
-					return finish(true)
+					// the batches and acknowledge them on the live channel,
+					// and keep it open until RabbitMQ applied the acks
+					// (settle.go).
+					err := finish(true)
+					w.c.awaitSettled(w.queue, stop, dead)
+					return err
 				}
 				finish(false)
 				select {
@@ -203,7 +213,10 @@ func (w *worker) session(ctx context.Context) error {
 			defer grace.Stop()
 			// Stop the flow; the deliveries channel closes once the
 			// broker confirms, after every delivery already sent.
-			if err := ch.Cancel(w.tag, false); err != nil {
+			rpc.Lock()
+			err := ch.Cancel(w.tag, false)
+			rpc.Unlock()
+			if err != nil {
 				return finish(true)
 			}
 			ctx = context.Background()

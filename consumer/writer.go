@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -18,16 +19,21 @@ type writer struct {
 	ch   *amqp.Channel
 	dead <-chan struct{}
 	// confirmed are batches whose acks the broker has processed; they leave
-	// ingest_inflight with the next write.
+	// ingest_inflight with the next write, or after a second without one.
+	// Those still here when the session ends stay in ingest_inflight: the
+	// channel handled their acks, but a quorum queue may not have applied
+	// them yet, and a channel that closes drops settlements it still holds
+	// back (settle.go), so RabbitMQ may deliver them again.
 	confirmed []int64
 	acking    bool
+	// rpc serialises synchronous methods on ch with the session's.
+	rpc *sync.Mutex
 }
 
 func (wr *writer) run(ready <-chan *pending, stop <-chan struct{}) {
 	wr.acking = true
 	idle := time.NewTimer(time.Second)
 	defer idle.Stop()
-	defer wr.flushConfirmed()
 	for {
 		select {
 		case p, ok := <-ready:
@@ -84,7 +90,10 @@ func (wr *writer) handle(p *pending, stop <-chan struct{}) {
 	// A synchronous round trip on the same channel proves the ack was
 	// handled (see the package doc); then the batches can leave
 	// ingest_inflight.
-	if err := wr.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+	wr.rpc.Lock()
+	err := wr.ch.Qos(c.cfg.Prefetch, 0, false)
+	wr.rpc.Unlock()
+	if err != nil {
 		wr.acking = false
 		return
 	}

@@ -40,7 +40,9 @@ func cmdServe(args []string) int {
 //
 // Shutdown order, each step finishing before the next:
 //  1. stop consuming: consumers cancel their subscriptions, commit and
-//     acknowledge what they already received;
+//     acknowledge what they already received, and keep their channels open
+//     until RabbitMQ shows the acknowledgements applied (a channel that
+//     closes sooner can drop them: package consumer, "Shutdown");
 //  2. finish replays: publishes in flight get their confirms;
 //  3. stop cron jobs;
 //  4. stop HTTP (readiness fails from step 1 on, so load balancers move away);
