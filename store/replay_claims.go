@@ -490,10 +490,15 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)
 ), l AS (
-    SELECT m.id, o.kind, o.err FROM dead_messages m JOIN o ON o.id = m.id
-    WHERE m.status = 'replaying' AND m.claim_owner = o.tok
-    ORDER BY m.id
-    FOR UPDATE OF m
+    -- One probe per outcome, in id order (outs are sorted): joined the
+    -- other way, the planner (whose statistics see almost no replaying
+    -- row) walks every replaying row of every claim in flight, and the
+    -- index entries that settled claims left behind, on every settlement.
+    SELECT m.id, o.kind, o.err FROM o
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM dead_messages d
+        WHERE d.id = o.id AND d.status = 'replaying' AND d.claim_owner = o.tok
+        FOR UPDATE) m
 ), u AS (
     UPDATE dead_messages m SET
         status = CASE WHEN l.kind = 'published' THEN 'replayed' ELSE 'pending' END,
