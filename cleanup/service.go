@@ -121,6 +121,15 @@ type Config struct {
 	ReplayTaskTTL     time.Duration
 	JobRunTTL         time.Duration
 	AuditTTL          time.Duration
+	// IngestInflightTTL is the age past which ingest_inflight rows of other
+	// processes' consumers are deleted, once Ingest has worked without
+	// interruption for as long (see package store, "Stale ingest
+	// batches"). 0 means IngestInflightTTLDefault; a negative value keeps
+	// them forever.
+	IngestInflightTTL time.Duration
+	// Ingest is this process's ingest, for that expiry. Optional: without
+	// it no ingest_inflight row is deleted.
+	Ingest Ingest
 	// Alerts configures the alert job.
 	Alerts AlertsConfig
 }
@@ -142,6 +151,7 @@ func (c *Config) setDefaults() {
 	c.ControlCommandTTL = cmp.Or(c.ControlCommandTTL, ControlCommandTTLDefault)
 	c.ReplayTaskTTL = cmp.Or(c.ReplayTaskTTL, ReplayTaskTTLDefault)
 	c.JobRunTTL = cmp.Or(c.JobRunTTL, JobRunTTLDefault)
+	c.IngestInflightTTL = cmp.Or(c.IngestInflightTTL, IngestInflightTTLDefault)
 	if c.Alerts.Rules.Rules == nil {
 		c.Alerts.Rules = alerts.DefaultRuleSet()
 	}
@@ -238,6 +248,7 @@ func New(cfg Config) (*Service, error) {
 		{Name: "replay_tasks", TTL: cfg.ReplayTaskTTL, BatchSize: replayTaskBatch, Delete: cfg.Store.DeleteFinishedReplayTasksBefore},
 		{Name: "job_runs", TTL: cfg.JobRunTTL, Delete: cfg.Store.DeleteJobRunsBefore},
 		{Name: "audit_log", TTL: cfg.AuditTTL, Delete: cfg.Store.DeleteAuditBefore},
+		inflightExpiry(cfg.Store, cfg.Ingest, cfg.IngestInflightTTL, time.Now),
 	}
 	summary := &summaryJob{st: cfg.Store, metrics: work, every: cfg.Summary.ReconcileInterval, budget: cfg.Summary.Budget, chunk: cfg.Summary.Chunk}
 	clean := &cleanupJob{st: cfg.Store, metrics: work, retention: cfg.Retention, expiries: expiries,

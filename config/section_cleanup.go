@@ -26,6 +26,7 @@ import (
 //	  replay_task_ttl: 720h
 //	  job_run_ttl: 168h
 //	  audit_ttl: 0s            # 0 keeps the audit log forever
+//	  ingest_inflight_ttl: 1h  # 0 keeps unconfirmed ingest batches forever
 type Cleanup struct {
 	// Retention maps replayed and acknowledged to the age (since replayed_at
 	// or acknowledged_at) after which such messages are deleted; 0 keeps
@@ -55,6 +56,13 @@ type Cleanup struct {
 	ReplayTaskTTL     Duration `yaml:"replay_task_ttl"`
 	JobRunTTL         Duration `yaml:"job_run_ttl"`
 	AuditTTL          Duration `yaml:"audit_ttl"`
+	// IngestInflightTTL is the age past which ingest_inflight rows (batches
+	// whose acknowledgement was never confirmed) of other processes are
+	// deleted, once this process's ingest has worked for as long without
+	// interruption; 0 keeps them. It must be far longer than any
+	// redelivery takes (see package store, "Stale ingest batches"). Env
+	// DLQ_INGEST_INFLIGHT_TTL.
+	IngestInflightTTL Duration `yaml:"ingest_inflight_ttl"`
 }
 
 // Cleanup defaults.
@@ -66,6 +74,10 @@ const (
 	ControlCommandTTLDefault = 24 * time.Hour
 	ReplayTaskTTLDefault     = 30 * 24 * time.Hour
 	JobRunTTLDefault         = 7 * 24 * time.Hour
+	IngestInflightTTLDefault = time.Hour
+	// IngestInflightTTLMin is the shortest ingest_inflight TTL accepted:
+	// shorter ones would drop batches whose deliveries may still come back.
+	IngestInflightTTLMin = time.Minute
 )
 
 // RetentionStatuses are the statuses that may expire by age.
@@ -80,6 +92,7 @@ func defaultCleanup() Cleanup {
 		ControlCommandTTL: Duration(ControlCommandTTLDefault),
 		ReplayTaskTTL:     Duration(ReplayTaskTTLDefault),
 		JobRunTTL:         Duration(JobRunTTLDefault),
+		IngestInflightTTL: Duration(IngestInflightTTLDefault),
 	}
 }
 
@@ -112,6 +125,7 @@ func cleanupEnvVars() []envVar {
 		{"DLQ_REPLAY_TASK_TTL", durVar("DLQ_REPLAY_TASK_TTL", func(c *Config) *Duration { return &c.Cleanup.ReplayTaskTTL })},
 		{"DLQ_JOB_RUN_TTL", durVar("DLQ_JOB_RUN_TTL", func(c *Config) *Duration { return &c.Cleanup.JobRunTTL })},
 		{"DLQ_AUDIT_TTL", durVar("DLQ_AUDIT_TTL", func(c *Config) *Duration { return &c.Cleanup.AuditTTL })},
+		{"DLQ_INGEST_INFLIGHT_TTL", durVar("DLQ_INGEST_INFLIGHT_TTL", func(c *Config) *Duration { return &c.Cleanup.IngestInflightTTL })},
 	}
 }
 
@@ -168,6 +182,10 @@ func (c *Config) validateCleanup() []error {
 		if t.d < 0 {
 			bad("cleanup.%s / %s %s must be >= 0 (0 keeps them)", t.key, t.env, t.d.D())
 		}
+	}
+	if d := cl.IngestInflightTTL; d != 0 && d < Duration(IngestInflightTTLMin) {
+		bad("cleanup.ingest_inflight_ttl / DLQ_INGEST_INFLIGHT_TTL %s must be 0 (keep them) or at least %s: a batch younger than that may still have deliveries coming back",
+			d.D(), IngestInflightTTLMin)
 	}
 	return errs
 }

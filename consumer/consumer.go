@@ -106,11 +106,16 @@ type Consumer struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	upMu sync.Mutex // serialises updateUp
+
 	mu      sync.Mutex
 	workers []*worker
 	// gates are the shutdown waits per queue (settle.go), set before the
 	// workers cancel their subscriptions.
 	gates map[string]*settleGate
+	// workingSince is when every consumer was last seen subscribed and
+	// writing after it was not; zero while that is not so.
+	workingSince time.Time
 }
 
 // New validates cfg and registers the metrics.
@@ -145,11 +150,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, q := range c.cfg.Queues {
 		for i := range c.cfg.Consumers {
-			w := &worker{
-				c:     c,
-				queue: q,
-				tag:   fmt.Sprintf("dlq-%s-%s-%d", c.cfg.Name, q, i),
-			}
+			w := &worker{c: c, queue: q, tag: c.tag(q, i)}
 			c.mu.Lock()
 			c.workers = append(c.workers, w)
 			c.mu.Unlock()
@@ -164,12 +165,53 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// updateUp recomputes the Up gauge after a worker's state changed.
+// tag is the consumer tag of consumer i of queue, also written to
+// ingest_inflight with every batch it commits.
+func (c *Consumer) tag(queue string, i int) string {
+	return fmt.Sprintf("dlq-%s-%s-%d", c.cfg.Name, queue, i)
+}
+
+// ConsumerTags returns the tags of this process's consumers, as
+// ingest_inflight.consumer names them.
+func (c *Consumer) ConsumerTags() []string {
+	var tags []string
+	for _, q := range c.cfg.Queues {
+		for i := range c.cfg.Consumers {
+			tags = append(tags, c.tag(q, i))
+		}
+	}
+	return tags
+}
+
+// WorkingSince returns since when every consumer has been subscribed and
+// writing without interruption, or zero if they are not now. The cleanup
+// of stale ingest_inflight rows waits on it (see package store, "Stale
+// ingest batches").
+func (c *Consumer) WorkingSince() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.workingSince
+}
+
+// updateUp recomputes the Up gauge and WorkingSince after a worker's state
+// changed.
 func (c *Consumer) updateUp() {
+	// One at a time, so that a stale reading never overwrites a newer one.
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	ok := c.Ready() == nil
+	c.mu.Lock()
+	switch {
+	case !ok:
+		c.workingSince = time.Time{}
+	case c.workingSince.IsZero():
+		c.workingSince = c.cfg.Now()
+	}
+	c.mu.Unlock()
 	if c.cfg.Up == nil {
 		return
 	}
-	if c.Ready() == nil {
+	if ok {
 		c.cfg.Up.Set(1)
 	} else {
 		c.cfg.Up.Set(0)

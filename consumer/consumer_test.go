@@ -25,6 +25,7 @@ type bundle struct {
 	exchange string
 	queue    string
 	reg      *prometheus.Registry
+	cons     *consumer.Consumer
 	stop     func()
 }
 
@@ -66,6 +67,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		Registerer: b.reg,
 	})
 	require.NoError(t, err)
+	b.cons = cons
 	runCtx, runCancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

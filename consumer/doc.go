@@ -52,10 +52,11 @@
 // the queue's Raft log, the channel holds settlements back, and if it
 // closes then, they are dropped and the messages delivered again (RabbitMQ
 // issue #10327). So batches the writer still holds as confirmed when its
-// session ends are left in ingest_inflight, where a redelivery finds them.
-// A batch confirmed during a session
-// whose connection is lost within that hold-back (normally well under a
-// second) can still come back unmatched and be stored twice.
+// session ends are left in ingest_inflight, where a redelivery finds them;
+// the cleanup job removes them once no delivery of theirs can come back. A
+// batch confirmed during a session whose connection is lost within that
+// hold-back (normally well under a second) can still come back unmatched
+// and be stored twice.
 //
 // # Shutdown
 //

@@ -32,6 +32,50 @@
 // commit's outcome is unknown (the connection died during COMMIT) a retry can
 // ask whether the batch is already there instead of writing it twice.
 //
+// # Stale ingest batches
+//
+// A batch leaves ingest_inflight when its writer knows the acknowledgement
+// reached the broker. A batch whose writer never learns it stays: the
+// process was killed, its channel died, or it stopped (the batches
+// acknowledged at the end of a session are kept on purpose, see package
+// consumer). Such rows would widen the set redeliveries are matched against
+// forever, so the cleanup job deletes them (DeleteStaleInflight) — but a
+// row may go only when no delivery of its batch can come back any more:
+// a delivery that comes back redelivered after its row went would be
+// stored a second time. Deliveries come back when their channel closes
+// unacknowledged (or with settlements RabbitMQ had not applied yet): the
+// queue returns them and delivers them again, first in line, to a live
+// consumer, which matches them and moves the matched rows to its own
+// batch. The rule, with T = cleanup.ingest_inflight_ttl (default 1h):
+//
+//  1. the row was committed more than T ago. A live channel acknowledges a
+//     batch within its commit round trip, so a batch that old was
+//     acknowledged (only the confirmation was lost) or belongs to a channel
+//     that is gone — unless that channel has been unable to send anything
+//     for nearly T. T must be much longer than any such stall S (a
+//     connection blocked by a broker alarm); the channel then closed, and
+//     RabbitMQ returned its deliveries, at the latest S after the commit,
+//     that is at least T−S ago;
+//  2. its consumer is not one of the deleting process's consumers: that
+//     process cannot tell its own live channel's batches from those of its
+//     earlier, dead channels (they share the consumer tag), so it leaves
+//     them all to whichever instance cleans up after it has gone;
+//  3. the deleting process's ingest has worked without interruption (every
+//     consumer subscribed, every write succeeding) for at least T. Then
+//     whatever RabbitMQ returned when the batch's channel closed (by 1, at
+//     least T−S ago) has been offered to working consumers for at least
+//     T−S: returned messages are delivered before any other, within
+//     moments, so they have been matched. Without this, rows would go
+//     while RabbitMQ is unreachable (the returned messages wait in the
+//     broker, or in a dead consumer's channel) or right after all of dlq
+//     restarts following a long outage, before the returns are delivered.
+//
+// What the rule does not cover, stated: a redelivery that another instance
+// holds unwritten for longer than T (it cannot write to PostgreSQL while
+// this instance can) may find its row gone and be stored a second time.
+// Removing a row never loses anything: the worst a wrong removal does is
+// one duplicate row.
+//
 // # Summary
 //
 // queue_summary holds per source queue and status counts. Every statement

@@ -15,8 +15,9 @@ import (
 
 // newCron builds the cron service (summary, cleanup, capacity and alert
 // jobs) from the configuration. Every instance builds it; the jobs' leases
-// decide which instance runs each tick.
-func newCron(cfg config.Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*cleanup.Service, error) {
+// decide which instance runs each tick. ingest is this process's consumer,
+// which the expiry of ingest_inflight rows asks about its own consumers.
+func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slog.Logger, reg prometheus.Registerer) (*cleanup.Service, error) {
 	notifiers, err := cfg.Alerts.Notifiers(alerts.NotifierDeps{
 		EvalInterval: cleanup.ScheduleInterval(cfg.Cron.Alerts),
 	})
@@ -62,6 +63,8 @@ func newCron(cfg config.Config, st *store.Store, log *slog.Logger, reg prometheu
 		ReplayTaskTTL:     keep(cfg.Cleanup.ReplayTaskTTL),
 		JobRunTTL:         keep(cfg.Cleanup.JobRunTTL),
 		AuditTTL:          keep(cfg.Cleanup.AuditTTL),
+		IngestInflightTTL: keep(cfg.Cleanup.IngestInflightTTL),
+		Ingest:            ingest,
 		Alerts:            cleanup.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
 	})
 }

@@ -112,7 +112,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	cron, err := newCron(cfg, st, log, reg)
+	cron, err := newCron(cfg, st, cons, log, reg)
 	if err != nil {
 		return err
 	}
