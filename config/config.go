@@ -65,7 +65,8 @@ type Ingest struct {
 	BatchSize int `yaml:"batch_size"`
 	// BatchBytes is the most body bytes written per transaction. Env DLQ_BATCH_BYTES.
 	BatchBytes int `yaml:"batch_bytes"`
-	// Linger is how long a partial batch waits for more. Env DLQ_BATCH_LINGER.
+	// Linger is how long a partial batch waits for more (longer while the
+	// previous batch is still being written). Env DLQ_BATCH_LINGER.
 	Linger Duration `yaml:"linger"`
 	// Consumers is the number of consumers per DLQ queue. Env DLQ_CONSUMERS.
 	Consumers int `yaml:"consumers"`

@@ -6,12 +6,16 @@
 //
 // Each consumer owns one AMQP channel with a bounded prefetch. Its reader
 // converts deliveries as they arrive (spreading the CPU cost of header
-// decoding over the wait for the database) and cuts a batch when it reaches
-// BatchSize messages or BatchBytes body bytes, or when Linger has passed
-// since the batch's first message. One writer per consumer commits batches
-// in delivery order and acknowledges each with a single multiple-ack of its
-// highest delivery tag; the reader keeps filling the next batch meanwhile.
-// With the prefetch at twice the batch size the broker never waits on us.
+// decoding over the wait for the database) and hands a batch to the writer
+// when it reaches BatchSize messages or BatchBytes body bytes, or once
+// Linger has passed since the batch's first message and the writer is free:
+// while the writer is busy, a partial batch keeps filling rather than being
+// cut (every batch costs a commit, so under load batches grow to full size;
+// when idle, a message waits at most Linger). One writer per consumer
+// commits batches in delivery order and acknowledges each with a single
+// multiple-ack of its highest delivery tag; the reader keeps filling the
+// next batch meanwhile. With the prefetch at twice the batch size the broker
+// never waits on us.
 //
 // # Why not Watermill here
 //

@@ -122,7 +122,10 @@ func (w *worker) session(ctx context.Context) error {
 		close(dead)
 	}()
 
-	ready := make(chan *pending, 1)
+	// Unbuffered: a batch changes hands only when the writer is free, so
+	// while it writes, the next batch keeps filling instead of being cut
+	// at the linger (small batches cost a commit each).
+	ready := make(chan *pending)
 	// amqp091-go matches a synchronous method's reply to whichever call
 	// reads it first, so two at once on one channel (the writer's basic.qos,
 	// our basic.cancel) can swap replies and both fail: the writer then
@@ -140,6 +143,7 @@ func (w *worker) session(ctx context.Context) error {
 	}()
 
 	cur := w.newPending()
+	due := false // cur's linger has passed
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
@@ -154,6 +158,7 @@ func (w *worker) session(ctx context.Context) error {
 		case <-stop:
 		}
 		cur = w.newPending()
+		due = false
 	}
 	finish := func(graceful bool) error {
 		if graceful {
@@ -168,8 +173,24 @@ func (w *worker) session(ctx context.Context) error {
 
 	cancelled := false
 	for {
+		n := len(cur.batch.Messages)
+		full := n >= cfg.BatchSize || cur.bytes >= cfg.BatchBytes
+		// A full batch stops the intake until the writer takes it; a
+		// lingered one goes as soon as the writer is free.
+		in := deliveries
+		if full {
+			in = nil
+		}
+		var handOver chan<- *pending
+		if n > 0 && (full || due) {
+			handOver = ready
+		}
 		select {
-		case d, ok := <-deliveries:
+		case handOver <- cur:
+			linger.Stop()
+			due = false
+			cur = w.newPending()
+		case d, ok := <-in:
 			if !ok {
 				if cancelled {
 					// Every delivery of this subscription was read: finish
@@ -195,11 +216,8 @@ func (w *worker) session(ctx context.Context) error {
 			cur.batch.Messages = append(cur.batch.Messages, m)
 			cur.lastTag = d.DeliveryTag
 			cur.bytes += len(d.Body)
-			if len(cur.batch.Messages) >= cfg.BatchSize || cur.bytes >= cfg.BatchBytes {
-				flush()
-			}
 		case <-linger.C:
-			flush()
+			due = true
 		case <-dead:
 			finish(false)
 			return fmt.Errorf("channel closed: %w", errOr(deadErr, "closed"))
