@@ -36,12 +36,12 @@ type jobMetrics struct {
 	duration *prometheus.HistogramVec
 }
 
-var jobOutcomes = []string{store.JobSuccess, store.JobFailure, store.JobLeaseLost}
+var jobOutcomes = []string{store.JobSuccess, store.JobFailure, store.JobLeaseLost, store.JobSkipped}
 
 func newJobMetrics(reg prometheus.Registerer, jobs []string) (*jobMetrics, error) {
 	runs, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dlq_job_runs_total",
-		Help: "Cron job runs on this instance by job and outcome (success, failure, lease_lost). A panic is a failure.",
+		Help: "Cron job runs on this instance by job and outcome (success, failure, lease_lost, skipped: a tick this instance claimed while the previous run was still going, replaced by a later tick). A panic is a failure.",
 	}, []string{"job", "outcome"}))
 	if err != nil {
 		return nil, err

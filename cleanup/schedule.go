@@ -63,35 +63,6 @@ func (e everySchedule) Next(t time.Time) time.Time {
 	return time.Unix(0, (t.UnixNano()/int64(e.d)+1)*int64(e.d)).In(t.Location())
 }
 
-// lastActivation returns the latest time at or before now at which s fires:
-// the tick a job started at now belongs to. The cron library starts a job
-// at (or just after) its activation time, never before, so for a job
-// started on time this is the activation that started it.
-func lastActivation(s cron.Schedule, now time.Time) time.Time {
-	if e, ok := s.(everySchedule); ok {
-		return time.Unix(0, now.UnixNano()/int64(e.d)*int64(e.d)).In(now.Location())
-	}
-	next := s.Next(now)
-	period := s.Next(next).Sub(next)
-	if period <= 0 {
-		period = time.Minute
-	}
-	for back := 2*period + time.Second; back < 12*366*24*time.Hour; back *= 2 {
-		t := s.Next(now.Add(-back))
-		if t.IsZero() || t.After(now) {
-			continue
-		}
-		for {
-			n := s.Next(t)
-			if n.IsZero() || n.After(now) {
-				return t
-			}
-			t = n
-		}
-	}
-	return now.Truncate(time.Second)
-}
-
 // interval estimates the time between two activations of s after now.
 func interval(s cron.Schedule, now time.Time) time.Duration {
 	if e, ok := s.(everySchedule); ok {

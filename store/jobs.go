@@ -18,10 +18,14 @@ var ErrLeaseLost = errors.New("job lease lost")
 
 // Job run outcomes, as stored in job_runs.outcome.
 const (
-	JobRunning       = "running"
-	JobSuccess       = "success"
-	JobFailure       = "failure"
-	JobLeaseLost     = "lease_lost"
+	JobRunning   = "running"
+	JobSuccess   = "success"
+	JobFailure   = "failure"
+	JobLeaseLost = "lease_lost"
+	// JobSkipped: the tick was claimed by the instance holding the job
+	// while its previous run was still going, and a later tick came before
+	// that run ended (or the instance stopped). See package cleanup.
+	JobSkipped       = "skipped"
 	jobErrorMaxBytes = 2000
 )
 
@@ -50,15 +54,70 @@ const leaseAcquireLockTimeout = "250ms"
 // instance from taking the job for as long as the pause lasts.
 const fenceIdleTimeout = 5 * time.Second
 
-// BeginJobRun takes job's lease for holder and claims tick, in one
-// transaction. The lease is taken when it is free, expired, or already
-// holder's; its token grows by one whenever it changes hands and stays the
-// same while one holder keeps it. (A holder name is unique per process, and
-// a process never runs two ticks of a job at once, so a holder that takes
-// its own expired lease back has no older run left to fence.) ok is
-// false, with no error, when another instance holds the lease or has already
-// run this tick: that is the normal outcome on every instance but one.
+// BeginJobRun takes job's lease for holder and claims tick. The lease is
+// taken when it is free, expired, or already holder's; its token grows by one
+// whenever it changes hands and stays the same while one holder keeps it. ok
+// is false, with no error, when another instance holds the lease or has
+// already claimed this tick: that is the normal outcome on every instance but
+// one.
+//
+// It first looks, without locking anything. An instance that finds the tick
+// claimed or the lease live in another's hands gives up there: it must not
+// queue on the lease row, where it would delay (and under load, time out) the
+// holder's own claim, so that the tick ran nowhere. The holder of a live
+// lease claims the tick without locking the lease row either: that row may be
+// held FOR SHARE for a while by the fenced writes of its run in progress (a
+// tick claimed then waits for that run; see package cleanup). Only a free or
+// expired lease is taken under the row lock, by whichever instance locks it
+// first.
 func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
+	var claimed, live bool
+	var leaseHolder string
+	var leaseToken int64
+	err = s.pool.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM job_runs WHERE job = $1 AND tick = $2),
+       coalesce(l.holder, ''), coalesce(l.token, 0), coalesce(l.expires_at > now(), false)
+FROM (SELECT) AS one LEFT JOIN job_leases l ON l.job = $1`, job, tick).Scan(&claimed, &leaseHolder, &leaseToken, &live)
+	if err != nil {
+		return JobRunStart{}, false, fmt.Errorf("store: look at lease of job %s for tick %s: %w", job, tick.Format(time.RFC3339Nano), err)
+	}
+	switch {
+	case claimed:
+		return JobRunStart{}, false, nil // this tick is already someone's
+	case live && leaseHolder != holder:
+		return JobRunStart{}, false, nil // held by another instance
+	case live:
+		// Ours, live: claim the tick under the token we hold, if it is still
+		// current and live as the insert reads it. Otherwise (it expired just
+		// now) take it like any instance would. The lease is extended too,
+		// unless its row is locked (by the fenced writes or the renewal of
+		// the run in progress, which keeps it anyway): SKIP LOCKED, never
+		// wait.
+		var id int64
+		err = s.pool.QueryRow(ctx, `
+WITH extend AS (
+    UPDATE job_leases SET expires_at = greatest(expires_at, now() + $5 * interval '1 millisecond')
+    WHERE job = $1 AND holder = $3 AND token = $4 AND expires_at > now()
+      AND job IN (SELECT job FROM job_leases WHERE job = $1 FOR NO KEY UPDATE SKIP LOCKED)
+)
+INSERT INTO job_runs (job, tick, instance, token)
+SELECT job, $2, holder, token FROM job_leases
+WHERE job = $1 AND holder = $3 AND token = $4 AND expires_at > now()
+ON CONFLICT (job, tick) DO NOTHING
+RETURNING id`, job, tick, holder, leaseToken, ttl.Milliseconds()).Scan(&id)
+		if err == nil {
+			return JobRunStart{RunID: id, Lease: Lease{Job: job, Holder: holder, Token: leaseToken}}, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return JobRunStart{}, false, fmt.Errorf("store: claim tick %s of job %s (token %d): %w", tick.Format(time.RFC3339Nano), job, leaseToken, err)
+		}
+	}
+	return s.takeLeaseAndClaim(ctx, job, holder, tick, ttl)
+}
+
+// takeLeaseAndClaim takes a free or expired lease (or re-takes holder's own)
+// and claims tick, in one transaction.
+func (s *Store) takeLeaseAndClaim(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return JobRunStart{}, false, fmt.Errorf("store: begin run of job %s: %w", job, err)
@@ -83,7 +142,7 @@ RETURNING token, acquired_at = now()`, job, holder, ttl.Milliseconds()).Scan(&to
 	case errors.Is(err, pgx.ErrNoRows):
 		return JobRunStart{}, false, nil // held by another instance
 	case isLockTimeout(err):
-		return JobRunStart{}, false, nil // being changed by another instance right now
+		return JobRunStart{}, false, nil // being taken by another instance right now
 	case err != nil:
 		return JobRunStart{}, false, fmt.Errorf("store: take lease of job %s for %s: %w", job, holder, err)
 	}
@@ -114,6 +173,15 @@ RETURNING id`, job, tick, holder, token).Scan(&id)
 		return JobRunStart{}, false, fmt.Errorf("store: commit start of job %s tick %s: %w", job, tick.Format(time.RFC3339Nano), err)
 	}
 	return JobRunStart{RunID: id, Lease: Lease{Job: job, Holder: holder, Token: token}}, true, nil
+}
+
+// StartJobRun marks claimed run id as started now: a claimed tick that had
+// to wait for the previous run records when it really began.
+func (s *Store) StartJobRun(ctx context.Context, id int64) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE job_runs SET started_at = now() WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("store: record start of job run %d: %w", id, err)
+	}
+	return nil
 }
 
 // RenewLease extends l for another ttl. It returns ErrLeaseLost when the
