@@ -170,20 +170,24 @@ alertmanagers: [{url: %q, generator_url: "http://dlq.test/api/v1/alerts"}]
 			Alerts:    AlertsConfig{Rules: cfg.RuleSet(), Notifiers: ns, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
 		})
 		require.NoError(t, err)
-		svc.Start()
 		t.Cleanup(func() { _ = svc.Stop(context.Background()) })
 		svcs = append(svcs, svc)
 		regs = append(regs, reg)
 	}
 
 	// Trouble: five pending in orders, one of them failing over and over;
-	// two pending in quiet, whose pending_count rule is off.
+	// two pending in quiet, whose pending_count rule is off. Set up before
+	// the jobs start: an evaluation while one message is out for replay
+	// would see four pending.
 	ids := ingest(t, st, "orders", 5, 10)
 	for range 3 {
 		replayIDs(t, st, ids[:1], store.OutcomePublished, false)
 		returnIDs(t, st, ids[:1])
 	}
 	quiet := ingest(t, st, "quiet", 4, 10)
+	for _, svc := range svcs {
+		svc.Start()
+	}
 
 	fired := hook.waitAlert(t, "pending_count", "firing")
 	require.Equal(t, "orders", fired.SourceQueue)
