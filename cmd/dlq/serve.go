@@ -27,6 +27,7 @@ func cmdServe(args []string) int {
 	if code >= 0 {
 		return code
 	}
+	gcDefaults(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {
