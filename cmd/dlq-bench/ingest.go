@@ -30,6 +30,7 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/store"
 )
 
@@ -129,6 +130,8 @@ func benchIngest(args []string) error {
 	case o.cpuProfile != "" && o.mode != "inproc":
 		return errors.New("-cpuprofile needs -mode inproc (the consumer must run in this process)")
 	}
+	// The in-process consumer runs with the collector settings of dlq serve.
+	gctune.Apply(slog.New(slog.DiscardHandler))
 
 	var bin string
 	if o.mode == "process" {

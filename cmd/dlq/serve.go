@@ -19,6 +19,7 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/store"
 )
 
@@ -27,7 +28,7 @@ func cmdServe(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	gcDefaults(log)
+	gctune.Apply(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {

@@ -1,4 +1,4 @@
-package main
+package gctune
 
 import (
 	"log/slog"
@@ -18,7 +18,8 @@ const (
 	memoryLimitDefault = 512 << 20
 )
 
-func gcDefaults(log *slog.Logger) {
+// Apply sets the defaults above where the environment does not choose.
+func Apply(log *slog.Logger) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercentDefault)
 	}
