@@ -57,10 +57,11 @@
 // closes then, they are dropped and the messages delivered again (RabbitMQ
 // issue #10327). So batches the writer still holds as confirmed when its
 // session ends are left in ingest_inflight, where a redelivery finds them;
-// the cleanup job removes them once no delivery of theirs can come back. A
-// batch confirmed during a session whose connection is lost within that
-// hold-back (normally well under a second) can still come back unmatched
-// and be stored twice.
+// the cleanup job removes them once no delivery of theirs can come back.
+// During a session, a confirmed batch stays in ingest_inflight for another
+// 5 seconds (confirmDelay), far longer than that hold-back (tens to
+// hundreds of milliseconds measured), so a connection lost right after an
+// ack does not turn its redeliveries into second rows.
 //
 // # Shutdown
 //

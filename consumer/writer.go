@@ -18,13 +18,14 @@ type writer struct {
 	w    *worker
 	ch   *amqp.Channel
 	dead <-chan struct{}
-	// confirmed are batches whose acks the broker has processed; they leave
-	// ingest_inflight with the next write, or after a second without one.
-	// Those still here when the session ends stay in ingest_inflight: the
-	// channel handled their acks, but a quorum queue may not have applied
-	// them yet, and a channel that closes drops settlements it still holds
-	// back (settle.go), so RabbitMQ may deliver them again.
-	confirmed []int64
+	// confirmed are batches whose acks the broker has processed, with when.
+	// They leave ingest_inflight with a write (or after a second without
+	// one) once confirmDelay has passed: the channel handled their acks, but
+	// a quorum queue may not have applied them yet, and a channel that
+	// closes (a crash, a lost connection) drops settlements it still holds
+	// back (settle.go), so RabbitMQ may deliver them again. Those still here
+	// when the session ends stay in ingest_inflight.
+	confirmed []confirmedBatch
 	acking    bool
 	// rpc serialises synchronous methods on ch with the session's.
 	rpc *sync.Mutex
@@ -48,14 +49,44 @@ func (wr *writer) run(ready <-chan *pending, stop <-chan struct{}) {
 	}
 }
 
+// confirmDelay is how long after its ack a batch stays in ingest_inflight:
+// far longer than a quorum queue holds a settlement back (tens to hundreds
+// of milliseconds measured on a loaded machine), short enough that
+// redeliveries are matched against few batches.
+const confirmDelay = 5 * time.Second
+
+type confirmedBatch struct {
+	id    int64
+	acked time.Time
+}
+
+// due returns the confirmed batches acked at least confirmDelay ago (the
+// oldest come first).
+func (wr *writer) due() []int64 {
+	var ids []int64
+	for _, b := range wr.confirmed {
+		if time.Since(b.acked) < confirmDelay {
+			break
+		}
+		ids = append(ids, b.id)
+	}
+	return ids
+}
+
+// forget drops the first n confirmed batches (they left ingest_inflight).
+func (wr *writer) forget(n int) {
+	wr.confirmed = append(wr.confirmed[:0], wr.confirmed[n:]...)
+}
+
 func (wr *writer) flushConfirmed() {
-	if len(wr.confirmed) == 0 {
+	ids := wr.due()
+	if len(ids) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := wr.w.c.cfg.Store.ConfirmBatches(ctx, wr.confirmed); err == nil {
-		wr.confirmed = wr.confirmed[:0]
+	if err := wr.w.c.cfg.Store.ConfirmBatches(ctx, ids); err == nil {
+		wr.forget(len(ids))
 	}
 }
 
@@ -97,7 +128,10 @@ func (wr *writer) handle(p *pending, stop <-chan struct{}) {
 		wr.acking = false
 		return
 	}
-	wr.confirmed = append(wr.confirmed, committed...)
+	now := time.Now()
+	for _, id := range committed {
+		wr.confirmed = append(wr.confirmed, confirmedBatch{id, now})
+	}
 }
 
 // write commits p, splitting it when PostgreSQL refuses its data. It
@@ -127,12 +161,13 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 			return done, false
 		}
 		msgs, id := queue[0], ids[0]
-		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: wr.confirmed}
+		due := wr.due()
+		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: due}
 		start := time.Now()
 		res, err := c.cfg.Store.IngestBatch(ctx, b)
 		if err == nil {
 			c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
-			wr.confirmed = nil
+			wr.forget(len(due))
 			done = append(done, id)
 			queue, ids = queue[1:], ids[1:]
 			if failing {
@@ -161,7 +196,7 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 		// The commit may have succeeded before the error reached us.
 		if ok, cerr := c.cfg.Store.BatchCommitted(ctx, id); cerr == nil && ok {
 			c.metrics.observe(wr.w.queue, msgs, store.IngestResult{Inserted: len(msgs)}, time.Since(start))
-			wr.confirmed = nil
+			wr.forget(len(due))
 			done = append(done, id)
 			queue, ids = queue[1:], ids[1:]
 			continue

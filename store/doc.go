@@ -16,7 +16,8 @@
 //     no message-id.
 //   - A redelivered message may already be stored. Every batch is registered
 //     in ingest_inflight in the same transaction as its rows and stays there
-//     until the consumer knows its acknowledgement reached the broker. A
+//     until the consumer knows its acknowledgement reached the broker (and
+//     a few seconds more, package consumer). A
 //     redelivery is matched by content fingerprint only against rows of those
 //     unconfirmed batches. A matched row moves to the current batch, so it stands
 //     for this delivery until this batch's acknowledgement is confirmed in
