@@ -100,7 +100,9 @@
 //     adjusting the summary and failure-group counters and writing an
 //     audit row in the same transaction, until a batch comes back short.
 //     Then it expires control-command answers, finished replay tasks, old
-//     job runs and, if configured, old audit rows.
+//     job runs, ingest_inflight batches that no delivery can come back to
+//     any more (store.DeleteStaleInflight; ingest_inflight_ttl) and, if
+//     configured, old audit rows.
 //   - capacity: keeps the store under max_messages and max_bytes by
 //     evicting the oldest resolved messages first, pending ones only when
 //     allowed; every eviction is counted, audited and logged, and the
