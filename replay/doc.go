@@ -34,8 +34,8 @@
 // under its own token (dead_messages.claim_owner) and lease. Only one
 // claimer can win a row; a row held by another task's claim is passed over
 // and looked at again later; an item settled since it was selected is
-// left alone. An unthrottled task runs two claims at once, and every task
-// two settlements, so that the publisher does not wait for the database.
+// left alone. An unthrottled task runs three claims at once, and every task
+// three settlements, so that the publisher does not wait for the database.
 //
 // Every write that ends a claim says WHERE status = 'replaying' AND
 // claim_owner = <token>: a holder whose claim was taken back cannot touch
@@ -54,7 +54,9 @@
 // mark: before publishing, the runner records how far into the batch
 // (which goes out in id order) it may publish: the claim marks its first
 // 32 messages, and the runner marks 128 more, in the background, whenever
-// fewer than 64 marked ones are left.
+// fewer than 64 marked ones are left. The first of those marks is made
+// while the previous batch's last 64 messages go out (the publisher takes
+// the next batch then), so that a batch does not start by waiting for it.
 //
 // Claims whose lease ran out are taken back by whichever instance looks
 // first (every Lease/2). Rows at or below the claim's mark may have been

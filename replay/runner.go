@@ -120,8 +120,8 @@ func (r *taskRun) run(parent context.Context) {
 	// renewed, and outcomes recorded, until the last confirm is in.
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(parent))
 	var bg sync.WaitGroup
-	// Two settlers: a settlement costs about as much database time as a
-	// claim, and one at a time could not keep up with the publisher. They
+	// Several settlers: a settlement costs about as much database time as
+	// a claim, and one at a time could not keep up with the publisher. They
 	// update different rows, and the shared counter rows last, in order.
 	bg.Add(1 + settlers)
 	go func() { defer bg.Done(); r.heartbeat(bgCtx) }()
@@ -279,8 +279,43 @@ func (r *taskRun) publishPhase(ctx context.Context, limit int64) (int64, error) 
 		claimed, err = r.feed(ctx, limit, batches)
 		feedErr <- err
 	}()
-	for b := range batches {
-		r.publishBatch(ctx, b)
+	// The next batch is taken, and its second stretch marked, while the
+	// current one ends: otherwise every batch would start by waiting for
+	// a mark, since the claim marks only its first markFirst messages.
+	var (
+		next      *claimBatch
+		nextAhead *markAhead
+		open      = true
+	)
+	takeNext := func() {
+		if next != nil || !open {
+			return
+		}
+		select {
+		case nb, ok := <-batches:
+			if !ok {
+				open = false
+				return
+			}
+			next, nextAhead = nb, newMarkAhead(r, nb)
+			nextAhead.prefetch()
+		default: // not claimed yet
+		}
+	}
+	for {
+		b, ahead := next, nextAhead
+		next, nextAhead = nil, nil
+		if b == nil {
+			if !open {
+				break
+			}
+			var ok bool
+			if b, ok = <-batches; !ok {
+				break
+			}
+			ahead = newMarkAhead(r, b)
+		}
+		r.publishBatch(ctx, b, ahead, takeNext)
 	}
 	err := <-feedErr
 	if err != nil {
@@ -305,14 +340,15 @@ func (r *taskRun) claimSize() int {
 // time); when a whole pass finds nothing to do it waits for what is in
 // flight, and stops once no item is left unsettled.
 //
-// An unthrottled task claims two batches at once: a claim costs about as
-// long as publishing a batch, so one claimer alone would leave the
-// publisher waiting. Throttled tasks and canaries claim one at a time,
-// which keeps their counts exact.
+// An unthrottled task claims three batches at once: a claim costs about
+// as long as publishing a batch, and on a busy database claims vary so
+// much that with two the publisher still waited for one (a quarter of a
+// run, measured). Throttled tasks and canaries claim one at a time, which
+// keeps their counts exact.
 func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch) (int64, error) {
 	parallel := 1
 	if limit < 0 && r.limiter == nil {
-		parallel = 2
+		parallel = claimers
 	}
 	var (
 		cursor   int64
@@ -485,11 +521,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 // publishBatch publishes a claimed batch, one message at a time, checking
 // before each publish that the run may go on (cancel reaches here within
 // one publish), that the rate allows it and that the claim is still
-// trusted. What it does not publish it hands back.
-func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch) {
-	ahead := &markAhead{r: r, b: b, through: b.marked}
+// trusted. What it does not publish it hands back. nearEnd is called once,
+// when markStep/2 messages are left to publish.
+func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAhead, nearEnd func()) {
 	defer ahead.wait()
 	for i := range b.msgs {
+		if len(b.msgs)-i == markStep/2 || (i == 0 && len(b.msgs) < markStep/2) {
+			nearEnd()
+		}
 		m := &b.msgs[i]
 		if ctx.Err() != nil {
 			r.release(b, b.msgs[i:])
@@ -555,6 +594,18 @@ type markAhead struct {
 	b       *claimBatch
 	through int // index of the last message covered
 	pending chan markResult
+}
+
+func newMarkAhead(r *taskRun, b *claimBatch) *markAhead {
+	return &markAhead{r: r, b: b, through: b.marked}
+}
+
+// prefetch marks the stretch after the one the claim marked, before the
+// batch's turn comes.
+func (m *markAhead) prefetch() {
+	if m.pending == nil && m.through < len(m.b.msgs)-1 {
+		m.start(m.through + 1)
+	}
 }
 
 type markResult struct {
@@ -715,8 +766,12 @@ func (r *taskRun) waitFor(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
-// settlers is how many settlement transactions a run has going at once.
-const settlers = 2
+// claimers is how many claims an unthrottled run has going at once, and
+// settlers how many settlement transactions every run has going at once.
+const (
+	claimers = 3
+	settlers = 3
+)
 
 // settler records outcomes in batches: while one transaction runs, the
 // next batch gathers, so batches grow with the rate.

@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -88,6 +89,8 @@ func benchReplay(args []string) error {
 		return fmt.Errorf("-n, -size and -runs must be >= 1")
 	}
 	initCPU()
+	// The replay service runs with the collector settings of dlq serve.
+	gctune.Apply(slog.New(slog.DiscardHandler))
 	var results []replayResult
 	for run := 1; run <= o.runs; run++ {
 		r, err := replayRun(o, run)
