@@ -212,6 +212,7 @@ func (w *worker) session(ctx context.Context) error {
 			m := broker.Convert(&d, w.queue, cfg.Now())
 			if len(cur.batch.Messages) == 0 {
 				linger.Reset(cfg.Linger)
+				due = false
 			}
 			cur.batch.Messages = append(cur.batch.Messages, m)
 			cur.lastTag = d.DeliveryTag
