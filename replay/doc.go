@@ -53,10 +53,11 @@
 // the row locks of settlements. The same row holds the claim's write-ahead
 // mark: before publishing, the runner records how far into the batch
 // (which goes out in id order) it may publish: the claim marks its first
-// 32 messages, and the runner marks 128 more, in the background, whenever
-// fewer than 64 marked ones are left. The first of those marks is made
-// while the previous batch's last 64 messages go out (the publisher takes
-// the next batch then), so that a batch does not start by waiting for it.
+// 32 messages, and the runner marks up to 512 more, in the background,
+// while the previous batch's last 256 messages go out (the publisher takes
+// the next batch then), and again whenever fewer than 256 marked ones are
+// left. A mark's commit waits for the WAL of the claims and settlements in
+// flight, so publishing must not wait for marks made just in time.
 //
 // Claims whose lease ran out are taken back by whichever instance looks
 // first (every Lease/2). Rows at or below the claim's mark may have been
