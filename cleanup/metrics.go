@@ -153,8 +153,8 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	// The two reads go to the database at once, on two connections: a
-	// scrape then waits for the slower one, not for both in turn, which
-	// on a loaded machine halves its tail.
+	// scrape then waits for the slower one, not for both in turn. (On a
+	// quiet machine the difference is within noise: docs/BENCHMARKS.md.)
 	type successes struct {
 		at  map[string]time.Time
 		err error
