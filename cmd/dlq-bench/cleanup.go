@@ -80,7 +80,7 @@ func benchCleanup(args []string) error {
 	fs.DurationVar(&o.window, "window", 6*time.Second, "length of each cleanup-on and cleanup-off window")
 	fs.IntVar(&o.size, "size", 512, "body bytes of the ingested dead letters")
 	fs.IntVar(&o.batch, "batch", def.Cleanup.BatchSize, "cleanup batch size (rows per transaction)")
-	fs.StringVar(&pauses, "pause", "0s", "comma list of pauses between cleanup batches; each is one delete-under-ingest run")
+	fs.StringVar(&pauses, "pause", def.Cleanup.Pause.D().String(), "comma list of pauses between cleanup batches (default: the configuration default); each is one delete-under-ingest run")
 	fs.StringVar(&o.statusSchema, "status-schema", "bench_cleanup_status", "schema with -status-rows generated messages (the generator of `dlq-bench api`; pass -status-schema bench_api to share its schema)")
 	fs.IntVar(&o.statusN, "status-rows", 10_000_000, "messages in the status schema")
 	fs.BoolVar(&o.reuse, "reuse", true, "reuse the status schema when it already holds -status-rows messages")
