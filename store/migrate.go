@@ -36,6 +36,10 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (MigrationResult
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
+		// Numbers are allocated per concern (package migrations), so a
+		// file can land after a higher-numbered one; a database migrated
+		// in between gets it on its next migration instead of refusing.
+		goose.WithAllowOutofOrder(true),
 	)
 	if err != nil {
 		return MigrationResult{}, fmt.Errorf("store: load migrations: %w", err)
@@ -51,7 +55,7 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (MigrationResult
 			continue
 		}
 		res.Applied = append(res.Applied, r.Source.Path)
-		res.To = r.Source.Version
+		res.To = max(res.To, r.Source.Version)
 	}
 	if err != nil {
 		return res, fmt.Errorf("store: apply migrations (schema at version %d): %w", res.To, err)
