@@ -710,6 +710,8 @@ func measureIngestCost(ctx context.Context, o apiOptions) ([]apiResult, error) {
 		alter string
 	}{
 		{"all indexes", nil, ""},
+		{"all indexes, search index fastupdate=off", nil, "ALTER INDEX dead_messages_search SET (fastupdate = off)"},
+		{"all indexes, search index pending list 32MB", nil, "ALTER INDEX dead_messages_search SET (gin_pending_list_limit = 32768)"},
 		{"without dead_messages_search", []string{"dead_messages_search"}, ""},
 		// The indexes that exist for q: keys (GIN), body search by time
 		// (BRIN) and by queue and time.
