@@ -35,22 +35,8 @@ func appendSearchValues(vals []string, t amqp.Table, depth int) []string {
 			if len(v) <= maxSearchValueLen && utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
 				vals = append(vals, v)
 			}
-		case int64:
-			vals = append(vals, strconv.FormatInt(v, 10))
-		case int32:
-			vals = append(vals, strconv.FormatInt(int64(v), 10))
-		case int16:
-			vals = append(vals, strconv.FormatInt(int64(v), 10))
-		case int8:
-			vals = append(vals, strconv.FormatInt(int64(v), 10))
-		case int:
-			vals = append(vals, strconv.FormatInt(int64(v), 10))
-		case uint8:
-			vals = append(vals, strconv.FormatUint(uint64(v), 10))
-		case uint16:
-			vals = append(vals, strconv.FormatUint(uint64(v), 10))
-		case uint32:
-			vals = append(vals, strconv.FormatUint(uint64(v), 10))
+		case int64, int32, int16, int8, int, uint8, uint16, uint32:
+			vals = append(vals, strconv.FormatInt(toInt64(v), 10))
 		case amqp.Table:
 			if depth == 0 && plainTable(v) {
 				vals = appendSearchValues(vals, v, depth+1)
