@@ -8,6 +8,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
 )
 
 // TestWorkingSince: the cleanup of stale ingest_inflight rows relies on
@@ -33,4 +35,31 @@ func TestWorkingSince(t *testing.T) {
 
 	b.stop()
 	require.True(t, b.cons.WorkingSince().IsZero(), "stopped consumers are not working")
+}
+
+// TestConfirmedBatchStaysInflight: a batch whose ack the channel confirmed
+// stays in ingest_inflight for a few seconds, since a quorum queue may
+// still hold the ack back and drop it if the connection goes now; a
+// redelivery must then still find the batch. Afterwards it leaves.
+func TestConfirmedBatchStaysInflight(t *testing.T) {
+	b := setup(t)
+	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("held")})
+	b.waitRows(t, 1, "true")
+	var batch int64
+	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT batch_id FROM ingest_inflight`).Scan(&batch))
+	seen := time.Now()
+
+	inflight := func() bool {
+		var n int
+		require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM ingest_inflight WHERE batch_id = $1`, batch).Scan(&n))
+		return n == 1
+	}
+	// The writer flushes confirmed batches after a second without writes;
+	// this one must survive several such flushes.
+	for time.Since(seen) < 3*time.Second {
+		require.True(t, inflight(), "batch %d left ingest_inflight %s after it was stored", batch, time.Since(seen))
+		time.Sleep(100 * time.Millisecond)
+	}
+	dlqtest.Eventually(t, 20*time.Second, func() bool { return !inflight() }, "batch %d never left ingest_inflight", batch)
 }
