@@ -283,24 +283,60 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 		return ClaimResult{}, fmt.Errorf("store: begin claim for replay task %d: %w", c.TaskID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	// First the rows are locked, in id order, passing over rows another
+	// transaction holds. Only the message rows: every write that settles
+	// an item of a message it can still claim holds the message's row
+	// (claims, settlements, lease recovery), so the row lock is enough, and
+	// locking the items too cost a WAL record per message.
+	locked, err := tx.Query(ctx, `
+SELECT m.id FROM unnest($1::bigint[]) AS x(id)
+JOIN dead_messages m ON m.id = x.id
+ORDER BY m.id
+FOR UPDATE OF m SKIP LOCKED`, items)
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
+	}
+	lockedIDs, err := pgx.CollectRows(locked, pgx.RowTo[int64])
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
+	}
+	// Then the claim, in a statement of its own: its snapshot is taken
+	// after the locks were granted, so it sees every change committed to
+	// these rows, and every item settled with them, up to now (a statement
+	// that locks sees the latest version of a locked row, but still the
+	// old snapshot of everything else).
+	//
+	// A row whose ingest batch has left ingest_inflight (its
+	// acknowledgement is known to have reached the broker) no longer
+	// takes part in redelivery matching; the claim clears its batch, so
+	// that neither this rewrite nor the settlement's enters
+	// dead_messages_ingest_match. A batch still in flight stays: a
+	// redelivery of it must still find the row (matchRedelivery, whose
+	// update waits for this row's lock and cannot slip in between). A
+	// batch never comes back to ingest_inflight once it left.
 	rows, err := tx.Query(ctx, `
 WITH x AS MATERIALIZED (
     -- Driving from the ids keeps the plan to index probes whatever the
     -- tables' statistics say (a task's items are often minutes old).
     SELECT unnest($1::bigint[]) AS id
 ), c AS (
-    -- The item is locked and checked again: it may have been settled
-    -- (published by this task's previous claim, or taken back as unknown)
-    -- since it was selected.
+    -- The item is checked again: it may have been settled (published by
+    -- this task's previous claim, or taken back as unknown) since it was
+    -- selected.
     SELECT m.id, m.status, m.replay_count FROM x
     JOIN dead_messages m ON m.id = x.id
-    JOIN replay_task_items i ON i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL
-    ORDER BY m.id
-    FOR UPDATE OF m, i SKIP LOCKED
+    -- One probe per id: joined, the items' statistics (every item of the
+    -- task unsettled when it was created) made the planner hash the
+    -- whole task's items on every claim.
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM replay_task_items i
+        WHERE i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL LIMIT 1) i
 ), u AS (
     UPDATE dead_messages m SET status = 'replaying', claim_owner = $3,
         claim_expires_at = now() + $4 * interval '1 millisecond',
-        replay_task_id = $2, status_changed_at = now()
+        replay_task_id = $2, status_changed_at = now(),
+        ingest_batch = CASE WHEN EXISTS (SELECT 1 FROM ingest_inflight f WHERE f.batch_id = m.ingest_batch)
+                            THEN m.ingest_batch END
     FROM c
     WHERE m.id = c.id AND c.status = 'pending' AND (c.replay_count < $5 OR $6)
     RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0) AS group_id, m.source_exchange,
@@ -314,7 +350,7 @@ UNION ALL
 SELECT u.id, 'pending', u.replay_count, true, u.source_queue, u.group_id, u.source_exchange, u.source_routing_key,
     u.properties::text, u.headers::text, u.body, u.body_size
 FROM u
-ORDER BY 1`, items, c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
+ORDER BY 1`, nonNilIDs(lockedIDs), c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 	}
@@ -363,17 +399,25 @@ ORDER BY 1`, items, c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.F
 		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 	}
 	var b pgx.Batch
-	if len(skipIDs) > 0 {
-		// The items are locked by this transaction: each is settled here.
-		b.Queue(`
-UPDATE replay_task_items i SET outcome = 'skipped', detail = o.why
-FROM unnest($2::bigint[], $3::text[]) AS o(id, why)
-WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL`, c.TaskID, skipIDs, skipWhy)
-	}
-	res.Skipped = len(skipIDs)
+	// Skipped items are settled here; the counter adds those this
+	// statement settled, exactly.
+	var skipped int64
 	b.Queue(`
-UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + $3, updated_at = now() WHERE id = $1`,
-		c.TaskID, len(res.Messages), len(skipIDs))
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = 'skipped', detail = o.why
+    FROM unnest($3::bigint[], $4::text[]) AS o(id, why)
+    WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
+    RETURNING 1
+), n AS (SELECT count(*) AS n FROM s)
+UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n, updated_at = now()
+FROM n WHERE id = $1
+RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(skipWhy)).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&skipped)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
 	if len(res.Messages) > 0 {
 		// The claim's lease and write-ahead mark (0: nothing may be
 		// published yet).
@@ -387,6 +431,7 @@ UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + $3, updated_
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return ClaimResult{}, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
 	}
+	res.Skipped = int(skipped)
 	list := make([]StatusMove, 0, len(moveToKeys))
 	for _, k := range moveToKeys {
 		list = append(list, *moves[k])
@@ -526,9 +571,13 @@ FROM u GROUP BY 1, 2, 4`, ids, toks, kinds, errs)
 	}
 	err = tx.QueryRow(ctx, `
 WITH s AS (
+    -- message_id = ANY bounds the rows the planner expects to a batch's
+    -- worth: joined only, the items' statistics (every item of the task
+    -- unsettled when it was created) made it hash the whole task's items
+    -- on every settlement.
     UPDATE replay_task_items i SET outcome = o.kind, detail = o.err
     FROM unnest($2::bigint[], $3::text[], $4::text[]) AS o(id, kind, err)
-    WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
+    WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.message_id = o.id AND i.outcome IS NULL
     RETURNING i.message_id, i.outcome
 ), c AS (
     SELECT count(*) FILTER (WHERE outcome = 'published') AS p,

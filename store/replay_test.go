@@ -207,6 +207,49 @@ func TestReplaySettleKeepsAMessageThatDiedAgainFirst(t *testing.T) {
 	requireCountersConsistent(t, st)
 }
 
+// A claim clears the ingest batch of a row whose batch has left
+// ingest_inflight (so neither replay rewrite enters the redelivery-match
+// index), and keeps it while the batch is in flight: a redelivery of that
+// batch, during the replay or after it, is still recognised as the same
+// message.
+func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	confirmed, _ := ingest(t, st, msg("orders", "a", 41), msg("orders", "b", 42))
+	require.NoError(t, st.ConfirmBatches(ctx, []int64{confirmed}))
+	inflight, _ := ingest(t, st, msg("orders", "c", 43))
+	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 10, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 3)
+	require.Equal(t, 2, count(t, st, "fingerprint IN (41, 42) AND status = 'replaying' AND ingest_batch IS NULL"),
+		"a confirmed batch no longer matters to a replayed row")
+	require.Equal(t, 1, count(t, st, "fingerprint = 43 AND status = 'replaying' AND ingest_batch = $1", inflight),
+		"a batch in flight stays on its rows")
+
+	// The unconfirmed batch's ack was lost: its message comes back while it
+	// is being replayed, and is the same message.
+	re := msg("orders", "c", 43)
+	re.Redelivered = true
+	absorbing, r := ingest(t, st, re)
+	require.Equal(t, 1, r.Duplicates)
+
+	outs := make([]store.ReplayOutcome, len(res.Messages))
+	for i, m := range res.Messages {
+		outs[i] = store.ReplayOutcome{ID: m.ID, Token: "tok", Result: store.OutcomePublished}
+	}
+	s, err := st.SettleReplayOutcomes(ctx, task.ID, outs, false, "tok")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), s.Marked)
+	require.Equal(t, 1, count(t, st, "fingerprint = 43 AND status = 'replayed' AND ingest_batch = $1", absorbing))
+	// And again after the replay, while the absorbing batch is unconfirmed.
+	_, r = ingest(t, st, re)
+	require.Equal(t, 1, r.Duplicates)
+	require.Equal(t, 3, count(t, st, "source_queue = 'orders'"))
+	requireCountersConsistent(t, st)
+}
+
 // The snapshot is taken when the task is created: later arrivals are not
 // in it. The loop guard and non-pending messages are skipped with reasons.
 func TestReplaySnapshotAndSkips(t *testing.T) {
