@@ -67,14 +67,16 @@ func TestFilterSearchConds(t *testing.T) {
 	conds, err := Filter{Query: " Took 1500MS ", Group: FormatGroupID(42)}.searchConds(&args)
 	require.NoError(t, err)
 	require.Len(t, conds, 2)
-	require.Equal(t, []any{int64(42), "took 1500ms", "%Took 1500MS%", "%Took <n>MS%", "%Took 1500MS%"}, []any(args))
-	require.Contains(t, conds[1], "search_keys @>")
+	require.Equal(t, []any{int64(42), []int64{KeyHash("took 1500ms")}, []string{"took 1500ms"},
+		"%Took 1500MS%", "%Took <n>MS%", "%Took 1500MS%"}, []any(args))
+	require.Contains(t, conds[1], "search_hashes @>", "the GIN index is over the hashes")
+	require.Contains(t, conds[1], "search_keys @>", "the keys themselves are checked")
 	require.NotContains(t, conds[1], "position(", "bodies only with a source queue")
 	args = nil
 	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args)
 	require.NoError(t, err)
 	require.Contains(t, conds[0], "position(")
-	require.Equal(t, []any{"a_b%", `%a\_b\%%`, `%a\_b\%%`, `%a\_b\%%`, []byte("a_b%")}, []any(args))
+	require.Equal(t, []any{[]int64{KeyHash("a_b%")}, []string{"a_b%"}, `%a\_b\%%`, `%a\_b\%%`, `%a\_b\%%`, []byte("a_b%")}, []any(args))
 	for _, f := range []Filter{{Query: "ab"}, {Query: "  a "}, {Query: "a\x00bc"}, {Query: "\xff\xfe\xfd"}, {Group: "nope"}} {
 		_, err := f.searchConds(&args)
 		require.ErrorIs(t, err, ErrInvalidFilter, "%+v", f)

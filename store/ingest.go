@@ -51,7 +51,7 @@ var ingestColumns = []string{
 	"message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
-	"conversion_error", "replay_count", "group_id", "search_keys",
+	"conversion_error", "replay_count", "group_id", "search_keys", "search_hashes",
 }
 
 type summaryKey struct{ queue, status string }
@@ -110,12 +110,13 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 		}
 		src := pgx.CopyFromSlice(len(plain), func(k int) ([]any, error) {
 			m := &b.Messages[plain[k]]
+			keys := SearchKeys(m)
 			return []any{
 				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
 				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
-				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], SearchKeys(m),
+				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
 			}, nil
 		})
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, ingestColumns, src); err != nil {
@@ -254,17 +255,19 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
 	if oldGroup != nil {
 		groupMove(groups, *oldGroup, status, "", 1)
 	}
+	keys := SearchKeys(m)
 	_, err = tx.Exec(ctx, `
 UPDATE dead_messages SET
     status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
     failure_message = $6, properties = $7, headers = $8, failed_at = $9,
     dead_letter_queue = $10, last_death_replay_id = $11,
     replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
-    claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14
+    claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
+    search_hashes = $15
 WHERE id = $1`,
 		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 		nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-		nullText(m.ReplayID), m.ReplayCount, newGroup, SearchKeys(m))
+		nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys))
 	if err != nil {
 		return 0, err
 	}

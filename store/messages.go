@@ -169,7 +169,7 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 		// threshold reads the GIN index and the visibility map, not rows.
 		var shared int
 		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
-WHERE k.search_keys @> ARRAY[$1::text] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, sq.key).Scan(&shared)
+WHERE k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, KeyHash(sq.key)).Scan(&shared)
 		if err != nil {
 			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
 		}
@@ -227,7 +227,7 @@ WHERE k.search_keys @> ARRAY[$1::text] LIMIT `+strconv.Itoa(sharedKeyThreshold)+
 // would leave the planner a single plan for all, and walking the whole
 // table for a rare key is what it would too often choose.
 //
-//   - keys: the GIN index on search_keys;
+//   - keys: the GIN index on the keys' hashes (search_hashes);
 //   - failure groups whose type or pattern contains q literally: every
 //     message of such a group matches, so each group's newest ids come
 //     from its (group_id, status, id) index alone, without reading rows;
@@ -321,8 +321,8 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 	// OFFSET 0 fences the subquery, so the planner cannot AND the bitmap
 	// with (group_id, status, id), whose millions of entries cost far more
 	// than checking the few rows with q's values.
-	keyed := func(keys string) string {
-		return `(SELECT * FROM dead_messages k WHERE k.search_keys @> ` + keys + ` OFFSET 0) m`
+	keyed := func(keys []string) string {
+		return `(SELECT * FROM dead_messages k WHERE ` + args.hasKeys("k", keys...) + ` OFFSET 0) m`
 	}
 	// A rare key (a message id, a trace id) is read through the GIN index;
 	// a key thousands of messages share was walked to already (keyIDs, see
@@ -335,7 +335,7 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 		if err != nil {
 			return "", err
 		}
-		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND m.search_keys @> ARRAY[` + args.add(sq.key) + `::text]
+		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND ` + args.hasKeys("m", sq.key) + `
 		  ORDER BY m.id DESC LIMIT ` + n + `)`
 	}
 	arms := []string{
@@ -350,7 +350,7 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 			return "", err
 		}
 		partial := `SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND g.pattern ILIKE ` + args.add(sq.pattern) + ` AND NOT ` + whole
-		arms = append(arms, `(SELECT m.id FROM `+keyed(args.add(sq.values)+`::text[]`)+`
+		arms = append(arms, `(SELECT m.id FROM `+keyed(sq.values)+`
 		  WHERE EXISTS (`+partial+`) AND m.group_id = ANY(ARRAY(`+partial+`)) AND `+kw+` AND `+sq.failureText(args)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
@@ -358,7 +358,8 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 		// With a time bound, "m.id + 0" keeps the planner from walking the
 		// queue's id index (which ignores the bound and may read the whole
 		// queue looking for a rare phrase): it reads the rows in the time
-		// range through the failed_at indexes instead, then sorts them.
+		// range through (source_queue, status, failed_at) instead, then
+		// sorts them.
 		order := "m.id"
 		if f.FailedAfter != nil {
 			order = "m.id + 0"
@@ -366,6 +367,13 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 		where, err := base.where(args)
 		if err != nil {
 			return "", err
+		}
+		if sts, _ := base.Statuses(); sts == nil {
+			// Every status, spelled out: the time range is the third
+			// column of (source_queue, status, failed_at), so the index
+			// is read as one range per status, not the queue's whole
+			// span.
+			where += " AND m.status = ANY(" + args.add(Statuses) + "::text[])"
 		}
 		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+before+` AND position(`+args.add(sq.body)+`::bytea IN m.body) > 0
 		  ORDER BY `+order+` DESC LIMIT `+n+`)`)
@@ -399,7 +407,7 @@ func walkKey(ctx context.Context, tx pgx.Tx, f Filter, sq searchQuery, opt ListO
 			return nil, fmt.Errorf("store: search: %w", err)
 		}
 	}
-	rows, err := tx.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+where+` AND m.search_keys @> ARRAY[`+args.add(sq.key)+`::text]
+	rows, err := tx.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+where+` AND `+args.hasKeys("m", sq.key)+`
 ORDER BY m.id DESC LIMIT `+args.add(limit+1), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: search key %q: %w", sq.key, err)

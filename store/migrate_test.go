@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/migrations"
+	"github.com/dlq/dlq/store"
 )
 
 // A migration file can land after a higher-numbered one (numbers are per
@@ -50,4 +53,35 @@ func TestDeadMessageRowStorage(t *testing.T) {
 		`SELECT pg_column_compression(headers), headers::text FROM dead_messages WHERE ingest_batch = $1`, batch).Scan(&compressed, &headers))
 	require.Nil(t, compressed, "a 2.3 KB row is kept inline as it is")
 	require.Equal(t, string(m.Headers), headers, "headers are stored byte for byte")
+}
+
+// Rows stored before migration 00050 have search keys but no hashes; the
+// migration computes them in SQL, and a search (which probes the hashes
+// computed in Go) must find those rows.
+func TestSearchHashMigrationFillsExistingRows(t *testing.T) {
+	ctx := context.Background()
+	st, dsn := dlqtest.Store(t)
+	m := msg("orders", "body", 1)
+	m.MessageID = "Before-00050"
+	ingest(t, st, m)
+
+	// Back to the schema before 00050, with its own Down section.
+	src, err := fs.ReadFile(migrations.FS, "00050_search_hashes.sql")
+	require.NoError(t, err)
+	_, down, ok := strings.Cut(string(src), "-- +goose Down")
+	require.True(t, ok)
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, down)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = 50`)
+	require.NoError(t, err)
+
+	res, err := st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"00050_search_hashes.sql"}, res.Applied)
+	page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: "before-00050"}, store.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 1, "the migrated row is found through its hashed key")
 }

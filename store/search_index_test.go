@@ -15,10 +15,10 @@ import (
 
 // TestSearchQueriesUseTheirIndexes guards the plans the 10M-row benchmark
 // depends on (docs/BENCHMARKS.md, API): a key search must be able to read
-// the GIN index, whose collation ("C", migration 00041) differs from the
-// database default, and a body search with a time bound the (source_queue,
-// failed_at) index (00040). With sequential scans priced out, a query that
-// cannot match an index still scans, so the plan shows it.
+// the GIN index over the keys' hashes (migration 00050), and a body search
+// with a time bound the (source_queue, status, failed_at) index (00050).
+// With sequential scans priced out, a query that cannot match an index
+// still scans, so the plan shows it.
 func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	st, _ := dlqtest.Store(t)
@@ -41,13 +41,14 @@ func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 		require.NoError(t, err)
 		return strings.Join(lines, "\n")
 	}
-	plan := explain(`SELECT m.id FROM dead_messages m WHERE m.search_keys @> ARRAY[$1::text]`, "msg-abc-123")
+	plan := explain(`SELECT m.id FROM dead_messages m WHERE m.search_hashes @> ARRAY[$1::bigint] AND m.search_keys @> ARRAY[$2::text]`,
+		store.KeyHash("msg-abc-123"), "msg-abc-123")
 	require.Contains(t, plan, "dead_messages_search", plan)
-	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.search_keys @> $1::text[]`, []string{"msg-abc-123"})
+	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.search_hashes @> $1::bigint[]`, store.KeyHashes([]string{"msg-abc-123"}))
 	require.Contains(t, plan, "dead_messages_search", plan)
 	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.source_queue = $1 AND m.status = ANY($2) AND m.failed_at >= $3
 		AND position($4::bytea IN m.body) > 0 ORDER BY m.id + 0 DESC LIMIT 51`, "orders", store.Statuses, time.Now().Add(-time.Hour), []byte("SKU-42"))
-	require.Contains(t, plan, "dead_messages_queue_failed_at", plan)
+	require.Contains(t, plan, "dead_messages_queue_status_failed_at", plan)
 
 	// The key is found whatever the case of q, through the listing.
 	for _, q := range []string{"Msg-ABC-123", "MSG-abc-123"} {
@@ -59,4 +60,19 @@ func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 	page, err := st.ListMessages(ctx, store.Filter{Status: "all", SourceQueue: "orders", FailedAfter: &after, Query: `"sku":"SKU-42"`}, store.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, page.Messages, 1)
+}
+
+// TestKeyHashMatchesSQL holds store.KeyHash and the SQL that migration
+// 00050 fills search_hashes with to the same value: a row migrated with
+// one and searched with the other must be found.
+func TestKeyHashMatchesSQL(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	keys := []string{"", "a", "msg-abc-123", "tenant-7", "0f8fad5b-d9cb-469f-a165-70867728950e",
+		"grüße", "日本語のキー", strings.Repeat("x", 128), "with space", "quote'and\\back"}
+	var sql []int64
+	require.NoError(t, st.Pool().QueryRow(context.Background(),
+		`SELECT array_agg(('x' || left(md5(k), 16))::bit(64)::bigint ORDER BY n) FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n)`,
+		keys).Scan(&sql))
+	require.Equal(t, sql, store.KeyHashes(keys))
 }
