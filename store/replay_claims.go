@@ -288,23 +288,55 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	// an item of a message it can still claim holds the message's row
 	// (claims, settlements, lease recovery), so the row lock is enough, and
 	// locking the items too cost a WAL record per message.
-	locked, err := tx.Query(ctx, `
-SELECT m.id FROM unnest($1::bigint[]) AS x(id)
+	rows, err := tx.Query(ctx, `
+SELECT m.id, m.status, m.replay_count FROM unnest($1::bigint[]) AS x(id)
 JOIN dead_messages m ON m.id = x.id
 ORDER BY m.id
 FOR UPDATE OF m SKIP LOCKED`, items)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
 	}
-	lockedIDs, err := pgx.CollectRows(locked, pgx.RowTo[int64])
-	if err != nil {
+	var (
+		res       = ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
+		claimable []int64
+		skipIDs   []int64
+		skipWhy   []string
+	)
+	for rows.Next() {
+		var (
+			id, replays int64
+			status      string
+		)
+		if err := rows.Scan(&id, &status, &replays); err != nil {
+			rows.Close()
+			return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
+		}
+		// A locked row is read as it is now, whatever the statement's
+		// snapshot: its status is the one the claim would change.
+		switch {
+		case status == StatusPending && (replays < int64(c.MaxReplays) || c.Force):
+			claimable = append(claimable, id)
+		case status == StatusReplaying:
+			res.Deferred++
+		case status == StatusPending:
+			skipIDs = append(skipIDs, id)
+			skipWhy = append(skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays))
+		default:
+			skipIDs = append(skipIDs, id)
+			skipWhy = append(skipWhy, fmt.Sprintf("status is %s: only pending messages are replayed", status))
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
 	}
 	// Then the claim, in a statement of its own: its snapshot is taken
 	// after the locks were granted, so it sees every change committed to
 	// these rows, and every item settled with them, up to now (a statement
 	// that locks sees the latest version of a locked row, but still the
-	// old snapshot of everything else).
+	// old snapshot of everything else). The item is checked there: it may
+	// have been settled (published by this task's previous claim, or taken
+	// back as unknown) since it was selected.
 	//
 	// A row whose ingest batch has left ingest_inflight (its
 	// acknowledgement is known to have reached the broker) no longer
@@ -314,66 +346,41 @@ FOR UPDATE OF m SKIP LOCKED`, items)
 	// redelivery of it must still find the row (matchRedelivery, whose
 	// update waits for this row's lock and cannot slip in between). A
 	// batch never comes back to ingest_inflight once it left.
-	rows, err := tx.Query(ctx, `
+	moves := map[moveKey]*StatusMove{}
+	var moveToKeys []moveKey
+	if len(claimable) > 0 {
+		rows, err = tx.Query(ctx, `
 WITH x AS MATERIALIZED (
     -- Driving from the ids keeps the plan to index probes whatever the
     -- tables' statistics say (a task's items are often minutes old).
     SELECT unnest($1::bigint[]) AS id
-), c AS (
-    -- The item is checked again: it may have been settled (published by
-    -- this task's previous claim, or taken back as unknown) since it was
-    -- selected.
-    SELECT m.id, m.status, m.replay_count FROM x
-    JOIN dead_messages m ON m.id = x.id
-    -- One probe per id: joined, the items' statistics (every item of the
-    -- task unsettled when it was created) made the planner hash the
-    -- whole task's items on every claim.
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM replay_task_items i
-        WHERE i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL LIMIT 1) i
-), u AS (
-    UPDATE dead_messages m SET status = 'replaying', claim_owner = $3,
-        claim_expires_at = now() + $4 * interval '1 millisecond',
-        replay_task_id = $2, status_changed_at = now(),
-        ingest_batch = CASE WHEN EXISTS (SELECT 1 FROM ingest_inflight f WHERE f.batch_id = m.ingest_batch)
-                            THEN m.ingest_batch END
-    FROM c
-    WHERE m.id = c.id AND c.status = 'pending' AND (c.replay_count < $5 OR $6)
-    RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0) AS group_id, m.source_exchange,
-        m.source_routing_key, m.properties, m.headers, m.body, m.body_size
 )
--- Every locked row that was not claimable, then every claimed one: no join
--- between the two (the planner cannot size CTEs and would loop).
-SELECT c.id, c.status, c.replay_count, false, '', 0::bigint, '', '', NULL::text, NULL::text, NULL::bytea, 0
-FROM c WHERE NOT (c.status = 'pending' AND (c.replay_count < $5 OR $6))
-UNION ALL
-SELECT u.id, 'pending', u.replay_count, true, u.source_queue, u.group_id, u.source_exchange, u.source_routing_key,
-    u.properties::text, u.headers::text, u.body, u.body_size
-FROM u
-ORDER BY 1`, nonNilIDs(lockedIDs), c.TaskID, c.Token, c.Lease.Milliseconds(), c.MaxReplays, c.Force)
-	if err != nil {
-		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
-	}
-	var (
-		res        = ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
-		skipIDs    []int64
-		skipWhy    []string
-		moves      = map[moveKey]*StatusMove{}
-		moveToKeys []moveKey
-	)
-	for rows.Next() {
-		var (
-			m       ClaimedMessage
-			status  string
-			claimed bool
-		)
-		if err := rows.Scan(&m.ID, &status, &m.ReplayCount, &claimed, &m.SourceQueue, &m.Group,
-			&m.SourceExchange, &m.SourceRoutingKey, &m.Properties, &m.Headers, &m.Body, &m.BodySize); err != nil {
-			rows.Close()
-			return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
+UPDATE dead_messages m SET status = 'replaying', claim_owner = $3,
+    claim_expires_at = now() + $4 * interval '1 millisecond',
+    replay_task_id = $2, status_changed_at = now(),
+    ingest_batch = CASE WHEN EXISTS (SELECT 1 FROM ingest_inflight f WHERE f.batch_id = m.ingest_batch)
+                        THEN m.ingest_batch END
+FROM x
+-- One probe per id: joined, the items' statistics (every item of the task
+-- unsettled when it was created) made the planner hash the whole task's
+-- items on every claim.
+CROSS JOIN LATERAL (
+    SELECT 1 FROM replay_task_items i
+    WHERE i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL LIMIT 1) i
+WHERE m.id = x.id
+RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.source_exchange,
+    m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size`,
+			claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 		}
-		switch {
-		case claimed:
+		for rows.Next() {
+			var m ClaimedMessage
+			if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
+				&m.Properties, &m.Headers, &m.Body, &m.BodySize); err != nil {
+				rows.Close()
+				return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
+			}
 			res.Messages = append(res.Messages, m)
 			k := moveKey{m.SourceQueue, m.Group}
 			mv := moves[k]
@@ -384,19 +391,13 @@ ORDER BY 1`, nonNilIDs(lockedIDs), c.TaskID, c.Token, c.Lease.Milliseconds(), c.
 			}
 			mv.Messages++
 			mv.Bytes += m.BodySize
-		case status == StatusReplaying:
-			res.Deferred++
-		case status == StatusPending:
-			skipIDs = append(skipIDs, m.ID)
-			skipWhy = append(skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", m.ReplayCount, c.MaxReplays))
-		default:
-			skipIDs = append(skipIDs, m.ID)
-			skipWhy = append(skipWhy, fmt.Sprintf("status is %s: only pending messages are replayed", status))
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+		}
+		// Published in id order (the write-ahead mark relies on it).
+		slices.SortFunc(res.Messages, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	var b pgx.Batch
 	// Skipped items are settled here; the counter adds those this

@@ -250,6 +250,51 @@ func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
 	requireCountersConsistent(t, st)
 }
 
+// Settling a batch of items updates each of them on its own page (a HOT
+// update: no new primary key entry), even when every item of the page is
+// settled in one transaction.
+func TestReplaySettlementKeepsItemsOnTheirPages(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	ids := seedPending(t, st, "orders", 500)
+	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+	blocks := func() map[int64]string {
+		rows, err := st.Pool().Query(ctx, `SELECT message_id, (ctid::text::point)[0]::text FROM replay_task_items WHERE task_id = $1`, task.ID)
+		require.NoError(t, err)
+		out := map[int64]string{}
+		for rows.Next() {
+			var id int64
+			var block string
+			require.NoError(t, rows.Scan(&id, &block))
+			out[id] = block
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	before := blocks()
+	require.Len(t, before, len(ids))
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 500, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, len(ids))
+	outs := make([]store.ReplayOutcome, len(res.Messages))
+	for i, m := range res.Messages {
+		outs[i] = store.ReplayOutcome{ID: m.ID, Token: "tok", Result: store.OutcomePublished}
+	}
+	s, err := st.SettleReplayOutcomes(ctx, task.ID, outs, false, "tok")
+	require.NoError(t, err)
+	require.Equal(t, int64(len(ids)), s.Published)
+	after := blocks()
+	moved := 0
+	for id, b := range before {
+		if after[id] != b {
+			moved++
+		}
+	}
+	require.Zero(t, moved, "settled items that left their page")
+	requireCountersConsistent(t, st)
+}
+
 // The snapshot is taken when the task is created: later arrivals are not
 // in it. The loop guard and non-pending messages are skipped with reasons.
 func TestReplaySnapshotAndSkips(t *testing.T) {
