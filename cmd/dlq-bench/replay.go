@@ -248,7 +248,10 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 }
 
 // seedReplay stores n pending messages of size bytes that died in queue,
-// through the same batch writer as ingest.
+// through the same batch writer as ingest. Each batch is confirmed in the
+// next one, as the consumer does once its acknowledgements reached the
+// broker: the messages an operator replays were stored minutes ago, and
+// their batches have long left ingest_inflight.
 func seedReplay(ctx context.Context, st *store.Store, queue string, n, size int) error {
 	body := make([]byte, size)
 	for i := range body {
@@ -258,6 +261,7 @@ func seedReplay(ctx context.Context, st *store.Store, queue string, n, size int)
 	props := []byte(`{"content_type":"application/json","delivery_mode":2,"message_id":"bench"}`)
 	now := time.Now().UTC()
 	msgs := make([]store.NewMessage, 0, 1000)
+	var prev []int64
 	for i := 0; i < n; i++ {
 		msgs = append(msgs, store.NewMessage{
 			MessageID: fmt.Sprintf("bench-%d", i), SourceQueue: queue, SourceRoutingKey: queue, DeadLetterQueue: "dlq",
@@ -265,13 +269,15 @@ func seedReplay(ctx context.Context, st *store.Store, queue string, n, size int)
 			Properties: props, Headers: headers, Body: body, FirstFailedAt: now, FailedAt: now, Fingerprint: int64(i + 1),
 		})
 		if len(msgs) == cap(msgs) || i == n-1 {
-			if _, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "bench", Messages: msgs}); err != nil {
+			id := store.NewBatchID()
+			if _, err := st.IngestBatch(ctx, store.IngestBatch{ID: id, Consumer: "bench", Messages: msgs, Confirmed: prev}); err != nil {
 				return err
 			}
+			prev = []int64{id}
 			msgs = msgs[:0]
 		}
 	}
-	return nil
+	return st.ConfirmBatches(ctx, prev)
 }
 
 func dropNote(ix []string) string {
