@@ -30,11 +30,16 @@
 // # Claims and fencing
 //
 // A runner claims a task's messages in batches: pending → replaying, with
-// FOR UPDATE SKIP LOCKED on the message rows and on their items, each batch
-// under its own token (dead_messages.claim_owner) and lease. Only one
-// claimer can win a row; a row held by another task's claim is passed over
-// and looked at again later; an item settled since it was selected is
-// left alone. An unthrottled task runs three claims at once, and every task
+// FOR UPDATE SKIP LOCKED on the message rows, each batch under its own
+// token (dead_messages.claim_owner) and lease. Only one claimer can win a
+// row; a row held by another task's claim is passed over and looked at
+// again later; an item settled since it was selected is left alone (the
+// claim checks the items in a statement that starts after its row locks
+// were granted: whatever settles an item of a claimable message holds
+// that message's row). A claim also clears the row's ingest batch once
+// that batch has left ingest_inflight, so that the replay's two rewrites
+// of the row stay out of the redelivery-matching index; a batch still in
+// flight stays (package store, Ingest). An unthrottled task runs three claims at once, and every task
 // three settlements, so that the publisher does not wait for the database.
 //
 // Every write that ends a claim says WHERE status = 'replaying' AND
