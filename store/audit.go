@@ -20,6 +20,9 @@ type Actor struct {
 	// RequestID ties the row to the request's logs (X-Request-Id or the
 	// control command id).
 	RequestID string `json:"request_id,omitempty"`
+	// Scope is the source queues the actor is restricted to (its token's
+	// queues); nil means every queue.
+	Scope []string `json:"scope,omitempty"`
 }
 
 // AuditEntry is one audit row.
@@ -33,7 +36,9 @@ type AuditEntry struct {
 	Selection json.RawMessage `json:"selection"`
 	Count     int64           `json:"count"`
 	RequestID string          `json:"request_id"`
-	Detail    json.RawMessage `json:"detail,omitempty"`
+	// Scope is the actor's queues when it acted; null: every queue.
+	Scope  []string        `json:"scope"`
+	Detail json.RawMessage `json:"detail,omitempty"`
 }
 
 // insertAudit writes one audit row inside tx, so the row exists exactly
@@ -50,9 +55,9 @@ func insertAudit(ctx context.Context, tx pgx.Tx, a Actor, action string, selecti
 		}
 	}
 	_, err = tx.Exec(ctx, `
-INSERT INTO audit_log (actor, role, via, action, selection, count, request_id, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		cleanText(a.Name), a.Role, a.Via, action, sel, count, cleanText(a.RequestID), det)
+INSERT INTO audit_log (actor, role, via, action, selection, count, request_id, detail, scope)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		cleanText(a.Name), a.Role, a.Via, action, sel, count, cleanText(a.RequestID), det, a.Scope)
 	if err != nil {
 		return fmt.Errorf("write audit row for %s by %s: %w", action, a.Name, err)
 	}

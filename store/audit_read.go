@@ -52,14 +52,14 @@ func (s *Store) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 		where += " AND a.at >= " + args.add(*q.Since)
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT a.id, a.at, a.actor, a.role, a.via, a.action, a.selection, a.count, a.request_id, a.detail
+SELECT a.id, a.at, a.actor, a.role, a.via, a.action, a.selection, a.count, a.request_id, a.detail, a.scope
 FROM audit_log a WHERE `+where+` ORDER BY a.id DESC LIMIT `+args.add(limit+1), args...)
 	if err != nil {
 		return AuditPage{}, fmt.Errorf("store: read audit log: %w", err)
 	}
 	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Via, &e.Action, &e.Selection, &e.Count, &e.RequestID, &e.Detail)
+		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Via, &e.Action, &e.Selection, &e.Count, &e.RequestID, &e.Detail, &e.Scope)
 		e.At = e.At.UTC()
 		return e, err
 	})
