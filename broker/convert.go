@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -33,6 +34,7 @@ var brokerHeaders = map[string]bool{
 	"x-last-death-queue":     true,
 	"x-last-death-exchange":  true,
 	"x-delivery-count":       true,
+	"x-acquired-count":       true,
 }
 
 // IsBrokerHeader reports whether RabbitMQ, not the application, owns header k.
@@ -48,13 +50,13 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 			m = raw(d, queue, now, fmt.Errorf("panic while converting: %v", r))
 		}
 	}()
-	// x-delivery-count is added by our own queue on redelivery; storing it
-	// would make a redelivery look different from the first delivery.
+	// Our own quorum queue adds the return counts on redelivery; storing
+	// them would make a redelivery look different from the first delivery.
 	headers := d.Headers
-	if _, ok := headers["x-delivery-count"]; ok {
+	if hasReturnCount(headers) {
 		headers = make(amqp.Table, len(d.Headers))
 		for k, v := range d.Headers {
-			if k != "x-delivery-count" {
+			if !isReturnCount(k) {
 				headers[k] = v
 			}
 		}
@@ -84,6 +86,7 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 		FirstFailedAt:    death.FirstTime,
 		FailedAt:         now,
 		Redelivered:      d.Redelivered,
+		Returns:          Returns(d),
 		HeaderValues:     headerSearchValues(headers),
 	}
 	if m.SourceQueue == "" && death.Reason == "unknown" {
@@ -105,6 +108,37 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 	return m
 }
 
+// Returns is how many times the broker had returned d to dlq's queue before
+// this delivery: 0 for a first delivery, the quorum queue's count for a
+// redelivery, store.ReturnsUnknown when a redelivery carries no count
+// (classic queues). RabbitMQ 3.x counts every return in x-delivery-count;
+// 4.x counts only failed deliveries there and every acquisition in
+// x-acquired-count, so the larger of the two is the one to trust.
+func Returns(d *amqp.Delivery) int {
+	if !d.Redelivered {
+		return 0
+	}
+	n := store.ReturnsUnknown
+	for _, k := range [...]string{"x-delivery-count", "x-acquired-count"} {
+		v, ok := d.Headers[k]
+		if !ok {
+			continue
+		}
+		if c := toInt64(v); c > 0 && c <= math.MaxInt32 {
+			n = max(n, int(c))
+		}
+	}
+	return n
+}
+
+func isReturnCount(k string) bool { return k == "x-delivery-count" || k == "x-acquired-count" }
+
+func hasReturnCount(h amqp.Table) bool {
+	_, a := h["x-delivery-count"]
+	_, b := h["x-acquired-count"]
+	return a || b
+}
+
 // raw keeps what can always be kept when conversion failed.
 func raw(d *amqp.Delivery, queue string, now time.Time, cause error) store.NewMessage {
 	m := store.NewMessage{
@@ -117,6 +151,7 @@ func raw(d *amqp.Delivery, queue string, now time.Time, cause error) store.NewMe
 		FirstFailedAt:    now,
 		FailedAt:         now,
 		Redelivered:      d.Redelivered,
+		Returns:          Returns(d),
 		ConversionError:  cause.Error(),
 		SourceExchange:   d.Exchange,
 		SourceRoutingKey: d.RoutingKey,

@@ -239,6 +239,7 @@ func rawForm(m store.NewMessage, cause error) store.NewMessage {
 		FailedAt:         m.FailedAt,
 		Fingerprint:      m.Fingerprint,
 		Redelivered:      m.Redelivered,
+		Returns:          m.Returns,
 		ConversionError:  fmt.Sprintf("%sPostgreSQL refused the converted message: %v", rawPrefix, cause),
 	}
 }

@@ -22,7 +22,10 @@
 //     unconfirmed batches. A matched row moves to the current batch, so it stands
 //     for this delivery until this batch's acknowledgement is confirmed in
 //     turn, and absorbs one delivery per batch. A match is a duplicate: it is
-//     counted and changes nothing else.
+//     counted and changes nothing else. Identical twins share a fingerprint,
+//     so a match also needs a single candidate row stored from a delivery
+//     returned fewer times than this one (ingest_returns); otherwise the
+//     delivery is stored: an extra row, never a lost twin.
 //   - A message carrying x-dlq-id is a replayed message that died again. It
 //     returns to its own row (status pending, death details updated,
 //     replay_count kept). Its x-dlq-replay-id is unique per publish and is

@@ -51,7 +51,7 @@ var ingestColumns = []string{
 	"message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
-	"conversion_error", "replay_count", "group_id", "search_keys", "search_hashes",
+	"conversion_error", "replay_count", "group_id", "search_keys", "search_hashes", "ingest_returns",
 }
 
 type summaryKey struct{ queue, status string }
@@ -89,7 +89,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 			}
 			res.Outcomes[i] = out
 		case m.Redelivered:
-			dup, err := matchRedelivery(ctx, tx, m.Fingerprint, b.ID)
+			dup, err := matchRedelivery(ctx, tx, m.Fingerprint, m.Returns, b.ID)
 			if err != nil {
 				return IngestResult{}, fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
 			}
@@ -117,6 +117,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
+				m.Returns,
 			}, nil
 		})
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, ingestColumns, src); err != nil {
@@ -185,43 +186,66 @@ func (s *Store) ConfirmBatches(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// matchRedelivery finds a stored row with this fingerprint from a batch
-// whose acknowledgement is unconfirmed and moves it to the current batch: the
-// row now stands for this delivery, whose own acknowledgement is again
-// unconfirmed (if that ack is lost too, the next redelivery matches the row
-// again). Within this transaction the row is no candidate, because the
-// current batch joins ingest_inflight only after matching, so each row
-// absorbs one delivery per batch.
+// matchRedelivery decides whether a redelivered message is already stored:
+// a row with its fingerprint from a batch whose acknowledgement is
+// unconfirmed. If so, the row moves to the current batch and now stands for
+// this delivery, whose own acknowledgement is again unconfirmed (if that ack
+// is lost too, the next redelivery matches the row again). Within this
+// transaction the row is no candidate, because the current batch joins
+// ingest_inflight only after matching, so each row absorbs one delivery per
+// batch.
 //
-// SKIP LOCKED is right even when the holder of a skipped row rolls back:
-// copies with the same fingerprint are interchangeable, so whichever
-// redelivery gets a row and whichever gets a new one, the count of rows
-// equals the count of distinct messages. The guarded UPDATE catches a row
-// moved and committed by another transaction after this statement's
-// snapshot; the next attempt's fresh snapshot no longer sees it there.
-func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint, batch int64) (bool, error) {
-	for range 100 {
-		var id, from int64
-		err := tx.QueryRow(ctx, `
-SELECT m.id, m.ingest_batch FROM ingest_inflight f
+// Identical messages (twins: same body, properties, headers and death
+// second) share a fingerprint, and a redelivered twin that was never stored
+// must not be taken for a stored one whose acknowledgement did reach the
+// broker: that would lose it. Where the two cannot be told apart, storing
+// wins, because an extra row can be deleted and a lost message cannot be
+// found. So a delivery matches only when
+//   - exactly one candidate exists (two or more mean twins are in flight),
+//   - its row was stored from a delivery returned fewer times than this one
+//     (returns only grow; unknown counts on either side do not decide), and
+//   - no concurrent transaction holds the row (SKIP LOCKED): a message is
+//     delivered to one consumer at a time, so two deliveries racing for one
+//     row are twins.
+//
+// For distinct messages this is exact. For twins it may store a redelivery
+// again (a duplicate, never a loss); docs/ARCHITECTURE.md describes the one
+// twin case it cannot detect.
+func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint int64, returns int, batch int64) (bool, error) {
+	rows, err := tx.Query(ctx, `
+SELECT m.id, m.ingest_batch, m.ingest_returns FROM ingest_inflight f
 JOIN dead_messages m ON m.ingest_batch = f.batch_id AND m.fingerprint = $1
-LIMIT 1
-FOR UPDATE OF m SKIP LOCKED`, fingerprint).Scan(&id, &from)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
-		if err != nil {
+LIMIT 2`, fingerprint)
+	if err != nil {
+		return false, err
+	}
+	var id, from int64
+	var rowReturns, n int
+	for rows.Next() {
+		n++
+		if err := rows.Scan(&id, &from, &rowReturns); err != nil {
+			rows.Close()
 			return false, err
-		}
-		tag, err := tx.Exec(ctx, `UPDATE dead_messages SET ingest_batch = $3 WHERE id = $1 AND ingest_batch = $2`, id, from, batch)
-		if err != nil {
-			return false, err
-		}
-		if tag.RowsAffected() == 1 {
-			return true, nil
 		}
 	}
-	return false, fmt.Errorf("fingerprint %x: candidates kept changing under concurrent matching", fingerprint)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	if n != 1 {
+		return false, nil
+	}
+	if returns != ReturnsUnknown && rowReturns != ReturnsUnknown && rowReturns >= returns {
+		return false, nil
+	}
+	tag, err := tx.Exec(ctx, `
+UPDATE dead_messages SET ingest_batch = $3, ingest_returns = $4
+WHERE id = (SELECT id FROM dead_messages WHERE id = $1 AND ingest_batch = $2 FOR UPDATE SKIP LOCKED)`,
+		id, from, batch, returns)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // returnToRecord applies a replayed message's new death to its row. It

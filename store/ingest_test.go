@@ -26,6 +26,9 @@ func msg(queue, body string, fp int64) store.NewMessage {
 		FirstFailedAt:   now,
 		FailedAt:        now,
 		Fingerprint:     fp,
+		// As from a classic queue: redeliveries carry no return count, so
+		// only the fingerprint and the batches decide.
+		Returns: store.ReturnsUnknown,
 	}
 }
 
@@ -258,4 +261,58 @@ func TestIngestOddText(t *testing.T) {
 	_, res := ingest(t, st, m)
 	require.Equal(t, 1, res.Inserted)
 	require.Equal(t, 1, count(t, st, "message_id = $1", "id\uFFFD\uFFFD"))
+}
+
+// returned is m delivered again after the broker had returned it n times.
+func returned(m store.NewMessage, n int) store.NewMessage {
+	m.Redelivered = n > 0
+	m.Returns = n
+	return m
+}
+
+// Identical messages (twins) share a fingerprint. With two of them stored in
+// unconfirmed batches, a redelivery could be either one or a third twin
+// that was never stored: it is stored, so a twin is never lost.
+func TestIngestRedeliveryAmongTwinsIsStored(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ingest(t, st, returned(msg("q", "twin", 60), 0), returned(msg("q", "twin", 60), 0))
+	_, res := ingest(t, st, returned(msg("q", "twin", 60), 1))
+	require.Equal(t, 1, res.Inserted, "two candidates: the redelivery is stored, not matched")
+	require.Equal(t, 3, count(t, st, "fingerprint = 60"))
+}
+
+// Returns only grow: a delivery returned no more often than the one a row
+// was stored from cannot be that row's redelivery, so it is a twin.
+func TestIngestRedeliveryReturnedNoMoreOftenIsATwin(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ingest(t, st, returned(msg("q", "r", 61), 0))
+
+	_, res := ingest(t, st, returned(msg("q", "r", 61), 1))
+	require.Equal(t, 1, res.Duplicates, "returned once after a row stored from a first delivery: its redelivery")
+	require.Equal(t, 1, count(t, st, "fingerprint = 61 AND ingest_returns = 1"), "the row now stands for the delivery it absorbed")
+
+	_, res = ingest(t, st, returned(msg("q", "r", 61), 1))
+	require.Equal(t, 1, res.Inserted, "returned as often as the row's own delivery: a twin, stored")
+	require.Equal(t, 2, count(t, st, "fingerprint = 61"))
+
+	// Unknown counts on either side do not decide; the single-candidate
+	// rule still does (two candidates now).
+	_, res = ingest(t, st, returned(msg("q", "r", 61), store.ReturnsUnknown))
+	require.Equal(t, 1, res.Inserted)
+}
+
+// The common case, distinct messages, stays exact with return counts: one
+// candidate, returned more often than its row, matched every time its
+// acknowledgement is lost again.
+func TestIngestRedeliveryWithReturnCountsIsMatchedEachTime(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ingest(t, st, returned(msg("q", "one", 62), 0))
+	for n := 1; n <= 3; n++ {
+		_, res := ingest(t, st, returned(msg("q", "one", 62), n))
+		require.Equal(t, 1, res.Duplicates, "redelivery %d", n)
+	}
+	require.Equal(t, 1, count(t, st, "fingerprint = 62 AND ingest_returns = 3"))
 }

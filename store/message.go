@@ -18,6 +18,9 @@ const (
 // Statuses lists every status, in lifecycle order.
 var Statuses = []string{StatusPending, StatusReplaying, StatusReplayed, StatusAcknowledged}
 
+// ReturnsUnknown is NewMessage.Returns when the broker gave no count.
+const ReturnsUnknown = -1
+
 // NewMessage is one dead message on its way in. The broker package builds it
 // from a delivery; JSON fields hold broker.AppendHeadersJSON output.
 type NewMessage struct {
@@ -44,6 +47,11 @@ type NewMessage struct {
 	ConversionError string
 	// Redelivered is the broker's redelivered flag.
 	Redelivered bool
+	// Returns is how many times the broker had returned this delivery to
+	// dlq's queue before (x-delivery-count), 0 for a first delivery, and
+	// ReturnsUnknown when the broker did not say (classic queues). Rows
+	// keep it, so that a redelivery can be told from an identical twin.
+	Returns int
 	// DLQID and ReplayID come from x-dlq-id and x-dlq-replay-id: a replayed
 	// message that died again. DLQID is 0 otherwise.
 	DLQID       int64

@@ -415,7 +415,11 @@ type publisher struct {
 	window int
 	size   int
 	prefix string
-	ledger *ledger
+	// twins makes every message identical (twin), for the redelivery
+	// matching's worst case: fingerprints shared by many rows.
+	twins     bool
+	twinDeath time.Time
+	ledger    *ledger
 
 	// confirmed and indeterminate count this publisher's own publishes.
 	confirmed, indeterminate int
@@ -457,6 +461,20 @@ func (p *publisher) id(i int) string { return fmt.Sprintf("%s-%07d", p.prefix, i
 // message builds dead letter i: its id leads the body, and most carry it as
 // message-id too; one in ten has no message-id and is known by its body.
 func (p *publisher) message(i int) (exchange, key string, m amqp.Publishing) {
+	if p.twins {
+		return p.h.exchange, "orders.created", amqp.Publishing{
+			DeliveryMode: amqp.Persistent,
+			ContentType:  "application/json",
+			Body:         []byte(`{"order":"same","amount":1}`),
+			Headers: amqp.Table{
+				"x-death": []any{amqp.Table{
+					"count": int64(1), "reason": "rejected", "queue": "orders.work",
+					"exchange": "orders", "routing-keys": []any{"orders.created"}, "time": p.twinDeath,
+				}},
+				"x-first-death-reason": "rejected", "x-first-death-queue": "orders.work", "x-first-death-exchange": "orders",
+			},
+		}
+	}
 	id := p.id(i)
 	body := make([]byte, 0, p.size)
 	body = append(body, id...)
