@@ -36,7 +36,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: build services run test fuzz soak clean \
-	bench-ingest bench-replay bench-api bench-cleanup bench-limits
+	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost
 
 build:
 	$(GO) build -o bin/dlq ./cmd/dlq
@@ -79,6 +79,12 @@ soak: services
 # dlq's own benchmarks; pass options with ARGS='...'.
 bench-ingest bench-replay bench-api bench-cleanup: services
 	$(GO) run ./cmd/dlq-bench $(@:bench-%=%) $(ARGS)
+
+# What the search indexes cost ingest: interleaved dlq-bench ingest pairs with
+# and without them. ARGS: [pairs] [messages per run] [dlq-bench ingest flags].
+bench-search-cost: services
+	scripts/services.sh --database bench
+	scripts/bench-search-cost.sh $(ARGS)
 
 bench-limits:
 	scripts/services.sh --database bench
