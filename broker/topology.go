@@ -139,8 +139,30 @@ func (t Topology) Validate() error {
 		if s.typ() == "quorum" && s.DeadLetterStrategy != "at-most-once" && s.Overflow != "" && s.Overflow != "reject-publish" {
 			bad("source queue %q: at-least-once dead-lettering needs overflow reject-publish; set dead_letter_strategy: at-most-once to accept overflow %s", s.Name, s.Overflow)
 		}
-		if s.DeliveryLimit < 0 || s.MessageTTL < 0 || s.MaxLength < 0 || s.MaxLengthBytes < 0 {
-			bad("source queue %q: delivery_limit, message_ttl, max_length and max_length_bytes must not be negative", s.Name)
+		for _, n := range []struct {
+			key string
+			v   any
+			neg bool
+		}{
+			{"delivery_limit", s.DeliveryLimit, s.DeliveryLimit < 0},
+			{"message_ttl", s.MessageTTL, s.MessageTTL < 0},
+			{"max_length", s.MaxLength, s.MaxLength < 0},
+			{"max_length_bytes", s.MaxLengthBytes, s.MaxLengthBytes < 0},
+		} {
+			if n.neg {
+				bad("source queue %q: %s %v must not be negative (0 or unset: no limit)", s.Name, n.key, n.v)
+			}
+		}
+		if s.MessageTTL > 0 && s.MessageTTL < time.Millisecond {
+			bad("source queue %q: message_ttl %s is below RabbitMQ's resolution of 1ms", s.Name, s.MessageTTL)
+		}
+		if len(s.Name) > 255 {
+			bad("source queue %q is %d bytes long; RabbitMQ allows at most 255", s.Name, len(s.Name))
+		}
+		for j, b := range s.Bindings {
+			if b.Exchange == "" {
+				bad("source queue %q: bindings[%d].exchange is empty (every queue is bound to the default exchange already)", s.Name, j)
+			}
 		}
 		dlx := s.dlx(t.Exchange)
 		if dlx != "" {

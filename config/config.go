@@ -4,9 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,9 @@ type Config struct {
 	Cleanup Cleanup `yaml:"cleanup"`
 	Alerts  Alerts  `yaml:"alerts"`
 
+	// Management is RabbitMQ's management API, for the queue policy check.
+	Management Management `yaml:"management"`
+
 	// NoMigrate skips applying migrations at serve start (flag --no-migrate).
 	NoMigrate bool `yaml:"no_migrate"`
 }
@@ -76,13 +80,28 @@ type Ingest struct {
 type Duration time.Duration
 
 // UnmarshalYAML implements yaml.Unmarshaler.
+// A wrong value is reported as a yaml.TypeError, so that decoding goes on
+// and every wrong key of the file is reported at once (decodeYAML names it).
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal !!%s into config.Duration", n.Line, yamlNodeKind(n))}}
+	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (use e.g. 250ms, 30s, 5m): %w", n.Line, n.Value, err)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal !!str `%s` into config.Duration", n.Line, n.Value)}}
 	}
 	*d = Duration(v)
 	return nil
+}
+
+func yamlNodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "seq"
+	case yaml.MappingNode:
+		return "map"
+	}
+	return "node"
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -114,6 +133,7 @@ func Default() Config {
 	c.Cron = defaultCron()
 	c.Cleanup = defaultCleanup()
 	c.Alerts = defaultAlerts()
+	c.Management = defaultManagement()
 	return c
 }
 
@@ -144,10 +164,8 @@ func Load(f Flags, getenv func(string) string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("config: read --config file: %w", err)
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("config: %s: %w", f.ConfigFile, err)
+		if err := decodeYAML(f.ConfigFile, b, &c); err != nil {
+			return Config{}, err
 		}
 	}
 	if err := applyEnv(&c, getenv); err != nil {
@@ -237,34 +255,68 @@ func envVars() []envVar {
 	return append(v, extraEnvVars()...)
 }
 
+// envKeys names the YAML key each environment variable sets, so that an
+// unparseable value names both. Sections whose messages already name their
+// key are not listed.
+var envKeys = map[string]string{
+	"DLQ_PREFETCH":                "ingest.prefetch",
+	"DLQ_BATCH_SIZE":              "ingest.batch_size",
+	"DLQ_BATCH_BYTES":             "ingest.batch_bytes",
+	"DLQ_BATCH_LINGER":            "ingest.linger",
+	"DLQ_CONSUMERS":               "ingest.consumers",
+	"DLQ_CRON_RECONCILE_INTERVAL": "cron.reconcile_interval",
+	"DLQ_CRON_LEASE_TTL":          "cron.lease_ttl",
+	"DLQ_CRON_DISABLED":           "cron.disabled",
+	"DLQ_RETENTION_REPLAYED":      "cleanup.retention.replayed",
+	"DLQ_RETENTION_ACKNOWLEDGED":  "cleanup.retention.acknowledged",
+	"DLQ_CLEANUP_BATCH_SIZE":      "cleanup.batch_size",
+	"DLQ_CLEANUP_BATCH_TIMEOUT":   "cleanup.batch_timeout",
+	"DLQ_CLEANUP_PAUSE":           "cleanup.pause",
+	"DLQ_MAX_MESSAGES":            "cleanup.max_messages",
+	"DLQ_MAX_BYTES":               "cleanup.max_bytes",
+	"DLQ_ALLOW_EVICT_PENDING":     "cleanup.allow_evict_pending",
+	"DLQ_CONTROL_COMMAND_TTL":     "cleanup.control_command_ttl",
+	"DLQ_REPLAY_TASK_TTL":         "cleanup.replay_task_ttl",
+	"DLQ_JOB_RUN_TTL":             "cleanup.job_run_ttl",
+	"DLQ_AUDIT_TTL":               "cleanup.audit_ttl",
+	"DLQ_INGEST_INFLIGHT_TTL":     "cleanup.ingest_inflight_ttl",
+	"DLQ_MANAGEMENT_INTERVAL":     "management.interval",
+}
+
+// applyEnv applies every DLQ_* variable that is set, and reports every one
+// that cannot be parsed, not only the first.
 func applyEnv(c *Config, getenv func(string) string) error {
+	var errs []error
 	for _, e := range envVars() {
 		v := getenv(e.name)
 		if v == "" {
 			continue
 		}
 		if err := e.apply(c, v); err != nil {
-			return err
+			if key, ok := envKeys[e.name]; ok {
+				err = fmt.Errorf("%w (the %s setting)", err, key)
+			}
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Validate checks every setting and names the first wrong one.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config: "+format, a...)) }
-	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-		bad("amqp_url / DLQ_AMQP_URL %q must be an amqp:// or amqps:// URL", redactURL(c.AMQPURL))
+	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+		bad("amqp_url / DLQ_AMQP_URL / --amqp-url %q must be an amqp:// or amqps:// URL with a host (e.g. %s)", redactURL(c.AMQPURL), AMQPURLDefault)
 	}
-	if c.DatabaseURL == "" {
-		bad("database_url / DLQ_DATABASE_URL must be set (e.g. %s)", DatabaseURLDefault)
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		bad("database_url / DLQ_DATABASE_URL / --database-url %q %v (e.g. %s)", redactURL(c.DatabaseURL), err, DatabaseURLDefault)
 	}
-	if c.HTTPAddr == "" || !strings.Contains(c.HTTPAddr, ":") {
-		bad("http_addr / DLQ_HTTP_ADDR %q must be host:port (e.g. %s)", c.HTTPAddr, HTTPAddrDefault)
+	if err := checkListenAddr(c.HTTPAddr); err != nil {
+		bad("http_addr / DLQ_HTTP_ADDR / --http-addr %q must be host:port with a port from 0 to 65535 (e.g. %s, or :8080 for every interface): %v", c.HTTPAddr, HTTPAddrDefault, err)
 	}
-	if c.Exchange == "" {
-		bad("exchange / DLQ_EXCHANGE must not be empty: the default exchange cannot be a dead-letter target here")
+	if err := checkName(c.Exchange); err != nil {
+		bad("exchange / DLQ_EXCHANGE %q %v (e.g. %s; the default exchange cannot be a dead-letter target here)", c.Exchange, err, ExchangeDefault)
 	}
 	if len(c.Queues) == 0 {
 		bad("queues / DLQ_QUEUES must name at least one queue (e.g. %s)", QueueDefault)
@@ -275,15 +327,15 @@ func (c *Config) Validate() error {
 			bad("queues / DLQ_QUEUES lists %q twice", q)
 		}
 		seen[q] = true
-		if strings.HasPrefix(q, "amq.") {
-			bad("queues / DLQ_QUEUES: %q uses the reserved prefix amq.", q)
+		if err := checkName(q); err != nil {
+			bad("queues / DLQ_QUEUES: queue name %q %v", q, err)
 		}
 	}
-	if c.ControlQueue == "" {
-		bad("control_queue / DLQ_CONTROL_QUEUE must not be empty")
+	if err := checkName(c.ControlQueue); err != nil {
+		bad("control_queue / DLQ_CONTROL_QUEUE %q %v (e.g. %s)", c.ControlQueue, err, ControlQueueDefault)
 	}
 	if seen[c.ControlQueue] {
-		bad("control_queue / DLQ_CONTROL_QUEUE %q is also listed in queues", c.ControlQueue)
+		bad("control_queue / DLQ_CONTROL_QUEUE %q is also listed in queues: the control queue carries commands, not dead messages", c.ControlQueue)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -319,10 +371,69 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func redactURL(s string) string {
+// checkName checks an exchange or queue name as RabbitMQ would: not empty,
+// at most 255 bytes, and not in the amq. namespace RabbitMQ reserves.
+func checkName(n string) error {
+	switch {
+	case n == "":
+		return errors.New("must not be empty")
+	case len(n) > 255:
+		return fmt.Errorf("is %d bytes long; RabbitMQ allows at most 255", len(n))
+	case strings.HasPrefix(n, "amq."):
+		return errors.New("uses the prefix amq., which RabbitMQ reserves")
+	}
+	return nil
+}
+
+// checkDatabaseURL accepts what pgx accepts: a postgres:// or
+// postgresql:// URL, or a keyword=value connection string.
+func checkDatabaseURL(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return errors.New("must be set")
+	}
+	if !strings.Contains(s, "://") {
+		if !strings.Contains(s, "=") {
+			return errors.New("must be a postgres:// URL or a keyword=value connection string")
+		}
+		return nil
+	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "(unparseable)"
+		return errors.New("is not a valid URL")
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return fmt.Errorf("must be a postgres:// or postgresql:// URL, not %s://", u.Scheme)
+	}
+	return nil
+}
+
+// checkListenAddr accepts host:port and :port, with a numeric port.
+func checkListenAddr(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactURL hides the password of a URL or keyword=value connection string,
+// so that an error quoting it can be logged.
+func redactURL(s string) string {
+	if !strings.Contains(s, "://") {
+		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	if _, has := u.User.Password(); !has {
+		return s
 	}
 	return u.Redacted()
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+
 	"github.com/dlq/dlq/broker"
 )
 
@@ -27,7 +29,7 @@ func (c *Config) BrokerTopology() broker.Topology {
 
 func (t Topology) validate(c *Config) []error {
 	if err := c.BrokerTopology().Validate(); err != nil {
-		return []error{err}
+		return []error{fmt.Errorf("config: topology.source_queues: %w", err)}
 	}
 	return nil
 }
