@@ -1,6 +1,8 @@
 // Package broker is dlq's side of RabbitMQ: the one connection that
 // recovers (Conn), the topology dlq declares and the rules it refuses to
-// break (topology.go), and the conversion between an AMQP delivery and a
+// break (topology.go), the check that no RabbitMQ policy can drop messages
+// from dlq's own queues (PolicyCheck, through the management API), and the
+// conversion between an AMQP delivery and a
 // stored dead message (headers, properties, death record, failure details).
 //
 // # One reconnect layer

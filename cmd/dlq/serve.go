@@ -77,6 +77,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer conn.Close() // 5.
 
+	if cfg.Management.URL != "" {
+		// Reads only; it stops with ctx and needs no place in the shutdown order.
+		base, user, password, vhost := cfg.ManagementCredentials()
+		pc, err := broker.NewPolicyCheck(broker.PolicyCheckConfig{
+			URL: base, User: user, Password: password, Vhost: vhost,
+			Queues: cfg.Queues, Interval: cfg.Management.Interval.D(),
+			Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		go func() { _ = pc.Run(ctx) }()
+	}
+
 	topo := cfg.BrokerTopology()
 	// Consumers start after the first attempt, so a fresh broker does not
 	// greet them with "no queue"; a refusal does not hold them back.
