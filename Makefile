@@ -76,15 +76,21 @@ fuzz:
 soak: services
 	$(GO) test -tags soak -run Soak -timeout 60m $(PKGS)
 
-# dlq's own benchmarks; pass options with ARGS='...'.
-bench-ingest bench-replay bench-api bench-cleanup: services
-	$(GO) run ./cmd/dlq-bench $(@:bench-%=%) $(ARGS)
+# dlq's own benchmarks; pass options with ARGS='...' (e.g. make bench-ingest
+# ARGS='-dead-letter ttl'). They run in their own database, `bench`
+# (BENCH_DATABASE_URL), never in the test database: each run creates a schema there,
+# and a benchmark must not compete with, or be disturbed by, a test suite.
+bench-ingest bench-replay bench-api bench-cleanup:
+	scripts/services.sh --database bench
+	env -u TEST_DATABASE_URL BENCH_DATABASE_URL='$(BENCH_DATABASE_URL)' DLQ_AMQP_URL='$(BENCH_AMQP_URL)' \
+		$(GO) run ./cmd/dlq-bench $(@:bench-%=%) $(ARGS)
 
 # What the search indexes cost ingest: interleaved dlq-bench ingest pairs with
 # and without them. ARGS: [pairs] [messages per run] [dlq-bench ingest flags].
-bench-search-cost: services
+bench-search-cost:
 	scripts/services.sh --database bench
-	scripts/bench-search-cost.sh $(ARGS)
+	env -u TEST_DATABASE_URL BENCH_DATABASE_URL='$(BENCH_DATABASE_URL)' DLQ_AMQP_URL='$(BENCH_AMQP_URL)' \
+		scripts/bench-search-cost.sh $(ARGS)
 
 bench-limits:
 	scripts/services.sh --database bench

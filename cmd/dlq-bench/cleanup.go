@@ -220,7 +220,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		}
 	}()
 	t = time.Now()
-	if err := prefill(ctx, conn, exchange, o.ingestN, o.size, suffix); err != nil {
+	if err := prefill(ctx, conn, exchange, "orders.created", true, o.ingestN, o.size, suffix); err != nil {
 		return res, fmt.Errorf("prefill: %w", err)
 	}
 	if err := waitReady(conn, queue, o.ingestN, 10*time.Minute); err != nil {

@@ -36,11 +36,15 @@ import (
 
 // ingestOptions are the flags of `dlq-bench ingest`.
 type ingestOptions struct {
-	n          int
-	sizes      []int
-	runs       int
-	queueType  string
-	mode       string
+	n         int
+	sizes     []int
+	runs      int
+	queueType string
+	mode      string
+	// deadLetter is how the prefill makes dead letters: direct (published
+	// to the exchange with the headers RabbitMQ would write), reject or ttl
+	// (RabbitMQ dead-letters them from a source queue).
+	deadLetter string
 	amqpURL    string
 	pgURL      string
 	cpuProfile string
@@ -54,15 +58,16 @@ type ingestOptions struct {
 
 // ingestResult is one measured drain.
 type ingestResult struct {
-	Bench     string  `json:"bench"`
-	Mode      string  `json:"mode"`
-	QueueType string  `json:"queue_type"`
-	Size      int     `json:"size"`
-	N         int     `json:"n"`
-	Run       int     `json:"run"`
-	Secs      float64 `json:"secs"`
-	MsgsSec   float64 `json:"msgs_per_s"`
-	MBSec     float64 `json:"mb_per_s"`
+	Bench      string  `json:"bench"`
+	Mode       string  `json:"mode"`
+	QueueType  string  `json:"queue_type"`
+	DeadLetter string  `json:"dead_letter"`
+	Size       int     `json:"size"`
+	N          int     `json:"n"`
+	Run        int     `json:"run"`
+	Secs       float64 `json:"secs"`
+	MsgsSec    float64 `json:"msgs_per_s"`
+	MBSec      float64 `json:"mb_per_s"`
 	// CPU in percent of one core over the drain: dlq (this process in
 	// inproc mode, the dlq serve process in process mode), RabbitMQ and
 	// PostgreSQL (every process of their users).
@@ -92,6 +97,7 @@ func benchIngest(args []string) error {
 	sizes := fs.String("size", "1024,16384", "body sizes in bytes, comma list (one set of runs each)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per size; the summary shows the median")
 	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of dlq's queue: quorum (what dlq declares) or classic")
+	fs.StringVar(&o.deadLetter, "dead-letter", "direct", "how the (untimed) prefill makes dead letters: direct (published to the exchange with the death headers RabbitMQ writes), reject (RabbitMQ dead-letters them from a source queue whose consumer rejects them) or ttl (they expire in a source queue with a message TTL of 0)")
 	fs.StringVar(&o.mode, "mode", "inproc", "inproc: consumer.New in this process; process: a `dlq serve` subprocess (measures its peak RSS)")
 	fs.StringVar(&o.amqpURL, "amqp", cmp.Or(os.Getenv("DLQ_AMQP_URL"), config.AMQPURLDefault), "RabbitMQ URL")
 	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"),
@@ -127,6 +133,8 @@ func benchIngest(args []string) error {
 		return fmt.Errorf("-mode must be inproc or process, got %q", o.mode)
 	case o.queueType != "quorum" && o.queueType != "classic":
 		return fmt.Errorf("-queue-type must be quorum or classic, got %q", o.queueType)
+	case o.deadLetter != "direct" && o.deadLetter != "reject" && o.deadLetter != "ttl":
+		return fmt.Errorf("-dead-letter must be direct, reject or ttl, got %q", o.deadLetter)
 	case o.cpuProfile != "" && o.mode != "inproc":
 		return errors.New("-cpuprofile needs -mode inproc (the consumer must run in this process)")
 	}
@@ -148,8 +156,8 @@ func benchIngest(args []string) error {
 		}
 	}
 	initCPU()
-	fmt.Printf("ingest benchmark: n=%d sizes=%v runs=%d mode=%s queue=%s consumers=%d prefetch=%d batch=%d linger=%s\n",
-		o.n, o.sizes, o.runs, o.mode, o.queueType, o.ingest.Consumers, o.ingest.Prefetch, o.ingest.BatchSize, o.ingest.Linger.D())
+	fmt.Printf("ingest benchmark: n=%d sizes=%v runs=%d mode=%s queue=%s dead-letter=%s consumers=%d prefetch=%d batch=%d linger=%s\n",
+		o.n, o.sizes, o.runs, o.mode, o.queueType, o.deadLetter, o.ingest.Consumers, o.ingest.Prefetch, o.ingest.BatchSize, o.ingest.Linger.D())
 
 	var all []ingestResult
 	for _, size := range o.sizes {
@@ -183,8 +191,8 @@ func printResult(r ingestResult) {
 	if len(r.WithoutIndexes) > 0 {
 		batch += " WITHOUT " + strings.Join(r.WithoutIndexes, ",")
 	}
-	fmt.Printf("RESULT ingest %s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
-		r.Mode, r.QueueType, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
+	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
+		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
 }
 
 func appendJSON(path string, v any) error {
@@ -205,8 +213,8 @@ func appendJSON(path string, v any) error {
 // per body size, with the median run's CPU split.
 func printIngestSummary(rs []ingestResult) {
 	fmt.Println()
-	fmt.Println("| mode | queue | body | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | peak RSS |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | queue | dead letters | body | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	bySize := map[int][]ingestResult{}
 	var sizes []int
 	for _, r := range rs {
@@ -227,8 +235,8 @@ func printIngestSummary(rs []ingestResult) {
 			}
 			rss = fmt.Sprintf("%.0f MB", peak)
 		}
-		fmt.Printf("| %s | %s | %d B | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %s |\n",
-			med.Mode, med.QueueType, s, med.N, len(g), med.MsgsSec, g[0].MsgsSec, g[len(g)-1].MsgsSec, med.MBSec,
+		fmt.Printf("| %s | %s | %s | %d B | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %s |\n",
+			med.Mode, med.QueueType, med.DeadLetter, s, med.N, len(g), med.MsgsSec, g[0].MsgsSec, g[len(g)-1].MsgsSec, med.MBSec,
 			med.CPUDlq, med.CPURabbit, med.CPUPg, rss)
 	}
 }
@@ -243,7 +251,7 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	exchange := "bench.ingest.dlx." + suffix
 	queue := "bench.ingest.dlq." + suffix
 	r := ingestResult{
-		Bench: "ingest", Mode: o.mode, QueueType: o.queueType, Size: size, N: o.n, Run: run,
+		Bench: "ingest", Mode: o.mode, QueueType: o.queueType, DeadLetter: o.deadLetter, Size: size, N: o.n, Run: run,
 		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize, Linger: o.ingest.Linger.D().String(),
 	}
 
@@ -313,10 +321,37 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 
 	// Prefill (not timed).
 	t0 := time.Now()
-	if err := prefill(ctx, conn, exchange, o.n, size, suffix); err != nil {
+	target, key := exchange, "orders.created"
+	stopRejecting := func() error { return nil }
+	if o.deadLetter != "direct" {
+		source := "bench.ingest.src." + suffix
+		srcArgs := amqp.Table{"x-queue-type": "classic", "x-dead-letter-exchange": exchange}
+		if o.deadLetter == "ttl" {
+			srcArgs["x-message-ttl"] = int32(0)
+		}
+		if _, err := ch.QueueDeclare(source, true, false, false, false, srcArgs); err != nil {
+			return r, fmt.Errorf("declare source queue %s: %w", source, err)
+		}
+		defer func() {
+			if c, err := conn.Channel(); err == nil {
+				_, _ = c.QueueDelete(source, false, false, false)
+				_ = c.Close()
+			}
+		}()
+		target, key = "", source
+		if o.deadLetter == "reject" {
+			if stopRejecting, err = rejectAll(conn, source); err != nil {
+				return r, err
+			}
+		}
+	}
+	if err := prefill(ctx, conn, target, key, o.deadLetter == "direct", o.n, size, suffix); err != nil {
 		return r, fmt.Errorf("prefill: %w", err)
 	}
 	if err := waitReady(conn, queue, o.n, 5*time.Minute); err != nil {
+		return r, err
+	}
+	if err := stopRejecting(); err != nil {
 		return r, err
 	}
 	r.PrefillSecs = time.Since(t0).Seconds()
@@ -551,11 +586,71 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix string, st 
 	return cpu, rss / 1024, stop, nil
 }
 
-// prefill publishes n dead letters straight to the exchange with the
+// rejectAll consumes queue on a channel of its own and rejects every
+// message without requeueing, which makes RabbitMQ dead-letter it. stop
+// cancels the consumer.
+func rejectAll(conn *amqp.Connection, queue string) (stop func() error, err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(2000, 0, false); err != nil {
+		return nil, err
+	}
+	ds, err := ch.Consume(queue, "bench-rejecter", false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consume source queue %s: %w", queue, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// One multiple-reject per 500 deliveries (or after 20ms without
+		// more) keeps the rejecter from being the prefill's bottleneck.
+		var last *amqp.Delivery
+		held := 0
+		flush := func() error {
+			if last == nil {
+				return nil
+			}
+			err := last.Nack(true, false)
+			last, held = nil, 0
+			return err
+		}
+		idle := time.NewTicker(20 * time.Millisecond)
+		defer idle.Stop()
+		for {
+			select {
+			case d, ok := <-ds:
+				if !ok {
+					done <- flush()
+					return
+				}
+				last = &d
+				if held++; held < 500 {
+					continue
+				}
+			case <-idle.C:
+			}
+			if err := flush(); err != nil {
+				done <- fmt.Errorf("reject: %w", err)
+				return
+			}
+		}
+	}()
+	return func() error {
+		defer ch.Close()
+		if err := ch.Cancel("bench-rejecter", false); err != nil {
+			return err
+		}
+		return <-done
+	}, nil
+}
+
+// prefill publishes n messages with publisher confirms and typical
+// application headers: straight to dlq's exchange as dead letters, with the
 // headers RabbitMQ writes when it dead-letters (two x-death entries, as
-// after a retry queue, and x-first-death-*) plus typical application
-// headers, with publisher confirms.
-func prefill(ctx context.Context, conn *amqp.Connection, exchange string, n, size int, runID string) error {
+// after a retry queue, and x-first-death-*) when withDeath, else to a
+// source queue where RabbitMQ dead-letters them.
+func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -589,23 +684,25 @@ func prefill(ctx context.Context, conn *amqp.Connection, exchange string, n, siz
 		id := fmt.Sprintf("bench-%s-%08d", runID, i)
 		body := bodies[i%len(bodies)]
 		h := amqp.Table{
-			"x-death": []any{
+			"x-correlation-id":    id,
+			"x-tenant":            "acme-" + strconv.Itoa(i%50),
+			"x-retry-count":       int32(3),
+			"x-exception-type":    "OrderValidationError",
+			"x-exception-message": "order total does not match its lines",
+			"traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		}
+		if withDeath {
+			h["x-death"] = []any{
 				amqp.Table{"count": int64(3), "reason": "rejected", "queue": "orders.process", "time": now,
 					"exchange": "orders", "routing-keys": []any{"orders.created"}},
 				amqp.Table{"count": int64(2), "reason": "expired", "queue": "orders.retry", "time": now.Add(-time.Minute),
 					"exchange": "orders.retry", "routing-keys": []any{"orders.created"}, "original-expiration": "10000"},
-			},
-			"x-first-death-reason":   "expired",
-			"x-first-death-queue":    "orders.retry",
-			"x-first-death-exchange": "orders.retry",
-			"x-correlation-id":       id,
-			"x-tenant":               "acme-" + strconv.Itoa(i%50),
-			"x-retry-count":          int32(3),
-			"x-exception-type":       "OrderValidationError",
-			"x-exception-message":    "order total does not match its lines",
-			"traceparent":            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			}
+			h["x-first-death-reason"] = "expired"
+			h["x-first-death-queue"] = "orders.retry"
+			h["x-first-death-exchange"] = "orders.retry"
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "orders.created", false, false, amqp.Publishing{
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
 			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: id, CorrelationId: id,
 			Timestamp: now, AppId: "orders-service", Type: "order.created", Headers: h, Body: body,
 		})
