@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -15,6 +17,8 @@ import (
 //	  max_tasks: 4               # tasks one instance runs at once
 //	  max_task_messages: 1000000 # largest selection without an explicit limit
 //	  poll_interval: 1s          # how often an idle runner looks for due tasks
+//	  confirm_timeout: 2m        # a publish unconfirmed this long is recorded as unknown
+//	  keep_user_id: false        # republish the user_id property (see KeepUserID)
 //	  control_consumers: 1       # control commands handled at once
 //	  control_max_bytes: 1048576 # largest control command
 type Replay struct {
@@ -39,6 +43,19 @@ type Replay struct {
 	// PollInterval is how often an idle runner looks for due tasks (a new
 	// task also wakes runners at once). Env DLQ_REPLAY_POLL_INTERVAL.
 	PollInterval Duration `yaml:"poll_interval"`
+	// ConfirmTimeout is how long a replayed message waits for its publisher
+	// confirm before its outcome is recorded as unknown (back to pending,
+	// not published again by its task); the channel is closed then, so the
+	// other publishes in flight on it end unknown too. Time spent blocked by
+	// a RabbitMQ alarm does not count. Env DLQ_REPLAY_CONFIRM_TIMEOUT.
+	ConfirmTimeout Duration `yaml:"confirm_timeout"`
+	// KeepUserID republishes the stored user_id property. By default it is
+	// dropped: RabbitMQ refuses a publish whose user_id differs from the
+	// connection's user (PRECONDITION_FAILED, which closes the channel and
+	// ends every publish in flight on it as unknown). Keep it only when dlq
+	// connects as the same user as the applications, or as a user with the
+	// impersonator tag. Env DLQ_REPLAY_KEEP_USER_ID.
+	KeepUserID bool `yaml:"keep_user_id"`
 	// ControlConsumers is how many control commands are handled at once.
 	// Env DLQ_CONTROL_CONSUMERS.
 	ControlConsumers int `yaml:"control_consumers"`
@@ -56,6 +73,7 @@ const (
 	ReplayMaxTasksDefault        = 4
 	ReplayMaxTaskMessagesDefault = 1_000_000
 	ReplayPollIntervalDefault    = time.Second
+	ReplayConfirmTimeoutDefault  = 2 * time.Minute
 	ControlConsumersDefault      = 1
 	ControlMaxBytesDefault       = 1 << 20
 )
@@ -69,6 +87,7 @@ func defaultReplay() Replay {
 		MaxTasks:         ReplayMaxTasksDefault,
 		MaxTaskMessages:  ReplayMaxTaskMessagesDefault,
 		PollInterval:     Duration(ReplayPollIntervalDefault),
+		ConfirmTimeout:   Duration(ReplayConfirmTimeoutDefault),
 		ControlConsumers: ControlConsumersDefault,
 		ControlMaxBytes:  ControlMaxBytesDefault,
 	}
@@ -84,8 +103,21 @@ func replayEnvVars() []envVar {
 		{"DLQ_REPLAY_MAX_TASKS", intVar("DLQ_REPLAY_MAX_TASKS", func(c *Config) *int { return &c.Replay.MaxTasks })},
 		{"DLQ_REPLAY_MAX_TASK_MESSAGES", int64Var("DLQ_REPLAY_MAX_TASK_MESSAGES", func(c *Config) *int64 { return &c.Replay.MaxTaskMessages })},
 		{"DLQ_REPLAY_POLL_INTERVAL", durVar("DLQ_REPLAY_POLL_INTERVAL", func(c *Config) *Duration { return &c.Replay.PollInterval })},
+		{"DLQ_REPLAY_CONFIRM_TIMEOUT", durVar("DLQ_REPLAY_CONFIRM_TIMEOUT", func(c *Config) *Duration { return &c.Replay.ConfirmTimeout })},
+		{"DLQ_REPLAY_KEEP_USER_ID", replayBoolVar("replay.keep_user_id", "DLQ_REPLAY_KEEP_USER_ID", func(c *Config) *bool { return &c.Replay.KeepUserID })},
 		{"DLQ_CONTROL_CONSUMERS", intVar("DLQ_CONTROL_CONSUMERS", func(c *Config) *int { return &c.Replay.ControlConsumers })},
 		{"DLQ_CONTROL_MAX_BYTES", intVar("DLQ_CONTROL_MAX_BYTES", func(c *Config) *int { return &c.Replay.ControlMaxBytes })},
+	}
+}
+
+func replayBoolVar(key, name string, dst func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("config: %s / %s %q is not a boolean (true or false)", key, name, v)
+		}
+		*dst(c) = b
+		return nil
 	}
 }
 
@@ -114,6 +146,9 @@ func (c *Config) validateReplay() []error {
 	}
 	if r.PollInterval.D() < 10*time.Millisecond || r.PollInterval.D() > time.Minute {
 		bad("replay.poll_interval / DLQ_REPLAY_POLL_INTERVAL %s must be between 10ms and 1m", r.PollInterval.D())
+	}
+	if r.ConfirmTimeout.D() < time.Second || r.ConfirmTimeout.D() > time.Hour {
+		bad("replay.confirm_timeout / DLQ_REPLAY_CONFIRM_TIMEOUT %s must be between 1s and 1h", r.ConfirmTimeout.D())
 	}
 	if r.ControlConsumers < 1 || r.ControlConsumers > 64 {
 		bad("replay.control_consumers / DLQ_CONTROL_CONSUMERS %d must be between 1 and 64", r.ControlConsumers)

@@ -81,7 +81,16 @@
 // A nack, a return (unroutable), a missing exchange (looked up before the
 // first publish to it, so that the broker does not close the channel under
 // the other publishes in flight), or an error put it back to pending with
-// the reason. Publishing waits while an alarm blocks the connection.
+// the reason. Publishing waits while an alarm blocks the connection. A
+// publish unconfirmed after Config.ConfirmTimeout (time blocked by an alarm
+// not counted) ends unknown, and its channel is closed with it, since a
+// late confirm could not be told apart.
+//
+// A refusal that closes the channel ends every publish in flight on it as
+// unknown. Two are avoided before publishing: a missing exchange (above)
+// and a user_id property other than the connection's user, which the
+// published message drops unless Config.KeepUserID. A third is not: an
+// exchange dlq's user may not write to (403).
 //
 // A publish whose confirm never came — the connection died, or the process
 // died — may or may not have been delivered. It is recorded as unknown: the

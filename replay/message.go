@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -18,7 +19,14 @@ import (
 // will have once confirmed; with x-dlq-id it names the replay attempt, so
 // two copies of one attempt (an unknown outcome replayed again by an
 // operator) carry the same pair while x-dlq-replay-id differs per publish.
-func buildPublishing(m store.ClaimedMessage, replayID string) (amqp.Publishing, error) {
+//
+// user_id is dropped unless keepUserID: RabbitMQ refuses a publish whose
+// user_id is not the publishing connection's user with PRECONDITION_FAILED,
+// which closes the channel and ends every other publish in flight on it
+// as unknown. A message an application published as "billing" would
+// otherwise poison the replay of everything around it when dlq connects as
+// another user.
+func buildPublishing(m store.ClaimedMessage, replayID string, keepUserID bool) (amqp.Publishing, error) {
 	props, err := broker.ParsePropertiesJSON(m.Properties)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("stored properties of message %d: %w", m.ID, err)
@@ -31,7 +39,7 @@ func buildPublishing(m store.ClaimedMessage, replayID string) (amqp.Publishing, 
 		h = amqp.Table{}
 	}
 	for k := range h {
-		if broker.IsBrokerHeader(k) {
+		if isDeathHeader(k) {
 			delete(h, k)
 		}
 	}
@@ -39,9 +47,27 @@ func buildPublishing(m store.ClaimedMessage, replayID string) (amqp.Publishing, 
 	h[broker.HeaderReplayCount] = m.ReplayCount + 1
 	h[broker.HeaderReplayID] = replayID
 	pub := props.Publishing()
+	if !keepUserID {
+		pub.UserId = ""
+	}
 	pub.Headers = h
 	pub.Body = m.Body
 	return pub, nil
+}
+
+// isDeathHeader reports whether RabbitMQ set header k when it
+// dead-lettered or redelivered the message. RabbitMQ has added to the
+// x-first-death-* and x-last-death-* families over versions (reason,
+// queue, exchange so far), and quorum queues count deliveries in
+// x-delivery-count (x-acquired-count from 4.0 on), so the families are
+// matched by prefix: a republished one would make the broker's own
+// accounting of the new message wrong.
+func isDeathHeader(k string) bool {
+	switch k {
+	case "x-death", "x-delivery-count", "x-acquired-count":
+		return true
+	}
+	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") || broker.IsBrokerHeader(k)
 }
 
 // target is where a message goes: the task's override, or the exchange and

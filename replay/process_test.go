@@ -32,10 +32,19 @@ var (
 	binDir    string
 )
 
-// dlqBinary builds cmd/dlq once per test run.
+// dlqBinary returns the dlq binary: DLQ_TEST_DLQ_BIN when set (make test
+// builds bin/dlq once for every package), else cmd/dlq built once per test
+// run.
 func dlqBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if bin := os.Getenv("DLQ_TEST_DLQ_BIN"); bin != "" {
+			binPath = bin
+			if _, err := os.Stat(bin); err != nil {
+				binErr = fmt.Errorf("DLQ_TEST_DLQ_BIN: %w", err)
+			}
+			return
+		}
 		binDir, binErr = os.MkdirTemp("", "dlq-replay-test-")
 		if binErr != nil {
 			return

@@ -18,9 +18,13 @@ import (
 // A dead message replayed to its source arrives as the application sent
 // it: same body, properties and header types, without the broker's death
 // headers, with dlq's replay headers. The row is replayed, counted once.
+//
+// user_id comes back too: kept on request (replay.keep_user_id), and the
+// connection's own user, so RabbitMQ takes it (TestReplayDropsUserIDByDefault
+// covers the default).
 func TestReplayRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, func(o *setupOpts) { o.keepUserID = true })
 	src := b.sourceQueue(t, nil)
 	ts := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	app := amqp.Table{

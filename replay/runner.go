@@ -107,7 +107,8 @@ func (r *taskRun) run(parent context.Context) {
 		s.poke() // a slot is free
 	}()
 
-	pub, err := broker.NewPublisher(broker.PublisherConfig{Conn: s.cfg.Conn, Window: s.cfg.Window, Logger: r.log})
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Conn: s.cfg.Conn, Window: s.cfg.Window,
+		ConfirmTimeout: s.cfg.ConfirmTimeout, Logger: r.log})
 	if err != nil {
 		r.log.Error("cannot create publisher", "error", err)
 		return
@@ -558,7 +559,7 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why}, resultFailed)
 			continue
 		}
-		msg, err := buildPublishing(*m, newReplayID())
+		msg, err := buildPublishing(*m, newReplayID(), r.s.cfg.KeepUserID)
 		if err != nil {
 			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
 			continue

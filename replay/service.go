@@ -54,6 +54,20 @@ type Config struct {
 	// ShutdownTimeout bounds waiting for confirms and recording outcomes at
 	// shutdown. Optional; default 30s.
 	ShutdownTimeout time.Duration
+	// ConfirmTimeout is how long a publish waits for its confirm before its
+	// outcome is recorded as unknown (time the connection spends blocked by
+	// an alarm does not count); the channel is then closed, so the other
+	// publishes in flight on it end unknown too. Optional; default 2m.
+	ConfirmTimeout time.Duration
+	// KeepUserID republishes the user_id property as stored. Optional;
+	// default false: user_id is dropped, because RabbitMQ refuses (and
+	// closes the channel of) a publish whose user_id is not the
+	// connection's user.
+	KeepUserID bool
+	// ProgressRetention is how long a finished task's progress gauges stay
+	// after it ends, so that a scrape sees its final values. Optional;
+	// default 15m.
+	ProgressRetention time.Duration
 	// Name identifies this instance in claims. Optional; default host-pid.
 	Name string
 	// Logger is optional; default slog.Default().
@@ -72,6 +86,8 @@ func (c *Config) setDefaults() {
 	c.MaxTaskMessages = cmp.Or(c.MaxTaskMessages, 1_000_000)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 2*time.Minute)
+	c.ProgressRetention = cmp.Or(c.ProgressRetention, 15*time.Minute)
 	if c.Name == "" {
 		host, _ := os.Hostname()
 		c.Name = fmt.Sprintf("%s-%d", cmp.Or(host, "dlq"), os.Getpid())
@@ -95,6 +111,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("replay: MaxTasks must be >= 1, got %d", c.MaxTasks)
 	case c.MaxTaskMessages < 1:
 		return fmt.Errorf("replay: MaxTaskMessages must be >= 1, got %d", c.MaxTaskMessages)
+	case c.ConfirmTimeout < 0:
+		return fmt.Errorf("replay: ConfirmTimeout must be >= 0, got %s", c.ConfirmTimeout)
+	case c.ProgressRetention < 0:
+		return fmt.Errorf("replay: ProgressRetention must be >= 0, got %s", c.ProgressRetention)
 	}
 	return nil
 }

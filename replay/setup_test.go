@@ -42,6 +42,8 @@ type setupOpts struct {
 	noService   bool
 	window      int
 	maxMessages int64
+	keepUserID  bool
+	retention   time.Duration
 }
 
 var operator = store.Actor{Name: "test", Role: "operator", Via: "test"}
@@ -98,7 +100,7 @@ func (b *bundle) newService(t *testing.T, o setupOpts, reg prometheus.Registerer
 	svc, err := replay.New(replay.Config{
 		Store: b.st, Conn: b.conn, Lease: o.lease, BatchSize: o.batchSize, PollInterval: 50 * time.Millisecond,
 		MaxReplays: o.maxReplays, Window: o.window, MaxTaskMessages: o.maxMessages,
-		ShutdownTimeout: 10 * time.Second, Registerer: reg,
+		ShutdownTimeout: 10 * time.Second, Registerer: reg, KeepUserID: o.keepUserID, ProgressRetention: o.retention,
 	})
 	require.NoError(t, err)
 	return svc
@@ -296,6 +298,12 @@ func (b *bundle) consume(t *testing.T, queue string, n int, timeout time.Duratio
 // through RabbitMQ, and returns their ids.
 func (b *bundle) seed(t *testing.T, queue string, n int) []int64 {
 	t.Helper()
+	return b.seedWith(t, queue, n, `{"delivery_mode":2}`)
+}
+
+// seedWith is seed with the given stored properties (JSON).
+func (b *bundle) seedWith(t *testing.T, queue string, n int, properties string) []int64 {
+	t.Helper()
 	now := time.Now().UTC()
 	msgs := make([]store.NewMessage, 0, 500)
 	flush := func() {
@@ -310,7 +318,7 @@ func (b *bundle) seed(t *testing.T, queue string, n int) []int64 {
 		msgs = append(msgs, store.NewMessage{
 			MessageID: fmt.Sprintf("%s-%d", queue, i), SourceQueue: queue, SourceRoutingKey: queue,
 			DeadLetterQueue: b.queue, Reason: "rejected", DeathCount: 1,
-			Properties: []byte(`{"delivery_mode":2}`), Headers: []byte(`{"x-app":"seed"}`),
+			Properties: []byte(properties), Headers: []byte(`{"x-app":"seed"}`),
 			Body: []byte(fmt.Sprintf("seeded %d", i)), FirstFailedAt: now, FailedAt: now, Fingerprint: int64(i + 1),
 		})
 		if len(msgs) == cap(msgs) {

@@ -28,6 +28,8 @@ func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, authn *aut
 		MaxTasks:        r.MaxTasks,
 		MaxTaskMessages: r.MaxTaskMessages,
 		PollInterval:    r.PollInterval.D(),
+		ConfirmTimeout:  r.ConfirmTimeout.D(),
+		KeepUserID:      r.KeepUserID,
 		Logger:          log,
 		Registerer:      reg,
 	})
