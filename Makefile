@@ -11,6 +11,8 @@ SHELL := bash
 
 GO ?= go
 FUZZTIME ?= 30s
+# What `dlq version` prints.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 ARGS ?=
 
 # Every package of the module, except scratch under tmp/ (ignored by git, but `./...`
@@ -39,7 +41,7 @@ BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost
 
 build:
-	$(GO) build -o bin/dlq ./cmd/dlq
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
 
 # Idempotent: starts (or installs) only what does not answer. See scripts/services.sh.
 services:

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime/debug"
 )
 
 // Exit codes, the same for every subcommand.
@@ -53,10 +54,37 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "DLQ_* environment variables and an optional --config YAML file (see README).")
 }
 
-// version is set at build time with -ldflags "-X main.version=…".
+// version is set at build time with -ldflags "-X main.version=…" (the
+// Makefile and the Dockerfile do). A plain `go build` leaves "dev", and
+// versionString then adds the commit Go recorded, if any.
 var version = "dev"
 
+func versionString() string {
+	if version != "dev" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return version
+	}
+	return fmt.Sprintf("dev (%.12s%s)", rev, modified)
+}
+
 func cmdVersion([]string) int {
-	fmt.Println("dlq", version)
+	fmt.Println("dlq", versionString())
 	return exitOK
 }

@@ -26,6 +26,8 @@ func run(args []string) int {
 	case "help", "-h", "--help":
 		usage(os.Stdout)
 		return exitOK
+	case "--version", "-version":
+		return cmdVersion(rest)
 	}
 	fmt.Fprintf(os.Stderr, "dlq: unknown command %q\n\n", name)
 	usage(os.Stderr)
