@@ -1,10 +1,3 @@
-// Command dlq-bench runs dlq's own benchmarks against the local RabbitMQ and
-// PostgreSQL: `dlq-bench <name> [flags]`, usually through `make bench-<name>`.
-//
-// Each benchmark lives in its own file (ingest.go, replay.go, ...) and is one
-// entry of the table below, so adding one is a new file and a one-line edit.
-// Figures are printed, never asserted: they are compared with the raw limits of
-// the machine measured in the same session (see docs/BENCHMARKS.md).
 package main
 
 import (

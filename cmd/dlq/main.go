@@ -1,5 +1,3 @@
-// Command dlq is the dead-letter-queue manager: `dlq serve` runs it, and the
-// other subcommands set up and operate it. See `dlq help`.
 package main
 
 import (

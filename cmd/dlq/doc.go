@@ -1,0 +1,33 @@
+// Command dlq is the dead-letter-queue manager: one binary that runs the
+// service and operates it. `dlq help` lists every subcommand; `dlq <command>
+// -h` its flags.
+//
+// Running it:
+//
+//	dlq serve      ingest, replay, cron jobs and the HTTP API, until SIGTERM
+//	dlq migrate    apply the embedded database migrations and exit
+//	dlq topology   declare the dead-letter exchange, dlq's queues, the control
+//	               queue and the configured source queues, and exit
+//	dlq version    print the version (also dlq --version)
+//
+// Operating it: ls, show, groups, stats, status, ack and rm call the HTTP
+// API (DLQ_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN); replay, replays and cancel send commands to the
+// control queue (DLQ_AMQP_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN).
+//
+// Configuration comes from package config: defaults, an optional YAML file
+// (--config), DLQ_* environment variables and the flags --amqp-url,
+// --database-url, --http-addr and --no-migrate. A wrong value stops the
+// command before it does anything, with exit code 2.
+//
+// Every subcommand uses the same exit codes (commands.go): 0 done, 1 the
+// operation failed, 2 bad command line or configuration (including a
+// topology RabbitMQ refuses), 3 a dependency is unreachable, 4 not found,
+// 5 denied.
+//
+// main only wires components together; serve.go writes down the order in
+// which `dlq serve` starts them and, on SIGTERM, stops them. `dlq serve`
+// migrates at start unless --no-migrate, and declares its topology in the
+// background, retrying slowly when RabbitMQ refuses it (a queue that
+// exists with other arguments): it logs why and keeps running instead of
+// crash-looping. The process-level tests of the binary live in test/ingest.
+package main
