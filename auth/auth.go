@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -68,6 +69,15 @@ type Config struct {
 	RatePerSecond float64
 	// Burst is each token's burst. Optional; default 2 × RatePerSecond.
 	Burst int
+	// FailureRate is how many failed authentications per second one
+	// client address may sustain (AuthenticateFrom): once its burst is
+	// spent, it is refused without its token being looked at until the
+	// bucket refills. Optional; default FailureRateDefault. Negative
+	// disables the throttle.
+	FailureRate float64
+	// FailureBurst is how many failed authentications a client may make
+	// at once. Optional; default FailureBurstDefault.
+	FailureBurst int
 }
 
 // Defaults.
@@ -98,6 +108,8 @@ type entry struct {
 type Authenticator struct {
 	entries   []entry
 	anonymous *rate.Limiter
+	failures  *failureThrottle
+	now       func() time.Time
 }
 
 // New builds an Authenticator. An error names the wrong token.
@@ -109,7 +121,14 @@ func New(cfg Config) (*Authenticator, error) {
 		limit, burst = rate.Inf, 0
 	}
 	burst = max(burst, 1)
-	a := &Authenticator{anonymous: rate.NewLimiter(limit, burst)}
+	if cfg.FailureBurst < 0 {
+		return nil, fmt.Errorf("auth: FailureBurst must be >= 0, got %d", cfg.FailureBurst)
+	}
+	a := &Authenticator{
+		anonymous: rate.NewLimiter(limit, burst),
+		failures:  newFailureThrottle(cmp.Or(cfg.FailureRate, FailureRateDefault), max(1, cmp.Or(cfg.FailureBurst, FailureBurstDefault))),
+		now:       time.Now,
+	}
 	tokens := cfg.Tokens
 	offset := 0
 	if cfg.AdminToken != "" {
@@ -179,6 +198,28 @@ func (a *Authenticator) Authenticate(token string) (Principal, error) {
 		return Principal{}, ErrBadToken
 	}
 	return a.entries[found].principal, nil
+}
+
+// AuthenticateFrom is Authenticate for a caller at a network address (the
+// HTTP client's IP). A wrong token spends one token of the address's
+// failure bucket; while the bucket is empty every request from there is a
+// *ThrottledError, whatever token it carries, so tokens cannot be
+// guessed faster than FailureRate. A missing token is not counted: it
+// guesses nothing.
+func (a *Authenticator) AuthenticateFrom(addr, token string) (Principal, error) {
+	if a.Open() {
+		return a.Authenticate(token)
+	}
+	client := clientKey(addr)
+	now := a.now()
+	if wait, ok := a.failures.blocked(client, now); ok {
+		return Principal{}, &ThrottledError{Client: client, RetryAfter: wait}
+	}
+	p, err := a.Authenticate(token)
+	if errors.Is(err, ErrBadToken) {
+		a.failures.fail(client, now)
+	}
+	return p, err
 }
 
 // Allow takes one request from p's rate limit and reports whether it may

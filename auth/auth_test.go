@@ -1,8 +1,10 @@
 package auth
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +107,80 @@ func TestOpenAndRateLimit(t *testing.T) {
 	for range 1000 {
 		require.True(t, a.Allow(pa))
 	}
+}
+
+// TestFailureThrottle: wrong tokens spend a per-address bucket; once it is
+// empty every request from that address is refused, the right token too,
+// until it refills; other addresses and missing tokens are not affected.
+func TestFailureThrottle(t *testing.T) {
+	t.Parallel()
+	a, err := New(Config{AdminToken: "admin-secret", FailureRate: 0.5, FailureBurst: 3})
+	require.NoError(t, err)
+	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	a.now = func() time.Time { return now }
+
+	for range 3 {
+		_, err := a.AuthenticateFrom("10.0.0.1", "guess")
+		require.ErrorIs(t, err, ErrBadToken)
+	}
+	_, err = a.AuthenticateFrom("10.0.0.1", "admin-secret")
+	var te *ThrottledError
+	require.ErrorAs(t, err, &te, "the right token is not even checked while throttled")
+	require.Equal(t, "10.0.0.1", te.Client)
+	require.Equal(t, 2*time.Second, te.RetryAfter, "one token at 0.5/s")
+
+	// Another address, and a request without a token, are unaffected.
+	p, err := a.AuthenticateFrom("10.0.0.2", "admin-secret")
+	require.NoError(t, err)
+	require.Equal(t, "admin", p.Name)
+	for range 5 {
+		_, err = a.AuthenticateFrom("10.0.0.3", "")
+		require.ErrorIs(t, err, ErrNoToken)
+	}
+
+	// Refilled: one more try.
+	now = now.Add(2 * time.Second)
+	_, err = a.AuthenticateFrom("10.0.0.1", "admin-secret")
+	require.NoError(t, err)
+	_, err = a.AuthenticateFrom("10.0.0.1", "guess")
+	require.ErrorIs(t, err, ErrBadToken)
+	_, err = a.AuthenticateFrom("10.0.0.1", "guess")
+	require.ErrorAs(t, err, &te)
+
+	// IPv6 is counted per /64.
+	for range 3 {
+		_, err = a.AuthenticateFrom("2001:db8:1:2::1", "guess")
+		require.ErrorIs(t, err, ErrBadToken)
+	}
+	_, err = a.AuthenticateFrom("2001:db8:1:2::ffff", "admin-secret")
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, "2001:db8:1:2::/64", te.Client)
+	_, err = a.AuthenticateFrom("2001:db8:1:3::1", "admin-secret")
+	require.NoError(t, err)
+
+	// Negative disables it.
+	off, err := New(Config{AdminToken: "admin-secret", FailureRate: -1})
+	require.NoError(t, err)
+	for range 50 {
+		_, err = off.AuthenticateFrom("10.0.0.1", "guess")
+		require.ErrorIs(t, err, ErrBadToken)
+	}
+}
+
+// TestFailureThrottleIsBounded: a flood of addresses does not grow the
+// table past its bound, and addresses beyond it are throttled together.
+func TestFailureThrottleIsBounded(t *testing.T) {
+	t.Parallel()
+	f := newFailureThrottle(0.001, 1)
+	now := time.Now()
+	for i := range maxThrottledClients + 50 {
+		f.fail(fmt.Sprintf("k%d", i), now)
+	}
+	require.Len(t, f.clients, maxThrottledClients)
+	_, blocked := f.blocked("a-new-client", now)
+	require.True(t, blocked, "the overflow bucket is spent")
+	// Once the tracked clients' buckets are full again they are forgotten.
+	later := now.Add(2000 * time.Second)
+	f.fail("another", later)
+	require.Len(t, f.clients, 1)
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,8 @@ import (
 //	      bodies: false          # viewers only: may see bodies
 //	  rate_per_second: 50
 //	  rate_burst: 100
+//	  auth_failure_rate: 0.1   # wrong tokens per second per client address
+//	  auth_failure_burst: 10
 //	  max_body_bytes: 1048576
 //	  confirm_above: 1000
 type API struct {
@@ -29,6 +32,14 @@ type API struct {
 	RatePerSecond float64 `yaml:"rate_per_second"`
 	// RateBurst is each token's burst. Env DLQ_API_BURST.
 	RateBurst int `yaml:"rate_burst"`
+	// AuthFailureRate is how many failed authentications (wrong tokens)
+	// per second one client address may sustain; past its burst the
+	// address gets 429 whatever it sends until the bucket refills. A
+	// negative value disables the throttle. Env DLQ_API_AUTH_FAILURE_RATE.
+	AuthFailureRate float64 `yaml:"auth_failure_rate"`
+	// AuthFailureBurst is how many wrong tokens a client address may send
+	// at once. Env DLQ_API_AUTH_FAILURE_BURST.
+	AuthFailureBurst int `yaml:"auth_failure_burst"`
 	// MaxBodyBytes bounds a request body (413 above). Env DLQ_API_MAX_BODY_BYTES.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ConfirmAbove is the largest acknowledge or delete by filter that runs
@@ -40,16 +51,20 @@ type API struct {
 const (
 	APIRateDefault         = 50
 	APIBurstDefault        = 100
+	APIAuthFailureRate     = auth.FailureRateDefault
+	APIAuthFailureBurst    = auth.FailureBurstDefault
 	APIMaxBodyBytesDefault = 1 << 20
 	APIConfirmAboveDefault = 1000
 )
 
 func defaultAPI() API {
 	return API{
-		RatePerSecond: APIRateDefault,
-		RateBurst:     APIBurstDefault,
-		MaxBodyBytes:  APIMaxBodyBytesDefault,
-		ConfirmAbove:  APIConfirmAboveDefault,
+		RatePerSecond:    APIRateDefault,
+		RateBurst:        APIBurstDefault,
+		AuthFailureRate:  APIAuthFailureRate,
+		AuthFailureBurst: APIAuthFailureBurst,
+		MaxBodyBytes:     APIMaxBodyBytesDefault,
+		ConfirmAbove:     APIConfirmAboveDefault,
 	}
 }
 
@@ -65,6 +80,15 @@ func apiEnvVars() []envVar {
 			return nil
 		}},
 		{"DLQ_API_BURST", intVar("DLQ_API_BURST", func(c *Config) *int { return &c.API.RateBurst })},
+		{"DLQ_API_AUTH_FAILURE_RATE", func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return fmt.Errorf("config: DLQ_API_AUTH_FAILURE_RATE=%q is not a number", v)
+			}
+			c.API.AuthFailureRate = f
+			return nil
+		}},
+		{"DLQ_API_AUTH_FAILURE_BURST", intVar("DLQ_API_AUTH_FAILURE_BURST", func(c *Config) *int { return &c.API.AuthFailureBurst })},
 		{"DLQ_API_MAX_BODY_BYTES", int64Var("DLQ_API_MAX_BODY_BYTES", func(c *Config) *int64 { return &c.API.MaxBodyBytes })},
 		{"DLQ_API_CONFIRM_ABOVE", int64Var("DLQ_API_CONFIRM_ABOVE", func(c *Config) *int64 { return &c.API.ConfirmAbove })},
 	}
@@ -84,7 +108,10 @@ func int64Var(name string, dst func(*Config) *int64) func(*Config, string) error
 // AuthConfig is the configuration of the authenticator shared by the HTTP
 // API and the control queue.
 func (c *Config) AuthConfig() auth.Config {
-	return auth.Config{AdminToken: c.AdminToken, Tokens: c.API.Tokens, RatePerSecond: c.API.RatePerSecond, Burst: c.API.RateBurst}
+	return auth.Config{
+		AdminToken: c.AdminToken, Tokens: c.API.Tokens, RatePerSecond: c.API.RatePerSecond, Burst: c.API.RateBurst,
+		FailureRate: c.API.AuthFailureRate, FailureBurst: c.API.AuthFailureBurst,
+	}
 }
 
 // validateAPI checks the api section.
@@ -96,6 +123,12 @@ func (c *Config) validateAPI() []error {
 	}
 	if a.RatePerSecond > 0 && a.RateBurst < 1 {
 		errs = append(errs, fmt.Errorf("config: api.rate_burst / DLQ_API_BURST %d must be >= 1", a.RateBurst))
+	}
+	if a.AuthFailureRate == 0 || math.IsNaN(a.AuthFailureRate) || math.IsInf(a.AuthFailureRate, 0) {
+		errs = append(errs, fmt.Errorf("config: api.auth_failure_rate / DLQ_API_AUTH_FAILURE_RATE %v must be a positive number of failed authentications per second per client address (negative disables the throttle)", a.AuthFailureRate))
+	}
+	if a.AuthFailureRate > 0 && a.AuthFailureBurst < 1 {
+		errs = append(errs, fmt.Errorf("config: api.auth_failure_burst / DLQ_API_AUTH_FAILURE_BURST %d must be >= 1", a.AuthFailureBurst))
 	}
 	if a.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("config: api.max_body_bytes / DLQ_API_MAX_BODY_BYTES %d must be >= 1024", a.MaxBodyBytes))
