@@ -165,11 +165,13 @@ func TestAcknowledgeAndDelete(t *testing.T) {
 }
 
 // TestAuditMatchesMutations runs a mix of mutations and requires exactly
-// one audit row per accepted mutation, with the request id of the request
-// that made it.
+// one audit row per accepted mutation, in order, with the request id of
+// the request that made it, the actor, its scope and the count; refusals,
+// dry runs and repeated cancels write none. GET /api/v1/audit shows them
+// to admins only.
 func TestAuditMatchesMutations(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t, func(o *setupOpts) { o.realReplayer = true })
 	ids := b.seed(t, many("orders", 20)...)
 	type call struct {
 		method, path, token string
@@ -182,32 +184,72 @@ func TestAuditMatchesMutations(t *testing.T) {
 		{"DELETE", fmt.Sprintf("/api/v1/messages/%d", ids[7]), tokAdmin, nil},
 		{"POST", "/api/v1/messages/acknowledge", tokOp, map[string]any{"filter": map[string]any{"source_queue": "orders"}, "limit": 4}},
 		{"POST", "/api/v1/messages/delete", tokAdmin, map[string]any{"filter": map[string]any{"status": "acknowledged"}}},
+		{"POST", "/api/v1/replays", tokScoped, map[string]any{"ids": ids[12:14]}},
+		{"POST", "/api/v1/replays/1/cancel", tokScoped, nil},
 	}
 	var requestIDs []string
 	for _, c := range calls {
 		r := b.do(t, c.method, c.path, c.token, c.body)
-		require.Equal(t, http.StatusOK, r.status, "%s %s: %s", c.method, c.path, r.body)
+		require.Contains(t, []int{http.StatusOK, http.StatusAccepted}, r.status, "%s %s: %s", c.method, c.path, r.body)
 		requestIDs = append(requestIDs, r.header.Get("X-Request-Id"))
 	}
-	// Dry runs and refusals are not mutations.
-	b.do(t, "POST", "/api/v1/messages/delete", tokAdmin, map[string]any{"filter": map[string]any{}, "dry_run": true})
-	b.do(t, "POST", "/api/v1/messages/delete", tokOp, map[string]any{"ids": ids[10:11]})
+	// Dry runs, refusals and a repeated cancel are not mutations.
+	for _, c := range []call{
+		{"POST", "/api/v1/messages/delete", tokAdmin, map[string]any{"filter": map[string]any{}, "dry_run": true}},
+		{"POST", "/api/v1/messages/delete", tokOp, map[string]any{"ids": ids[10:11]}},
+		{"POST", "/api/v1/replays", tokOp, map[string]any{"filter": map[string]any{}, "dry_run": true}},
+		{"POST", "/api/v1/replays/1/cancel", tokOp, nil},
+		{"POST", "/api/v1/messages/acknowledge", tokScoped, map[string]any{"filter": map[string]any{"source_queue": "billing"}}},
+	} {
+		r := b.do(t, c.method, c.path, c.token, c.body)
+		require.Less(t, r.status, 500, "%s", r.body)
+	}
 
-	rows, err := b.st.Pool().Query(t.Context(), `SELECT request_id, action, actor, count FROM audit_log ORDER BY id`)
+	rows, err := b.st.Pool().Query(t.Context(), `SELECT request_id, action, actor, count, scope FROM audit_log ORDER BY id`)
 	require.NoError(t, err)
+	type row struct {
+		action, actor string
+		count         int64
+		scope         []string
+	}
 	var got []string
-	var counts []int64
+	var rs []row
 	for rows.Next() {
-		var rid, action, actor string
-		var n int64
-		require.NoError(t, rows.Scan(&rid, &action, &actor, &n))
+		var rid string
+		var r row
+		require.NoError(t, rows.Scan(&rid, &r.action, &r.actor, &r.count, &r.scope))
 		got = append(got, rid)
-		counts = append(counts, n)
+		rs = append(rs, r)
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, requestIDs, got)
-	require.Equal(t, []int64{3, 2, 2, 1, 4, 9}, counts)
+	orders := []string{"orders"}
+	require.Equal(t, []row{
+		{"acknowledge", "ops", 3, nil},
+		{"acknowledge", "orders-ops", 2, orders},
+		{"delete", "admin", 2, nil},
+		{"delete", "admin", 1, nil},
+		{"acknowledge", "ops", 4, nil},
+		{"delete", "admin", 9, nil},
+		{"replay", "orders-ops", 2, orders},
+		{"replay_cancel", "orders-ops", 2, orders},
+	}, rs)
 	b.requireCounters(t)
+
+	// Through the API: admins only, the scope shown.
+	for _, tok := range []string{tokViewer, tokOp, tokScoped} {
+		require.Equal(t, http.StatusForbidden, b.do(t, "GET", "/api/v1/audit", tok, nil).status)
+	}
+	r := b.do(t, "GET", "/api/v1/audit?actor=orders-ops", tokAdmin, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var page struct{ Entries []store.AuditEntry }
+	r.json(t, &page)
+	require.Len(t, page.Entries, 3)
+	for _, e := range page.Entries {
+		require.Equal(t, orders, e.Scope)
+	}
+	r = b.do(t, "GET", "/api/v1/audit?actor=admin&limit=1", tokAdmin, nil)
+	require.Contains(t, string(r.body), `"scope":null`, "every queue")
 }
 
 func TestScopeNeverLeaks(t *testing.T) {
@@ -317,8 +359,7 @@ func TestStatsStatusGroups(t *testing.T) {
 
 func TestReplayRoutes(t *testing.T) {
 	t.Parallel()
-	rep := &recordingReplayer{}
-	b := setup(t, func(o *setupOpts) { o.replayer = rep })
+	b := setup(t, func(o *setupOpts) { o.realReplayer = true })
 	ids := b.seed(t, many("orders", 3)...)
 	r := b.do(t, "POST", "/api/v1/replays", tokOp, map[string]any{"ids": ids, "rate_per_second": 10, "target": map[string]any{"exchange": "app", "routing_key": "orders.key"}})
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)

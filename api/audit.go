@@ -15,12 +15,9 @@ type auditList struct {
 
 // handleAudit serves GET /api/v1/audit: who did what, newest first.
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
-	q, err := newQuery(r, "limit", "cursor", "actor", "action", "since")
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
+	q := queryOf(r)
 	aq := store.AuditQuery{Actor: q.str("actor"), Action: q.str("action")}
+	var err error
 	if aq.Limit, err = q.int("limit", store.ListLimitDefault, 1, store.ListLimitMax); err != nil {
 		s.writeErr(w, r, err)
 		return

@@ -2,30 +2,57 @@ package api_test
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
-// TestAuthMatrix calls every route with no token, a wrong token, and each
-// role, and requires exactly the documented status.
+// newCron is the real cron service over st with every job off: it serves
+// the jobs and alerts views from PostgreSQL and runs nothing.
+func newCron(t *testing.T, st *store.Store) *cleanup.Service {
+	t.Helper()
+	off := cleanup.ScheduleOff
+	c, err := cleanup.New(cleanup.Config{
+		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
+		Instance: "api-test", Schedules: cleanup.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off},
+	})
+	require.NoError(t, err)
+	return c
+}
+
+// TestAuthMatrix calls every route of the route table (api.Routes) with
+// no token, a wrong token, and each role, and requires exactly the
+// expected status. The table drives it: a route without rows here fails
+// the test, as does a row no route serves. Every route must also refuse an
+// unknown query parameter and an unknown body field, naming them.
 func TestAuthMatrix(t *testing.T) {
 	t.Parallel()
-	rep := &recordingReplayer{}
-	b := setup(t, func(o *setupOpts) { o.replayer = rep })
+	st, _ := dlqtest.Store(t)
+	b := setup(t, func(o *setupOpts) { o.store = st; o.realReplayer = true; o.cron = newCron(t, st) })
+	rep := newReplayer(t, st)
 	orders := b.seed(t, many("orders", 3)...)
 	billing := b.seed(t, many("billing", 2)...)
 	// One message per caller allowed to delete, so every DELETE finds one.
 	deletable := b.seed(t, many("orders", 1)...)
-	_, err := rep.Start(t.Context(), replay.Request{IDs: []int64{orders[0]}}, store.Actor{Name: "orders-ops"})
+	scopedTask, err := rep.Start(t.Context(), replay.Request{IDs: []int64{orders[0]}, Scope: []string{scopedQueue}},
+		store.Actor{Name: "orders-ops", Via: "api"})
+	require.NoError(t, err)
+	billingTask, err := rep.Start(t.Context(), replay.Request{Filter: &store.Filter{SourceQueue: "billing"}},
+		store.Actor{Name: "admin", Via: "api"})
 	require.NoError(t, err)
 	groups, err := b.st.Groups(t.Context(), store.GroupQuery{SourceQueue: "orders"})
 	require.NoError(t, err)
@@ -45,10 +72,11 @@ func TestAuthMatrix(t *testing.T) {
 	callers := []string{none, wrong, viewer, op, scoped, admin}
 	name := map[string]string{none: "no token", wrong: "wrong token", viewer: "viewer", op: "operator", scoped: "scoped operator", admin: "admin"}
 
+	// row is one request; want lists the status for none, wrong, viewer,
+	// operator, scoped operator, admin, in that order.
 	type row struct {
-		method, path string
-		body         any
-		// want lists the status for none, wrong, viewer, operator, scoped, admin.
+		path string
+		body map[string]any
 		want [6]int
 	}
 	const (
@@ -58,69 +86,142 @@ func TestAuthMatrix(t *testing.T) {
 		f   = http.StatusForbidden
 		nf  = http.StatusNotFound
 	)
-	ackOrders := map[string]any{"ids": []int64{orders[1]}}
-	rows := []row{
-		{"GET", "/api/v1/messages", nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", "/api/v1/messages?source_queue=billing", nil, [6]int{u, u, ok, ok, f, ok}},
-		{"GET", fmt.Sprintf("/api/v1/messages/%d", orders[0]), nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", fmt.Sprintf("/api/v1/messages/%d", billing[0]), nil, [6]int{u, u, ok, ok, nf, ok}},
-		{"DELETE", fmt.Sprintf("/api/v1/messages/%d", deletable[0]), nil, [6]int{u, u, f, f, f, ok}},
-		{"POST", "/api/v1/messages/acknowledge", ackOrders, [6]int{u, u, f, ok, ok, ok}},
-		{"POST", "/api/v1/messages/acknowledge", map[string]any{"filter": map[string]any{"source_queue": "billing"}, "dry_run": true}, [6]int{u, u, f, ok, f, ok}},
-		{"POST", "/api/v1/messages/delete", map[string]any{"filter": map[string]any{"source_queue": "orders"}, "dry_run": true}, [6]int{u, u, f, f, f, ok}},
-		{"POST", "/api/v1/replays", map[string]any{"ids": []int64{orders[0]}}, [6]int{u, u, f, acc, acc, acc}},
-		{"POST", "/api/v1/replays", map[string]any{"ids": []int64{billing[0]}}, [6]int{u, u, f, acc, nf, acc}},
-		{"POST", "/api/v1/replays", map[string]any{"filter": map[string]any{"source_queue": "billing"}, "dry_run": true}, [6]int{u, u, f, ok, f, ok}},
-		{"GET", "/api/v1/replays", nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", "/api/v1/replays/1", nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"POST", "/api/v1/replays/1/cancel", nil, [6]int{u, u, f, ok, http.StatusConflict, http.StatusConflict}},
-		{"GET", "/api/v1/groups", nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", "/api/v1/groups?source_queue=billing", nil, [6]int{u, u, ok, ok, f, ok}},
-		{"GET", "/api/v1/groups/" + groups[0].ID, nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", "/api/v1/groups/" + billingGroups[0].ID, nil, [6]int{u, u, ok, ok, nf, ok}},
-		{"GET", "/api/v1/stats", nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", "/api/v1/status", nil, [6]int{u, u, ok, ok, ok, ok}},
-		{"GET", "/api/v1/audit", nil, [6]int{u, u, f, f, f, ok}},
-		{"GET", "/api/v1/openapi.yaml", nil, [6]int{ok, ok, ok, ok, ok, ok}},
-		{"GET", "/healthz", nil, [6]int{ok, ok, ok, ok, ok, ok}},
+	public := [6]int{ok, ok, ok, ok, ok, ok}
+	read := [6]int{u, u, ok, ok, ok, ok}
+	// matrix holds, per route pattern, the requests that exercise it.
+	matrix := map[string][]row{
+		"GET /api/v1/messages": {
+			{"/api/v1/messages", nil, read},
+			{"/api/v1/messages?source_queue=billing", nil, [6]int{u, u, ok, ok, f, ok}},
+			{"/api/v1/messages?include_body=true", nil, [6]int{u, u, f, ok, ok, ok}},
+		},
+		"GET /api/v1/messages/{id}": {
+			{fmt.Sprintf("/api/v1/messages/%d", orders[0]), nil, read},
+			{fmt.Sprintf("/api/v1/messages/%d", billing[0]), nil, [6]int{u, u, ok, ok, nf, ok}},
+		},
+		"DELETE /api/v1/messages/{id}": {
+			{fmt.Sprintf("/api/v1/messages/%d", billing[1]), nil, [6]int{u, u, f, f, f, ok}},
+			{fmt.Sprintf("/api/v1/messages/%d", deletable[0]), nil, [6]int{u, u, f, f, f, ok}},
+		},
+		"POST /api/v1/messages/acknowledge": {
+			{"/api/v1/messages/acknowledge", map[string]any{"ids": []int64{orders[1]}}, [6]int{u, u, f, ok, ok, ok}},
+			{"/api/v1/messages/acknowledge", map[string]any{"filter": map[string]any{"source_queue": "billing"}, "dry_run": true}, [6]int{u, u, f, ok, f, ok}},
+		},
+		"POST /api/v1/messages/delete": {
+			{"/api/v1/messages/delete", map[string]any{"filter": map[string]any{"source_queue": "orders"}, "dry_run": true}, [6]int{u, u, f, f, f, ok}},
+		},
+		"POST /api/v1/replays": {
+			{"/api/v1/replays", map[string]any{"ids": []int64{orders[2]}}, [6]int{u, u, f, acc, acc, acc}},
+			{"/api/v1/replays", map[string]any{"ids": []int64{billing[0]}}, [6]int{u, u, f, acc, nf, acc}},
+			{"/api/v1/replays", map[string]any{"filter": map[string]any{"source_queue": "billing"}, "dry_run": true}, [6]int{u, u, f, ok, f, ok}},
+			{"/api/v1/replays", map[string]any{"filter": map[string]any{"source_queue": "orders"}, "dry_run": true}, [6]int{u, u, f, ok, ok, ok}},
+		},
+		"GET /api/v1/replays": {{"/api/v1/replays", nil, read}},
+		"GET /api/v1/replays/{id}": {
+			{fmt.Sprintf("/api/v1/replays/%d", scopedTask.ID), nil, read},
+			{fmt.Sprintf("/api/v1/replays/%d", billingTask.ID), nil, [6]int{u, u, ok, ok, nf, ok}},
+		},
+		"POST /api/v1/replays/{id}/cancel": {
+			// Cancelling a cancelled task is a no-op that answers the task.
+			{fmt.Sprintf("/api/v1/replays/%d/cancel", scopedTask.ID), nil, [6]int{u, u, f, ok, ok, ok}},
+			{fmt.Sprintf("/api/v1/replays/%d/cancel", billingTask.ID), nil, [6]int{u, u, f, ok, nf, ok}},
+		},
+		"GET /api/v1/groups": {
+			{"/api/v1/groups", nil, read},
+			{"/api/v1/groups?source_queue=billing", nil, [6]int{u, u, ok, ok, f, ok}},
+		},
+		"GET /api/v1/groups/{id}": {
+			{"/api/v1/groups/" + groups[0].ID, nil, read},
+			{"/api/v1/groups/" + billingGroups[0].ID, nil, [6]int{u, u, ok, ok, nf, ok}},
+		},
+		"GET /api/v1/stats":        {{"/api/v1/stats", nil, read}},
+		"GET /api/v1/status":       {{"/api/v1/status", nil, read}},
+		"GET /api/v1/audit":        {{"/api/v1/audit", nil, [6]int{u, u, f, f, f, ok}}},
+		"GET /api/v1/jobs":         {{"/api/v1/jobs", nil, read}},
+		"GET /api/v1/alerts":       {{"/api/v1/alerts", nil, read}},
+		"GET /api/v1/openapi.yaml": {{"/api/v1/openapi.yaml", nil, public}},
+		"GET /healthz":             {{"/healthz", nil, public}},
+		"GET /readyz":              {{"/readyz", nil, public}},
+		"GET /metrics":             {{"/metrics", nil, public}},
 	}
-	for _, r := range rows {
-		for i, tok := range callers {
-			got := b.do(t, r.method, r.path, tok, r.body)
-			require.Equal(t, r.want[i], got.status, "%s %s as %s: %s", r.method, r.path, name[tok], got.body)
-			if got.status >= 400 {
-				code := got.errCode(t)
-				if got.status == u {
-					require.Contains(t, []string{"missing_token", "invalid_token"}, code)
-					require.Equal(t, tok == none, code == "missing_token")
+
+	// The matrix and the route table cover each other.
+	routes := api.Routes()
+	mux := http.NewServeMux()
+	byPattern := map[string]api.Route{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.Pattern(), func(http.ResponseWriter, *http.Request) {})
+		byPattern[rt.Pattern()] = rt
+		require.NotEmpty(t, matrix[rt.Pattern()], "route %s has no row in the auth matrix", rt.Pattern())
+	}
+	for pattern, rows := range matrix {
+		require.Contains(t, byPattern, pattern, "the matrix has rows for %s, which is not in the route table", pattern)
+		for _, r := range rows {
+			method, _, _ := strings.Cut(pattern, " ")
+			req, err := http.NewRequest(method, "http://x"+r.path, nil)
+			require.NoError(t, err)
+			_, got := mux.Handler(req)
+			require.Equal(t, pattern, got, "%s %s is served by another route", method, r.path)
+		}
+	}
+
+	// Each route with each caller: exactly the expected status. Public
+	// routes ignore tokens; a role that is too low is 403 before anything
+	// about the request is looked at.
+	for _, rt := range routes {
+		for _, r := range matrix[rt.Pattern()] {
+			for i, tok := range callers {
+				var body any
+				if r.body != nil {
+					body = r.body
+				}
+				got := b.do(t, rt.Method, r.path, tok, body)
+				require.Equal(t, r.want[i], got.status, "%s %s as %s: %s", rt.Method, r.path, name[tok], got.body)
+				if got.status >= 400 {
+					code := got.errCode(t)
+					if got.status == u {
+						require.Contains(t, []string{"missing_token", "invalid_token"}, code)
+						require.Equal(t, tok == none, code == "missing_token")
+						require.Equal(t, `Bearer realm="dlq"`, got.header.Get("WWW-Authenticate"))
+					}
 				}
 			}
 		}
 	}
-	// Every route of the API was exercised: resolve each request to its
-	// pattern with a mux holding the documented routes.
-	patterns := []string{
-		"GET /api/v1/messages", "GET /api/v1/messages/{id}", "DELETE /api/v1/messages/{id}",
-		"POST /api/v1/messages/acknowledge", "POST /api/v1/messages/delete",
-		"POST /api/v1/replays", "GET /api/v1/replays", "GET /api/v1/replays/{id}", "POST /api/v1/replays/{id}/cancel",
-		"GET /api/v1/groups", "GET /api/v1/groups/{id}", "GET /api/v1/stats", "GET /api/v1/status",
-		"GET /api/v1/audit", "GET /api/v1/openapi.yaml",
-	}
-	mux := http.NewServeMux()
-	for _, p := range patterns {
-		mux.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
-	}
-	seen := map[string]bool{}
-	for _, r := range rows {
-		req, err := http.NewRequest(r.method, "http://x"+r.path, nil)
-		require.NoError(t, err)
-		if _, p := mux.Handler(req); p != "" {
-			seen[p] = true
+
+	// Every route refuses an unknown query parameter and an unknown body
+	// field, by name, before doing anything.
+	audits := b.count(t, `SELECT count(*) FROM audit_log`)
+	for _, rt := range routes {
+		r := matrix[rt.Pattern()][0]
+		tok := admin
+		if rt.Role == "" {
+			tok = none
+		}
+		sep := "?"
+		if strings.Contains(r.path, "?") {
+			sep = "&"
+		}
+		got := b.do(t, rt.Method, r.path+sep+"staus=pending", tok, r.body)
+		require.Equal(t, http.StatusBadRequest, got.status, "%s %s?staus=: %s", rt.Method, r.path, got.body)
+		require.Equal(t, "invalid_parameter", got.errCode(t))
+		require.Contains(t, got.errMessage(t), "staus", "%s names the parameter", rt.Pattern())
+
+		body := map[string]any{"colour": "blue"}
+		for k, v := range r.body {
+			body[k] = v
+		}
+		got = b.do(t, rt.Method, r.path, tok, body)
+		require.Equal(t, http.StatusBadRequest, got.status, "%s %s with an unknown field: %s", rt.Method, r.path, got.body)
+		require.Contains(t, got.errMessage(t), "colour", "%s names the field", rt.Pattern())
+		if !rt.Body {
+			got = b.do(t, rt.Method, r.path, tok, "[1,2]")
+			require.Equal(t, http.StatusBadRequest, got.status, "%s takes no body", rt.Pattern())
+			require.Contains(t, got.errMessage(t), "takes no body")
 		}
 	}
-	for _, p := range patterns {
-		require.True(t, seen[p], "route %s is missing from the matrix", p)
-	}
+	require.Equal(t, audits, b.count(t, `SELECT count(*) FROM audit_log`), "refused requests change nothing")
+	require.EqualValues(t, 1, b.count(t, `SELECT count(*) FROM dead_messages WHERE id = $1`, orders[0]))
 }
 
 // TestNoTokenLoopbackOnly: with no token configured the API refuses any
@@ -165,4 +266,47 @@ func TestRateLimitAndBodyLimit(t *testing.T) {
 	r := b.do(t, "POST", "/api/v1/messages/acknowledge", tokAdmin, big)
 	require.Equal(t, http.StatusRequestEntityTooLarge, r.status, "%s", r.body)
 	require.Equal(t, "body_too_large", r.errCode(t))
+}
+
+// TestWrongTokenThrottle: wrong tokens from one client address are
+// answered 401 until its burst is spent, then 429 with Retry-After for
+// everything it sends, the right token included, so tokens cannot be
+// guessed at request speed. Another address is not affected.
+func TestWrongTokenThrottle(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.failureRate = 0.001; o.failureBurst = 3 })
+	for i := range 2 {
+		r := b.do(t, "GET", "/api/v1/status", fmt.Sprintf("guess-%d", i), nil)
+		require.Equal(t, http.StatusUnauthorized, r.status, "guess %d", i)
+	}
+	// A missing token guesses nothing and spends nothing, and the right
+	// token works while the burst lasts.
+	for range 5 {
+		require.Equal(t, http.StatusUnauthorized, b.do(t, "GET", "/api/v1/status", "", nil).status)
+	}
+	require.Equal(t, http.StatusOK, b.do(t, "GET", "/api/v1/status", tokViewer, nil).status)
+	require.Equal(t, http.StatusUnauthorized, b.do(t, "GET", "/api/v1/status", "guess-2", nil).status)
+	for _, tok := range []string{"guess-4", tokAdmin, "", tokViewer} {
+		r := b.do(t, "GET", "/api/v1/status", tok, nil)
+		require.Equal(t, http.StatusTooManyRequests, r.status, "%q: %s", tok, r.body)
+		require.Equal(t, "rate_limited", r.errCode(t))
+		require.Contains(t, r.errMessage(t), "failed authentications from 127.0.0.1")
+		wait, err := strconv.Atoi(r.header.Get("Retry-After"))
+		require.NoError(t, err)
+		require.InDelta(t, 1000, wait, 5, "one token at 0.001/s")
+	}
+	// Public routes stay open.
+	require.Equal(t, http.StatusOK, b.do(t, "GET", "/healthz", tokWrong, nil).status)
+
+	// The same server from another loopback address.
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)},
+	}).DialContext}}
+	req, err := http.NewRequest("GET", b.srv.URL+"/api/v1/status", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tokViewer)
+	resp, err := other.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }

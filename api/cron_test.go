@@ -22,6 +22,7 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
+// cronGet GETs url and checks the answer against the OpenAPI document.
 func cronGet(t *testing.T, url, token string, v any) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -35,6 +36,7 @@ func cronGet(t *testing.T, url, token string, v any) int {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Header.Get("X-Request-Id"))
+	conform(t, openAPIRouter(t, req.URL.Scheme+"://"+req.URL.Host), req, nil, resp, body)
 	if v != nil {
 		require.NoError(t, json.Unmarshal(body, v), string(body))
 	}

@@ -10,12 +10,9 @@ import (
 // first.
 func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
-	q, err := newQuery(r, "source_queue", "status", "limit")
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
+	q := queryOf(r)
 	gq := store.GroupQuery{SourceQueue: q.str("source_queue"), Status: q.str("status"), Scope: p.Queues}
+	var err error
 	if gq.Limit, err = q.int("limit", 50, 1, 1000); err != nil {
 		s.writeErr(w, r, err)
 		return

@@ -23,6 +23,9 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// handleMetrics serves the Prometheus metrics.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) { s.metrics.ServeHTTP(w, r) }
+
 // handleReadyz runs every readiness check; any failure makes it 503 and
 // says which dependency failed and why.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -54,22 +55,46 @@ type bundle struct {
 
 type setupOpts struct {
 	// store, when set, is the store to serve (its schema already migrated).
-	store        *store.Store
+	store *store.Store
+	// replayer serves the replay routes; realReplayer gives the replay
+	// service over the bundle's store.
 	replayer     replay.Replayer
+	realReplayer bool
+	cron         api.CronViews
 	rate         float64
+	// failureRate and failureBurst configure the wrong-token throttle;
+	// off (-1) unless a test is about it, since most tests send wrong
+	// tokens on purpose.
+	failureRate  float64
+	failureBurst int
 	maxBody      int64
 	confirmAbove int64
+	// log receives the server's log. Optional.
+	log io.Writer
+}
+
+// newReplayer is the real replay service over st: it records, reads and
+// cancels tasks in PostgreSQL. Without a connection it never publishes,
+// so the tasks it records stay scheduled.
+func newReplayer(t *testing.T, st *store.Store) *replay.Service {
+	t.Helper()
+	svc, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	return svc
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	t.Helper()
-	o := setupOpts{rate: -1, confirmAbove: 1000}
+	o := setupOpts{rate: -1, failureRate: -1, confirmAbove: 1000, log: io.Discard}
 	for _, f := range opts {
 		f(&o)
 	}
 	st, dsn := o.store, ""
 	if st == nil {
 		st, dsn = dlqtest.Store(t)
+	}
+	if o.realReplayer {
+		o.replayer = newReplayer(t, st)
 	}
 	authn, err := auth.New(auth.Config{
 		AdminToken: tokAdmin,
@@ -80,25 +105,41 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 			{Name: "viewer-bodies", Token: tokViewerB, Role: auth.RoleViewer, Bodies: true},
 		},
 		RatePerSecond: o.rate,
+		FailureRate:   o.failureRate,
+		FailureBurst:  o.failureBurst,
 	})
 	require.NoError(t, err)
 	s, err := api.New(api.Config{
-		Addr: "127.0.0.1:0", Store: st, Auth: authn, Replayer: o.replayer,
+		Addr: "127.0.0.1:0", Store: st, Auth: authn, Replayer: o.replayer, Cron: o.cron,
 		MaxBodyBytes: o.maxBody, ConfirmAbove: o.confirmAbove,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(o.log, nil)),
+		Gatherer: prometheus.NewRegistry(),
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(api.OpenAPI)
+	return &bundle{st: st, dsn: dsn, srv: srv, router: openAPIRouter(t, srv.URL)}
+}
+
+// openAPIDoc loads and validates api/openapi.yaml.
+func openAPIDoc(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
 	require.NoError(t, err)
 	require.NoError(t, doc.Validate(context.Background()), "the OpenAPI document itself is invalid")
-	doc.Servers = openapi3.Servers{{URL: srv.URL}}
+	return doc
+}
+
+// openAPIRouter routes requests to a server at url to the document's
+// operations.
+func openAPIRouter(t *testing.T, url string) routers.Router {
+	t.Helper()
+	doc := openAPIDoc(t)
+	doc.Servers = openapi3.Servers{{URL: url}}
 	router, err := gorillamux.NewRouter(doc)
 	require.NoError(t, err)
-	return &bundle{st: st, dsn: dsn, srv: srv, router: router}
+	return router
 }
 
 // response is what a request got.
@@ -174,14 +215,14 @@ func (b *bundle) do(t *testing.T, method, path, token string, body any) response
 	got, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Header.Get("X-Request-Id"), "%s %s: no X-Request-Id", method, path)
-	b.conform(t, req, raw, resp, got)
+	conform(t, b.router, req, raw, resp, got)
 	return response{status: resp.StatusCode, header: resp.Header, body: got}
 }
 
 // conform validates a real response against the OpenAPI document.
-func (b *bundle) conform(t *testing.T, req *http.Request, reqBody []byte, resp *http.Response, body []byte) {
+func conform(t *testing.T, router routers.Router, req *http.Request, reqBody []byte, resp *http.Response, body []byte) {
 	t.Helper()
-	route, params, err := b.router.FindRoute(req)
+	route, params, err := router.FindRoute(req)
 	if err != nil {
 		// Not a documented route or method: it must be an enveloped 404/405.
 		require.Contains(t, []int{http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode,

@@ -17,11 +17,7 @@ type messageList struct {
 // handleListMessages serves GET /api/v1/messages.
 func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
-	q, err := newQuery(r, append([]string{"limit", "cursor", "include_body"}, filterParams...)...)
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
+	q := queryOf(r)
 	f, err := q.filter()
 	if err != nil {
 		s.writeErr(w, r, err)
@@ -130,5 +126,5 @@ func fillDeath(m *store.Message) {
 // actor is who a request acts as, for audit rows.
 func actor(r *http.Request) store.Actor {
 	p := PrincipalFrom(r.Context())
-	return store.Actor{Name: p.Name, Role: p.Role, Via: "api", RequestID: RequestID(r.Context())}
+	return store.Actor{Name: p.Name, Role: p.Role, Via: "api", RequestID: RequestID(r.Context()), Scope: p.Queues}
 }

@@ -82,9 +82,6 @@ func (q query) time(name string) (*time.Time, error) {
 	return &t, nil
 }
 
-// filterParams are the listing filters taken from the URL.
-var filterParams = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
-
 // filter reads the filter parameters.
 func (q query) filter() (store.Filter, error) {
 	f := store.Filter{
@@ -157,6 +154,8 @@ func scoped(p auth.Principal, f store.Filter) (store.Filter, error) {
 	return f, nil
 }
 
+const msgUnknownField = "unknown field"
+
 // decodeBody reads a JSON request body into v, refusing unknown fields and
 // trailing data.
 func decodeBody(r *http.Request, v any) error {
@@ -182,7 +181,7 @@ func decodeBody(r *http.Request, v any) error {
 			return badParam(cmpOr(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return badParam(name, "unknown field")
+			return badParam(name, msgUnknownField)
 		default:
 			return badParam("body", "%v", err)
 		}
@@ -195,6 +194,30 @@ func decodeBody(r *http.Request, v any) error {
 		return badParam("body", "unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// refuseBody checks that a request to a route taking no body has none:
+// empty, or an empty JSON object. A field there is as unknown as a
+// misspelt one anywhere else, and is refused the same way, by name.
+func refuseBody(r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	r.Body = io.NopCloser(strings.NewReader(string(b)))
+	var none struct{}
+	err = decodeBody(r, &none)
+	var pe *paramError
+	if err == nil || (errors.As(err, &pe) && pe.msg == msgUnknownField) {
+		return err
+	}
+	return badParam("body", "%s %s takes no body", r.Method, r.URL.Path)
 }
 
 func cmpOr(a, b string) string {

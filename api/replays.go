@@ -10,21 +10,28 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
+// replayBody is the body of POST /api/v1/replays: the replay service's
+// request, plus confirm, which the API checks as it does for acknowledge
+// and delete.
+type replayBody struct {
+	replay.Request
+	// Confirm lets a replay by filter select more than ConfirmAbove
+	// messages.
+	Confirm bool `json:"confirm"`
+}
+
 // handleStartReplay serves POST /api/v1/replays.
 func (s *Server) handleStartReplay(w http.ResponseWriter, r *http.Request) {
 	if !s.replaysAvailable(w, r) {
 		return
 	}
 	p := PrincipalFrom(r.Context())
-	var req replay.Request
-	if err := decodeBody(r, &req); err != nil {
+	var body replayBody
+	if err := decodeBody(r, &body); err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	var f store.Filter
-	if req.Filter != nil {
-		f = *req.Filter
-	}
+	req := body.Request
 	if _, err := selection(req.IDs, req.Filter); err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -34,8 +41,10 @@ func (s *Server) handleStartReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Queues != nil {
+		// The service restricts the selection to the scope in SQL too.
+		req.Scope = p.Queues
 		if req.Filter != nil {
-			sf, err := scoped(p, f)
+			sf, err := scoped(p, *req.Filter)
 			if err != nil {
 				s.writeErr(w, r, err)
 				return
@@ -62,6 +71,23 @@ func (s *Server) handleStartReplay(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if req.Filter != nil && !req.DryRun && !body.Confirm && s.cfg.ConfirmAbove > 0 {
+		// Count first, with the service's own dry run. Messages arriving
+		// between the count and the start can push a task past the
+		// threshold; the count is a safeguard against a mistaken filter,
+		// not a hard cap (limit is).
+		dry := req
+		dry.DryRun = true
+		t, err := s.cfg.Replayer.Start(r.Context(), dry, actor(r))
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		if t.Error == "" && t.Remaining > s.cfg.ConfirmAbove {
+			s.writeErr(w, r, &store.ConfirmError{Matched: t.Remaining, Threshold: s.cfg.ConfirmAbove})
+			return
+		}
+	}
 	task, err := s.cfg.Replayer.Start(r.Context(), req, actor(r))
 	if err != nil {
 		s.writeErr(w, r, err)
@@ -79,12 +105,7 @@ func (s *Server) handleListReplays(w http.ResponseWriter, r *http.Request) {
 	if !s.replaysAvailable(w, r) {
 		return
 	}
-	q, err := newQuery(r, "limit")
-	if err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	limit, err := q.int("limit", 50, 1, 1000)
+	limit, err := queryOf(r).int("limit", 50, 1, 1000)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return

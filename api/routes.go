@@ -3,46 +3,101 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlq/dlq/auth"
 )
 
-// route is one entry of the API: a ServeMux pattern, the least role that
-// may call it ("" for a public route), and its handler.
+// route is one entry of the route table.
 type route struct {
-	pattern string
-	role    string
-	handler http.HandlerFunc
+	method, path string
+	// role is the least role that may call the route; "" is public.
+	role string
+	// query lists the query parameters the route takes; any other is a
+	// 400 naming it, so a typo (staus=) never silently widens a listing.
+	query []string
+	// body says whether the route takes a JSON body. One sent to a route
+	// that takes none must be empty or {}: a field there is an unknown
+	// field (400 naming it), like anywhere else.
+	body bool
+	// handler serves the route once guard has let the request through.
+	handler func(*Server, http.ResponseWriter, *http.Request)
 }
 
-// routes is the API's route table. Every /api/v1 route is listed here, one
-// line each, so the table is also the permission matrix (docs/API.md and
-// the auth matrix test follow it).
-func (s *Server) routes() []route {
-	return []route{
-		{"GET /api/v1/messages", auth.RoleViewer, s.handleListMessages},
-		{"GET /api/v1/messages/{id}", auth.RoleViewer, s.handleGetMessage},
-		{"DELETE /api/v1/messages/{id}", auth.RoleAdmin, s.handleDeleteMessage},
-		{"POST /api/v1/messages/acknowledge", auth.RoleOperator, s.handleAcknowledge},
-		{"POST /api/v1/messages/delete", auth.RoleAdmin, s.handleDelete},
-		{"POST /api/v1/replays", auth.RoleOperator, s.handleStartReplay},
-		{"GET /api/v1/replays", auth.RoleViewer, s.handleListReplays},
-		{"GET /api/v1/replays/{id}", auth.RoleViewer, s.handleGetReplay},
-		{"POST /api/v1/replays/{id}/cancel", auth.RoleOperator, s.handleCancelReplay},
-		{"GET /api/v1/groups", auth.RoleViewer, s.handleListGroups},
-		{"GET /api/v1/groups/{id}", auth.RoleViewer, s.handleGetGroup},
-		{"GET /api/v1/stats", auth.RoleViewer, s.handleStats},
-		{"GET /api/v1/status", auth.RoleViewer, s.handleStatus},
-		{"GET /api/v1/audit", auth.RoleAdmin, s.handleAudit},
-		{"GET /api/v1/jobs", auth.RoleViewer, s.handleJobs},
-		{"GET /api/v1/alerts", auth.RoleViewer, s.handleAlerts},
-		{"GET /api/v1/openapi.yaml", "", s.handleOpenAPI},
+func (rt route) pattern() string { return rt.method + " " + rt.path }
+
+// Query parameter lists shared by several routes.
+var (
+	// filterParams are the listing filters taken from the URL.
+	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
+	messageParams = append([]string{"limit", "cursor", "include_body"}, filterParams...)
+)
+
+// routeTable is every route dlq serves, one line each. It is the permission
+// matrix (docs/API.md), the list of accepted query parameters, and what the
+// tests hold api/openapi.yaml and the auth matrix to: a route added here
+// without both fails the tests.
+var routeTable = []route{
+	{"GET", "/api/v1/messages", auth.RoleViewer, messageParams, false, (*Server).handleListMessages},
+	{"GET", "/api/v1/messages/{id}", auth.RoleViewer, nil, false, (*Server).handleGetMessage},
+	{"DELETE", "/api/v1/messages/{id}", auth.RoleAdmin, nil, false, (*Server).handleDeleteMessage},
+	{"POST", "/api/v1/messages/acknowledge", auth.RoleOperator, nil, true, (*Server).handleAcknowledge},
+	{"POST", "/api/v1/messages/delete", auth.RoleAdmin, nil, true, (*Server).handleDelete},
+	{"POST", "/api/v1/replays", auth.RoleOperator, nil, true, (*Server).handleStartReplay},
+	{"GET", "/api/v1/replays", auth.RoleViewer, []string{"limit"}, false, (*Server).handleListReplays},
+	{"GET", "/api/v1/replays/{id}", auth.RoleViewer, nil, false, (*Server).handleGetReplay},
+	{"POST", "/api/v1/replays/{id}/cancel", auth.RoleOperator, nil, false, (*Server).handleCancelReplay},
+	{"GET", "/api/v1/groups", auth.RoleViewer, []string{"source_queue", "status", "limit"}, false, (*Server).handleListGroups},
+	{"GET", "/api/v1/groups/{id}", auth.RoleViewer, nil, false, (*Server).handleGetGroup},
+	{"GET", "/api/v1/stats", auth.RoleViewer, nil, false, (*Server).handleStats},
+	{"GET", "/api/v1/status", auth.RoleViewer, nil, false, (*Server).handleStatus},
+	{"GET", "/api/v1/audit", auth.RoleAdmin, []string{"limit", "cursor", "actor", "action", "since"}, false, (*Server).handleAudit},
+	{"GET", "/api/v1/jobs", auth.RoleViewer, nil, false, (*Server).handleJobs},
+	{"GET", "/api/v1/alerts", auth.RoleViewer, nil, false, (*Server).handleAlerts},
+	{"GET", "/api/v1/openapi.yaml", "", nil, false, (*Server).handleOpenAPI},
+	{"GET", "/healthz", "", nil, false, (*Server).handleHealthz},
+	{"GET", "/readyz", "", nil, false, (*Server).handleReadyz},
+	{"GET", "/metrics", "", nil, false, (*Server).handleMetrics},
+}
+
+// Route describes one route of the table.
+type Route struct {
+	Method, Path string
+	// Role is the least role that may call it; "" for a public route.
+	Role string
+	// Query lists the query parameters it takes.
+	Query []string
+	// Body says whether it takes a JSON body.
+	Body bool
+}
+
+// Pattern is the route's ServeMux pattern, "GET /api/v1/messages".
+func (r Route) Pattern() string { return r.Method + " " + r.Path }
+
+// Routes returns the route table, for tests and tools that must follow it.
+func Routes() []Route {
+	out := make([]Route, len(routeTable))
+	for i, rt := range routeTable {
+		out[i] = Route{Method: rt.method, Path: rt.path, Role: rt.role, Query: slices.Clone(rt.query), Body: rt.body}
 	}
+	return out
 }
 
-const principalKey ctxKey = iota + 100
+// apiRoute reports whether rt needs the store (the /api/v1 routes but the
+// OpenAPI document).
+func (rt route) needsStore() bool {
+	return strings.HasPrefix(rt.path, "/api/v1/") && rt.path != "/api/v1/openapi.yaml"
+}
+
+const (
+	principalKey ctxKey = iota + 100
+	queryKey
+)
 
 // PrincipalFrom returns the authenticated caller of a request served by a
 // route with a role.
@@ -51,38 +106,69 @@ func PrincipalFrom(ctx context.Context) auth.Principal {
 	return p
 }
 
-// guard wraps a route's handler: authenticate (401), rate limit (429),
-// check the role (403), bound the body (413), then serve.
+// queryOf returns the query parameters guard checked against the route.
+func queryOf(r *http.Request) query {
+	q, _ := r.Context().Value(queryKey).(query)
+	return q
+}
+
+// guard wraps a route's handler: throttle failed authentications per
+// client (429), authenticate (401), rate limit per token (429), check the
+// role (403), bound the body (413), check the query parameters and refuse
+// a body where none is taken (400), then serve. Authentication comes
+// first so that an unauthenticated caller learns nothing about the route.
 func (s *Server) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rt.role == "" {
-			rt.handler(w, r)
-			return
-		}
-		p, err := s.cfg.Auth.Authenticate(bearer(r))
-		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="dlq"`)
-			code := "invalid_token"
-			if errors.Is(err, auth.ErrNoToken) {
-				code = "missing_token"
+		ctx := r.Context()
+		if rt.role != "" {
+			p, err := s.cfg.Auth.AuthenticateFrom(clientAddr(r), bearer(r))
+			var te *auth.ThrottledError
+			switch {
+			case errors.As(err, &te):
+				w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(te.RetryAfter)))
+				writeError(w, r, http.StatusTooManyRequests, "rate_limited",
+					fmt.Sprintf("too many failed authentications from %s; retry in %s", te.Client, te.RetryAfter.Round(time.Second)))
+				return
+			case err != nil:
+				w.Header().Set("WWW-Authenticate", `Bearer realm="dlq"`)
+				code := "invalid_token"
+				if errors.Is(err, auth.ErrNoToken) {
+					code = "missing_token"
+				}
+				writeError(w, r, http.StatusUnauthorized, code, err.Error()+": send Authorization: Bearer <token>")
+				return
 			}
-			writeError(w, r, http.StatusUnauthorized, code, err.Error()+": send Authorization: Bearer <token>")
-			return
-		}
-		if !s.cfg.Auth.Allow(p) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, r, http.StatusTooManyRequests, "rate_limited", "too many requests for token "+p.Name+"; slow down")
-			return
-		}
-		if !p.Can(rt.role) {
-			writeError(w, r, http.StatusForbidden, "forbidden", "token "+p.Name+" has role "+p.Role+"; this needs "+rt.role)
-			return
+			if !s.cfg.Auth.Allow(p) {
+				w.Header().Set("Retry-After", "1")
+				writeError(w, r, http.StatusTooManyRequests, "rate_limited", "too many requests for token "+p.Name+"; slow down")
+				return
+			}
+			if !p.Can(rt.role) {
+				writeError(w, r, http.StatusForbidden, "forbidden", "token "+p.Name+" has role "+p.Role+"; this needs "+rt.role)
+				return
+			}
+			ctx = context.WithValue(ctx, principalKey, p)
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		}
-		rt.handler(w, r.WithContext(context.WithValue(r.Context(), principalKey, p)))
+		q, err := newQuery(r, rt.query...)
+		if err == nil && !rt.body {
+			err = refuseBody(r)
+		}
+		if err != nil {
+			s.writeErr(w, r, err)
+			return
+		}
+		ctx = context.WithValue(ctx, queryKey, q)
+		rt.handler(s, w, r.WithContext(ctx))
 	})
+}
+
+// retryAfterSeconds renders a wait as Retry-After: whole seconds, at
+// least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // bearer returns the token of an Authorization: Bearer header.

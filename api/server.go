@@ -93,10 +93,11 @@ func isLoopback(addr string) bool {
 
 // Server is dlq's HTTP server.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	mux  *http.ServeMux
-	http *http.Server
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	http    *http.Server
+	metrics http.Handler
 }
 
 // New builds the server and its routes.
@@ -110,17 +111,16 @@ func New(cfg Config) (*Server, error) {
 	if gatherer == nil {
 		gatherer = prometheus.DefaultGatherer
 	}
-	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
-	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	if cfg.Store != nil {
-		for _, rt := range s.routes() {
-			s.mux.Handle(rt.pattern, s.guard(rt))
+	s.metrics = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+	for _, rt := range routeTable {
+		if rt.needsStore() && cfg.Store == nil {
+			continue
 		}
+		s.mux.Handle(rt.pattern(), s.guard(rt))
 	}
 	s.http = &http.Server{
 		Addr:              cfg.Addr,
-		Handler:           s.withRequestID(s.withErrorEnvelope(s.mux)),
+		Handler:           s.withRequestID(s.withRecover(s.withErrorEnvelope(s.mux))),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	return s, nil
@@ -175,6 +175,16 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
 	})
+}
+
+// clientAddr is the address the request came from (the TCP peer; a
+// proxy's X-Forwarded-For is not trusted, since any client can send one).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
