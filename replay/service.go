@@ -401,10 +401,8 @@ func (s *Service) Run(ctx context.Context) error {
 				continue // maybe more are due
 			default:
 				backoff = s.cfg.PollInterval
-				if next, err := s.st.NextReplayTaskStart(ctx); err == nil && !next.IsZero() {
-					if d := time.Until(next); d > 0 && d < wait {
-						wait = d
-					}
+				if next, err := s.st.NextReplayTaskDue(ctx, s.runningIDs()); err == nil {
+					wait = untilDue(time.Now(), next, s.cfg.PollInterval)
 				}
 			}
 		}
@@ -415,6 +413,18 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// untilDue is how long an idle runner sleeps: until the next task may be
+// taken (next, zero when none is coming), at most poll, and never less
+// than a few milliseconds, so that a moment already past (the clocks of
+// dlq and PostgreSQL differ a little) cannot make it spin.
+func untilDue(now, next time.Time, poll time.Duration) time.Duration {
+	const floor = 10 * time.Millisecond
+	if next.IsZero() {
+		return poll
+	}
+	return min(max(next.Sub(now), floor), poll)
 }
 
 func (s *Service) newOwner() string {

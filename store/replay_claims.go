@@ -52,14 +52,21 @@ RETURNING `+replayTaskColumns, owner, lease.Milliseconds(), nonNilIDs(exclude)))
 	return t, true, nil
 }
 
-// NextReplayTaskStart returns when the earliest scheduled task becomes due
-// (zero when none is waiting), so an idle runner sleeps exactly that long.
-func (s *Store) NextReplayTaskStart(ctx context.Context) (time.Time, error) {
+// NextReplayTaskDue returns the next moment, after now, at which a task
+// that is not running here (exclude) may become takeable: a scheduled
+// task's start, or the end of the lease of a runner that holds one
+// (another instance may have died). Zero when no such moment is coming.
+// Past moments are left out: a task due now is either taken already or
+// held by a live runner, and counting it would make an idle runner wake up
+// at once, again and again.
+func (s *Store) NextReplayTaskDue(ctx context.Context, exclude []int64) (time.Time, error) {
 	var at *time.Time
 	err := s.pool.QueryRow(ctx, `
-SELECT min(start_at) FROM replay_tasks WHERE status IN ('scheduled', 'running', 'canary_wait')`).Scan(&at)
+SELECT min(greatest(start_at, coalesce(runner_expires_at, start_at))) FROM replay_tasks
+WHERE status IN ('scheduled', 'running', 'canary_wait') AND NOT (id = ANY($1::bigint[]))
+  AND greatest(start_at, coalesce(runner_expires_at, start_at)) > now()`, nonNilIDs(exclude)).Scan(&at)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("store: next replay task start: %w", err)
+		return time.Time{}, fmt.Errorf("store: next replay task due: %w", err)
 	}
 	if at == nil {
 		return time.Time{}, nil
