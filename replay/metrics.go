@@ -3,6 +3,8 @@ package replay
 import (
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,6 +25,11 @@ type metrics struct {
 	running    prometheus.Gauge
 	inFlight   prometheus.Gauge
 	recoveries prometheus.Counter
+
+	// progressMu orders gauge updates against the delayed removal of a
+	// finished task's gauges; drops holds the pending removals.
+	progressMu sync.Mutex
+	drops      map[int64]*time.Timer
 }
 
 // taskStates are the label values of dlq_replay_task_messages.
@@ -30,6 +37,7 @@ var taskStates = []string{"requested", "claimed", "published", "failed", "skippe
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		drops: map[int64]*time.Timer{},
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dlq_replays_total",
 			Help: "Messages replayed, by result: published (confirmed, routed), unroutable (returned), nacked, failed (not sent), unknown (no confirm: may have been delivered), skipped (loop guard, not pending).",
@@ -65,12 +73,56 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) setProgress(t Task) {
+	m.progressMu.Lock()
+	defer m.progressMu.Unlock()
+	m.cancelDrop(t.ID)
+	m.set(t)
+}
+
+func (m *metrics) set(t Task) {
 	id := strconv.FormatInt(t.ID, 10)
 	for i, v := range []int64{t.Requested, t.Claimed, t.Published, t.Failed, t.Skipped, t.Unknown, t.Remaining} {
 		m.progress.WithLabelValues(id, taskStates[i]).Set(float64(v))
 	}
 }
 
+// retireProgress sets a finished task's final values and removes its
+// gauges after retention: a scrape every minute or so still sees how it
+// ended, and the series of old tasks do not pile up. The task running here
+// again (resumed) cancels the removal.
+func (m *metrics) retireProgress(t Task, retention time.Duration) {
+	m.progressMu.Lock()
+	defer m.progressMu.Unlock()
+	m.cancelDrop(t.ID)
+	m.set(t)
+	var timer *time.Timer
+	timer = time.AfterFunc(retention, func() {
+		m.progressMu.Lock()
+		defer m.progressMu.Unlock()
+		if m.drops[t.ID] == timer {
+			delete(m.drops, t.ID)
+			m.deleteProgress(t.ID)
+		}
+	})
+	m.drops[t.ID] = timer
+}
+
+// dropProgress removes a task's gauges at once (it stopped here without
+// finishing: another instance reports it now).
 func (m *metrics) dropProgress(id int64) {
+	m.progressMu.Lock()
+	defer m.progressMu.Unlock()
+	m.cancelDrop(id)
+	m.deleteProgress(id)
+}
+
+func (m *metrics) cancelDrop(id int64) {
+	if timer := m.drops[id]; timer != nil {
+		timer.Stop()
+		delete(m.drops, id)
+	}
+}
+
+func (m *metrics) deleteProgress(id int64) {
 	m.progress.DeletePartialMatch(prometheus.Labels{"task": strconv.FormatInt(id, 10)})
 }

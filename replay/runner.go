@@ -103,7 +103,7 @@ func (r *taskRun) run(parent context.Context) {
 		delete(s.running, r.task.ID)
 		s.mu.Unlock()
 		s.metrics.running.Dec()
-		s.metrics.dropProgress(r.task.ID)
+		r.retireProgress(context.WithoutCancel(parent))
 		s.poke() // a slot is free
 	}()
 
@@ -952,6 +952,20 @@ func (r *taskRun) heartbeat(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// retireProgress leaves a finished task's final progress in the gauges
+// for ProgressRetention; a task handed back (to be resumed elsewhere, or
+// lost) loses its gauges here at once.
+func (r *taskRun) retireProgress(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	t, err := r.s.st.GetReplayTask(ctx, r.task.ID)
+	if err != nil || !store.TaskFinished(t.Status) {
+		r.s.metrics.dropProgress(r.task.ID)
+		return
+	}
+	r.s.metrics.retireProgress(taskOf(t), r.s.cfg.ProgressRetention)
 }
 
 func (r *taskRun) refreshProgress(ctx context.Context) {
