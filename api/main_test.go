@@ -112,7 +112,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	s, err := api.New(api.Config{
 		Addr: "127.0.0.1:0", Store: st, Auth: authn, Replayer: o.replayer, Cron: o.cron,
 		MaxBodyBytes: o.maxBody, ConfirmAbove: o.confirmAbove,
-		Logger: slog.New(slog.NewTextHandler(o.log, nil)),
+		Logger:   slog.New(slog.NewTextHandler(o.log, nil)),
 		Gatherer: prometheus.NewRegistry(),
 	})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,6 +24,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the store's metrics. Optional; nil registers none.
 	Registerer prometheus.Registerer
+	// Tracer sees every statement the pool's connections run (tracing,
+	// and tests that check the plans of the queries really sent).
+	// Optional.
+	Tracer pgx.QueryTracer
 }
 
 const maxConnsDefault = 10
@@ -54,6 +59,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: parse database URL: %w", err)
 	}
 	pcfg.MaxConns = cmp.Or(cfg.MaxConns, maxConnsDefault)
+	if cfg.Tracer != nil {
+		pcfg.ConnConfig.Tracer = cfg.Tracer
+	}
 	pcfg.ConnConfig.ConnectTimeout = cmp.Or(pcfg.ConnConfig.ConnectTimeout, 5*time.Second)
 	// A connection that sat through a PostgreSQL restart is dead; check
 	// before handing it out rather than failing the first query after.
