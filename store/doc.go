@@ -28,9 +28,10 @@
 //     delivery is stored: an extra row, never a lost twin.
 //   - A message carrying x-dlq-id is a replayed message that died again. It
 //     returns to its own row (status pending, death details updated,
-//     replay_count kept). Its x-dlq-replay-id is unique per publish and is
-//     remembered on the row, so a redelivery of the same death changes
-//     nothing.
+//     replay_count kept); the death it replaces is appended to the row's
+//     death_history (oldest first, at most DeathHistoryMax). Its
+//     x-dlq-replay-id is unique per publish and is remembered on the row, so
+//     a redelivery of the same death changes nothing.
 //
 // The batch id is chosen by the caller before the transaction, so when a
 // commit's outcome is unknown (the connection died during COMMIT) a retry can

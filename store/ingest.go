@@ -287,11 +287,11 @@ UPDATE dead_messages SET
     dead_letter_queue = $10, last_death_replay_id = $11,
     replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
     claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
-    search_hashes = $15
+    search_hashes = $15, death_history = `+appendDeathHistory+`
 WHERE id = $1`,
 		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 		nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-		nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys))
+		nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax)
 	if err != nil {
 		return 0, err
 	}
@@ -307,6 +307,24 @@ WHERE id = $1`,
 	deltas[cur] = d
 	return OutcomeReturned, nil
 }
+
+// DeathHistoryMax bounds dead_messages.death_history: a message that keeps
+// failing keeps its latest deaths, not an ever-growing row.
+const DeathHistoryMax = 50
+
+// appendDeathHistory is the new death_history of a row whose death is being
+// replaced ($16 is DeathHistoryMax): the old one with the replaced death
+// appended, oldest dropped beyond the bound. In an UPDATE's SET list the
+// columns still hold the row's old values, which is the death to keep.
+// failed_at is written in UTC, as the API writes times.
+const appendDeathHistory = `(
+    SELECT jsonb_agg(h.e ORDER BY h.i)
+    FROM jsonb_array_elements(coalesce(death_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'failed_at', to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'reason', reason, 'death_count', death_count, 'dead_letter_queue', dead_letter_queue,
+        'failure_type', failure_type, 'failure_message', left(failure_message, 1000)
+    ))) WITH ORDINALITY AS h(e, i)
+    WHERE h.i > jsonb_array_length(coalesce(death_history, '[]'::jsonb)) + 1 - $16)`
 
 // queueSummaryDeltas adds one upsert applying deltas to queue_summary. Keys
 // are sorted so that concurrent transactions lock summary rows in the same

@@ -42,6 +42,10 @@ type Message struct {
 	ReplayedAt      *time.Time `json:"replayed_at"`
 	AcknowledgedAt  *time.Time `json:"acknowledged_at"`
 	Group           *string    `json:"group"`
+	// DeathHistory lists the earlier deaths of a message that was replayed
+	// and died again, oldest first (at most DeathHistoryMax); [] when none.
+	// The latest death is the message's own reason, failed_at and failure.
+	DeathHistory json.RawMessage `json:"death_history"`
 	LastReplayError *string    `json:"last_replay_error,omitempty"`
 	ConversionError *string    `json:"conversion_error,omitempty"`
 }
@@ -51,7 +55,7 @@ type Message struct {
 const messageColumns = `m.id, m.message_id, m.source_queue, m.source_exchange, m.source_routing_key,
     m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, m.headers -> 'x-death',
     m.body_size, m.status, m.replay_count, m.first_failed_at, m.failed_at, m.replayed_at, m.acknowledged_at,
-    m.group_id, m.last_replay_error, m.conversion_error`
+    m.group_id, m.last_replay_error, m.conversion_error, m.death_history`
 
 func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	var (
@@ -62,7 +66,7 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
 		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.DeathHeader,
 		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
-		&group, &m.LastReplayError, &m.ConversionError}
+		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory}
 	if withBody {
 		dest = append(dest, &body)
 	}
@@ -90,6 +94,9 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	}
 	if len(m.Failure) == 0 {
 		m.Failure = nil
+	}
+	if len(m.DeathHistory) == 0 {
+		m.DeathHistory = json.RawMessage("[]")
 	}
 	return m, nil
 }
