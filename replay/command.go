@@ -44,7 +44,7 @@ const (
 	CodeRateLimited     = "rate_limited"     // the token sent too many commands
 	CodeNotFound        = "not_found"        // no such task, or nothing matches
 	CodeConflict        = "conflict"         // state forbids it, or command_id reused differently
-	CodeConfirmRequired = "confirm_required" // a large acknowledge/delete by filter needs confirm: true
+	CodeConfirmRequired = "confirm_required" // a large replay/acknowledge/delete by filter needs confirm: true
 	CodeUnavailable     = "unavailable"      // PostgreSQL failed; retry with the same command_id
 	CodeInternal        = "internal"         // a bug; retry with the same command_id
 )
@@ -59,8 +59,8 @@ type Command struct {
 	Request
 	// ID names a replay task (cancel_replay, replay_status).
 	ID int64 `json:"id,omitempty"`
-	// Confirm lets an acknowledge or delete by filter select more messages
-	// than the confirmation threshold.
+	// Confirm lets a replay, acknowledge or delete by filter select more
+	// messages than the confirmation threshold (ControlConfig.ConfirmAbove).
 	Confirm bool `json:"confirm,omitempty"`
 }
 
@@ -146,7 +146,6 @@ func (c Command) checkFields() *CommandError {
 	switch c.Command {
 	case CmdReplay:
 		add(c.ID != 0, "id")
-		add(c.Confirm, "confirm")
 	case CmdAcknowledge, CmdDelete:
 		replayOnly()
 		add(c.ID != 0, "id")

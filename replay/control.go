@@ -65,8 +65,9 @@ type ControlConfig struct {
 	Consumers int
 	// MaxBytes bounds a command's size. Optional; default 1 MiB.
 	MaxBytes int
-	// ConfirmAbove is the largest acknowledge or delete by filter that runs
-	// without confirm: true. Optional; 0 never asks.
+	// ConfirmAbove is the largest replay, acknowledge or delete by filter
+	// that runs without confirm: true (the HTTP API's api.confirm_above).
+	// Optional; 0 never asks.
 	ConfirmAbove int64
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
@@ -153,8 +154,12 @@ func (c *Control) handleMessage(msg *message.Message) (err error) {
 	var answer, command, result string
 	defer func() {
 		if r := recover(); r != nil {
+			// Handle recovers the commands it runs; this is for a bug in
+			// reading one. The answer names the command_id if it can.
 			c.log.Error("control command handler panicked", "panic", r, "stack", string(debug.Stack()))
-			answer, result = errAnswer("", cmdErr(CodeInternal, "internal error")), CodeInternal
+			salvaged := salvage(msg.Payload)
+			command = salvaged.Command
+			answer, result = errAnswer(salvaged.CommandID, cmdErr(CodeInternal, "internal error; retry with the same command_id")), CodeInternal
 		}
 		c.commands.WithLabelValues(cmp.Or(command, "invalid"), result).Inc()
 		if replyTo == "" {
@@ -215,7 +220,7 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 	if !p.Can(need) {
 		return fail(cmdErr(CodeForbidden, "token %s has role %s; %s needs %s", p.Name, p.Role, cmd.Command, need))
 	}
-	actor := store.Actor{Name: p.Name, Role: p.Role, Via: "control", RequestID: cmd.CommandID}
+	actor := store.Actor{Name: p.Name, Role: p.Role, Via: "control", RequestID: cmd.CommandID, Scope: p.Queues}
 
 	// Reads change nothing: no need to remember them.
 	switch cmd.Command {
@@ -249,9 +254,10 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 		return res.Answer, cmd.Command, "duplicate"
 	}
 
-	answer, command, result = c.execute(ctx, cmd, p, actor)
-	if result == CodeUnavailable || result == CodeInternal {
-		// Nothing was done: let a retry run it again.
+	answer, command, result = c.safeExecute(ctx, cmd, p, actor)
+	if result == CodeUnavailable || result == CodeInternal || result == CodeConfirmRequired {
+		// Nothing was done: let a retry run it again (a refusal asking for
+		// confirm: true is retried with it, often under the same id).
 		if err := c.cfg.Commands.ForgetCommand(context.WithoutCancel(ctx), cmd.CommandID); err != nil {
 			c.log.Warn("cannot forget a failed command; a retry will run it once its reservation expires", "command_id", cmd.CommandID, "error", err)
 		}
@@ -281,6 +287,22 @@ func (c *Control) authenticate(token string) (auth.Principal, *CommandError) {
 	return p, nil
 }
 
+// safeExecute is execute, with a panic turned into an internal error
+// answer: the command is acknowledged like any other, its reservation is
+// forgotten (a retry with the same command_id runs it again), and the
+// consumer goes on with the next command.
+func (c *Control) safeExecute(ctx context.Context, cmd Command, p auth.Principal, actor store.Actor) (answer, command, result string) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("control command panicked", "command", cmd.Command, "command_id", cmd.CommandID,
+				"panic", r, "stack", string(debug.Stack()))
+			answer = errAnswer(cmd.CommandID, cmdErr(CodeInternal, "internal error while running %s; retry with the same command_id", cmd.Command))
+			command, result = cmd.Command, CodeInternal
+		}
+	}()
+	return c.execute(ctx, cmd, p, actor)
+}
+
 func (c *Control) execute(ctx context.Context, cmd Command, p auth.Principal, actor store.Actor) (string, string, string) {
 	switch cmd.Command {
 	case CmdReplay:
@@ -289,6 +311,9 @@ func (c *Control) execute(ctx context.Context, cmd Command, p auth.Principal, ac
 		if req.DryRun {
 			t, err := c.cfg.Replays.Start(ctx, req, actor)
 			return c.answer(cmd, t, err)
+		}
+		if err := c.checkConfirm(ctx, cmd, req, actor); err != nil {
+			return c.answer(cmd, nil, err)
 		}
 		t, err := c.cfg.Replays.StartCommand(ctx, req, actor, cmd.CommandID, func(t Task) (string, error) {
 			return okAnswer(cmd.CommandID, t)
@@ -317,6 +342,32 @@ func (c *Control) execute(ctx context.Context, cmd Command, p auth.Principal, ac
 		return c.answer(cmd, r, err)
 	}
 	return c.answer(cmd, nil, cmdErr(CodeUnknownCommand, "command %q is not handled", cmd.Command))
+}
+
+// checkConfirm refuses a replay by filter that would publish more than
+// ConfirmAbove messages without confirm: true, as the HTTP API does, so
+// that a mistaken filter cannot start a huge replay. It counts with the
+// service's own dry run (what would be replayed, skips left out).
+// Messages arriving between the count and the start can push the task a
+// little past the threshold: this guards against mistakes; limit is the
+// hard cap.
+func (c *Control) checkConfirm(ctx context.Context, cmd Command, req Request, actor store.Actor) error {
+	if req.Filter == nil || cmd.Confirm || c.cfg.ConfirmAbove <= 0 {
+		return nil
+	}
+	if req.Limit > 0 && int64(req.Limit) <= c.cfg.ConfirmAbove {
+		return nil
+	}
+	dry := req
+	dry.DryRun = true
+	t, err := c.cfg.Replays.Start(ctx, dry, actor)
+	if err != nil {
+		return err
+	}
+	if t.Error == "" && t.Remaining > c.cfg.ConfirmAbove {
+		return &store.ConfirmError{Matched: t.Remaining, Threshold: c.cfg.ConfirmAbove}
+	}
+	return nil
 }
 
 // answer builds the answer of an executed command, mapping errors to

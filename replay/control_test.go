@@ -28,6 +28,13 @@ const (
 // returns the queue's name. scoped tokens get the queues given.
 func (b *bundle) control(t *testing.T, scopedQueues ...string) string {
 	t.Helper()
+	return b.controlWith(t, nil, scopedQueues...)
+}
+
+// controlWith is control with tweak applied to the Control's
+// configuration.
+func (b *bundle) controlWith(t *testing.T, tweak func(*replay.ControlConfig), scopedQueues ...string) string {
+	t.Helper()
 	tokens := []auth.Token{
 		{Name: "ops", Token: operatorToken, Role: auth.RoleOperator},
 		{Name: "watcher", Token: viewerToken, Role: auth.RoleViewer},
@@ -39,10 +46,14 @@ func (b *bundle) control(t *testing.T, scopedQueues ...string) string {
 	require.NoError(t, err)
 	queue := dlqtest.Name(t, "ctl")
 	dlqtest.DeleteQueues(t, b.app, queue)
-	c, err := replay.NewControl(replay.ControlConfig{
+	cfg := replay.ControlConfig{
 		Conn: b.conn, Queue: queue, Replays: b.svc, Actions: b.st, Commands: b.st, Auth: a,
 		Consumers: 2, MaxBytes: 1 << 20, ConfirmAbove: 1000, Registerer: b.reg,
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c, err := replay.NewControl(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -142,6 +142,9 @@
 // stored after; a replay's answer is stored in the task's own transaction,
 // so a redelivered command can never start a second task. A repeated
 // command_id returns the stored first answer and does nothing again.
-// Commands whose only failure was the database being unavailable are
-// forgotten, so that a retry with the same id runs them.
+// Commands whose only failure was the database being unavailable, a panic
+// (answered internal; the consumer goes on), or a missing confirm: true
+// are forgotten, so that a retry with the same id runs them. A replay,
+// acknowledge or delete by filter above ControlConfig.ConfirmAbove needs
+// confirm: true, as over HTTP. Audit rows carry the token's scope.
 package replay

@@ -32,7 +32,7 @@ func TestFaultKillReplayingProcess(t *testing.T) {
 	env := []string{"DLQ_REPLAY_LEASE=1s", fmt.Sprintf("DLQ_REPLAY_WINDOW=%d", window), "DLQ_REPLAY_BATCH_SIZE=200"}
 	p := b.serve(t, control, env...)
 	c := b.waitAnswering(t, control)
-	task := taskOf(t, call(t, c, fmt.Sprintf(`{"command":"replay","command_id":"kill","filter":{"source_queue":%q},"rate_per_second":1500}`, q)))
+	task := taskOf(t, call(t, c, fmt.Sprintf(`{"command":"replay","command_id":"kill","filter":{"source_queue":%q},"rate_per_second":1500,"confirm":true}`, q)))
 
 	progress := func() int64 {
 		got, err := b.svc.Get(context.Background(), task.ID)

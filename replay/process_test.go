@@ -212,7 +212,7 @@ func TestReplayTwoProcessesSameRows(t *testing.T) {
 
 	var tasks []replay.Task
 	for i := 0; i < 2; i++ {
-		a := call(t, c, fmt.Sprintf(`{"command":"replay","command_id":"two-%d","filter":{"source_queue":%q,"status":"all"}}`, i, q))
+		a := call(t, c, fmt.Sprintf(`{"command":"replay","command_id":"two-%d","filter":{"source_queue":%q,"status":"all"},"confirm":true}`, i, q))
 		tasks = append(tasks, taskOf(t, a))
 	}
 	var published int64
