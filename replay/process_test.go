@@ -295,3 +295,62 @@ func TestReplayCLI(t *testing.T) {
 	require.Equal(t, 3, code, "no dlq answering: %s", errOut)
 	require.True(t, strings.Contains(errOut, "no answer") || strings.Contains(errOut, "unreachable"), errOut)
 }
+
+// dlq replay selects a time range with --since and --until (a duration ago
+// or an RFC 3339 time), asks for --confirm above the threshold, and with
+// --command-id a repeated call (a retry after a timeout) starts nothing
+// new: it shows the first answer.
+func TestReplayCLITimeRangeAndCommandID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.noService, o.noConsumer = true, true })
+	q := b.targetQueue(t)
+	ids := b.seed(t, q, 30)
+	ctx := context.Background()
+	_, err := b.st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '3 hours' WHERE id = ANY($1)`, ids[:10])
+	require.NoError(t, err)
+	_, err = b.st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '2 hours' WHERE id = ANY($1)`, ids[10:20])
+	require.NoError(t, err)
+	control := dlqtest.Name(t, "ctl")
+	dlqtest.DeleteQueues(t, b.app, control)
+	b.serve(t, control, "DLQ_API_CONFIRM_ABOVE=15")
+	b.waitAnswering(t, control)
+
+	code, out, errOut := b.cli(t, control, adminToken, "replay", "--source-queue", q, "--since", "150m", "--until", "90m", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "dry run: 10 messages match")
+
+	code, _, errOut = b.cli(t, control, adminToken, "replay", "--source-queue", q, "--until", "90m", "--delay", "1h")
+	require.Equal(t, 2, code, "20 messages, threshold 15: %s", errOut)
+	require.Contains(t, errOut, "confirm_required")
+	require.Contains(t, errOut, "--confirm")
+	require.Zero(t, b.tableCount(t, "replay_tasks"))
+
+	now := time.Now().UTC()
+	since, until := now.Add(-150*time.Minute).Format(time.RFC3339), now.Add(-90*time.Minute).Format(time.RFC3339)
+	args := []string{"replay", "--source-queue", q, "--since", since, "--until", until, "--command-id", "cli-range-1", "--json"}
+	code, out, errOut = b.cli(t, control, adminToken, append(args, "--wait")...)
+	require.Equal(t, 0, code, errOut)
+	var task replay.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &task), out)
+	require.Equal(t, replay.StatusCompleted, task.Status)
+	require.Equal(t, int64(10), task.Published)
+	require.Equal(t, 10, b.count(t, "id = ANY($1) AND status = 'replayed'", ids[10:20]))
+	require.Equal(t, 20, b.count(t, "source_queue = $1 AND status = 'pending'", q), "outside the range: untouched")
+
+	code, out, errOut = b.cli(t, control, adminToken, args...)
+	require.Equal(t, 0, code, errOut)
+	var again replay.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &again), out)
+	require.Equal(t, task.ID, again.ID, "the same command_id answers with the first task")
+	require.Equal(t, 1, b.tableCount(t, "replay_tasks"), "and starts no other")
+	require.Equal(t, 10, dlqtest.QueueDepth(t, b.app, q), "nothing published twice")
+
+	for _, bad := range [][]string{
+		{"--since", "1h", "--until", "2h"},
+		{"--until", "yesterday"},
+		{"--since", "2026-13-01T00:00:00Z"},
+	} {
+		code, _, errOut := b.cli(t, control, adminToken, append([]string{"replay", "--source-queue", q}, bad...)...)
+		require.Equal(t, 2, code, "%v: %s", bad, errOut)
+	}
+}

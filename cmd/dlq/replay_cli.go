@@ -78,6 +78,9 @@ func send(ctx context.Context, name string, c *replay.Client, cmd replay.Command
 			code, msg = a.Error.Code, a.Error.Message
 		}
 		fmt.Fprintf(os.Stderr, "dlq %s: %s: %s\n", name, code, msg)
+		if code == replay.CodeConfirmRequired {
+			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
+		}
 		return nil, answerExit(code)
 	}
 	return a.Result, -1
@@ -107,13 +110,13 @@ func cmdReplay(args []string) int {
 	var (
 		rf                             rpcFlags
 		sourceQueue, reason, status, q string
-		group                          string
-		since, delay, canaryWait       time.Duration
+		group, since, until, commandID string
+		delay, canaryWait              time.Duration
 		limit, canary                  int
 		rate                           float64
 		toExchange, toKey              string
 		toExchangeSet                  bool
-		dryRun, force, wait            bool
+		dryRun, force, wait, confirm   bool
 	)
 	cfg, _, fs, code := loadConfig("replay", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
@@ -122,7 +125,8 @@ func cmdReplay(args []string) int {
 		fs.StringVar(&status, "status", "", "... with this status (default pending)")
 		fs.StringVar(&q, "q", "", "... matching this text search")
 		fs.StringVar(&group, "group", "", "... of this failure group")
-		fs.DurationVar(&since, "since", 0, "... that failed within this long (e.g. 1h)")
+		fs.StringVar(&since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
+		fs.StringVar(&until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
 		fs.IntVar(&limit, "limit", 0, "replay at most this many (oldest first)")
 		fs.Float64Var(&rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
 		fs.DurationVar(&delay, "delay", 0, "start after this long (e.g. 10m)")
@@ -136,12 +140,15 @@ func cmdReplay(args []string) int {
 		fs.DurationVar(&canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
 		fs.BoolVar(&force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
 		fs.BoolVar(&wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
+		fs.BoolVar(&confirm, "confirm", false, "replay by filter more messages than the confirmation threshold (api.confirm_above)")
+		fs.StringVar(&commandID, "command-id", "", "the command's id (default: a new UUID); run again with the same id, the command is not repeated and its first answer is shown")
 		fs.Usage = func() {
 			fmt.Fprintln(fs.Output(), "usage: dlq replay [flags] [id ...]")
 			fmt.Fprintln(fs.Output(), "\nReplay messages by id, or by filter flags. Examples:")
 			fmt.Fprintln(fs.Output(), "  dlq replay 42")
 			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders")
 			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --reason rejected --since 1h --rate 50 --wait")
+			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --since 2026-05-01T10:00:00Z --until 2026-05-01T11:00:00Z --confirm")
 			fmt.Fprintln(fs.Output(), "\nflags:")
 			fs.PrintDefaults()
 		}
@@ -168,7 +175,7 @@ func cmdReplay(args []string) int {
 		}
 	}
 	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
-	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since > 0
+	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since != "" || until != ""
 	switch {
 	case len(ids) > 0 && filtered:
 		fmt.Fprintln(os.Stderr, "dlq replay: give ids or filter flags, not both")
@@ -177,9 +184,20 @@ func cmdReplay(args []string) int {
 		req.IDs = ids
 	case filtered:
 		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group}
-		if since > 0 {
-			after := time.Now().Add(-since).UTC()
-			f.FailedAfter = &after
+		now := time.Now()
+		var err error
+		if f.FailedAfter, err = when("since", since, now); err != nil {
+			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
+			return exitUsage
+		}
+		if f.FailedBefore, err = when("until", until, now); err != nil {
+			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
+			return exitUsage
+		}
+		if f.FailedAfter != nil && f.FailedBefore != nil && !f.FailedAfter.Before(*f.FailedBefore) {
+			fmt.Fprintf(os.Stderr, "dlq replay: --since (%s) must be before --until (%s)\n",
+				f.FailedAfter.Format(time.RFC3339), f.FailedBefore.Format(time.RFC3339))
+			return exitUsage
 		}
 		req.Filter = f
 	default:
@@ -205,7 +223,7 @@ func cmdReplay(args []string) int {
 		return code
 	}
 	defer c.Close()
-	res, code := send(ctx, "replay", c, replay.Command{Command: replay.CmdReplay, Request: req}, rf.timeout)
+	res, code := send(ctx, "replay", c, replay.Command{Command: replay.CmdReplay, CommandID: commandID, Request: req, Confirm: confirm}, rf.timeout)
 	if code >= 0 {
 		return code
 	}
@@ -238,6 +256,19 @@ func cmdReplay(args []string) int {
 		return exitOK
 	}
 	return waitTask(ctx, c, task, rf)
+}
+
+// when reads --since and --until: a duration ago, or an RFC 3339 time.
+func when(name, s string, now time.Time) (*time.Time, error) {
+	v, err := timeArg(name, s, now)
+	if err != nil || v == "" {
+		return nil, err
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %q: %w", name, s, err)
+	}
+	return &t, nil
 }
 
 // waitTask polls a task until it finishes, drawing its progress on stderr.
