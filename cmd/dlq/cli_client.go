@@ -19,8 +19,10 @@ import (
 // a running dlq's HTTP API: DLQ_URL (default http://127.0.0.1:8080) with the
 // bearer token DLQ_TOKEN (or DLQ_ADMIN_TOKEN). They print readable tables,
 // or the API's JSON with --json, and exit with a code that says what
-// happened (see commands.go): 3 when dlq cannot be reached, 4 when the
-// thing does not exist, 5 when the token is refused.
+// happened (see commands.go): 0 done, 1 failed (409 and the like), 2 bad
+// flags or a parameter the API refused (400, including a missing --yes),
+// 3 dlq unreachable or failing (429, 5xx), 4 not found, 5 token refused
+// (401, 403). TestCLIBinary holds the binary to them.
 
 // DLQURLDefault is where the CLI finds the API without DLQ_URL.
 const DLQURLDefault = "http://127.0.0.1:8080"
