@@ -289,6 +289,11 @@ func TestReplayCLI(t *testing.T) {
 		require.Equal(t, c.code, code, "%v: %s", c.args, errOut)
 	}
 
+	// A task shows why it skipped messages.
+	code, out, errOut = b.cli(t, control, adminToken, "replay", fmt.Sprint(ids[0]), "--wait")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `skipped +1 \(not_pending 1\)`, out, "already replayed by the first task")
+
 	// A clean stop of dlq serve.
 	p.stop(t)
 	code, _, errOut = b.cli(t, control, adminToken, "replays", "--timeout", "2s")

@@ -131,6 +131,16 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[int64]*taskRun
+
+	skipMu sync.Mutex
+	skips  map[int64]skipReasons // by task; see withSkipReasons
+}
+
+// skipReasons is a task's skip breakdown, valid while its skipped counter
+// is still skipped.
+type skipReasons struct {
+	skipped int64
+	reasons map[string]int64
 }
 
 var _ Replayer = (*Service)(nil)
@@ -152,6 +162,7 @@ func New(cfg Config) (*Service, error) {
 		metrics: m,
 		wake:    make(chan struct{}, 1),
 		running: map[int64]*taskRun{},
+		skips:   map[int64]skipReasons{},
 	}, nil
 }
 
@@ -179,8 +190,15 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		}
 		t := Task{Status: StatusDryRun, DryRun: true, Request: req, Requested: p.Matched, Sample: p.Sample,
 			Skipped: p.NotPending, CreatedBy: actor.Name, CreatedAt: time.Now().UTC()}
-		if !req.Force {
+		if p.NotPending > 0 {
+			t.SkipReasons = map[string]int64{store.SkipNotPending: p.NotPending}
+		}
+		if !req.Force && p.Guarded > 0 {
 			t.Skipped += p.Guarded
+			if t.SkipReasons == nil {
+				t.SkipReasons = map[string]int64{}
+			}
+			t.SkipReasons[store.SkipMaxReplays] = p.Guarded
 		}
 		if req.Limit == 0 && p.Matched > s.cfg.MaxTaskMessages {
 			t.Error = fmt.Sprintf("more than %d messages match: a replay needs a limit of at most %d", s.cfg.MaxTaskMessages, s.cfg.MaxTaskMessages)
@@ -249,7 +267,60 @@ func (s *Service) Get(ctx context.Context, id int64) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	return taskOf(t), nil
+	out := []Task{taskOf(t)}
+	s.withSkipReasons(ctx, out)
+	return out[0], nil
+}
+
+// withSkipReasons fills in SkipReasons of the tasks that skipped
+// something. Counting them reads every item of a task, so a breakdown is
+// kept until the task's skipped counter moves (a finished task's never
+// does; a CLI following a task asks twice a second). A failure to count
+// leaves them out rather than failing the read.
+func (s *Service) withSkipReasons(ctx context.Context, tasks []Task) {
+	const keep = 1024
+	var ask []int64
+	s.skipMu.Lock()
+	for i := range tasks {
+		t := &tasks[i]
+		if t.Skipped == 0 || t.DryRun {
+			continue
+		}
+		if c, ok := s.skips[t.ID]; ok && c.skipped == t.Skipped {
+			t.SkipReasons = c.reasons
+			continue
+		}
+		ask = append(ask, t.ID)
+	}
+	s.skipMu.Unlock()
+	if len(ask) == 0 {
+		return
+	}
+	got, err := s.st.ReplaySkipReasons(ctx, ask)
+	if err != nil {
+		s.log.Warn("cannot count why replay task messages were skipped; answering without", "task_ids", ask, "error", err)
+		return
+	}
+	s.skipMu.Lock()
+	defer s.skipMu.Unlock()
+	if len(s.skips)+len(got) > keep {
+		clear(s.skips)
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		if r, ok := got[t.ID]; ok {
+			t.SkipReasons = r
+			// The counter and the items were read apart: keep the
+			// breakdown only when it adds up to the counter read.
+			var sum int64
+			for _, n := range r {
+				sum += n
+			}
+			if sum == t.Skipped {
+				s.skips[t.ID] = skipReasons{skipped: t.Skipped, reasons: r}
+			}
+		}
+	}
 }
 
 // List returns recent tasks, newest first.
@@ -272,6 +343,7 @@ func (s *Service) ListIn(ctx context.Context, limit int, scope []string) ([]Task
 	for _, t := range ts {
 		out = append(out, taskOf(t))
 	}
+	s.withSkipReasons(ctx, out)
 	return out, nil
 }
 
@@ -297,7 +369,9 @@ func (s *Service) CancelIn(ctx context.Context, id int64, scope []string, actor 
 	}
 	s.cancelLocal(id)
 	s.log.Info("replay task cancelled", "task_id", id, "actor", actor.Name, "via", actor.Via)
-	return taskOf(t), nil
+	out := []Task{taskOf(t)}
+	s.withSkipReasons(ctx, out)
+	return out[0], nil
 }
 
 // Visible reports whether a task recorded with taskScope may be seen by a

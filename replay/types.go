@@ -71,6 +71,11 @@ type Task struct {
 	Published int64  `json:"published"`
 	Failed    int64  `json:"failed"`
 	Skipped   int64  `json:"skipped"`
+	// SkipReasons breaks Skipped down by reason: max_replays (the loop
+	// guard; force lifts it), not_pending (replayed, acknowledged or being
+	// replayed by another task when its turn came), deleted. Absent when
+	// nothing was skipped.
+	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
 	// Unknown counts messages whose confirm never came (connection lost,
 	// replaying process died): they may have been delivered, are back to
 	// pending with the reason recorded, and are not published again by this

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -237,7 +238,7 @@ func cmdReplay(args []string) int {
 		if rf.json {
 			printJSON(res)
 		} else {
-			fmt.Printf("dry run: %d messages match, %d would be skipped; nothing was changed\n", task.Requested, task.Skipped)
+			fmt.Printf("dry run: %d messages match, %d would be skipped%s; nothing was changed\n", task.Requested, task.Skipped, skipReasons(task.SkipReasons))
 			if len(task.Sample) > 0 {
 				fmt.Printf("first ids: %s\n", joinInts(task.Sample))
 			}
@@ -382,7 +383,7 @@ func printTask(w io.Writer, t replay.Task) {
 	fmt.Fprintf(tw, "requested\t%d\n", t.Requested)
 	fmt.Fprintf(tw, "published\t%d\n", t.Published)
 	fmt.Fprintf(tw, "failed\t%d\n", t.Failed)
-	fmt.Fprintf(tw, "skipped\t%d\n", t.Skipped)
+	fmt.Fprintf(tw, "skipped\t%d%s\n", t.Skipped, skipReasons(t.SkipReasons))
 	fmt.Fprintf(tw, "unknown\t%d\n", t.Unknown)
 	fmt.Fprintf(tw, "remaining\t%d\n", t.Remaining)
 	if t.Request.RatePerSecond > 0 {
@@ -403,6 +404,23 @@ func printTask(w io.Writer, t replay.Task) {
 		fmt.Fprintf(tw, "error\t%s\n", t.Error)
 	}
 	tw.Flush()
+}
+
+// skipReasons formats a task's skip breakdown: " (max_replays 2, deleted 1)".
+func skipReasons(r map[string]int64) string {
+	if len(r) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, r[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // cmdReplays: dlq replays [id]
