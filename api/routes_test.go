@@ -1,9 +1,17 @@
 package api_test
 
 import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,5 +90,40 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	}
 	for _, pattern := range productRoutes {
 		require.Contains(t, table, pattern, "the product contract's route %s is not served", pattern)
+	}
+}
+
+// TestServerOwnErrors pins the limitation docs/API.md states: requests
+// Go's HTTP server refuses before any handler runs (a malformed request
+// line, headers over 1 MiB) get its plain-text answer, without
+// X-Request-Id. Should that change, the documentation must too.
+func TestServerOwnErrors(t *testing.T) {
+	t.Parallel()
+	s, err := api.New(api.Config{Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	// dlq's own http.Server, not httptest's: its settings are the point.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	addr := ln.Addr().String()
+	for name, c := range map[string]struct {
+		request string
+		status  int
+	}{
+		"malformed request line": {"NOT A REQUEST\r\n\r\n", http.StatusBadRequest},
+		"headers too large":      {"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 2<<20) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		// The server may answer and close before reading everything.
+		go func() { _, _ = conn.Write([]byte(c.request)) }()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err, name)
+		require.Equal(t, c.status, resp.StatusCode, name)
+		require.Empty(t, resp.Header.Get("X-Request-Id"), name)
+		resp.Body.Close()
+		conn.Close()
 	}
 }
