@@ -107,9 +107,12 @@
 // # Canary
 //
 // With a canary, the runner publishes the first Count messages, records them
-// (canary_ids), waits WaitSeconds (status canary_wait, persisted, so a
-// restart resumes the wait), and then looks whether any of them came back:
-// a canary row pending again with a failure time after the canary started.
+// (canary_ids, and each one's x-dlq-replay-id on its item), waits
+// WaitSeconds (status canary_wait, persisted, so a restart resumes the
+// wait), and then looks whether any of them came back: a row whose last
+// death carries one of those replay ids. Another copy of a canary message
+// dying meanwhile (an earlier replay of it, whose outcome was unknown) is
+// not the canary dying, and does not stop the task.
 // If so the task ends as canary_failed and the rest is not touched;
 // otherwise it replays the rest.
 //

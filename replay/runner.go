@@ -559,7 +559,8 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why}, resultFailed)
 			continue
 		}
-		msg, err := buildPublishing(*m, newReplayID(), r.s.cfg.KeepUserID)
+		rid := newReplayID()
+		msg, err := buildPublishing(*m, rid, r.s.cfg.KeepUserID)
 		if err != nil {
 			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
 			continue
@@ -569,7 +570,7 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 			return
 		}
 		id := m.ID
-		err = r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, id, res) })
+		err = r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, id, rid, res) })
 		if err != nil {
 			if ctx.Err() != nil {
 				r.release(b, b.msgs[i:])
@@ -705,13 +706,18 @@ func (r *taskRun) exchangeOK(ctx context.Context, name string) (bool, string) {
 
 // onResult is called by the publisher with a publish's outcome. It must
 // not block: it only queues the outcome for the settler.
-func (r *taskRun) onResult(b *claimBatch, id int64, res broker.Result) {
+func (r *taskRun) onResult(b *claimBatch, id int64, replayID string, res broker.Result) {
 	r.s.metrics.inFlight.Dec()
 	o := store.ReplayOutcome{ID: id, Token: b.token}
 	var label string
 	switch res.Outcome {
 	case broker.Acked:
 		o.Result, label = store.OutcomePublished, resultPublished
+		if r.canary.Load() {
+			// The canary knows its own publishes by their replay id when
+			// they die again.
+			o.ReplayID = replayID
+		}
 	case broker.Returned:
 		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultUnroutable
 	case broker.Nacked:

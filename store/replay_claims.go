@@ -482,6 +482,10 @@ type ReplayOutcome struct {
 	Result string
 	// Error is recorded as last_replay_error (failed, unknown).
 	Error string
+	// ReplayID, on a published outcome, is recorded as the item's detail:
+	// the x-dlq-replay-id it went out with. The canary sets it, to know its
+	// own publishes when they die again (CanaryDiedAgain).
+	ReplayID string
 }
 
 // SettleResult counts what SettleReplayOutcomes recorded for the task.
@@ -519,6 +523,11 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 		ids[i], toks[i], kinds[i] = o.ID, o.Token, o.Result
 		switch o.Result {
 		case OutcomePublished:
+			if o.ReplayID != "" {
+				// The item's detail; the row's error is cleared on publish.
+				id := cleanText(o.ReplayID)
+				errs[i] = &id
+			}
 		case OutcomeFailed, OutcomeUnknown:
 			e := cleanText(o.Error)
 			errs[i] = &e
@@ -785,14 +794,20 @@ RETURNING c.n`, taskID).Scan(&n)
 	return n, nil
 }
 
-// CanaryDiedAgain returns the canary messages of a task that died again
-// since the canary started: their rows came back to pending with a newer
-// failure time.
+// CanaryDiedAgain returns the canary messages of a task that died again:
+// their row's last death carries the x-dlq-replay-id the canary published
+// them with (recorded as the item's detail, see ReplayOutcome.ReplayID).
+// Another copy of the same message dying — an earlier replay of it, or the
+// application's own — does not count. Canary items recorded without a
+// replay id (by an older version) fall back to the row: pending again with
+// a failure time after the canary started.
 func (s *Store) CanaryDiedAgain(ctx context.Context, taskID int64) ([]int64, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT m.id FROM replay_tasks t
-JOIN dead_messages m ON m.id = ANY(t.canary_ids)
-WHERE t.id = $1 AND m.status = 'pending' AND m.failed_at >= t.canary_started_at
+JOIN replay_task_items i ON i.task_id = t.id AND i.message_id = ANY(t.canary_ids)
+JOIN dead_messages m ON m.id = i.message_id
+WHERE t.id = $1 AND CASE WHEN i.detail IS NOT NULL THEN m.last_death_replay_id = i.detail
+                         ELSE m.status = 'pending' AND m.failed_at >= t.canary_started_at END
 ORDER BY m.id`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("store: check canary of replay task %d: %w", taskID, err)
