@@ -82,7 +82,7 @@ func (c *Conn) loop() {
 	defer c.wg.Done()
 	backoff := c.cfg.MinBackoff
 	for {
-		conn, err := amqp.DialConfig(c.cfg.URL, amqp.Config{
+		conn, err := dialFiltered(c.cfg.URL, amqp.Config{
 			Heartbeat:  10 * time.Second,
 			Locale:     "en_US",
 			Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -50,6 +51,11 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 			m = raw(d, queue, now, fmt.Errorf("panic while converting: %v", r))
 		}
 	}()
+	if tok, ok := d.Headers[HeaderUndecodable].(int64); ok {
+		if table, ok := takeUndecodable(tok); ok {
+			return undecodable(d, queue, now, table)
+		}
+	}
 	// Our own quorum queue adds the return counts on redelivery; storing
 	// them would make a redelivery look different from the first delivery.
 	headers := d.Headers
@@ -72,9 +78,9 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 
 	m = store.NewMessage{
 		MessageID:        d.MessageId,
-		SourceQueue:      death.SourceQueue,
-		SourceExchange:   death.SourceExchange,
-		SourceRoutingKey: death.SourceRoutingKey,
+		SourceQueue:      shortstr(death.SourceQueue),
+		SourceExchange:   shortstr(death.SourceExchange),
+		SourceRoutingKey: shortstr(death.SourceRoutingKey),
 		DeadLetterQueue:  queue,
 		Reason:           death.Reason,
 		DeathCount:       death.Count,
@@ -161,6 +167,36 @@ func raw(d *amqp.Delivery, queue string, now time.Time, cause error) store.NewMe
 		m.Properties = PropertiesOf(d).AppendJSON(nil)
 	}()
 	m.Fingerprint = fingerprint(d, m.Properties, nil)
+	return m
+}
+
+// shortstr cuts s to 255 bytes (at a character boundary), the most AMQP
+// allows for a queue, exchange or routing key. The death headers are
+// written by whoever published the message, and a longer value there is
+// not a real name; cut, it still fits the store's indexes, and the headers
+// keep it whole.
+func shortstr(s string) string {
+	if len(s) <= 255 {
+		return s
+	}
+	s = s[:255]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// undecodable keeps a delivery whose header table amqp091-go could not
+// decode (framefilter.go): body and properties as always, and the table's
+// AMQP encoding, byte for byte, as the one header HeaderUndecodable.
+func undecodable(d *amqp.Delivery, queue string, now time.Time, table []byte) store.NewMessage {
+	m := raw(d, queue, now, fmt.Errorf("the AMQP client cannot decode this message's headers "+
+		"(tables or arrays nested deeper than %d levels, more than %d entries in one, or an unknown field type); "+
+		"stored raw: their AMQP encoding (%d bytes) is kept, base64, in header %s", clientMaxDepth, clientMaxElements, len(table), HeaderUndecodable))
+	if hj, err := AppendHeadersJSON(nil, amqp.Table{HeaderUndecodable: table}); err == nil {
+		m.Headers = hj
+	}
+	m.Fingerprint = fingerprint(d, m.Properties, m.Headers)
 	return m
 }
 

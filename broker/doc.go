@@ -14,6 +14,13 @@
 // "never acknowledge a delivery received before a reconnect" local and
 // obvious: delivery tags live and die with their channel.
 //
+// Between the socket and amqp091-go sits a frame filter (framefilter.go):
+// amqp091-go closes the whole connection on a header table it cannot
+// decode (nested deeper than 32 levels, more than 8192 entries), so one
+// such dead letter would take every consumer and publisher down on each
+// redelivery. The filter replaces such a table with one naming it, and
+// Convert stores the message raw, flagged, with the table's bytes.
+//
 // Notification channels given to amqp091-go (NotifyClose, NotifyBlocked,
 // NotifyPublish, NotifyReturn) are buffered and always drained, because the
 // library blocks, and since v1.13 drops the event, when a listener does not

@@ -20,8 +20,9 @@ import (
 type Ingester interface {
 	// IngestBatch writes a batch in one transaction; nil means committed.
 	IngestBatch(ctx context.Context, b store.IngestBatch) (store.IngestResult, error)
-	// BatchCommitted reports whether an attempt of batch id committed.
-	BatchCommitted(ctx context.Context, id int64) (bool, error)
+	// CommittedRows reports whether an attempt of batch id committed, and
+	// how many of its messages became new rows.
+	CommittedRows(ctx context.Context, id int64) (rows int, ok bool, err error)
 	// ConfirmBatches forgets batches whose acks reached the broker.
 	ConfirmBatches(ctx context.Context, ids []int64) error
 }

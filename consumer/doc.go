@@ -34,9 +34,19 @@
 //     deliveries wait, unacknowledged, in RabbitMQ. After any failed attempt
 //     the writer asks whether the batch committed after all (the COMMIT may
 //     have succeeded before the connection died) before writing it again.
-//   - Data PostgreSQL refuses: the batch is split until the one message is
-//     found; that message is stored in its raw form with the error recorded.
-//     It is never dropped and never retried forever.
+//   - Data PostgreSQL refuses (SQLSTATE classes 22, 23 and 54): the batch
+//     is split until the one message is found; that message is stored raw
+//     with the refusal in conversion_error — first with its properties and
+//     headers but without failure details and with text columns cut to 255
+//     bytes, and if that is refused too, its body alone. It is never
+//     dropped and never retried forever.
+//   - After an unknown commit outcome, a batch found committed is counted
+//     from the number of rows it wrote (store.CommittedRows), so its
+//     duplicates count as duplicates, not as stored.
+//   - Headers the AMQP client library cannot decode arrive rewritten by
+//     package broker (framefilter.go) and are stored raw and flagged, with
+//     their AMQP encoding; before, such a message closed the connection on
+//     every delivery.
 //   - Channel or connection lost: everything received on it is abandoned.
 //     Its delivery tags mean nothing on another channel, so nothing received
 //     before a reconnect is ever acknowledged. RabbitMQ redelivers those

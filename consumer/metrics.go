@@ -82,3 +82,44 @@ func (m *metrics) observe(queue string, msgs []store.NewMessage, res store.Inges
 		m.ingested.WithLabelValues(queue, k.source, k.reason).Add(float64(n))
 	}
 }
+
+// reconstructResult rebuilds the outcomes of a batch whose commit was only
+// learnt afterwards (CommittedRows), from the number of new rows it wrote,
+// so that its duplicates are counted as duplicates, not as stored. The
+// store's rules decide most messages: a first delivery without x-dlq-id is
+// always a new row, and a replayed message (x-dlq-id) is stored either way,
+// returned or new. Only redeliveries are either duplicates or new rows:
+// the new rows left over after the others are theirs. (A replayed message
+// whose record was gone is taken as returned; it is stored all the same.)
+func reconstructResult(msgs []store.NewMessage, rows int) store.IngestResult {
+	res := store.IngestResult{Outcomes: make([]store.Outcome, len(msgs))}
+	for i := range msgs {
+		if msgs[i].DLQID == 0 && !msgs[i].Redelivered {
+			res.Outcomes[i] = store.OutcomeInserted
+			rows--
+		}
+	}
+	for i := range msgs {
+		switch {
+		case res.Outcomes[i] != 0:
+		case msgs[i].DLQID > 0:
+			res.Outcomes[i] = store.OutcomeReturned
+		case rows > 0:
+			res.Outcomes[i] = store.OutcomeInserted
+			rows--
+		default:
+			res.Outcomes[i] = store.OutcomeDuplicate
+		}
+	}
+	for _, o := range res.Outcomes {
+		switch o {
+		case store.OutcomeInserted:
+			res.Inserted++
+		case store.OutcomeDuplicate:
+			res.Duplicates++
+		case store.OutcomeReturned:
+			res.Returned++
+		}
+	}
+	return res
+}

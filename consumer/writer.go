@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -185,17 +186,17 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 				ids = append([]int64{store.NewBatchID(), store.NewBatchID()}, ids[1:]...)
 				continue
 			}
-			if !strings.HasPrefix(msgs[0].ConversionError, rawPrefix) {
-				log.Error("PostgreSQL refused a dead message; storing it raw with the error", "batch_id", id, "error", err)
-				queue[0] = []store.NewMessage{rawForm(msgs[0], err)}
+			if r, ok := rawForm(msgs[0], err); ok {
+				log.Error("PostgreSQL refused a dead message; storing it raw with the error", "batch_id", id, "error", err, "conversion_error", r.ConversionError)
+				queue[0] = []store.NewMessage{r}
 				ids[0] = store.NewBatchID()
 				continue
 			}
-			// Even the raw form was refused: this is not about the data.
+			// Even the body alone was refused: this is not about the data.
 		}
 		// The commit may have succeeded before the error reached us.
-		if ok, cerr := c.cfg.Store.BatchCommitted(ctx, id); cerr == nil && ok {
-			c.metrics.observe(wr.w.queue, msgs, store.IngestResult{Inserted: len(msgs)}, time.Since(start))
+		if rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id); cerr == nil && ok {
+			c.metrics.observe(wr.w.queue, msgs, reconstructResult(msgs, rows), time.Since(start))
 			wr.forget(len(due))
 			done = append(done, id)
 			queue, ids = queue[1:], ids[1:]
@@ -219,27 +220,64 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 	return done, true
 }
 
-const rawPrefix = "stored raw: "
+// Raw forms of a message PostgreSQL refused, tried in turn. The first
+// keeps everything but the parsed failure details, with every text column
+// cut to 255 bytes (the longest queue name, exchange, routing key or
+// message id AMQP can carry: anything longer was written by hand into the
+// headers, which keep it whole); the second keeps only the body, the ids
+// and the time. Each records the refusal in conversion_error.
+const (
+	rawPrefix        = "stored raw: "
+	rawMinimalPrefix = "stored raw (body only): "
+)
 
-// rawForm keeps a message PostgreSQL refused in a form it cannot refuse:
-// body and plain columns, with the refusal recorded.
-func rawForm(m store.NewMessage, cause error) store.NewMessage {
-	return store.NewMessage{
-		MessageID:        m.MessageID,
-		SourceQueue:      m.SourceQueue,
-		SourceExchange:   m.SourceExchange,
-		SourceRoutingKey: m.SourceRoutingKey,
-		DeadLetterQueue:  m.DeadLetterQueue,
-		Reason:           m.Reason,
+// rawForm returns the next raw form of m, refused for cause, or false when
+// m is already in the last one.
+func rawForm(m store.NewMessage, cause error) (store.NewMessage, bool) {
+	r := store.NewMessage{
+		MessageID:        limitText(m.MessageID),
+		SourceQueue:      limitText(m.SourceQueue),
+		SourceExchange:   limitText(m.SourceExchange),
+		SourceRoutingKey: limitText(m.SourceRoutingKey),
+		DeadLetterQueue:  limitText(m.DeadLetterQueue),
+		Reason:           limitText(m.Reason),
 		DeathCount:       m.DeathCount,
-		Properties:       []byte(`{}`),
-		Headers:          []byte(`{}`),
+		Properties:       m.Properties,
+		Headers:          m.Headers,
 		Body:             m.Body,
 		FirstFailedAt:    m.FirstFailedAt,
 		FailedAt:         m.FailedAt,
 		Fingerprint:      m.Fingerprint,
 		Redelivered:      m.Redelivered,
 		Returns:          m.Returns,
-		ConversionError:  fmt.Sprintf("%sPostgreSQL refused the converted message: %v", rawPrefix, cause),
 	}
+	switch {
+	case strings.HasPrefix(m.ConversionError, rawMinimalPrefix):
+		return m, false
+	case strings.HasPrefix(m.ConversionError, rawPrefix):
+		r.MessageID, r.SourceQueue, r.SourceExchange, r.SourceRoutingKey, r.Reason = "", "", "", "", "unknown"
+		r.Properties, r.Headers = []byte(`{}`), []byte(`{}`)
+		r.ConversionError = fmt.Sprintf("%sPostgreSQL refused the message and its raw form (%v); only the body, the dead-letter queue and the times are kept: %s",
+			rawMinimalPrefix, cause, strings.TrimPrefix(m.ConversionError, rawPrefix))
+	default:
+		prev := ""
+		if m.ConversionError != "" {
+			prev = "; " + m.ConversionError
+		}
+		r.ConversionError = fmt.Sprintf("%sPostgreSQL refused the converted message (%v); kept: body, properties and headers; dropped: failure details%s",
+			rawPrefix, cause, prev)
+	}
+	return r, true
+}
+
+// limitText cuts s to 255 bytes at a character boundary.
+func limitText(s string) string {
+	if len(s) <= 255 {
+		return s
+	}
+	s = s[:255]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }

@@ -18,15 +18,16 @@ var (
 )
 
 // IsDataError reports whether err is PostgreSQL refusing the data itself
-// (SQLSTATE class 22, data exception, or 23, integrity violation). Retrying
-// the same data cannot succeed, so the caller must change it.
+// (SQLSTATE class 22, data exception; 23, integrity violation; or 54,
+// program limit exceeded, e.g. a value too large for an index row).
+// Retrying the same data cannot succeed, so the caller must change it.
 func IsDataError(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
 		return false
 	}
 	switch pgErr.Code[:2] {
-	case "22", "23":
+	case "22", "23", "54":
 		return true
 	}
 	return false

@@ -166,12 +166,22 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 // BatchCommitted reports whether batch id was committed by an earlier
 // attempt whose outcome was unknown.
 func (s *Store) BatchCommitted(ctx context.Context, id int64) (bool, error) {
-	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ingest_inflight WHERE batch_id = $1)`, id).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("store: look up batch %d: %w", id, err)
+	_, ok, err := s.CommittedRows(ctx, id)
+	return ok, err
+}
+
+// CommittedRows reports whether batch id was committed by an earlier
+// attempt whose outcome was unknown and, if so, how many new rows it
+// wrote: its other messages were duplicates or returned to their records.
+func (s *Store) CommittedRows(ctx context.Context, id int64) (rows int, ok bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT rows FROM ingest_inflight WHERE batch_id = $1`, id).Scan(&rows)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
 	}
-	return ok, nil
+	if err != nil {
+		return 0, false, fmt.Errorf("store: look up batch %d: %w", id, err)
+	}
+	return rows, true, nil
 }
 
 // ConfirmBatches removes batches whose acknowledgements are known to have
