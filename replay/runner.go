@@ -82,10 +82,23 @@ func (s *Service) newRun(t store.ReplayTask) *taskRun {
 	}
 	r.changed = sync.NewCond(&r.mu)
 	if t.RatePerSecond > 0 {
-		// Burst 1: n messages at rate r take (n-1)/r seconds, evenly spaced.
-		r.limiter = rate.NewLimiter(rate.Limit(t.RatePerSecond), 1)
+		r.limiter = newPacer(t.RatePerSecond)
 	}
 	return r
+}
+
+// newPacer returns the token bucket of a throttled task: n messages at
+// rate r take (n-1)/r seconds, evenly spaced. It starts with one token, so
+// the first message goes at once and the rest one by one; its burst holds
+// a tenth of a second of messages, so that the publisher catches up when
+// it fell behind (a timer that fired late, a stall for a database write).
+// With a burst of 1 every late wake-up was lost for good: on a loaded
+// machine 500 messages at 100/s took 5.7 s instead of 5.
+func newPacer(perSecond float64) *rate.Limiter {
+	burst := max(1, int(perSecond/10))
+	l := rate.NewLimiter(rate.Limit(perSecond), burst)
+	l.ReserveN(time.Now(), burst-1)
+	return l
 }
 
 func (r *taskRun) run(parent context.Context) {
