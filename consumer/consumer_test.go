@@ -69,11 +69,8 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	require.NoError(t, err)
 	b.cons = cons
 	runCtx, runCancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = cons.Run(runCtx)
-	}()
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(runCtx) }()
 	var once bool
 	b.stop = func() {
 		if once {
@@ -81,7 +78,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		}
 		once = true
 		runCancel()
-		<-done
+		require.NoError(t, <-done, "Run returns nil after a clean shutdown")
 		conn.Close()
 	}
 	t.Cleanup(b.stop)
@@ -222,6 +219,10 @@ func TestIngestReasons(t *testing.T) {
 		r := b.rows(t, "source_queue = $1", src)[0]
 		require.Equal(t, "expired", r.Reason)
 		require.Equal(t, int64(1), r.DeathCount)
+		require.Equal(t, "", r.SourceExchange, "published to the default exchange")
+		require.Equal(t, src, r.SourceRoutingKey)
+		require.Equal(t, b.queue, r.DeadLetterQueue)
+		require.Equal(t, "too late", string(r.Body))
 	})
 
 	t.Run("maxlen", func(t *testing.T) {
@@ -234,6 +235,9 @@ func TestIngestReasons(t *testing.T) {
 		require.Len(t, rows, 2)
 		for _, r := range rows {
 			require.Equal(t, "maxlen", r.Reason)
+			require.Equal(t, int64(1), r.DeathCount)
+			require.Equal(t, src, r.SourceRoutingKey)
+			require.Equal(t, "", r.SourceExchange)
 		}
 		// The queue drops the oldest; the two consumers commit in either
 		// order, so ids say nothing about which came first.
@@ -265,5 +269,14 @@ func TestIngestReasons(t *testing.T) {
 		r := b.rows(t, "source_queue = $1", src)[0]
 		require.Equal(t, "delivery_limit", r.Reason)
 		require.Equal(t, "poison", string(r.Body))
+		require.Equal(t, int64(1), r.DeathCount)
+		require.Equal(t, src, r.SourceRoutingKey)
+		require.Equal(t, "pending", r.Status)
 	})
+
+	// Every delivery was acknowledged after its commit: once the consumers
+	// are gone, nothing of theirs went back to dlq's queue.
+	b.stop()
+	require.Zero(t, dlqtest.QueueDepth(t, b.app, b.queue), "dlq's queue holds no unacknowledged leftovers")
+	require.Equal(t, 6, b.count(t, "TRUE"), "one row per dead letter (two rejected, one expired, two overflowed, one over its limit), none twice")
 }

@@ -320,5 +320,9 @@ func TestIngestWithoutDeathHeaders(t *testing.T) {
 	require.Equal(t, "unknown", r.Reason)
 	require.Equal(t, "", r.SourceQueue)
 	require.Equal(t, b.exchange, r.SourceExchange)
+	require.Equal(t, key, r.SourceRoutingKey)
+	require.Equal(t, int64(0), r.DeathCount, "no death record, no count")
+	require.Nil(t, r.Failure, "no failure convention matched")
+	require.Equal(t, "pending", r.Status)
 	require.True(t, bytes.Equal([]byte("no death"), r.Body))
 }
