@@ -5,5 +5,7 @@
 //
 // TEST_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and
 // DLQ_TEST_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/) point at
-// the servers.
+// the servers. Fault tests stop, start and inspect them through commands
+// that can be overridden (servers.go): DLQ_TEST_RABBITMQCTL,
+// DLQ_TEST_PG_STOP and DLQ_TEST_PG_START.
 package dlqtest

@@ -3,7 +3,9 @@
 // These tests restart the shared PostgreSQL and RabbitMQ or close every
 // broker connection: they break any other test running at the same time.
 // The Makefile runs them alone (go test -tags faults -run Fault -p 1).
-// Each one puts its server back however it ends.
+// Each one puts its server back however it ends. The commands they use
+// can be overridden (DLQ_TEST_RABBITMQCTL, DLQ_TEST_PG_STOP,
+// DLQ_TEST_PG_START; see package dlqtest).
 
 package ingest
 
@@ -12,7 +14,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -24,58 +25,32 @@ import (
 	"github.com/dlq/dlq/internal/dlqtest"
 )
 
-// run runs an administration command and fails the test with its output.
-func run(t *testing.T, timeout time.Duration, name string, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
-}
-
-// pgCluster returns the version of the local PostgreSQL cluster "main"
-// (the directory name under /etc/postgresql).
-func pgCluster(t *testing.T) string {
-	t.Helper()
-	entries, err := os.ReadDir("/etc/postgresql")
-	require.NoError(t, err, "find the PostgreSQL cluster to restart")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
-			return e.Name()
-		}
-	}
-	t.Fatal("no PostgreSQL cluster under /etc/postgresql")
-	return ""
-}
-
-func pgctl(t *testing.T, version, action string) {
-	t.Helper()
-	args := []string{"--skip-systemctl-redirect", version, "main", action}
-	if action == "stop" {
-		args = append(args, "-m", "fast")
-	}
-	run(t, 120*time.Second, "pg_ctlcluster", args...)
-}
-
-// ensurePostgres starts the cluster if it is down, whatever the test did.
-func ensurePostgres(t *testing.T, version string) {
-	if exec.Command("pg_isready", "-q", "-h", "127.0.0.1").Run() == nil {
+// ensurePostgres starts PostgreSQL if it is down, whatever the test did.
+func ensurePostgres(t *testing.T) {
+	if dlqtest.PostgresUp() {
 		return
 	}
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start").CombinedOutput()
+	cmd, err := dlqtest.PostgresCommand("start")
+	if err == nil {
+		var out []byte
+		if out, err = exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+			err = fmt.Errorf("%q: %w: %s", cmd, err, out)
+		}
+	}
 	if err != nil {
-		t.Errorf("could not start PostgreSQL again: %v: %s", err, out)
+		t.Errorf("could not start PostgreSQL again: %v", err)
 	}
 }
 
 // ensureRabbit starts the RabbitMQ application if it is stopped.
 func ensureRabbit(t *testing.T) {
-	out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput()
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if out, err := dlqtest.Rabbitmqctl(ctx, "start_app").CombinedOutput(); err != nil {
 		t.Errorf("could not start RabbitMQ again: %v: %s", err, out)
 		return
 	}
-	_ = exec.Command("rabbitmqctl", "await_startup", "--timeout", "120").Run()
+	_ = dlqtest.Rabbitmqctl(ctx, "await_startup", "--timeout", "120").Run()
 }
 
 // TestFaultPostgresRestart stops PostgreSQL while dead letters arrive, keeps
@@ -89,7 +64,9 @@ func TestFaultPostgresRestart(t *testing.T) {
 		prefetch  = 300
 		bound     = consumers * prefetch
 	)
-	version := pgCluster(t)
+	if _, err := dlqtest.PostgresCommand("stop"); err != nil {
+		t.Fatalf("cannot restart PostgreSQL here: %v", err)
+	}
 	h := newHarness(t)
 	h.env["DLQ_CONSUMERS"] = strconv.Itoa(consumers)
 	h.env["DLQ_PREFETCH"] = strconv.Itoa(prefetch)
@@ -102,8 +79,8 @@ func TestFaultPostgresRestart(t *testing.T) {
 	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() >= 3000 },
 		"ingest did not get under way: %d rows", h.rowCount())
 
-	t.Cleanup(func() { ensurePostgres(t, version) })
-	pgctl(t, version, "stop")
+	t.Cleanup(func() { ensurePostgres(t) })
+	dlqtest.RunPostgres(t, "stop")
 	down := time.Now()
 	dlqtest.Eventually(t, 20*time.Second, func() bool {
 		code, _, err := h.httpGet("/readyz")
@@ -125,7 +102,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	require.LessOrEqual(t, maxUnacked, bound, "unacknowledged deliveries above consumers × prefetch while PostgreSQL was down")
 	require.Positive(t, maxUnacked, "no sample saw dlq holding deliveries: the bound was not observed")
 	require.False(t, p.done(), "dlq exited while PostgreSQL was down: %v", p.waitErr)
-	pgctl(t, version, "start")
+	dlqtest.RunPostgres(t, "start")
 	t.Logf("PostgreSQL was down for %s", time.Since(down).Round(time.Millisecond))
 
 	dlqtest.Eventually(t, 60*time.Second, func() bool {
@@ -161,7 +138,7 @@ func TestFaultCloseAllConnections(t *testing.T) {
 	const closes = 5
 	for i := 0; i < closes; i++ {
 		time.Sleep(time.Second + rand.N(1500*time.Millisecond))
-		run(t, 60*time.Second, "rabbitmqctl", "close_all_connections", "dlq fault test: close_all_connections")
+		dlqtest.RunRabbitmqctl(t, 60*time.Second, "close_all_connections", "dlq fault test: close_all_connections")
 		t.Logf("closed all connections (%d of %d) at %d rows", i+1, closes, h.rowCount())
 	}
 	pub.wait(t, 120*time.Second)
@@ -196,14 +173,14 @@ func TestFaultBrokerRestart(t *testing.T) {
 		"ingest did not get under way: %d rows", h.rowCount())
 
 	t.Cleanup(func() { ensureRabbit(t) })
-	run(t, 120*time.Second, "rabbitmqctl", "stop_app")
+	dlqtest.RunRabbitmqctl(t, 120*time.Second, "stop_app")
 	stopped := time.Now()
 	dlqtest.Eventually(t, 20*time.Second, func() bool {
 		code, _, err := h.httpGet("/readyz")
 		return err == nil && code == http.StatusServiceUnavailable
 	}, "/readyz did not turn 503 while RabbitMQ was stopped")
-	run(t, 120*time.Second, "rabbitmqctl", "start_app")
-	run(t, 180*time.Second, "rabbitmqctl", "await_startup", "--timeout", "150")
+	dlqtest.RunRabbitmqctl(t, 120*time.Second, "start_app")
+	dlqtest.RunRabbitmqctl(t, 180*time.Second, "await_startup", "--timeout", "150")
 	t.Logf("RabbitMQ was stopped for %s, at %d rows", time.Since(stopped).Round(time.Millisecond), h.rowCount())
 
 	h.waitReady(p, 90*time.Second)

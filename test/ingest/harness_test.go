@@ -797,7 +797,7 @@ func (h *harness) unackedCounts() map[string][2]int {
 	var raw []string
 	for attempt := 0; attempt < 10; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-q", "--no-table-headers",
+		out, err := dlqtest.Rabbitmqctl(ctx, "list_queues", "-q", "--no-table-headers",
 			"name", "messages_ready", "messages_unacknowledged").Output()
 		cancel()
 		require.NoError(h.t, err, "rabbitmqctl list_queues")
@@ -903,7 +903,7 @@ func (h *harness) stopGracefully(p *dlqProc) {
 func (h *harness) bound() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_bindings", "-q", "--no-table-headers",
+	out, err := dlqtest.Rabbitmqctl(ctx, "list_bindings", "-q", "--no-table-headers",
 		"source_name", "destination_name", "routing_key").Output()
 	if err != nil {
 		return false
