@@ -62,7 +62,7 @@ func TestControlAuditCarriesTheTokenScope(t *testing.T) {
 
 	type row struct {
 		actor, role, via, requestID string
-		scope                      []string
+		scope                       []string
 	}
 	read := func(action string) row {
 		t.Helper()

@@ -25,7 +25,7 @@
 // A runner that dies loses its task when the lease runs out and another
 // instance resumes it; a runner shutting down hands its task back at once.
 // A task runs on one runner at a time, which keeps its rate limit (a token
-// bucket, burst 1) exact.
+// bucket) exact.
 //
 // # Claims and fencing
 //
@@ -47,10 +47,14 @@
 // the row any more, and a replayed message that died and came back to its
 // row before its confirm was recorded (the consumer sets it pending, with
 // replay_count from x-dlq-replay-count) is left exactly as the consumer
-// wrote it. The holder also fences itself: it publishes nothing from a
-// batch once three quarters of the lease have passed since the claim or
-// its last renewal, so a stalled process cannot publish a claim someone
-// else may already have taken back.
+// wrote it. The holder also fences itself: once three quarters of the
+// lease have passed since the claim or its last renewal, it publishes
+// nothing more from the batch before asking the database again. A claim
+// whose lease has not run out is renewed there and publishing goes on;
+// one whose lease ran out is lost, whether or not it was taken back yet,
+// and a renewal never extends it (RenewReplayLease skips it), so a
+// stalled process cannot publish a claim someone else may already have
+// taken back.
 //
 // A claim's lease is renewed on its replay_claims row (one small update
 // per claim every Lease/3), not on the claimed rows: rewriting every

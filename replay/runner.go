@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -513,6 +514,30 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 	}
 }
 
+// stillHeld reports whether the batch's claim may still be published
+// from. Within its deadline it is. Past it (the heartbeat is late: a slow
+// database, a stalled process), the claim is looked at again: renewed if
+// its lease has not run out in the database, lost otherwise — it may have
+// been taken back and handed to another runner, whose copy of these rows
+// must be the only one published.
+func (r *taskRun) stillHeld(ctx context.Context, b *claimBatch) bool {
+	r.mu.Lock()
+	deadline := b.deadline
+	r.mu.Unlock()
+	if time.Now().Before(deadline) {
+		return true
+	}
+	start := time.Now()
+	_, renewed, err := r.s.st.RenewReplayLease(ctx, r.task.ID, r.owner, []string{b.token}, r.s.cfg.Lease)
+	if err != nil || !slices.Contains(renewed, b.token) {
+		return false
+	}
+	r.mu.Lock()
+	b.deadline = start.Add(r.fenceLease())
+	r.mu.Unlock()
+	return true
+}
+
 // fenceLease is how long after a claim (or renewal) statement started its
 // holder keeps publishing: the lease minus a quarter, so a publish under
 // way when the time runs out still lands before anyone can take the claim
@@ -559,11 +584,8 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 				return
 			}
 		}
-		r.mu.Lock()
-		deadline := b.deadline
-		r.mu.Unlock()
-		if time.Now().After(deadline) {
-			r.log.Warn("claim no longer trusted (lease not renewed); handing the rest of the batch back", "messages", len(b.msgs)-i)
+		if !r.stillHeld(ctx, b) {
+			r.log.Warn("claim lost (its lease ran out before it was renewed); handing the rest of the batch back", "messages", len(b.msgs)-i)
 			r.release(b, b.msgs[i:])
 			return
 		}
@@ -942,33 +964,41 @@ func (r *taskRun) heartbeat(ctx context.Context) {
 		case <-progress.C:
 			r.refreshProgress(ctx)
 		case <-renew.C:
-			r.mu.Lock()
-			tokens := make([]string, 0, len(r.batches))
-			for t := range r.batches {
-				tokens = append(tokens, t)
+			r.renew(ctx)
+		}
+	}
+}
+
+// renew renews the task's lease and its claims once, and notices a
+// cancel.
+func (r *taskRun) renew(ctx context.Context) {
+	r.mu.Lock()
+	tokens := make([]string, 0, len(r.batches))
+	for t := range r.batches {
+		tokens = append(tokens, t)
+	}
+	r.mu.Unlock()
+	start := time.Now()
+	status, renewed, err := r.s.st.RenewReplayLease(ctx, r.task.ID, r.owner, tokens, r.s.cfg.Lease)
+	switch {
+	case errors.Is(err, store.ErrReplayLeaseLost):
+		r.stop(errLeaseLost)
+	case err != nil:
+		if ctx.Err() == nil {
+			r.log.Warn("cannot renew the task's lease; publishing stops when the claims' time runs out", "error", err)
+		}
+	default:
+		// Only the claims still held: one whose lease ran out keeps its
+		// past deadline, and publishes nothing more.
+		r.mu.Lock()
+		for _, t := range renewed {
+			if b := r.batches[t]; b != nil {
+				b.deadline = start.Add(r.fenceLease())
 			}
-			r.mu.Unlock()
-			start := time.Now()
-			status, err := r.s.st.RenewReplayLease(ctx, r.task.ID, r.owner, tokens, lease)
-			switch {
-			case errors.Is(err, store.ErrReplayLeaseLost):
-				r.stop(errLeaseLost)
-			case err != nil:
-				if ctx.Err() == nil {
-					r.log.Warn("cannot renew the task's lease; publishing stops when the claims' time runs out", "error", err)
-				}
-			default:
-				r.mu.Lock()
-				for _, t := range tokens {
-					if b := r.batches[t]; b != nil {
-						b.deadline = start.Add(r.fenceLease())
-					}
-				}
-				r.mu.Unlock()
-				if status == store.TaskCancelled {
-					r.stop(errCancelled)
-				}
-			}
+		}
+		r.mu.Unlock()
+		if status == store.TaskCancelled {
+			r.stop(errCancelled)
 		}
 	}
 }

@@ -77,29 +77,37 @@ WHERE status IN ('scheduled', 'running', 'canary_wait') AND NOT (id = ANY($1::bi
 // RenewReplayLease extends owner's lease on the task and on the message
 // claims named by tokens (on their replay_claims rows: cheap, and never
 // waiting for row locks). It returns the task's status (an operator may
-// have cancelled it), or ErrReplayLeaseLost when owner no longer holds it. The
-// two updates are separate statements: neither waits for the other's
-// locks, so a renewal can never deadlock with a settlement.
-func (s *Store) RenewReplayLease(ctx context.Context, taskID int64, owner string, tokens []string, lease time.Duration) (string, error) {
+// have cancelled it) and the tokens it renewed, or ErrReplayLeaseLost when
+// owner no longer holds the task. A claim whose lease already ran out is
+// not renewed, even if nobody took it back yet: from then on its holder
+// must not publish from it (fencing), since RecoverExpiredReplayClaims may
+// take it at any moment, and may have already. The two updates are
+// separate statements: neither waits for the other's locks, so a renewal
+// can never deadlock with a settlement.
+func (s *Store) RenewReplayLease(ctx context.Context, taskID int64, owner string, tokens []string, lease time.Duration) (status string, renewed []string, err error) {
 	if len(tokens) > 0 {
-		if _, err := s.pool.Exec(ctx, `
+		rows, err := s.pool.Query(ctx, `
 UPDATE replay_claims SET expires_at = now() + $2 * interval '1 millisecond'
-WHERE token = ANY($1)`, tokens, lease.Milliseconds()); err != nil {
-			return "", fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+WHERE token = ANY($1) AND expires_at > now()
+RETURNING token`, tokens, lease.Milliseconds())
+		if err != nil {
+			return "", nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+		}
+		if renewed, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return "", nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
 		}
 	}
-	var status string
-	err := s.pool.QueryRow(ctx, `
+	err = s.pool.QueryRow(ctx, `
 UPDATE replay_tasks SET runner_expires_at = now() + $3 * interval '1 millisecond'
 WHERE id = $1 AND runner_owner = $2
 RETURNING status`, taskID, owner, lease.Milliseconds()).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("replay task %d: %w", taskID, ErrReplayLeaseLost)
+		return "", nil, fmt.Errorf("replay task %d: %w", taskID, ErrReplayLeaseLost)
 	}
 	if err != nil {
-		return "", fmt.Errorf("store: renew lease of replay task %d: %w", taskID, err)
+		return "", nil, fmt.Errorf("store: renew lease of replay task %d: %w", taskID, err)
 	}
-	return status, nil
+	return status, renewed, nil
 }
 
 // ReleaseReplayTask gives a task back without changing its status, so
