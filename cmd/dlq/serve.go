@@ -274,14 +274,14 @@ func migrateWhenReachable(ctx context.Context, st *store.Store, log *slog.Logger
 func declareTopology(ctx context.Context, conn *broker.Conn, t broker.Topology, sources bool, log *slog.Logger, tried func()) {
 	backoff := time.Second
 	defer tried()
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if attempt == 1 {
-			tried()
-		}
+	for ctx.Err() == nil {
 		err := broker.DeclareOwn(ctx, conn, t)
 		if err == nil && sources && len(t.Sources) > 0 {
 			err = broker.DeclareSources(ctx, conn, t, log)
 		}
+		// The first attempt is over, whatever its outcome: serve goes on
+		// starting while a refusal is retried.
+		tried()
 		if err == nil {
 			log.Info("topology declared", "exchange", t.Exchange, "queues", t.Queues, "control_queue", t.ControlQueue)
 			return

@@ -221,6 +221,12 @@ type dlqProc struct {
 // start runs `dlq serve`; its output is appended to the test's log file.
 func (h *harness) start() *dlqProc {
 	h.t.Helper()
+	return h.startArgs("serve")
+}
+
+// startArgs runs `dlq args...` as start does.
+func (h *harness) startArgs(args ...string) *dlqProc {
+	h.t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	require.True(h.t, h.cur == nil || h.cur.done(), "start: a dlq process is still running")
@@ -229,7 +235,7 @@ func (h *harness) start() *dlqProc {
 	require.NoError(h.t, err)
 	defer f.Close()
 	fmt.Fprintf(f, "=== dlq start %d at %s\n", h.starts, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(dlqBin, "serve")
+	cmd := exec.Command(dlqBin, args...)
 	cmd.Env = h.processEnv()
 	cmd.Stdout, cmd.Stderr = f, f
 	require.NoError(h.t, cmd.Start())
