@@ -59,10 +59,19 @@ func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, authn *aut
 	return replays, control, nil
 }
 
-// replayConns is how many database connections replay and the control
-// queue may hold at once: per running task a claimer, a settler and a
-// lease renewal; one notification listener; one per control consumer; and
-// the runner loop's and claim recovery's short queries.
+// replayConns is replay's and the control queue's share of serve's
+// database pool: three per task replay.max_tasks allows, one per control
+// consumer, and three for the runner loop, claim recovery and the
+// notification listener (which then takes its connection out of the
+// pool). A task at its peak has more statements in flight than its three
+// (up to three claims, a read of its next items, three settlements, a
+// lease renewal and two write-ahead marks), but none of them holds a
+// connection while waiting for another, so when the pool is short they
+// take turns with each other and with ingest and the API; nothing can
+// deadlock (TestReplayCompletesWithTheSmallestPool runs a task, ingest and
+// the control queue on a single connection). A share sized for the peak
+// would be ten connections per task on every instance, out of
+// PostgreSQL's 100 by default.
 func replayConns(cfg config.Config) int {
 	return 3*cfg.Replay.MaxTasks + 1 + cfg.Replay.ControlConsumers + 2
 }
