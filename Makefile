@@ -38,7 +38,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: build services run test fuzz soak clean \
-	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost
+	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session
 
 build:
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
@@ -93,6 +93,11 @@ bench-search-cost:
 	scripts/services.sh --database bench
 	env -u TEST_DATABASE_URL BENCH_DATABASE_URL='$(BENCH_DATABASE_URL)' DLQ_AMQP_URL='$(BENCH_AMQP_URL)' \
 		scripts/bench-search-cost.sh $(ARGS)
+
+# A whole benchmark session as docs/BENCHMARKS.md records it (about 25 minutes):
+# raw limits interleaved with dlq's ingest and replay runs, and the search cost.
+bench-session: services
+	scripts/bench-session.sh
 
 bench-limits:
 	scripts/services.sh --database bench

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Tables of one benchmark session (scripts/bench-session.sh): ingest pairs
+against the raw COPY and naive pipelines, replay pairs against the raw replay,
+and the search indexes' ingest cost. Usage: bench-summary.py <session dir>."""
+import json, sys, statistics, re
+d = sys.argv[1]
+def jl(name):
+    try: return [json.loads(l) for l in open(f"{d}/{name}") if l.strip()]
+    except FileNotFoundError: return []
+lim = jl("limits.jsonl"); ing = jl("ingest.jsonl"); rep = jl("replay.jsonl"); base = jl("replay-base.jsonl"); sc = jl("searchcost.jsonl")
+stamps = re.findall(r"=== (\S+) load (\S+) \S+ \S+ (.*)", open(f"{d}/log.txt").read())
+st = {s[2]: (s[0][:5], s[1]) for s in stamps}
+copy = [r for r in lim if r["test"]=="d.pipeline" and r["variant"].startswith("copy")]
+batch = [r for r in lim if r["test"]=="d.pipeline" and r["variant"].startswith("batch")]
+naive = [r for r in lim if r["test"].startswith("e.naive")]
+ing1 = [r for r in ing if r["size"]==1024 and r["n"]==200000 and r["mode"]=="inproc"]
+print("| pair (start, load) | raw COPY pipeline | raw Batch pipeline | naive INSERT + ack, prefetch 1000 (n = 20,000) | dlq | dlq / COPY | dlq / naive |")
+print("|---|---|---|---|---|---|---|")
+rc, rn = [], []
+for i,(c,b,n,x) in enumerate(zip(copy,batch,naive,ing1),1):
+    t,l = st.get(f"ingest pair {i}: raw",("?","?"))
+    rc.append(x["msgs_per_s"]/c["msgs_per_s"]); rn.append(x["msgs_per_s"]/n["msgs_per_s"])
+    print(f"| {i} ({t}, {l}) | {c['msgs_per_s']:,.0f} | {b['msgs_per_s']:,.0f} | {n['msgs_per_s']:,.0f} | {x['msgs_per_s']:,.0f} | {rc[-1]:.2f} | {rn[-1]:.1f}× |")
+if rc: print(f"| **median of the pairs' ratios** | | | | | **{statistics.median(rc):.2f}** | **{statistics.median(rn):.1f}×** |")
+print()
+for x in ing1:
+    print(f"  dlq cpu dlq/rabbit/pg {x['cpu_dlq_pct']:.0f}/{x['cpu_rabbit_pct']:.0f}/{x['cpu_pg_pct']:.0f}% batch {x.get('batch_msgs',0):.0f} msgs {x.get('batch_ms',0):.1f} ms")
+for c in copy: print(f"  copy cpu go/rabbit/pg {c['cpu_go_pct']:.0f}/{c['cpu_rabbit_pct']:.0f}/{c['cpu_pg_pct']:.0f}%")
+for x in ing:
+    if x not in ing1:
+        print(f"other ingest: size {x['size']} n {x['n']} mode {x['mode']}: {x['msgs_per_s']:,.0f} msgs/s {x['mb_per_s']:.1f} MB/s cpu {x['cpu_dlq_pct']:.0f}/{x['cpu_rabbit_pct']:.0f}/{x['cpu_pg_pct']:.0f}% rss {x.get('peak_rss_mb')} batch {x.get('batch_msgs',0):.0f}/{x.get('batch_ms',0):.0f}ms")
+raw = [r for r in lim if r["test"].startswith("f.")]
+print()
+if base:
+    print("| round (start, load) | raw replay (bench-limits) | dlq replay | dlq / raw | baseline build (replay-base.jsonl) | / raw |")
+    print("|---|---|---|---|---|---|")
+else:
+    print("| round (start, load) | raw replay (bench-limits) | dlq replay | dlq / raw |")
+    print("|---|---|---|---|")
+rr, rb = [], []
+for i,(r,x) in enumerate(zip(raw,rep),1):
+    t,l = st.get(f"replay round {i}: raw",("?","?"))
+    b = base[i-1] if i-1 < len(base) else None
+    rr.append(x["msgs_per_s"]/r["msgs_per_s"])
+    bs = ""
+    if b: rb.append(b["msgs_per_s"]/r["msgs_per_s"]); bs = f"{b['msgs_per_s']:,.0f} | {rb[-1]:.2f}"
+    print(f"| {i} ({t}, {l}) | {r['msgs_per_s']:,.0f} | {x['msgs_per_s']:,.0f} | {rr[-1]:.2f} |" + (f" {bs} |" if bs else ""))
+if rr: print(f"| **median** | {statistics.median([r['msgs_per_s'] for r in raw]):,.0f} | {statistics.median([x['msgs_per_s'] for x in rep]):,.0f} | **{statistics.median(rr):.2f}** |" + (f" | {statistics.median(rb):.2f} |" if rb else ""))
+for r in raw: print("  raw", r["variant"], {k: round(v) for k,v in r.items() if k.startswith("cpu")})
+for x in rep: print("  dlq", {k: (round(v) if isinstance(v,float) else v) for k,v in x.items() if k.startswith("cpu") or k in ("secs",)})
+w = [x["msgs_per_s"] for x in sc if not x.get("without_indexes")]
+wo = [x["msgs_per_s"] for x in sc if x.get("without_indexes")]
+if w and wo:
+    print()
+    print("search cost with:", [round(x) for x in w], "without:", [round(x) for x in wo])
+    pl = [1-a/b for a,b in zip(w,wo)]
+    print("loss per pair", [f"{p:.1%}" for p in pl], "median of pairs", f"{statistics.median(pl):.1%}", "of medians", f"{1-statistics.median(w)/statistics.median(wo):.1%}")
+    for x in sc: print("  ", x.get("without_indexes"), round(x["msgs_per_s"]), {k: round(v) for k,v in x.items() if k.startswith("cpu")})
