@@ -29,11 +29,11 @@ type badValue struct {
 // they have no wrong value to test (a wrong type is still tested where
 // YAML can express one).
 var anyValue = map[string]string{
-	"admin_token":      "any string is a token; empty means none",
-	"DLQ_ADMIN_TOKEN":  "any string is a token; empty means none",
-	"cron.instance":    "a free-form name for leases",
-	"DLQ_INSTANCE":     "a free-form name for leases",
-	"no_migrate":       "tested as a wrong YAML type below",
+	"admin_token":     "any string is a token; empty means none",
+	"DLQ_ADMIN_TOKEN": "any string is a token; empty means none",
+	"cron.instance":   "a free-form name for leases",
+	"DLQ_INSTANCE":    "a free-form name for leases",
+	"no_migrate":      "tested as a wrong YAML type below",
 	"topology.source_queues[].dead_letter_routing_key": "any routing key; its graph checks are in broker.TestTopologyValidate",
 	"topology.source_queues[].dead_letter_exchange":    "any exchange name; a missing one is refused by DeclareSources against the broker",
 	"topology.source_queues[].bindings[].routing_key":  "any routing key",
@@ -46,7 +46,9 @@ func badValues() []badValue {
 	e := func(setting, name, value string, want ...string) badValue {
 		return badValue{setting: setting, env: map[string]string{name: value}, want: append([]string{name}, want...)}
 	}
-	src := func(field string) string { return "topology:\n  source_queues:\n    - name: orders\n      " + field + "\n" }
+	src := func(field string) string {
+		return "topology:\n  source_queues:\n    - name: orders\n      " + field + "\n"
+	}
 	return []badValue{
 		// Connection settings: environment, YAML and flag.
 		e("amqp_url", "DLQ_AMQP_URL", "http://rabbit:5672/", `"http://rabbit:5672/"`, "amqp:// or amqps://"),

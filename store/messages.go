@@ -33,21 +33,21 @@ type Message struct {
 	// DeathHeader is the stored x-death header (typed JSON), nil when none.
 	DeathHeader json.RawMessage `json:"-"`
 	// Body is nil unless asked for.
-	Body            *[]byte    `json:"body,omitempty"`
-	BodySize        int64      `json:"body_size"`
-	Status          string     `json:"status"`
-	ReplayCount     int64      `json:"replay_count"`
-	FirstFailedAt   time.Time  `json:"first_failed_at"`
-	FailedAt        time.Time  `json:"failed_at"`
-	ReplayedAt      *time.Time `json:"replayed_at"`
-	AcknowledgedAt  *time.Time `json:"acknowledged_at"`
-	Group           *string    `json:"group"`
+	Body           *[]byte    `json:"body,omitempty"`
+	BodySize       int64      `json:"body_size"`
+	Status         string     `json:"status"`
+	ReplayCount    int64      `json:"replay_count"`
+	FirstFailedAt  time.Time  `json:"first_failed_at"`
+	FailedAt       time.Time  `json:"failed_at"`
+	ReplayedAt     *time.Time `json:"replayed_at"`
+	AcknowledgedAt *time.Time `json:"acknowledged_at"`
+	Group          *string    `json:"group"`
 	// DeathHistory lists the earlier deaths of a message that was replayed
 	// and died again, oldest first (at most DeathHistoryMax); [] when none.
 	// The latest death is the message's own reason, failed_at and failure.
-	DeathHistory json.RawMessage `json:"death_history"`
-	LastReplayError *string    `json:"last_replay_error,omitempty"`
-	ConversionError *string    `json:"conversion_error,omitempty"`
+	DeathHistory    json.RawMessage `json:"death_history"`
+	LastReplayError *string         `json:"last_replay_error,omitempty"`
+	ConversionError *string         `json:"conversion_error,omitempty"`
 }
 
 // messageColumns are read in the order scanMessage expects; the body is
