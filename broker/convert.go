@@ -78,9 +78,9 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) (m store.NewMessage)
 
 	m = store.NewMessage{
 		MessageID:        d.MessageId,
-		SourceQueue:      shortstr(death.SourceQueue),
-		SourceExchange:   shortstr(death.SourceExchange),
-		SourceRoutingKey: shortstr(death.SourceRoutingKey),
+		SourceQueue:      ShortStr(death.SourceQueue),
+		SourceExchange:   ShortStr(death.SourceExchange),
+		SourceRoutingKey: ShortStr(death.SourceRoutingKey),
 		DeadLetterQueue:  queue,
 		Reason:           death.Reason,
 		DeathCount:       death.Count,
@@ -170,12 +170,12 @@ func raw(d *amqp.Delivery, queue string, now time.Time, cause error) store.NewMe
 	return m
 }
 
-// shortstr cuts s to 255 bytes (at a character boundary), the most AMQP
+// ShortStr cuts s to 255 bytes (at a character boundary), the most AMQP
 // allows for a queue, exchange or routing key. The death headers are
 // written by whoever published the message, and a longer value there is
 // not a real name; cut, it still fits the store's indexes, and the headers
 // keep it whole.
-func shortstr(s string) string {
+func ShortStr(s string) string {
 	if len(s) <= 255 {
 		return s
 	}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -235,12 +235,12 @@ const (
 // m is already in the last one.
 func rawForm(m store.NewMessage, cause error) (store.NewMessage, bool) {
 	r := store.NewMessage{
-		MessageID:        limitText(m.MessageID),
-		SourceQueue:      limitText(m.SourceQueue),
-		SourceExchange:   limitText(m.SourceExchange),
-		SourceRoutingKey: limitText(m.SourceRoutingKey),
-		DeadLetterQueue:  limitText(m.DeadLetterQueue),
-		Reason:           limitText(m.Reason),
+		MessageID:        broker.ShortStr(m.MessageID),
+		SourceQueue:      broker.ShortStr(m.SourceQueue),
+		SourceExchange:   broker.ShortStr(m.SourceExchange),
+		SourceRoutingKey: broker.ShortStr(m.SourceRoutingKey),
+		DeadLetterQueue:  broker.ShortStr(m.DeadLetterQueue),
+		Reason:           broker.ShortStr(m.Reason),
 		DeathCount:       m.DeathCount,
 		Properties:       m.Properties,
 		Headers:          m.Headers,
@@ -268,16 +268,4 @@ func rawForm(m store.NewMessage, cause error) (store.NewMessage, bool) {
 			rawPrefix, cause, prev)
 	}
 	return r, true
-}
-
-// limitText cuts s to 255 bytes at a character boundary.
-func limitText(s string) string {
-	if len(s) <= 255 {
-		return s
-	}
-	s = s[:255]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }
