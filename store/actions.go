@@ -111,9 +111,11 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 	if opt.Limit < 0 {
 		return res, fmt.Errorf("%w: limit %d must be >= 0", ErrInvalidFilter, opt.Limit)
 	}
-	eligible := "m.status <> 'replaying'"
+	// Every status but replaying, spelled out so that the listing indexes
+	// (which leave replaying rows out, migration 00061) can serve it.
+	eligible := statusIn("m", []string{StatusPending, StatusReplayed, StatusAcknowledged})
 	if action == ActionAcknowledge {
-		eligible = "m.status IN ('pending', 'replayed')"
+		eligible = statusIn("m", []string{StatusPending, StatusReplayed})
 	}
 	limit := ""
 	if opt.Limit > 0 && !byIDs {

@@ -114,6 +114,15 @@
 // one queue for bodies (search.go); ListMessages runs each part as its own
 // newest-first query (searchIDs).
 //
+// Those indexes leave out replaying rows (migration 00061): a replay
+// rewrites each row at its claim and again at its settlement, and a claim
+// that entered five more indexes made PostgreSQL the bottleneck of replay.
+// So statuses are written into the SQL as literals (statusIn), which lets
+// the planner prove status <> 'replaying' and use them; and when a filter
+// wants replaying rows, they are read in a branch of their own through the
+// claim indexes (a few per running task), with the whole of q checked on
+// each.
+//
 // # Text columns
 //
 // PostgreSQL text cannot hold NUL or invalid UTF-8. The exact bytes of every

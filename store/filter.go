@@ -85,6 +85,44 @@ func (f Filter) Validate() error {
 	return nil
 }
 
+// statusIn renders "alias.status is one of statuses" with the statuses
+// as SQL literals, not arguments: the listing and search indexes leave
+// replaying rows out (migration 00061), and the planner uses such a
+// partial index only when the query's own text proves status <>
+// 'replaying', which a parameter never does once a statement's plan is
+// generic. Only the four known statuses are ever written; anything else
+// panics, as it would be a bug in the caller, who validates first.
+func statusIn(alias string, statuses []string) string {
+	lits := make([]string, len(statuses))
+	for i, st := range statuses {
+		if !slices.Contains(Statuses, st) {
+			panic(fmt.Sprintf("store: status %q written into SQL is not one of %v", st, Statuses))
+		}
+		lits[i] = "'" + st + "'"
+	}
+	if len(lits) == 1 {
+		return alias + ".status = " + lits[0]
+	}
+	return alias + ".status IN (" + strings.Join(lits, ", ") + ")"
+}
+
+// restingStatuses splits statuses (nil: every status) into those the
+// listing and search indexes hold and whether replaying is among them
+// (its rows are read through the claim indexes instead).
+func restingStatuses(statuses []string) (resting []string, replaying bool) {
+	if statuses == nil {
+		statuses = Statuses
+	}
+	for _, st := range statuses {
+		if st == StatusReplaying {
+			replaying = true
+		} else {
+			resting = append(resting, st)
+		}
+	}
+	return resting, replaying
+}
+
 // sqlArgs collects positional arguments.
 type sqlArgs []any
 
@@ -102,12 +140,8 @@ func (f Filter) where(args *sqlArgs) (string, error) {
 	}
 	var conds []string
 	statuses, _ := f.Statuses()
-	switch len(statuses) {
-	case 0:
-	case 1:
-		conds = append(conds, "m.status = "+args.add(statuses[0]))
-	default:
-		conds = append(conds, "m.status = ANY("+args.add(statuses)+")")
+	if len(statuses) > 0 {
+		conds = append(conds, statusIn("m", statuses))
 	}
 	if f.SourceQueue != "" {
 		conds = append(conds, "m.source_queue = "+args.add(f.SourceQueue))

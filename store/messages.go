@@ -176,7 +176,7 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 		// threshold reads the GIN index and the visibility map, not rows.
 		var shared int
 		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
-WHERE k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, KeyHash(sq.key)).Scan(&shared)
+WHERE k.status <> 'replaying' AND k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, KeyHash(sq.key)).Scan(&shared)
 		if err != nil {
 			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
 		}
@@ -192,14 +192,27 @@ WHERE k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThresho
 		}
 		query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
 	} else {
-		where, err := f.where(&args)
-		if err != nil {
-			return MessagePage{}, err
+		statuses, _ := f.Statuses()
+		resting, replaying := restingStatuses(statuses)
+		if replaying && len(resting) > 0 {
+			// The listing indexes leave replaying rows out (migration
+			// 00061): the other statuses and the replaying rows are read
+			// apart, each newest first, and merged.
+			ids, err := splitListIDs(f, resting, opt, limit, &args)
+			if err != nil {
+				return MessagePage{}, err
+			}
+			query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
+		} else {
+			where, err := f.where(&args)
+			if err != nil {
+				return MessagePage{}, err
+			}
+			if opt.Before > 0 {
+				where += " AND m.id < " + args.add(opt.Before)
+			}
+			query = `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1)
 		}
-		if opt.Before > 0 {
-			where += " AND m.id < " + args.add(opt.Before)
-		}
-		query = `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1)
 	}
 	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
@@ -228,6 +241,30 @@ WHERE k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThresho
 	return page, nil
 }
 
+// splitListIDs renders the ids of one page of a listing (no q) that wants
+// replaying rows and others: the newest limit+1 of the resting statuses
+// (through the listing indexes) and of the replaying rows (through the
+// claim indexes).
+func splitListIDs(f Filter, resting []string, opt ListOptions, limit int, args *sqlArgs) (string, error) {
+	rest, rep := f, f
+	rest.Status = strings.Join(resting, ",")
+	rep.Status = StatusReplaying
+	n := args.add(limit + 1)
+	var before string
+	if opt.Before > 0 {
+		before = " AND m.id < " + args.add(opt.Before)
+	}
+	var arms []string
+	for _, part := range []Filter{rest, rep} {
+		w, err := part.where(args)
+		if err != nil {
+			return "", err
+		}
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+w+before+` ORDER BY m.id DESC LIMIT `+n+`)`)
+	}
+	return `SELECT u.id FROM (` + strings.Join(arms, " UNION ALL ") + `) u ORDER BY u.id DESC LIMIT ` + n, nil
+}
+
 // searchIDs renders the ids of one page of a search: each part of q (see
 // search.go) is its own newest-first query with the plan that suits it,
 // and the page is the newest limit+1 of their union. One OR of the parts
@@ -243,12 +280,54 @@ WHERE k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThresho
 //     masked ("took 1500ms" in "took <n>ms"): their messages that have
 //     q's variable values among their keys (GIN), then checked;
 //   - the body, with a source queue: a scan of that queue.
+//
+// Those indexes leave replaying rows out (migration 00061), so each of
+// these parts reads the other statuses only, and says status <>
+// 'replaying' in its own text for the planner; when the filter wants
+// replaying rows, one more part reads them all (a few per running task,
+// through the claim indexes) and checks the whole of q on each.
 func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []int64, args *sqlArgs) (string, error) {
 	base := f
 	base.Query = ""
+	statuses, _ := f.Statuses()
+	resting, replaying := restingStatuses(statuses)
+	n := args.add(limit + 1)
+	var before string
+	if opt.Before > 0 {
+		before = " AND m.id < " + args.add(opt.Before)
+	}
+	var arms []string
+	if len(resting) > 0 {
+		a, err := restingSearchArms(base, resting, sq, opt, n, before, keyIDs, args)
+		if err != nil {
+			return "", err
+		}
+		arms = append(arms, a...)
+	}
+	if replaying {
+		statusFree := base
+		statusFree.Status = "all"
+		w, err := statusFree.where(args)
+		if err != nil {
+			return "", err
+		}
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+statusIn("m", []string{StatusReplaying})+` AND `+w+before+
+			` AND `+sq.matches(args, f.SourceQueue != "" && !opt.NoBodySearch)+`
+		  ORDER BY m.id DESC LIMIT `+n+`)`)
+	}
+	return `SELECT u.id FROM (` + strings.Join(arms, " UNION ") + `) u ORDER BY u.id DESC LIMIT ` + n, nil
+}
+
+// restingSearchArms renders searchIDs' parts over the statuses the
+// listing and search indexes hold (resting, never replaying). n is the
+// placeholder of the page's row limit, before the keyset condition.
+func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOptions, n, before string, keyIDs []int64, args *sqlArgs) ([]string, error) {
+	rest := base
+	rest.Status = strings.Join(resting, ",")
 	// The filter with its status written so that no index can serve it,
 	// so the planner never ANDs the GIN bitmap with millions of (status,
-	// id) entries.
+	// id) entries; status <> 'replaying' is what lets the planner use the
+	// GIN index, whose predicate it is, and no B-tree can use it.
 	// Rendered when first used: a placeholder no statement uses is an
 	// error.
 	var keyWhereSQL string
@@ -262,74 +341,65 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 		if err != nil {
 			return "", err
 		}
-		if sts, _ := f.Statuses(); sts != nil {
-			w += " AND (m.status || '') = ANY(" + args.add(sts) + "::text[])"
-		}
-		if opt.Before > 0 {
-			w += " AND m.id < " + args.add(opt.Before)
-		}
+		w += " AND m.status <> 'replaying' AND (m.status || '') = ANY(" + args.add(resting) + "::text[])" + before
 		keyWhereSQL = w
 		return w, nil
 	}
 	// Row conditions a failure group does not already decide.
-	rowConds := []string{"m.group_id = gid", "m.status = st"}
-	var before string
-	if opt.Before > 0 {
-		before = " AND m.id < " + args.add(opt.Before)
-		rowConds = append(rowConds, "m.id < "+before[len(" AND m.id < "):])
+	rowConds := []string{"m.group_id = gid"}
+	if before != "" {
+		rowConds = append(rowConds, strings.TrimPrefix(before, " AND "))
 	}
-	if f.FailedAfter != nil {
-		rowConds = append(rowConds, "m.failed_at >= "+args.add(*f.FailedAfter))
+	if base.FailedAfter != nil {
+		rowConds = append(rowConds, "m.failed_at >= "+args.add(*base.FailedAfter))
 	}
-	if f.FailedBefore != nil {
-		rowConds = append(rowConds, "m.failed_at < "+args.add(*f.FailedBefore))
+	if base.FailedBefore != nil {
+		rowConds = append(rowConds, "m.failed_at < "+args.add(*base.FailedBefore))
 	}
-	if len(f.IDs) > 0 {
-		rowConds = append(rowConds, "m.id = ANY("+args.add(f.IDs)+")")
+	if len(base.IDs) > 0 {
+		rowConds = append(rowConds, "m.id = ANY("+args.add(base.IDs)+")")
 	}
 	// Conditions on the group: its key holds the queue and the reason.
 	groupConds := []string{"TRUE"}
-	if f.SourceQueue != "" {
-		groupConds = append(groupConds, "g.source_queue = "+args.add(f.SourceQueue))
+	if base.SourceQueue != "" {
+		groupConds = append(groupConds, "g.source_queue = "+args.add(base.SourceQueue))
 	}
-	if f.Scope != nil {
-		groupConds = append(groupConds, "g.source_queue = ANY("+args.add(f.Scope)+")")
+	if base.Scope != nil {
+		groupConds = append(groupConds, "g.source_queue = ANY("+args.add(base.Scope)+")")
 	}
-	if f.Reason != "" {
-		groupConds = append(groupConds, "g.reason = "+args.add(f.Reason))
+	if base.Reason != "" {
+		groupConds = append(groupConds, "g.reason = "+args.add(base.Reason))
 	}
-	if f.Group != "" {
-		id, err := ParseGroupID(f.Group)
+	if base.Group != "" {
+		id, err := ParseGroupID(base.Group)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		groupConds = append(groupConds, "g.id = "+args.add(id))
 	}
-	statuses, _ := f.Statuses()
-	if statuses == nil {
-		statuses = Statuses
-	}
-	n := args.add(limit + 1)
-	st := args.add(statuses)
 	gWhere := strings.Join(groupConds, " AND ")
 	whole := "FALSE"
 	if !strings.Contains(sq.key, "<") {
 		lit := args.add(sq.like)
 		whole = "(g.failure_type ILIKE " + lit + " OR g.pattern ILIKE " + lit + ")"
 	}
-	perGroup := func(groups, extra string) string {
+	// One newest-first range of (group_id, status, id) per group and
+	// status, each status a literal so that the partial index serves it.
+	perGroup := func(groups string) string {
+		per := make([]string, 0, len(resting))
+		for _, st := range resting {
+			per = append(per, `(SELECT m.id FROM dead_messages m WHERE `+statusIn("m", []string{st})+` AND `+strings.Join(rowConds, " AND ")+`
+		      ORDER BY m.id DESC LIMIT `+n+`)`)
+		}
 		return `(SELECT x.id FROM unnest(ARRAY(` + groups + `)) AS gid
-		  CROSS JOIN unnest(` + st + `::text[]) AS st
-		  CROSS JOIN LATERAL (
-		      SELECT m.id FROM dead_messages m WHERE ` + strings.Join(rowConds, " AND ") + extra + `
-		      ORDER BY m.id DESC LIMIT ` + n + `) x)`
+		  CROSS JOIN LATERAL (` + strings.Join(per, " UNION ALL ") + `) x)`
 	}
 	// keyed reads the messages having keys through the GIN index alone:
 	// OFFSET 0 fences the subquery, so the planner cannot AND the bitmap
 	// with (group_id, status, id), whose millions of entries cost far more
 	// than checking the few rows with q's values.
 	keyed := func(keys []string) string {
-		return `(SELECT * FROM dead_messages k WHERE ` + args.hasKeys("k", keys...) + ` OFFSET 0) m`
+		return `(SELECT * FROM dead_messages k WHERE k.status <> 'replaying' AND ` + args.hasKeys("k", keys...) + ` OFFSET 0) m`
 	}
 	// A rare key (a message id, a trace id) is read through the GIN index;
 	// a key thousands of messages share was walked to already (keyIDs, see
@@ -340,52 +410,45 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 	} else {
 		kw, err := keyWhere()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND ` + args.hasKeys("m", sq.key) + `
 		  ORDER BY m.id DESC LIMIT ` + n + `)`
 	}
 	arms := []string{
 		keyArm,
-		perGroup(`SELECT g.id FROM failure_groups g WHERE `+gWhere+` AND `+whole, ""),
+		perGroup(`SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND ` + whole),
 	}
 	if len(sq.values) > 0 {
 		// The EXISTS is a one-time filter: with no such group, the keyed
 		// rows are not even read.
 		kw, err := keyWhere()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		partial := `SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND g.pattern ILIKE ` + args.add(sq.pattern) + ` AND NOT ` + whole
 		arms = append(arms, `(SELECT m.id FROM `+keyed(sq.values)+`
 		  WHERE EXISTS (`+partial+`) AND m.group_id = ANY(ARRAY(`+partial+`)) AND `+kw+` AND `+sq.failureText(args)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
-	if f.SourceQueue != "" && !opt.NoBodySearch {
+	if base.SourceQueue != "" && !opt.NoBodySearch {
 		// With a time bound, "m.id + 0" keeps the planner from walking the
 		// queue's id index (which ignores the bound and may read the whole
 		// queue looking for a rare phrase): it reads the rows in the time
-		// range through (source_queue, status, failed_at) instead, then
-		// sorts them.
+		// range through (source_queue, status, failed_at) instead, one
+		// range per status (every status is spelled out), then sorts them.
 		order := "m.id"
-		if f.FailedAfter != nil {
+		if base.FailedAfter != nil {
 			order = "m.id + 0"
 		}
-		where, err := base.where(args)
+		where, err := rest.where(args)
 		if err != nil {
-			return "", err
-		}
-		if sts, _ := base.Statuses(); sts == nil {
-			// Every status, spelled out: the time range is the third
-			// column of (source_queue, status, failed_at), so the index
-			// is read as one range per status, not the queue's whole
-			// span.
-			where += " AND m.status = ANY(" + args.add(Statuses) + "::text[])"
+			return nil, err
 		}
 		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+before+` AND position(`+args.add(sq.body)+`::bytea IN m.body) > 0
 		  ORDER BY `+order+` DESC LIMIT `+n+`)`)
 	}
-	return `SELECT u.id FROM (` + strings.Join(arms, " UNION ") + `) u ORDER BY u.id DESC LIMIT ` + n, nil
+	return arms, nil
 }
 
 // sharedKeyThreshold is the number of messages from which a search key is
@@ -401,6 +464,13 @@ const sharedKeyThreshold = 1000
 func walkKey(ctx context.Context, tx pgx.Tx, f Filter, sq searchQuery, opt ListOptions, limit int) ([]int64, error) {
 	base := f
 	base.Query = ""
+	// The walk finds resting rows (searchIDs reads replaying ones apart).
+	statuses, _ := f.Statuses()
+	resting, _ := restingStatuses(statuses)
+	if len(resting) == 0 {
+		return []int64{}, nil
+	}
+	base.Status = strings.Join(resting, ",")
 	var args sqlArgs
 	where, err := base.where(&args)
 	if err != nil {

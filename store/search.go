@@ -238,16 +238,23 @@ func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		arms := []string{
-			"(" + args.hasKeys("m", sq.key) + ")",
-			"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
-		}
-		if f.SourceQueue != "" {
-			arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")
-		}
-		conds = append(conds, "("+strings.Join(arms, " OR ")+")")
+		conds = append(conds, sq.matches(args, f.SourceQueue != ""))
 	}
 	return conds, nil
+}
+
+// matches renders "the row aliased m matches q" as one condition: its
+// keys, its failure text through the groups, and its body when body is
+// true (a source queue is named, and the caller may see bodies).
+func (sq searchQuery) matches(args *sqlArgs, body bool) string {
+	arms := []string{
+		"(" + args.hasKeys("m", sq.key) + ")",
+		"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
+	}
+	if body {
+		arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")
+	}
+	return "(" + strings.Join(arms, " OR ") + ")"
 }
 
 // escapeLike makes every character of s literal in a LIKE pattern whose

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 // depends on (docs/BENCHMARKS.md, API): a key search must be able to read
 // the GIN index over the keys' hashes (migration 00050), and a body search
 // with a time bound the (source_queue, status, failed_at) index (00050).
+// Since 00061 those indexes leave replaying rows out, and the queries say
+// so in their text, as the store's own do.
 // With sequential scans priced out, a query that cannot match an index
 // still scans, so the plan shows it.
 func TestSearchQueriesUseTheirIndexes(t *testing.T) {
@@ -25,7 +28,18 @@ func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
 	m := msg("orders", `{"sku":"SKU-42"}`, 1)
 	m.MessageID = "Msg-ABC-123"
-	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{m}})
+	// Enough other rows that reading a whole index (a partial one's
+	// predicate is implied, so it can stand in for the table) costs more
+	// than the probe.
+	msgs := []store.NewMessage{m}
+	for i := range 2000 {
+		o := msg("billing", "{}", int64(i+2))
+		o.MessageID = fmt.Sprintf("other-%d", i)
+		msgs = append(msgs, o)
+	}
+	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: msgs})
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `ANALYZE dead_messages`)
 	require.NoError(t, err)
 
 	explain := func(q string, args ...any) string {
@@ -41,13 +55,13 @@ func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 		require.NoError(t, err)
 		return strings.Join(lines, "\n")
 	}
-	plan := explain(`SELECT m.id FROM dead_messages m WHERE m.search_hashes @> ARRAY[$1::bigint] AND m.search_keys @> ARRAY[$2::text]`,
+	plan := explain(`SELECT m.id FROM dead_messages m WHERE m.status <> 'replaying' AND m.search_hashes @> ARRAY[$1::bigint] AND m.search_keys @> ARRAY[$2::text]`,
 		store.KeyHash("msg-abc-123"), "msg-abc-123")
 	require.Contains(t, plan, "dead_messages_search", plan)
-	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.search_hashes @> $1::bigint[]`, store.KeyHashes([]string{"msg-abc-123"}))
+	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.status <> 'replaying' AND m.search_hashes @> $1::bigint[]`, store.KeyHashes([]string{"msg-abc-123"}))
 	require.Contains(t, plan, "dead_messages_search", plan)
-	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.source_queue = $1 AND m.status = ANY($2) AND m.failed_at >= $3
-		AND position($4::bytea IN m.body) > 0 ORDER BY m.id + 0 DESC LIMIT 51`, "orders", store.Statuses, time.Now().Add(-time.Hour), []byte("SKU-42"))
+	plan = explain(`SELECT m.id FROM dead_messages m WHERE m.source_queue = $1 AND m.status IN ('pending', 'replayed', 'acknowledged') AND m.failed_at >= $2
+		AND position($3::bytea IN m.body) > 0 ORDER BY m.id + 0 DESC LIMIT 51`, "orders", time.Now().Add(-time.Hour), []byte("SKU-42"))
 	require.Contains(t, plan, "dead_messages_queue_status_failed_at", plan)
 
 	// The key is found whatever the case of q, through the listing.

@@ -308,11 +308,13 @@ func (s *Store) countQueue(ctx context.Context, queue string, chunk int) (truth,
 		after := int64(0)
 		for {
 			var n, bytes, last int64
+			// The status as a literal, so that the partial index
+			// (source_queue, status, id) serves it (statusIn).
 			err := tx.QueryRow(ctx, `
-SELECT count(*), coalesce(sum(body_size), 0)::bigint, coalesce(max(id), 0)
-FROM (SELECT id, body_size FROM dead_messages
-      WHERE source_queue = $1 AND status = $2 AND id > $3
-      ORDER BY id LIMIT $4) c`, queue, st, after, chunk).Scan(&n, &bytes, &last)
+SELECT count(*), coalesce(sum(m.body_size), 0)::bigint, coalesce(max(m.id), 0)
+FROM (SELECT m.id, m.body_size FROM dead_messages m
+      WHERE m.source_queue = $1 AND `+statusIn("m", []string{st})+` AND m.id > $2
+      ORDER BY m.id LIMIT $3) m`, queue, after, chunk).Scan(&n, &bytes, &last)
 			if err != nil {
 				return nil, nil, 0, fmt.Errorf("count %s messages after id %d: %w", st, after, err)
 			}
