@@ -322,8 +322,6 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 // listing and search indexes hold (resting, never replaying). n is the
 // placeholder of the page's row limit, before the keyset condition.
 func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOptions, n, before string, keyIDs []int64, args *sqlArgs) ([]string, error) {
-	rest := base
-	rest.Status = strings.Join(resting, ",")
 	// The filter with its status written so that no index can serve it,
 	// so the planner never ANDs the GIN bitmap with millions of (status,
 	// id) entries; status <> 'replaying' is what lets the planner use the
@@ -437,16 +435,26 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		// queue looking for a rare phrase): it reads the rows in the time
 		// range through (source_queue, status, failed_at) instead, one
 		// range per status (every status is spelled out), then sorts them.
+		//
+		// One query per status: a condition equal to the index's own
+		// predicate (all three resting statuses) is dropped from its index
+		// conditions, and the time range, behind the status column, would
+		// then bound nothing: the queue's whole span would be read.
 		order := "m.id"
 		if base.FailedAfter != nil {
 			order = "m.id + 0"
 		}
-		where, err := rest.where(args)
-		if err != nil {
-			return nil, err
-		}
-		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+before+` AND position(`+args.add(sq.body)+`::bytea IN m.body) > 0
+		body := args.add(sq.body)
+		for _, st := range resting {
+			one := base
+			one.Status = st
+			where, err := one.where(args)
+			if err != nil {
+				return nil, err
+			}
+			arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+before+` AND position(`+body+`::bytea IN m.body) > 0
 		  ORDER BY `+order+` DESC LIMIT `+n+`)`)
+		}
 	}
 	return arms, nil
 }
