@@ -38,7 +38,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: build services run test fuzz soak clean \
-	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session
+	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session bench-replay-rounds
 
 build:
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
@@ -98,6 +98,11 @@ bench-search-cost:
 # raw limits interleaved with dlq's ingest and replay runs, and the search cost.
 bench-session: services
 	scripts/bench-session.sh
+
+# Replay against its raw limit in interleaved rounds (ROUNDS, default 5), with an
+# optional A/B against the build of another revision (BASELINE=<git revision>).
+bench-replay-rounds: services
+	ROUNDS='$(ROUNDS)' BASELINE='$(BASELINE)' scripts/bench-replay-rounds.sh
 
 bench-limits:
 	scripts/services.sh --database bench
