@@ -117,6 +117,8 @@ type pubChannel struct {
 	pending  map[uint64]*publish
 	byCorr   map[string]*publish
 	dead     bool
+	timedOut bool          // closed by checkTimeouts
+	cause    string        // why it died, set by onDead before done closes
 	done     chan struct{} // closed when its watcher returned
 }
 
@@ -192,10 +194,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	pb := &publish{exchange: exchange, corr: corr, done: done, sentAt: time.Now()}
 	p.mu.Lock()
 	if pc.dead {
+		why := cmp.Or(pc.cause, "channel closed before the message was sent")
 		p.mu.Unlock()
 		// Died between opening and now: report it like any send failure.
 		sent = true
-		p.deliver(pb, Result{Outcome: Failed, Reason: "channel closed before the message was sent"})
+		p.deliver(pb, Result{Outcome: Failed, Reason: "not sent: " + why})
 		return nil
 	}
 	if _, dup := pc.byCorr[corr]; dup {
@@ -222,7 +225,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		delete(pc.byCorr, corr)
 		p.mu.Unlock()
 		if still {
-			res := Result{Outcome: Failed, Reason: "not sent: " + err.Error()}
+			res := Result{Outcome: Failed, Reason: "not sent: " + p.closedReason(pc, err)}
 			if !errors.Is(err, amqp.ErrClosed) {
 				// A write that failed part way may have reached the broker
 				// whole before the error surfaced.
@@ -240,6 +243,24 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		_ = pc.ch.Close()
 	}
 	return nil
+}
+
+// closedReason says why a send failed: for a channel that was closed
+// under it (a refusal such as 403 ACCESS_REFUSED on an earlier publish, a
+// timeout), the cause the watcher saw rather than the library's bare
+// "channel/connection is not open".
+func (p *Publisher) closedReason(pc *pubChannel, err error) string {
+	if !errors.Is(err, amqp.ErrClosed) {
+		return err.Error()
+	}
+	select {
+	case <-pc.done: // the library closes the notifications as it shuts the channel
+	case <-time.After(5 * time.Second):
+		return err.Error()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return cmp.Or(pc.cause, err.Error())
 }
 
 // waitUnblocked waits while RabbitMQ blocks publishing on the connection.
@@ -269,8 +290,9 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		return nil, errors.New("broker: publisher closed")
 	}
 	pc := p.cur
+	live := pc != nil && !pc.dead // dead is written by the watcher, under mu
 	p.mu.Unlock()
-	if pc != nil && !pc.dead {
+	if live {
 		return pc, nil
 	}
 	ch, err := p.cfg.Conn.Channel(ctx)
@@ -306,6 +328,7 @@ func (p *Publisher) watch(pc *pubChannel) {
 	defer tick.Stop()
 	returns := pc.returns
 	lastTick := time.Now()
+	wasBlocked := false
 	for {
 		select {
 		case r, ok := <-returns:
@@ -326,8 +349,12 @@ func (p *Publisher) watch(pc *pubChannel) {
 			p.drainReturns(pc)
 			p.onConfirm(pc, c)
 		case now := <-tick.C:
-			p.checkTimeouts(pc, now.Sub(lastTick))
-			lastTick = now
+			// An interval blocked at either end is not held against the
+			// timeout: the alarm may have cleared just before this tick, and
+			// the broker has had no time to confirm what it held.
+			blocked := p.cfg.Conn.Blocked()
+			p.checkTimeouts(pc, now.Sub(lastTick), blocked || wasBlocked)
+			lastTick, wasBlocked = now, blocked
 		}
 	}
 }
@@ -393,17 +420,21 @@ func (p *Publisher) onDead(pc *pubChannel) {
 	default:
 	}
 	p.mu.Lock()
+	reason := "connection or channel closed"
+	switch {
+	case cause != nil:
+		reason = fmt.Sprintf("channel closed: %d %s", cause.Code, cause.Reason)
+	case pc.timedOut:
+		reason = fmt.Sprintf("no confirm within the confirm timeout (%s): channel closed", p.cfg.ConfirmTimeout)
+	}
 	pc.dead = true
+	pc.cause = reason
 	left := make([]*publish, 0, len(pc.pending))
 	for _, pb := range pc.pending {
 		left = append(left, pb)
 	}
 	pc.pending, pc.byCorr = map[uint64]*publish{}, map[string]*publish{}
 	p.mu.Unlock()
-	reason := "connection or channel closed"
-	if cause != nil {
-		reason = fmt.Sprintf("channel closed: %d %s", cause.Code, cause.Reason)
-	}
 	if len(left) > 0 {
 		p.log.Warn("publisher channel closed with publishes unconfirmed", "in_flight", len(left), "reason", reason)
 	}
@@ -419,8 +450,7 @@ func (p *Publisher) onDead(pc *pubChannel) {
 	}
 }
 
-func (p *Publisher) checkTimeouts(pc *pubChannel, elapsed time.Duration) {
-	blocked := p.cfg.Conn.Blocked()
+func (p *Publisher) checkTimeouts(pc *pubChannel, elapsed time.Duration, blocked bool) {
 	p.mu.Lock()
 	expired := false
 	now := time.Now()
@@ -432,6 +462,9 @@ func (p *Publisher) checkTimeouts(pc *pubChannel, elapsed time.Duration) {
 		if now.Sub(pb.sentAt)-pb.blocked > p.cfg.ConfirmTimeout {
 			expired = true
 		}
+	}
+	if expired {
+		pc.timedOut = true
 	}
 	p.mu.Unlock()
 	if expired {

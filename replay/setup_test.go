@@ -44,6 +44,8 @@ type setupOpts struct {
 	maxMessages int64
 	keepUserID  bool
 	retention   time.Duration
+	// confirmTimeout is replay.confirm_timeout; 0 takes the default.
+	confirmTimeout time.Duration
 }
 
 var operator = store.Actor{Name: "test", Role: "operator", Via: "test"}
@@ -101,6 +103,7 @@ func (b *bundle) newService(t *testing.T, o setupOpts, reg prometheus.Registerer
 		Store: b.st, Conn: b.conn, Lease: o.lease, BatchSize: o.batchSize, PollInterval: 50 * time.Millisecond,
 		MaxReplays: o.maxReplays, Window: o.window, MaxTaskMessages: o.maxMessages,
 		ShutdownTimeout: 10 * time.Second, Registerer: reg, KeepUserID: o.keepUserID, ProgressRetention: o.retention,
+		ConfirmTimeout: o.confirmTimeout,
 	})
 	require.NoError(t, err)
 	return svc

@@ -1,0 +1,169 @@
+//go:build faults
+
+package replay_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// queueProcess suspends ("suspend") or resumes ("resume") the Erlang
+// process of a classic queue. A suspended queue takes deliveries into its
+// mailbox but handles none, so the broker withholds the confirms of
+// messages routed to it, without blocking the publishing connection (as an
+// alarm would) or closing anything.
+func queueProcess(t *testing.T, action, queue string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	expr := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), sys:%s(amqqueue:get_pid(Q)).`, queue, action)
+	out, err := dlqtest.Rabbitmqctl(ctx, "eval", expr).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		return fmt.Errorf("rabbitmqctl eval %s: %v: %s", expr, err, out)
+	}
+	return nil
+}
+
+// The broker withholds confirms longer than replay.confirm_timeout (the
+// target queue's process is suspended; the connection is not blocked):
+// every publish ends unknown. Nothing is marked replayed, the rows are
+// pending again with last_replay_error "outcome unknown: …", the task
+// counts them unknown (and publishes none of them twice), and once the
+// queue runs again nothing is lost: the messages the broker held arrive,
+// once each, and the rows can be replayed again — a second copy that
+// shares (x-dlq-id, x-dlq-replay-count) with the first, as docs/REPLAY.md
+// says.
+func TestFaultConfirmTimeoutUnknown(t *testing.T) {
+	const timeout = time.Second
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
+	q := dlqtest.Name(t, "tgt")
+	_, err := b.ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
+	require.NoError(t, err)
+	dlqtest.DeleteQueues(t, b.app, q)
+	const n = 20
+	ids := b.seed(t, q, n)
+
+	require.NoError(t, queueProcess(t, "suspend", q))
+	resumed := false
+	// Registered after the queue's deletion, so it runs first: a
+	// suspended queue would never answer the delete.
+	t.Cleanup(func() {
+		if !resumed {
+			if err := queueProcess(t, "resume", q); err != nil {
+				t.Errorf("queue %s left suspended: %v", q, err)
+			}
+		}
+	})
+
+	start := time.Now()
+	task, err := b.svc.Start(context.Background(), replay.Request{IDs: ids}, operator)
+	require.NoError(t, err)
+	final := b.waitTask(t, task.ID, 30*time.Second, replay.StatusCompleted)
+	took := time.Since(start)
+	t.Logf("task ended after %s: %+v", took, final)
+	require.GreaterOrEqual(t, took, timeout, "the confirms were not waited for")
+	require.False(t, b.conn.Blocked(), "the connection was blocked: this test is about confirms withheld without an alarm")
+	require.Equal(t, int64(n), final.Unknown, "every publish ended unknown")
+	require.Zero(t, final.Published)
+	require.Zero(t, final.Failed)
+	require.Zero(t, final.Remaining)
+
+	require.Zero(t, b.count(t, "status = 'replayed'"))
+	require.Zero(t, b.count(t, "status = 'replaying'"), "no row is left claimed")
+	require.Equal(t, n, b.count(t, "status = 'pending' AND replay_count = 0 AND last_replay_error LIKE 'outcome unknown:%'"))
+	var why string
+	require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+		`SELECT last_replay_error FROM dead_messages WHERE id = $1`, ids[0]).Scan(&why))
+	t.Logf("last_replay_error: %s", why)
+	require.Contains(t, why, "no confirm within the confirm timeout (1s)")
+	require.Contains(t, why, "may have been delivered")
+	b.requireSummaryExact(t)
+
+	// The condition clears: the queue handles what it was sent. Every
+	// message arrives once: the task published each one once and never again.
+	require.NoError(t, queueProcess(t, "resume", q))
+	resumed = true
+	first := map[int64]amqp.Delivery{}
+	for _, d := range b.consume(t, q, n, 30*time.Second) {
+		id := d.Headers[broker.HeaderID].(int64)
+		_, dup := first[id]
+		require.False(t, dup, "message %d arrived twice", id)
+		first[id] = d
+	}
+	require.Len(t, first, n)
+	require.Zero(t, dlqtest.QueueDepth(t, b.app, q))
+
+	// And the rows are replayable: a second task publishes them all.
+	again, err := b.svc.Start(context.Background(), replay.Request{IDs: ids}, operator)
+	require.NoError(t, err)
+	final = b.waitTask(t, again.ID, 30*time.Second, replay.StatusCompleted)
+	require.Equal(t, int64(n), final.Published)
+	require.Zero(t, final.Unknown+final.Failed+final.Skipped)
+	require.Equal(t, n, b.count(t, "status = 'replayed' AND replay_count = 1"))
+	for _, d := range b.consume(t, q, n, 30*time.Second) {
+		id := d.Headers[broker.HeaderID].(int64)
+		f, ok := first[id]
+		require.True(t, ok, "message %d was not in the first round", id)
+		// The copy a consumer must drop shares the pair; the publish id differs.
+		require.Equal(t, f.Headers[broker.HeaderReplayCount], d.Headers[broker.HeaderReplayCount])
+		require.NotEqual(t, f.Headers[broker.HeaderReplayID], d.Headers[broker.HeaderReplayID])
+	}
+	b.requireSummaryExact(t)
+}
+
+// A memory alarm longer than replay.confirm_timeout does not end anything
+// as unknown: time blocked by an alarm is not counted (docs/REPLAY.md,
+// replay.confirm_timeout). The publish sent as the alarm struck waits for
+// its confirm with the rest, and everything is replayed once the alarm
+// clears.
+func TestFaultConfirmTimeoutPausedByAlarm(t *testing.T) {
+	const timeout = time.Second
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
+	q := b.targetQueue(t)
+	const n = 50
+	b.seed(t, q, n)
+	t.Cleanup(func() {
+		_ = exec.Command("rabbitmqctl", "set_vm_memory_high_watermark", "0.4").Run()
+	})
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0001")
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		out, _ := exec.Command("rabbitmq-diagnostics", "-q", "alarms").CombinedOutput()
+		return strings.Contains(strings.ToLower(string(out)), "memory alarm")
+	}, "memory alarm not raised")
+
+	task, err := b.svc.Start(context.Background(), replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
+	require.NoError(t, err)
+	dlqtest.Eventually(t, 30*time.Second, b.conn.Blocked, "connection not blocked by the alarm")
+	// Proving an absence: for three timeouts, nothing ends.
+	time.Sleep(3 * timeout) //nolint:forbidigo // nothing to poll for
+	got, err := b.svc.Get(context.Background(), task.ID)
+	require.NoError(t, err)
+	require.True(t, b.conn.Blocked())
+	require.Zero(t, got.Published)
+	require.Zero(t, got.Unknown+got.Failed, "time blocked by an alarm is not held against the confirm timeout")
+	require.Zero(t, b.count(t, "status = 'replayed'"))
+	require.Zero(t, b.count(t, "last_replay_error IS NOT NULL"))
+
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
+	final := b.waitTask(t, task.ID, 60*time.Second, replay.StatusCompleted)
+	require.Equal(t, int64(n), final.Published)
+	require.Zero(t, final.Unknown+final.Failed)
+	per := b.countAtTarget(t, q)
+	require.Len(t, per, n)
+	for id, k := range per {
+		require.Equal(t, 1, k, "message %d arrived %d times", id, k)
+	}
+	b.requireSummaryExact(t)
+}
