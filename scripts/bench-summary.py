@@ -14,8 +14,9 @@ copy = [r for r in lim if r["test"]=="d.pipeline" and r["variant"].startswith("c
 batch = [r for r in lim if r["test"]=="d.pipeline" and r["variant"].startswith("batch")]
 naive = [r for r in lim if r["test"].startswith("e.naive")]
 ing1 = [r for r in ing if r["size"]==1024 and r["n"]==200000 and r["mode"]=="inproc"]
-print("| pair (start, load) | raw COPY pipeline | raw Batch pipeline | naive INSERT + ack, prefetch 1000 (n = 20,000) | dlq | dlq / COPY | dlq / naive |")
-print("|---|---|---|---|---|---|---|")
+if ing1:
+    print("| pair (start, load) | raw COPY pipeline | raw Batch pipeline | naive INSERT + ack, prefetch 1000 (n = 20,000) | dlq | dlq / COPY | dlq / naive |")
+    print("|---|---|---|---|---|---|---|")
 rc, rn = [], []
 for i,(c,b,n,x) in enumerate(zip(copy,batch,naive,ing1),1):
     t,l = st.get(f"ingest pair {i}: raw",("?","?"))
