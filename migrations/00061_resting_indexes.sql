@@ -12,8 +12,8 @@
 -- settlement, and only a handful of them exist at any time (the replay
 -- window of each running task). The listing and search indexes leave
 -- those rows out, so a claim's rewrite no longer enters them; the
--- partial indexes on replaying rows (dead_messages_claims,
--- dead_messages_claim_owner) serve the few queries that want them.
+-- partial index on replaying rows (dead_messages_claim_owner, 00013)
+-- serves the few queries that want them.
 --
 -- For the planner to use one of these indexes, a query must prove the
 -- index's predicate from its own text: the store writes statuses into its

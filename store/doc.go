@@ -120,8 +120,8 @@
 // So statuses are written into the SQL as literals (statusIn), which lets
 // the planner prove status <> 'replaying' and use them; and when a filter
 // wants replaying rows, they are read in a branch of their own through the
-// claim indexes (a few per running task), with the whole of q checked on
-// each.
+// claim index (dead_messages_claim_owner: a few per running task), with
+// the whole of q checked on each.
 //
 // # Text columns
 //

@@ -108,7 +108,7 @@ func statusIn(alias string, statuses []string) string {
 
 // restingStatuses splits statuses (nil: every status) into those the
 // listing and search indexes hold and whether replaying is among them
-// (its rows are read through the claim indexes instead).
+// (its rows are read through the claim index instead).
 func restingStatuses(statuses []string) (resting []string, replaying bool) {
 	if statuses == nil {
 		statuses = Statuses

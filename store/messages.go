@@ -244,7 +244,7 @@ WHERE k.status <> 'replaying' AND k.search_hashes @> ARRAY[$1::bigint] LIMIT `+s
 // splitListIDs renders the ids of one page of a listing (no q) that wants
 // replaying rows and others: the newest limit+1 of the resting statuses
 // (through the listing indexes) and of the replaying rows (through the
-// claim indexes).
+// claim index).
 func splitListIDs(f Filter, resting []string, opt ListOptions, limit int, args *sqlArgs) (string, error) {
 	rest, rep := f, f
 	rest.Status = strings.Join(resting, ",")
@@ -285,7 +285,7 @@ func splitListIDs(f Filter, resting []string, opt ListOptions, limit int, args *
 // these parts reads the other statuses only, and says status <>
 // 'replaying' in its own text for the planner; when the filter wants
 // replaying rows, one more part reads them all (a few per running task,
-// through the claim indexes) and checks the whole of q on each.
+// through the claim index) and checks the whole of q on each.
 func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []int64, args *sqlArgs) (string, error) {
 	base := f
 	base.Query = ""

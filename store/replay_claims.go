@@ -565,10 +565,10 @@ WITH o AS (
     -- row) walks every replaying row of every claim in flight, and the
     -- index entries that settled claims left behind, on every settlement.
     -- The status and the owner are written so that no index can serve
-    -- them: the claim indexes (which hold only replaying rows, and whose
-    -- statistics see none) looked as cheap as the primary key, and a
-    -- probe through claim_owner reads every row of the claim, 500 times
-    -- per settlement.
+    -- them: dead_messages_claim_owner (which holds only replaying rows,
+    -- and whose statistics see none) looked as cheap as the primary key,
+    -- and a probe through it reads every row of the claim, 500 times per
+    -- settlement.
     SELECT m.id, o.kind, o.err FROM o
     CROSS JOIN LATERAL (
         SELECT d.id FROM dead_messages d
