@@ -52,14 +52,9 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	}
 	b.app = dlqtest.Dial(t)
 	b.ch = dlqtest.Channel(t, b.app)
-	dlqtest.DeleteQueues(t, b.app, b.queue)
-	dlqtest.DeleteExchanges(t, b.app, b.exchange)
-
 	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "dlq-test"})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, broker.DeclareOwn(ctx, conn, broker.Topology{Exchange: b.exchange, Queues: []string{b.queue}}))
+	declareOwn(t, b.app, conn, b.exchange, b.queue)
 
 	cons, err := consumer.New(consumer.Config{
 		Conn: conn, Store: st, Exchange: b.exchange, Queues: []string{b.queue},
@@ -84,6 +79,24 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	t.Cleanup(b.stop)
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return cons.Ready() == nil }, "consumer not ready: %v", cons.Ready())
 	return b
+}
+
+// declareOwn declares dlq's own exchange and queue under names unique to
+// the test, removed when it ends, through conn (a connection of its own
+// when nil).
+func declareOwn(t *testing.T, app *amqp.Connection, conn *broker.Conn, exchange, queue string) {
+	t.Helper()
+	dlqtest.DeleteQueues(t, app, queue)
+	dlqtest.DeleteExchanges(t, app, exchange)
+	if conn == nil {
+		c, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "dlq-test"})
+		require.NoError(t, err)
+		defer c.Close()
+		conn = c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, broker.DeclareOwn(ctx, conn, broker.Topology{Exchange: exchange, Queues: []string{queue}}))
 }
 
 // sourceQueue declares an application queue that dead-letters to the

@@ -153,14 +153,7 @@ func TestIngestMetrics(t *testing.T) {
 	app := dlqtest.Dial(t)
 	ch := dlqtest.Channel(t, app)
 	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
-	dlqtest.DeleteQueues(t, app, queue)
-	dlqtest.DeleteExchanges(t, app, exchange)
-	setupConn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "dlq-test"})
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, broker.DeclareOwn(ctx, setupConn, broker.Topology{Exchange: exchange, Queues: []string{queue}}))
-	setupConn.Close()
+	declareOwn(t, app, nil, exchange, queue)
 
 	// First consumer: one full batch of ten, committed, never acknowledged.
 	publishDead(t, ch, exchange, "first", 10)

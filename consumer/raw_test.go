@@ -155,14 +155,9 @@ func TestRefusedMessageIsStoredRaw(t *testing.T) {
 	app := dlqtest.Dial(t)
 	ch := dlqtest.Channel(t, app)
 	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
-	dlqtest.DeleteQueues(t, app, queue)
-	dlqtest.DeleteExchanges(t, app, exchange)
-	setupConn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "dlq-test"})
-	require.NoError(t, err)
+	declareOwn(t, app, nil, exchange, queue)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, broker.DeclareOwn(ctx, setupConn, broker.Topology{Exchange: exchange, Queues: []string{queue}}))
-	setupConn.Close()
 
 	// Four messages, one batch (full at four).
 	ids := []string{"ok-1", "refused-once", "refused-twice", "ok-2"}

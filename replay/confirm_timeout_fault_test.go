@@ -5,7 +5,6 @@ package replay_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
-	"github.com/dlq/dlq/store"
 )
 
 // queueProcess suspends ("suspend") or resumes ("resume") the Erlang
@@ -119,51 +117,6 @@ func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 		// The copy a consumer must drop shares the pair; the publish id differs.
 		require.Equal(t, f.Headers[broker.HeaderReplayCount], d.Headers[broker.HeaderReplayCount])
 		require.NotEqual(t, f.Headers[broker.HeaderReplayID], d.Headers[broker.HeaderReplayID])
-	}
-	b.requireSummaryExact(t)
-}
-
-// A memory alarm longer than replay.confirm_timeout does not end anything
-// as unknown: time blocked by an alarm is not counted (docs/REPLAY.md,
-// replay.confirm_timeout). The publish sent as the alarm struck waits for
-// its confirm with the rest, and everything is replayed once the alarm
-// clears.
-func TestFaultConfirmTimeoutPausedByAlarm(t *testing.T) {
-	const timeout = time.Second
-	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
-	q := b.targetQueue(t)
-	const n = 50
-	b.seed(t, q, n)
-	t.Cleanup(func() {
-		_ = exec.Command("rabbitmqctl", "set_vm_memory_high_watermark", "0.4").Run()
-	})
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0001")
-	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		out, _ := exec.Command("rabbitmq-diagnostics", "-q", "alarms").CombinedOutput()
-		return strings.Contains(strings.ToLower(string(out)), "memory alarm")
-	}, "memory alarm not raised")
-
-	task, err := b.svc.Start(context.Background(), replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
-	require.NoError(t, err)
-	dlqtest.Eventually(t, 30*time.Second, b.conn.Blocked, "connection not blocked by the alarm")
-	// Proving an absence: for three timeouts, nothing ends.
-	time.Sleep(3 * timeout) //nolint:forbidigo // nothing to poll for
-	got, err := b.svc.Get(context.Background(), task.ID)
-	require.NoError(t, err)
-	require.True(t, b.conn.Blocked())
-	require.Zero(t, got.Published)
-	require.Zero(t, got.Unknown+got.Failed, "time blocked by an alarm is not held against the confirm timeout")
-	require.Zero(t, b.count(t, "status = 'replayed'"))
-	require.Zero(t, b.count(t, "last_replay_error IS NOT NULL"))
-
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
-	final := b.waitTask(t, task.ID, 60*time.Second, replay.StatusCompleted)
-	require.Equal(t, int64(n), final.Published)
-	require.Zero(t, final.Unknown+final.Failed)
-	per := b.countAtTarget(t, q)
-	require.Len(t, per, n)
-	for id, k := range per {
-		require.Equal(t, 1, k, "message %d arrived %d times", id, k)
 	}
 	b.requireSummaryExact(t)
 }

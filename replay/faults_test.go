@@ -78,9 +78,14 @@ func rabbitmqctl(t *testing.T, args ...string) {
 }
 
 // A memory alarm during a replay: publishing waits, nothing is marked
-// replayed, and the replay completes once the alarm clears.
+// replayed, and the replay completes once the alarm clears. The alarm
+// outlasts replay.confirm_timeout three times over, and nothing ends as
+// unknown: time blocked by an alarm is not counted (docs/REPLAY.md,
+// replay.confirm_timeout); the publish sent as the alarm struck waits for
+// its confirm with the rest.
 func TestFaultMemoryAlarm(t *testing.T) {
-	b := setup(t, func(o *setupOpts) { o.noConsumer = true })
+	const timeout = time.Second
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
 	q := b.targetQueue(t)
 	const n = 300
 	b.seed(t, q, n)
@@ -97,17 +102,21 @@ func TestFaultMemoryAlarm(t *testing.T) {
 	require.NoError(t, err)
 	// RabbitMQ blocks a connection when it publishes during an alarm.
 	dlqtest.Eventually(t, 30*time.Second, b.conn.Blocked, "connection not blocked by the alarm")
-	// Proving an absence: for a while, nothing gets replayed.
-	time.Sleep(3 * time.Second) //nolint:forbidigo // nothing to poll for
+	// Proving an absence: for three confirm timeouts, nothing gets
+	// replayed and nothing ends.
+	time.Sleep(3 * timeout) //nolint:forbidigo // nothing to poll for
 	got, err := b.svc.Get(context.Background(), task.ID)
 	require.NoError(t, err)
+	require.True(t, b.conn.Blocked())
 	require.Zero(t, got.Published)
-	require.Zero(t, got.Failed+got.Unknown, "waiting is not failing")
+	require.Zero(t, got.Failed+got.Unknown, "waiting is not failing: time blocked by an alarm is not held against the confirm timeout")
 	require.Zero(t, b.count(t, "status = 'replayed'"))
+	require.Zero(t, b.count(t, "last_replay_error IS NOT NULL"))
 
 	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
 	final := b.waitTask(t, task.ID, 60*time.Second, replay.StatusCompleted)
 	require.Equal(t, int64(n), final.Published)
+	require.Zero(t, final.Unknown+final.Failed)
 	per := b.countAtTarget(t, q)
 	require.Len(t, per, n)
 	for id, k := range per {

@@ -12,19 +12,10 @@
 # Everything lands in tmp/bench-replay/<start time>/; scripts/bench-summary.py
 # prints the table at the end (median of the rounds' ratios).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$PWD
+. "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 rounds=${ROUNDS:-5}
 n=${N:-100000}
-out=$root/tmp/bench-replay/$(date -u +%Y%m%dT%H%M%S)
-mkdir -p "$out"
-limits_dir=${BENCH_LIMITS_DIR:-../shared/bench-limits}
-pg=${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench?sslmode=disable}
-amqp=${BENCH_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
-
-scripts/services.sh --database bench >/dev/null
-go build -o "$out/dlq-bench" ./cmd/dlq-bench || exit 1
-(cd "$limits_dir" && go build -o "$out/bench-limits" .) || exit 1
+bench_prepare bench-replay
 if [ -n "${BASELINE:-}" ]; then
 	wt=$out/baseline-src
 	git worktree add --detach "$wt" "$BASELINE" >/dev/null || exit 1
@@ -32,7 +23,6 @@ if [ -n "${BASELINE:-}" ]; then
 	git worktree remove --force "$wt"
 fi
 
-stamp() { echo "=== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $*"; }
 {
 	echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
 	[ -n "${BASELINE:-}" ] && echo "baseline $(git rev-parse "$BASELINE")"

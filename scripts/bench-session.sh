@@ -15,20 +15,10 @@
 # Everything lands in tmp/bench-session/<start time>/; scripts/bench-summary.py
 # prints the tables at the end. PAIRS=n changes the number of pairs.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-root=$PWD
+. "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 pairs=${PAIRS:-3}
-out=$root/tmp/bench-session/$(date -u +%Y%m%dT%H%M)
-mkdir -p "$out"
-limits_dir=${BENCH_LIMITS_DIR:-../shared/bench-limits}
-pg=${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench?sslmode=disable}
-amqp=${BENCH_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
+bench_prepare bench-session
 
-scripts/services.sh --database bench >/dev/null
-go build -o "$out/dlq-bench" ./cmd/dlq-bench || exit 1
-(cd "$limits_dir" && go build -o "$out/bench-limits" .) || exit 1
-
-stamp() { echo "=== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $*"; }
 limits() {
 	local name=$1
 	shift

@@ -35,16 +35,7 @@ func seed(t *testing.T, st *store.Store, queues []string, n int, failure func(q 
 	}
 	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: msgs})
 	require.NoError(t, err)
-	var ids []int64
-	rows, err := st.Pool().Query(ctx, `SELECT id FROM dead_messages ORDER BY id`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
-	return ids
+	return messageIDs(t, st, "TRUE")
 }
 
 func timeoutFailure(q string, i int) (string, string) {

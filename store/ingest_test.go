@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -45,6 +46,17 @@ func count(t *testing.T, st *store.Store, where string, args ...any) int {
 	var n int
 	require.NoError(t, st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
 	return n
+}
+
+// messageIDs returns the ids of the stored messages matching where, in
+// id order.
+func messageIDs(t *testing.T, st *store.Store, where string, args ...any) []int64 {
+	t.Helper()
+	rows, err := st.Pool().Query(context.Background(), "SELECT id FROM dead_messages WHERE "+where+" ORDER BY id", args...)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
 }
 
 type snapshot struct {

@@ -28,15 +28,7 @@ func seedPending(t *testing.T, st *store.Store, queue string, n int) []int64 {
 	for start := 0; start < n; start += 500 {
 		ingest(t, st, msgs[start:min(start+500, n)]...)
 	}
-	rows, err := st.Pool().Query(context.Background(), `SELECT id FROM dead_messages WHERE source_queue = $1 ORDER BY id`, queue)
-	require.NoError(t, err)
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
+	ids := messageIDs(t, st, "source_queue = $1", queue)
 	require.Len(t, ids, n)
 	return ids
 }

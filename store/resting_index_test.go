@@ -34,15 +34,7 @@ func TestReplayingRowsAreListedAndFound(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	ingest(t, st, msgs...)
-	var ids []int64
-	rows, err := st.Pool().Query(ctx, `SELECT id FROM dead_messages ORDER BY id`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
+	ids := messageIDs(t, st, "TRUE")
 	require.Len(t, ids, 12)
 
 	// Claim every third message, as a replay does.
