@@ -560,21 +560,23 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)
 ), l AS (
-    -- One probe per outcome, in id order (outs are sorted): joined the
-    -- other way, the planner (whose statistics see almost no replaying
-    -- row) walks every replaying row of every claim in flight, and the
-    -- index entries that settled claims left behind, on every settlement.
-    -- The status and the owner are written so that no index can serve
-    -- them: dead_messages_claim_owner (which holds only replaying rows,
-    -- and whose statistics see none) looked as cheap as the primary key,
-    -- and a probe through it reads every row of the claim, 500 times per
-    -- settlement.
-    SELECT m.id, o.kind, o.err FROM o
+    -- Each outcome's row version, found by one primary-key probe, in id
+    -- order (outs are sorted). The status and the owner are written so
+    -- that no index can serve them: dead_messages_claim_owner (which holds
+    -- only replaying rows, and whose statistics see none) looked as cheap
+    -- as the primary key, and a probe through it reads every row of the
+    -- claim, 500 times per settlement; joined the other way, the planner
+    -- walked every replaying row of every claim in flight.
+    SELECT o.id, o.tok, o.kind, o.err, d.ctid AS tid FROM o
     CROSS JOIN LATERAL (
-        SELECT d.id FROM dead_messages d
-        WHERE d.id = o.id AND (d.status || '') = 'replaying' AND (d.claim_owner || '') = o.tok
-        FOR UPDATE) m
+        SELECT d.ctid FROM dead_messages d
+        WHERE d.id = o.id AND (d.status || '') = 'replaying' AND (d.claim_owner || '') = o.tok) d
 ), u AS (
+    -- The update reaches each row by that version's address and fences
+    -- itself: if the row changed since (died again, or its claim was
+    -- taken back), the update re-reads its latest version and the status
+    -- and owner conditions leave it alone. No separate row lock is
+    -- needed, which saved a lock record per row.
     UPDATE dead_messages m SET
         status = CASE WHEN l.kind = 'published' THEN 'replayed' ELSE 'pending' END,
         replayed_at = CASE WHEN l.kind = 'published' THEN now() ELSE m.replayed_at END,
@@ -584,7 +586,7 @@ WITH o AS (
                                  WHEN l.kind = 'released' THEN m.last_replay_error
                                  ELSE l.err END,
         claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
-    FROM l WHERE m.id = l.id
+    FROM l WHERE m.ctid = l.tid AND m.id = l.id AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
     RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
 )
 SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
