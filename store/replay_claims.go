@@ -556,41 +556,7 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 		return SettleResult{}, fmt.Errorf("store: begin settling replay task %d: %w", taskID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, `
-WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)
-), l AS (
-    -- Each outcome's row version, found by one primary-key probe, in id
-    -- order (outs are sorted). The status and the owner are written so
-    -- that no index can serve them: dead_messages_claim_owner (which holds
-    -- only replaying rows, and whose statistics see none) looked as cheap
-    -- as the primary key, and a probe through it reads every row of the
-    -- claim, 500 times per settlement; joined the other way, the planner
-    -- walked every replaying row of every claim in flight.
-    SELECT o.id, o.tok, o.kind, o.err, d.ctid AS tid FROM o
-    CROSS JOIN LATERAL (
-        SELECT d.ctid FROM dead_messages d
-        WHERE d.id = o.id AND (d.status || '') = 'replaying' AND (d.claim_owner || '') = o.tok) d
-), u AS (
-    -- The update reaches each row by that version's address and fences
-    -- itself: if the row changed since (died again, or its claim was
-    -- taken back), the update re-reads its latest version and the status
-    -- and owner conditions leave it alone. No separate row lock is
-    -- needed, which saved a lock record per row.
-    UPDATE dead_messages m SET
-        status = CASE WHEN l.kind = 'published' THEN 'replayed' ELSE 'pending' END,
-        replayed_at = CASE WHEN l.kind = 'published' THEN now() ELSE m.replayed_at END,
-        replay_count = CASE WHEN l.kind = 'published' THEN m.replay_count + 1 ELSE m.replay_count END,
-        last_replay_at = CASE WHEN l.kind = 'released' THEN m.last_replay_at ELSE now() END,
-        last_replay_error = CASE WHEN l.kind = 'published' THEN NULL
-                                 WHEN l.kind = 'released' THEN m.last_replay_error
-                                 ELSE l.err END,
-        claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
-    FROM l WHERE m.ctid = l.tid AND m.id = l.id AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
-    RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
-)
-SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
-FROM u GROUP BY 1, 2, 4`, ids, toks, kinds, errs)
+	rows, err := tx.Query(ctx, settleRowsSQL, ids, toks, kinds, errs)
 	if err != nil {
 		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
 	}
@@ -641,6 +607,54 @@ RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), 
 	}
 	return res, nil
 }
+
+// settleRowsSQL moves the rows of a settlement ($1 ids in id order, $2
+// their claim tokens, $3 outcomes, $4 errors) out of replaying and returns
+// the status moves, for the counters. TestSettlementReachesRowsByKey holds
+// its plan to primary-key probes and row addresses.
+const settleRowsSQL = `
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)
+), l AS MATERIALIZED (
+    -- The outcomes whose row is still claimed by their token, each found
+    -- by one primary-key probe, in id order (outs are sorted);
+    -- materialized, so that the update below is planned from its result
+    -- and not folded into one join the planner may start from
+    -- dead_messages. The status and the owner are written so
+    -- that no index can serve them: dead_messages_claim_owner (which holds
+    -- only replaying rows, and whose statistics see none) looked as cheap
+    -- as the primary key, and a probe through it reads every row of the
+    -- claim, 500 times per settlement; joined the other way, the planner
+    -- walked every replaying row of every claim in flight.
+    SELECT o.id, o.tok, o.kind, o.err FROM o
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM dead_messages d
+        WHERE d.id = o.id AND (d.status || '') = 'replaying' AND (d.claim_owner || '') = o.tok
+        LIMIT 1) d -- kept a probe: pulled up into a join, it read the whole table
+), u AS (
+    -- The update fences itself: if a row changed since the probe, it
+    -- waits for that change, re-reads the row's latest version, and the
+    -- status and owner conditions leave it alone if it died again or its
+    -- claim was taken back. No separate row lock is needed, which saved
+    -- a lock record per row.
+    UPDATE dead_messages m SET
+        status = CASE WHEN l.kind = 'published' THEN 'replayed' ELSE 'pending' END,
+        replayed_at = CASE WHEN l.kind = 'published' THEN now() ELSE m.replayed_at END,
+        replay_count = CASE WHEN l.kind = 'published' THEN m.replay_count + 1 ELSE m.replay_count END,
+        last_replay_at = CASE WHEN l.kind = 'released' THEN m.last_replay_at ELSE now() END,
+        last_replay_error = CASE WHEN l.kind = 'published' THEN NULL
+                                 WHEN l.kind = 'released' THEN m.last_replay_error
+                                 ELSE l.err END,
+        claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
+    FROM l
+    -- The ids as a list as well: joined on them alone, the planner read
+    -- every row of a table that looked small into a hash.
+    WHERE m.id = ANY (ARRAY(SELECT l.id FROM l)) AND m.id = l.id
+      AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
+    RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
+)
+SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
+FROM u GROUP BY 1, 2, 4`
 
 // UnknownOutcomeLeaseExpired is recorded on a message whose claim was taken
 // back after its lease while it may have been published: its holder
