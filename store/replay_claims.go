@@ -646,11 +646,7 @@ WITH o AS (
                                  WHEN l.kind = 'released' THEN m.last_replay_error
                                  ELSE l.err END,
         claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
-    FROM l
-    -- The ids as a list as well: joined on them alone, the planner read
-    -- every row of a table that looked small into a hash.
-    WHERE m.id = ANY (ARRAY(SELECT l.id FROM l)) AND m.id = l.id
-      AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
+    FROM l WHERE m.id = l.id AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
     RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
 )
 SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
