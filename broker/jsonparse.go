@@ -84,45 +84,57 @@ func (p *jsonParser) literal(word string) bool {
 }
 
 func (p *jsonParser) object(depth int) (any, bool) {
-	p.i++ // {
 	m := make(map[string]any)
+	ok := p.members(depth, func(k string, v any) bool {
+		m[k] = v // a repeated key: the last one wins, as in encoding/json
+		return true
+	})
+	if !ok {
+		return nil, false
+	}
+	return m, true
+}
+
+// members parses the object at p.i, handing each member to each in order;
+// each returning false stops the parse, which then reports false.
+func (p *jsonParser) members(depth int, each func(k string, v any) bool) bool {
+	p.i++ // {
 	p.space()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
-		return m, true
+		return true
 	}
 	for {
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return nil, false
+			return false
 		}
 		k, ok := p.str()
 		if !ok {
-			return nil, false
+			return false
 		}
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return nil, false
+			return false
 		}
 		p.i++
 		p.space()
 		v, ok := p.value(depth + 1)
-		if !ok {
-			return nil, false
+		if !ok || !each(k, v) {
+			return false
 		}
-		m[k] = v // a repeated key: the last one wins, as in encoding/json
 		p.space()
 		if p.i >= len(p.b) {
-			return nil, false
+			return false
 		}
 		switch p.b[p.i] {
 		case ',':
 			p.i++
 		case '}':
 			p.i++
-			return m, true
+			return true
 		default:
-			return nil, false
+			return false
 		}
 	}
 }
