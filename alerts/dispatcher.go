@@ -239,6 +239,11 @@ func (d *Dispatcher) deliver(ctx context.Context, n Notifier, alerts []Alert) er
 		}
 		if giveUp != "" {
 			d.notifications.WithLabelValues(name, ResultFailure).Inc()
+			if ctx.Err() != nil {
+				// Cancelled during the attempt or just after it: the
+				// caller learns it was cancelled, as during a backoff.
+				err = errors.Join(err, context.Cause(ctx))
+			}
 			err = fmt.Errorf("alerts: notify %s (%d alerts) gave up after attempt %d, %s: %w", name, len(alerts), attempt, giveUp, err)
 			if ctx.Err() == nil {
 				d.logger.Error("alert notification failed", "notifier", name, "alerts", len(alerts), "attempt", attempt, "error", err)

@@ -126,8 +126,12 @@ func TestDispatcherContextCancelStopsRetries(t *testing.T) {
 	cancel() // the Dispatcher now sits in an hour-long backoff
 	select {
 	case err := <-done:
+		// Cancelled while waiting to retry, or, when the cancel comes
+		// before the Dispatcher has looked at its context again, right
+		// after the attempt: either way after attempt 1, and cancelled.
 		require.ErrorIs(t, err, context.Canceled)
-		require.ErrorContains(t, err, "cancelled while waiting to retry after attempt 1")
+		require.ErrorContains(t, err, "cancelled")
+		require.ErrorContains(t, err, "after attempt 1")
 	case <-time.After(10 * time.Second):
 		t.Fatal("Dispatch kept waiting after its context was cancelled")
 	}
