@@ -47,7 +47,10 @@
 // the row any more, and a replayed message that died and came back to its
 // row before its confirm was recorded (the consumer sets it pending, with
 // replay_count from x-dlq-replay-count) is left exactly as the consumer
-// wrote it. The holder also fences itself: once three quarters of the
+// wrote it. A settlement takes no row lock before it updates: its update
+// carries those conditions, so a row another transaction changed
+// meanwhile is re-read once that change commits, and is settled only if it
+// is still replaying under the same token. The holder also fences itself: once three quarters of the
 // lease have passed since the claim or its last renewal, it publishes
 // nothing more from the batch before asking the database again. A claim
 // whose lease has not run out is renewed there and publishing goes on;
