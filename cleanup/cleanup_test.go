@@ -103,7 +103,9 @@ INSERT INTO job_runs (job, tick, instance, token, started_at, finished_at, outco
     ('summary', now() - interval '29 days', 'gone', 1, now() - interval '29 days', now() - interval '29 days', 'success');
 INSERT INTO replay_tasks (status, request, created_at, finished_at) VALUES
     ('completed', '{}', now() - interval '60 days', now() - interval '60 days'),
-    ('running', '{}', now() - interval '60 days', NULL);`)
+    ('running', '{}', now() - interval '60 days', NULL);
+INSERT INTO replay_task_items (task_id, message_id)
+SELECT t.id, g FROM replay_tasks t, generate_series(1, 3) g WHERE t.created_at < now() - interval '59 days';`)
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
@@ -133,6 +135,11 @@ INSERT INTO replay_tasks (status, request, created_at, finished_at) VALUES
 	require.Equal(t, int64(1), countWhere(t, st, `SELECT count(*) FROM control_commands`))
 	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM replay_tasks WHERE status = 'completed' AND created_at < now() - interval '59 days'`))
 	require.Equal(t, int64(1), countWhere(t, st, `SELECT count(*) FROM replay_tasks WHERE status = 'running'`))
+	// A deleted task's items went with it (they have no foreign key); the
+	// running task keeps its own.
+	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM replay_task_items i WHERE NOT EXISTS (SELECT 1 FROM replay_tasks t WHERE t.id = i.task_id)`))
+	require.Equal(t, int64(3), countWhere(t, st, `SELECT count(*) FROM replay_task_items i JOIN replay_tasks t ON t.id = i.task_id
+WHERE t.status = 'running' AND t.created_at < now() - interval '59 days'`))
 	// The older run went; the newest run of a job is kept however old, so
 	// its last outcome stays visible.
 	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM job_runs WHERE instance = 'gone' AND tick < now() - interval '29 days 12 hours'`))
