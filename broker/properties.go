@@ -296,45 +296,33 @@ func (j *propertiesJSON) setFast(k string, v any) bool {
 // stringField names the field of key k: str for a plain one, b64 for a
 // *_base64 one.
 func (j *propertiesJSON) stringField(k string) (str *string, b64 **string, known bool) {
-	switch k {
+	name, encoded := strings.CutSuffix(k, "_base64")
+	switch name {
 	case "content_type":
-		return &j.ContentType, nil, true
-	case "content_type_base64":
-		return nil, &j.ContentTypeB64, true
+		str, b64 = &j.ContentType, &j.ContentTypeB64
 	case "content_encoding":
-		return &j.ContentEncoding, nil, true
-	case "content_encoding_base64":
-		return nil, &j.ContentEncodingB64, true
+		str, b64 = &j.ContentEncoding, &j.ContentEncodingB64
 	case "correlation_id":
-		return &j.CorrelationID, nil, true
-	case "correlation_id_base64":
-		return nil, &j.CorrelationIDB64, true
+		str, b64 = &j.CorrelationID, &j.CorrelationIDB64
 	case "reply_to":
-		return &j.ReplyTo, nil, true
-	case "reply_to_base64":
-		return nil, &j.ReplyToB64, true
+		str, b64 = &j.ReplyTo, &j.ReplyToB64
 	case "expiration":
-		return &j.Expiration, nil, true
-	case "expiration_base64":
-		return nil, &j.ExpirationB64, true
+		str, b64 = &j.Expiration, &j.ExpirationB64
 	case "message_id":
-		return &j.MessageID, nil, true
-	case "message_id_base64":
-		return nil, &j.MessageIDB64, true
+		str, b64 = &j.MessageID, &j.MessageIDB64
 	case "type":
-		return &j.Type, nil, true
-	case "type_base64":
-		return nil, &j.TypeB64, true
+		str, b64 = &j.Type, &j.TypeB64
 	case "user_id":
-		return &j.UserID, nil, true
-	case "user_id_base64":
-		return nil, &j.UserIDB64, true
+		str, b64 = &j.UserID, &j.UserIDB64
 	case "app_id":
-		return &j.AppID, nil, true
-	case "app_id_base64":
-		return nil, &j.AppIDB64, true
+		str, b64 = &j.AppID, &j.AppIDB64
+	default:
+		return nil, nil, false
 	}
-	return nil, nil, false
+	if encoded {
+		return nil, b64, true
+	}
+	return str, nil, true
 }
 
 // isPropertyKeyFold reports whether encoding/json would match k to a
