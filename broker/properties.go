@@ -293,36 +293,48 @@ func (j *propertiesJSON) setFast(k string, v any) bool {
 	return true
 }
 
+// textField is a text property in propertiesJSON: its plain field, and
+// the *_base64 one that holds it when it is not valid text.
+type textField struct {
+	name  string
+	plain *string
+	b64   **string
+}
+
+// textFields lists the text properties, in the order of
+// Properties.textFields.
+func (j *propertiesJSON) textFields() [9]textField {
+	return [9]textField{
+		{"content_type", &j.ContentType, &j.ContentTypeB64},
+		{"content_encoding", &j.ContentEncoding, &j.ContentEncodingB64},
+		{"correlation_id", &j.CorrelationID, &j.CorrelationIDB64},
+		{"reply_to", &j.ReplyTo, &j.ReplyToB64},
+		{"expiration", &j.Expiration, &j.ExpirationB64},
+		{"message_id", &j.MessageID, &j.MessageIDB64},
+		{"type", &j.Type, &j.TypeB64},
+		{"user_id", &j.UserID, &j.UserIDB64},
+		{"app_id", &j.AppID, &j.AppIDB64},
+	}
+}
+
+func (p *Properties) textFields() [9]*string {
+	return [9]*string{&p.ContentType, &p.ContentEncoding, &p.CorrelationID, &p.ReplyTo, &p.Expiration,
+		&p.MessageID, &p.Type, &p.UserID, &p.AppID}
+}
+
 // stringField names the field of key k: str for a plain one, b64 for a
 // *_base64 one.
 func (j *propertiesJSON) stringField(k string) (str *string, b64 **string, known bool) {
 	name, encoded := strings.CutSuffix(k, "_base64")
-	switch name {
-	case "content_type":
-		str, b64 = &j.ContentType, &j.ContentTypeB64
-	case "content_encoding":
-		str, b64 = &j.ContentEncoding, &j.ContentEncodingB64
-	case "correlation_id":
-		str, b64 = &j.CorrelationID, &j.CorrelationIDB64
-	case "reply_to":
-		str, b64 = &j.ReplyTo, &j.ReplyToB64
-	case "expiration":
-		str, b64 = &j.Expiration, &j.ExpirationB64
-	case "message_id":
-		str, b64 = &j.MessageID, &j.MessageIDB64
-	case "type":
-		str, b64 = &j.Type, &j.TypeB64
-	case "user_id":
-		str, b64 = &j.UserID, &j.UserIDB64
-	case "app_id":
-		str, b64 = &j.AppID, &j.AppIDB64
-	default:
-		return nil, nil, false
+	for _, f := range j.textFields() {
+		if f.name == name {
+			if encoded {
+				return nil, f.b64, true
+			}
+			return f.plain, nil, true
+		}
 	}
-	if encoded {
-		return nil, b64, true
-	}
-	return str, nil, true
+	return nil, nil, false
 }
 
 // isPropertyKeyFold reports whether encoding/json would match k to a
@@ -345,40 +357,29 @@ var propertyKeyIndex = func() map[string]uint {
 	return m
 }()
 
-var propertyKeys = []string{
-	"content_type", "content_type_base64", "content_encoding", "content_encoding_base64",
-	"delivery_mode", "priority", "correlation_id", "correlation_id_base64", "reply_to", "reply_to_base64",
-	"expiration", "expiration_base64", "message_id", "message_id_base64", "timestamp", "type", "type_base64",
-	"user_id", "user_id_base64", "app_id", "app_id_base64",
-}
+// propertyKeys are the keys of propertiesJSON.
+var propertyKeys = func() []string {
+	keys := []string{"delivery_mode", "priority", "timestamp"}
+	var j propertiesJSON
+	for _, f := range j.textFields() {
+		keys = append(keys, f.name, f.name+"_base64")
+	}
+	return keys
+}()
 
 // properties turns what was parsed into Properties, decoding the
 // *_base64 fields and the timestamp.
 func (j *propertiesJSON) properties() (Properties, error) {
 	p := Properties{DeliveryMode: j.DeliveryMode, Priority: j.Priority}
-	for _, f := range []struct {
-		dst   *string
-		plain string
-		b64   *string
-		name  string
-	}{
-		{&p.ContentType, j.ContentType, j.ContentTypeB64, "content_type"},
-		{&p.ContentEncoding, j.ContentEncoding, j.ContentEncodingB64, "content_encoding"},
-		{&p.CorrelationID, j.CorrelationID, j.CorrelationIDB64, "correlation_id"},
-		{&p.ReplyTo, j.ReplyTo, j.ReplyToB64, "reply_to"},
-		{&p.Expiration, j.Expiration, j.ExpirationB64, "expiration"},
-		{&p.MessageID, j.MessageID, j.MessageIDB64, "message_id"},
-		{&p.Type, j.Type, j.TypeB64, "type"},
-		{&p.UserID, j.UserID, j.UserIDB64, "user_id"},
-		{&p.AppID, j.AppID, j.AppIDB64, "app_id"},
-	} {
-		*f.dst = f.plain
-		if f.b64 != nil {
-			raw, err := strictBase64.DecodeString(*f.b64)
+	dsts := p.textFields()
+	for i, f := range j.textFields() {
+		*dsts[i] = *f.plain
+		if *f.b64 != nil {
+			raw, err := strictBase64.DecodeString(**f.b64)
 			if err != nil {
 				return Properties{}, fmt.Errorf("broker: parse properties JSON: %s_base64: %w", f.name, err)
 			}
-			*f.dst = string(raw)
+			*dsts[i] = string(raw)
 		}
 	}
 	if len(j.Timestamp) > 0 && string(j.Timestamp) != "null" {

@@ -134,6 +134,21 @@ func (a *sqlArgs) add(v any) string {
 // where renders the filter as SQL conditions over dead_messages aliased m,
 // appending its arguments. Every value travels as an argument, never as
 // SQL text.
+// appendRowConds appends the conditions on a row's own failure time and id,
+// which every listing and search arm applies as they are.
+func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
+	if f.FailedAfter != nil {
+		conds = append(conds, "m.failed_at >= "+args.add(*f.FailedAfter))
+	}
+	if f.FailedBefore != nil {
+		conds = append(conds, "m.failed_at < "+args.add(*f.FailedBefore))
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "m.id = ANY("+args.add(f.IDs)+")")
+	}
+	return conds
+}
+
 func (f Filter) where(args *sqlArgs) (string, error) {
 	if err := f.Validate(); err != nil {
 		return "", err
@@ -152,15 +167,7 @@ func (f Filter) where(args *sqlArgs) (string, error) {
 	if f.Reason != "" {
 		conds = append(conds, "m.reason = "+args.add(f.Reason))
 	}
-	if f.FailedAfter != nil {
-		conds = append(conds, "m.failed_at >= "+args.add(*f.FailedAfter))
-	}
-	if f.FailedBefore != nil {
-		conds = append(conds, "m.failed_at < "+args.add(*f.FailedBefore))
-	}
-	if len(f.IDs) > 0 {
-		conds = append(conds, "m.id = ANY("+args.add(f.IDs)+")")
-	}
+	conds = f.appendRowConds(conds, args)
 	extra, err := f.searchConds(args)
 	if err != nil {
 		return "", err

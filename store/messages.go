@@ -348,15 +348,7 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 	if before != "" {
 		rowConds = append(rowConds, strings.TrimPrefix(before, " AND "))
 	}
-	if base.FailedAfter != nil {
-		rowConds = append(rowConds, "m.failed_at >= "+args.add(*base.FailedAfter))
-	}
-	if base.FailedBefore != nil {
-		rowConds = append(rowConds, "m.failed_at < "+args.add(*base.FailedBefore))
-	}
-	if len(base.IDs) > 0 {
-		rowConds = append(rowConds, "m.id = ANY("+args.add(base.IDs)+")")
-	}
+	rowConds = base.appendRowConds(rowConds, args)
 	// Conditions on the group: its key holds the queue and the reason.
 	groupConds := []string{"TRUE"}
 	if base.SourceQueue != "" {
