@@ -3,8 +3,6 @@ package broker_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,7 +136,9 @@ func TestPublisherUnknownOnConnectionLoss(t *testing.T) {
 		if n == 0 {
 			go func() {
 				defer close(closed)
-				closeConnection(t, name)
+				if err := dlqtest.CloseConnection(name); err != nil {
+					t.Error(err)
+				}
 			}()
 		}
 		select {
@@ -173,27 +173,4 @@ func TestPublisherUnknownOnConnectionLoss(t *testing.T) {
 		}
 		return (<-ok).Outcome == broker.Acked
 	}, "publishing did not resume after the reconnect")
-}
-
-// closeConnection closes the named connection from the broker's side.
-func closeConnection(t *testing.T, name string) {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "pid", "client_properties").CombinedOutput()
-		if err != nil {
-			t.Errorf("rabbitmqctl list_connections: %v: %s", err, out)
-			return
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, `"`+name+`"`) {
-				pid := strings.Fields(line)[0]
-				if out, err := exec.Command("rabbitmqctl", "close_connection", pid, "test closes it").CombinedOutput(); err != nil {
-					t.Errorf("rabbitmqctl close_connection: %v: %s", err, out)
-				}
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Errorf("connection %s not found", name)
 }

@@ -25,6 +25,7 @@ type bundle struct {
 	exchange string
 	queue    string
 	reg      *prometheus.Registry
+	connName string // dlq's connection, as RabbitMQ names it
 	cons     *consumer.Consumer
 	stop     func()
 }
@@ -49,10 +50,11 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		exchange: dlqtest.Name(t, "dlx"),
 		queue:    dlqtest.Name(t, "dlq"),
 		reg:      prometheus.NewRegistry(),
+		connName: dlqtest.Name(t, "conn"),
 	}
 	b.app = dlqtest.Dial(t)
 	b.ch = dlqtest.Channel(t, b.app)
-	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "dlq-test"})
+	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: b.connName})
 	require.NoError(t, err)
 	declareOwn(t, b.app, conn, b.exchange, b.queue)
 

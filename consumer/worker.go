@@ -61,6 +61,10 @@ func (w *worker) run(ctx context.Context) {
 		started := time.Now()
 		err := w.session(ctx)
 		w.setSubscribed(false)
+		// A write error belongs to the batch the session held, which the
+		// broker redelivers now; the next session's writes say afresh
+		// whether PostgreSQL works.
+		w.setWriteErr(nil)
 		if ctx.Err() != nil {
 			return
 		}

@@ -194,6 +194,14 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 			}
 			// Even the body alone was refused: this is not about the data.
 		}
+		if wr.gone(nil) {
+			// We cancelled the attempt because the channel died: the error
+			// says nothing about PostgreSQL, and the deliveries are already
+			// going back to the queue. Recording it would leave the worker
+			// unready until its next write, which may never come if others
+			// take the redeliveries.
+			return done, false
+		}
 		// The commit may have succeeded before the error reached us.
 		if rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id); cerr == nil && ok {
 			c.metrics.observe(wr.w.queue, msgs, reconstructResult(msgs, rows), time.Since(start))

@@ -54,6 +54,36 @@ func RunRabbitmqctl(t testing.TB, timeout time.Duration, args ...string) {
 	}
 }
 
+// CloseConnection closes, from the broker's side, the connection whose
+// connection_name is name, waiting up to 10 s for it to appear. Only that
+// connection goes, so tests that use it can run beside others. It returns
+// an error rather than failing the test, so it can run in a goroutine.
+func CloseConnection(name string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := Rabbitmqctl(ctx, "list_connections", "-q", "pid", "client_properties").CombinedOutput()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("rabbitmqctl list_connections: %w: %s (set DLQ_TEST_RABBITMQCTL if rabbitmqctl is elsewhere)", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if !strings.Contains(line, `"`+name+`"`) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			out, err := Rabbitmqctl(ctx, "close_connection", strings.Fields(line)[0], "dlq test closes it").CombinedOutput()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("rabbitmqctl close_connection for %q: %w: %s", name, err, out)
+			}
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("no RabbitMQ connection named %q appeared within 10s", name)
+}
+
 // PostgresCommand returns the shell command that stops ("stop") or starts
 // ("start") the test database's server.
 func PostgresCommand(action string) (string, error) {
