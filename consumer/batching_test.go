@@ -6,11 +6,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
 )
+
+// heldSummary is a transaction holding the queue's pending summary row,
+// which every ingest write updates: writes wait until it is released.
+type heldSummary struct {
+	t      *testing.T
+	b      *bundle
+	tx     pgx.Tx
+	holder int32
+}
+
+// holdSummary stores a first message (creating the summary row) and holds
+// the row until release or the end of the test.
+func (b *bundle) holdSummary(t *testing.T) *heldSummary {
+	t.Helper()
+	ctx := context.Background()
+	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("warm-up")})
+	b.waitRows(t, 1, "true")
+	tx, err := b.st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	h := &heldSummary{t: t, b: b, tx: tx}
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&h.holder))
+	_, err = tx.Exec(ctx, `SELECT 1 FROM queue_summary WHERE status = 'pending' FOR UPDATE`)
+	require.NoError(t, err)
+	return h
+}
+
+// waiters counts the sessions waiting on the held row.
+func (h *heldSummary) waiters() int {
+	var n int
+	require.NoError(h.t, h.b.st.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, h.holder).Scan(&n))
+	return n
+}
+
+func (h *heldSummary) release() {
+	require.NoError(h.t, h.tx.Rollback(context.Background()))
+}
 
 // TestBatchFillsWhileWriterIsBusy: a batch whose linger has passed waits
 // for the writer and keeps filling, instead of being cut and queued behind
@@ -18,24 +57,9 @@ import (
 func TestBatchFillsWhileWriterIsBusy(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.consumers = 1 })
 	ctx := context.Background()
-	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("warm-up")})
-	b.waitRows(t, 1, "true")
-
-	// Hold the queue's summary row: the writer's next batch waits on it.
-	tx, err := b.st.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // released below
-	var holder int32
-	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
-	_, err = tx.Exec(ctx, `SELECT 1 FROM queue_summary WHERE status = 'pending' FOR UPDATE`)
-	require.NoError(t, err)
+	held := b.holdSummary(t)
 	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("blocker")})
-	dlqtest.Eventually(t, 20*time.Second, func() bool {
-		var n int
-		require.NoError(t, b.st.Pool().QueryRow(ctx,
-			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n))
-		return n > 0
-	}, "the writer never waited on the summary row")
+	dlqtest.Eventually(t, 20*time.Second, func() bool { return held.waiters() > 0 }, "the writer never waited on the summary row")
 
 	// Two waves, further apart than the linger (20 ms): the first is
 	// lingered long before the second arrives.
@@ -45,7 +69,7 @@ func TestBatchFillsWhileWriterIsBusy(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // spacing, not waiting for an effect
 	}
-	require.NoError(t, tx.Rollback(ctx))
+	held.release()
 	b.waitRows(t, 22, "true")
 
 	var batches int

@@ -21,24 +21,8 @@ import (
 // unready for good, once others took the redeliveries.)
 func TestLostChannelIsNoWriteError(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.consumers = 1 })
-	ctx := context.Background()
-	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("warm-up")})
-	b.waitRows(t, 1, "true")
-
-	// Hold the queue's summary row: every write waits on it.
-	tx, err := b.st.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // released below
-	var holder int32
-	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
-	_, err = tx.Exec(ctx, `SELECT 1 FROM queue_summary WHERE status = 'pending' FOR UPDATE`)
-	require.NoError(t, err)
-	waiters := func() int {
-		var n int
-		require.NoError(t, b.st.Pool().QueryRow(ctx,
-			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n))
-		return n
-	}
+	held := b.holdSummary(t)
+	waiters := held.waiters
 	const n = 5
 	for i := range n {
 		b.publish(t, b.exchange, "k", amqp.Publishing{MessageId: fmt.Sprintf("held-%d", i), Body: []byte("held")})
@@ -52,7 +36,7 @@ func TestLostChannelIsNoWriteError(t *testing.T) {
 		"consumer not ready again while its new write waits (waiters %d): %v", waiters(), b.cons.Ready())
 	require.Zero(t, b.writeErrors(t), "a write cancelled with its channel is no write error")
 
-	require.NoError(t, tx.Rollback(ctx))
+	held.release()
 	b.waitRows(t, n, "message_id LIKE 'held-%'")
 	require.Equal(t, n, b.count(t, "message_id LIKE 'held-%'"), "each held message stored once")
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, b.app, b.queue) == 0 },
