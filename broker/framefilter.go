@@ -367,8 +367,9 @@ func skipFieldShallow(b []byte) ([]byte, error) {
 }
 
 // dialFiltered dials like amqp.DialConfig with a frameFilter between the
-// socket and amqp091-go, and a coalescingConn over both (writes). For amqps it does the TLS handshake itself, so
-// the filter reads plain frames; an amqps URL with TLS parameters
+// socket and amqp091-go, and a coalescingConn over both that gathers the
+// writes. For amqps it does the TLS handshake itself, so the filter reads
+// plain frames; an amqps URL with TLS parameters
 // (cacertfile, certfile, keyfile, server_name_indication) is dialled by
 // amqp091-go unfiltered, since only it reads those.
 func dialFiltered(rawURL string, cfg amqp.Config) (*amqp.Connection, error) {

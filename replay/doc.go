@@ -39,8 +39,9 @@
 // that message's row). A claim also clears the row's ingest batch once
 // that batch has left ingest_inflight, so that the replay's two rewrites
 // of the row stay out of the redelivery-matching index; a batch still in
-// flight stays (package store, Ingest). An unthrottled task runs three claims at once, and every task
-// three settlements, so that the publisher does not wait for the database.
+// flight stays (package store, Ingest). An unthrottled task runs three
+// claims at once, and every task three settlements, so that the publisher
+// does not wait for the database.
 //
 // Every write that ends a claim says WHERE status = 'replaying' AND
 // claim_owner = <token>: a holder whose claim was taken back cannot touch
@@ -50,9 +51,10 @@
 // wrote it. A settlement takes no row lock before it updates: its update
 // carries those conditions, so a row another transaction changed
 // meanwhile is re-read once that change commits, and is settled only if it
-// is still replaying under the same token. The holder also fences itself: once three quarters of the
-// lease have passed since the claim or its last renewal, it publishes
-// nothing more from the batch before asking the database again. A claim
+// is still replaying under the same token. The holder also fences
+// itself: once three quarters of the lease have passed since the claim or
+// its last renewal, it publishes nothing more from the batch before
+// asking the database again. A claim
 // whose lease has not run out is renewed there and publishing goes on;
 // one whose lease ran out is lost, whether or not it was taken back yet,
 // and a renewal never extends it (RenewReplayLease skips it), so a

@@ -131,9 +131,22 @@ func (a *sqlArgs) add(v any) string {
 	return "$" + strconv.Itoa(len(*a))
 }
 
-// where renders the filter as SQL conditions over dead_messages aliased m,
-// appending its arguments. Every value travels as an argument, never as
-// SQL text.
+// appendKeyConds appends the conditions on the source queue and the
+// reason over the table aliased alias: dead_messages (m), or
+// failure_groups (g), whose key holds both.
+func (f Filter) appendKeyConds(conds []string, alias string, args *sqlArgs) []string {
+	if f.SourceQueue != "" {
+		conds = append(conds, alias+".source_queue = "+args.add(f.SourceQueue))
+	}
+	if f.Scope != nil {
+		conds = append(conds, alias+".source_queue = ANY("+args.add(f.Scope)+")")
+	}
+	if f.Reason != "" {
+		conds = append(conds, alias+".reason = "+args.add(f.Reason))
+	}
+	return conds
+}
+
 // appendRowConds appends the conditions on a row's own failure time and id,
 // which every listing and search arm applies as they are.
 func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
@@ -149,6 +162,9 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
 	return conds
 }
 
+// where renders the filter as SQL conditions over dead_messages aliased m,
+// appending its arguments. Every value travels as an argument, never as
+// SQL text.
 func (f Filter) where(args *sqlArgs) (string, error) {
 	if err := f.Validate(); err != nil {
 		return "", err
@@ -158,15 +174,7 @@ func (f Filter) where(args *sqlArgs) (string, error) {
 	if len(statuses) > 0 {
 		conds = append(conds, statusIn("m", statuses))
 	}
-	if f.SourceQueue != "" {
-		conds = append(conds, "m.source_queue = "+args.add(f.SourceQueue))
-	}
-	if f.Scope != nil {
-		conds = append(conds, "m.source_queue = ANY("+args.add(f.Scope)+")")
-	}
-	if f.Reason != "" {
-		conds = append(conds, "m.reason = "+args.add(f.Reason))
-	}
+	conds = f.appendKeyConds(conds, "m", args)
 	conds = f.appendRowConds(conds, args)
 	extra, err := f.searchConds(args)
 	if err != nil {

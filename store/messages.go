@@ -350,16 +350,7 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 	}
 	rowConds = base.appendRowConds(rowConds, args)
 	// Conditions on the group: its key holds the queue and the reason.
-	groupConds := []string{"TRUE"}
-	if base.SourceQueue != "" {
-		groupConds = append(groupConds, "g.source_queue = "+args.add(base.SourceQueue))
-	}
-	if base.Scope != nil {
-		groupConds = append(groupConds, "g.source_queue = ANY("+args.add(base.Scope)+")")
-	}
-	if base.Reason != "" {
-		groupConds = append(groupConds, "g.reason = "+args.add(base.Reason))
-	}
+	groupConds := base.appendKeyConds([]string{"TRUE"}, "g", args)
 	if base.Group != "" {
 		id, err := ParseGroupID(base.Group)
 		if err != nil {

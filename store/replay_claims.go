@@ -611,7 +611,7 @@ RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), 
 // settleRowsSQL moves the rows of a settlement ($1 ids in id order, $2
 // their claim tokens, $3 outcomes, $4 errors) out of replaying and returns
 // the status moves, for the counters. TestSettlementReachesRowsByKey holds
-// its plan to primary-key probes and row addresses.
+// its plan to primary-key probes.
 const settleRowsSQL = `
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)

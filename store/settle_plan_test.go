@@ -15,7 +15,7 @@ import (
 )
 
 // TestSettlementReachesRowsByKey: a settlement reaches each row by its
-// primary key and then by the address of the version it found, never
+// primary key, once to find it still claimed and once to update it, never
 // through dead_messages_claim_owner or a scan. The planner's statistics,
 // taken while nothing was being replayed, see no replaying row: on them a
 // probe through the claim index looked as cheap as the primary key and
