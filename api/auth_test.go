@@ -233,12 +233,12 @@ func TestNoTokenLoopbackOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, open.Open())
 	for _, addr := range []string{":8080", "0.0.0.0:8080", "10.1.2.3:80", "[::]:80", "example.com:80"} {
-		_, err := api.New(api.Config{Addr: addr, Store: st, Auth: open})
+		_, err := api.New(api.Config{Addr: addr, Ops: newOps(t, st, nil, nil, 0), Auth: open})
 		require.Error(t, err, addr)
 		require.Contains(t, err.Error(), "no API token is configured", addr)
 	}
 	for _, addr := range []string{"127.0.0.1:8080", "localhost:0", "[::1]:8080"} {
-		_, err := api.New(api.Config{Addr: addr, Store: st, Auth: open})
+		_, err := api.New(api.Config{Addr: addr, Ops: newOps(t, st, nil, nil, 0), Auth: open})
 		require.NoError(t, err, addr)
 	}
 	p, err := open.Authenticate("")

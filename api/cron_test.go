@@ -19,6 +19,7 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -89,11 +90,8 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	newServer := func(c api.CronViews) string {
-		cfg := api.Config{Addr: "127.0.0.1:0", Store: st, Auth: authn, Logger: log}
-		if c != nil {
-			cfg.Cron = c
-		}
+	newServer := func(c ops.CronViews) string {
+		cfg := api.Config{Addr: "127.0.0.1:0", Ops: newOps(t, st, nil, c, 0), Auth: authn, Logger: log}
 		s, err := api.New(cfg)
 		require.NoError(t, err)
 		srv := httptest.NewServer(s.Handler())

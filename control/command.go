@@ -1,4 +1,4 @@
-package replay
+package control
 
 import (
 	"bytes"
@@ -10,7 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
 )
 
 // Control-queue commands. The first four are PRODUCT.md's contract; the
@@ -56,7 +57,7 @@ type Command struct {
 	CommandID string `json:"command_id"`
 	// The fields of POST /api/v1/replays; ids, filter and limit also serve
 	// acknowledge, delete and list_replays.
-	Request
+	replay.Request
 	// ID names a replay task (cancel_replay, replay_status).
 	ID int64 `json:"id,omitempty"`
 	// Confirm lets a replay, acknowledge or delete by filter select more
@@ -149,26 +150,8 @@ func (c Command) checkFields() *CommandError {
 	case CmdAcknowledge, CmdDelete:
 		replayOnly()
 		add(c.ID != 0, "id")
-		switch {
-		case len(r.IDs) == 0 && r.Filter == nil:
-			return cmdErr(CodeInvalidRequest, "%s needs ids or filter", c.Command)
-		case len(r.IDs) > 0 && r.Filter != nil:
-			return cmdErr(CodeInvalidRequest, "give ids or filter, not both")
-		case len(r.IDs) > store.MaxFilterIDs:
-			return cmdErr(CodeInvalidRequest, "ids lists %d ids; at most %d per command (use a filter for more)", len(r.IDs), store.MaxFilterIDs)
-		case r.Limit < 0:
-			return cmdErr(CodeInvalidRequest, "limit %d must be >= 0", r.Limit)
-		}
-		for _, id := range r.IDs {
-			if id <= 0 {
-				return cmdErr(CodeInvalidRequest, "ids: %d is not a message id", id)
-			}
-		}
-		if r.Filter != nil {
-			if err := r.Filter.Validate(); err != nil {
-				return cmdErr(CodeInvalidRequest, "filter: %v", err)
-			}
-		}
+		// Which ids and filters are acceptable is the operations layer's
+		// rule (ops.Selection), the same for every door.
 	case CmdCancelReplay, CmdReplayStatus:
 		replayOnly()
 		add(len(r.IDs) > 0, "ids")
@@ -186,9 +169,6 @@ func (c Command) checkFields() *CommandError {
 		add(r.DryRun, "dry_run")
 		add(c.ID != 0, "id")
 		add(c.Confirm, "confirm")
-		if r.Limit < 0 || r.Limit > 1000 {
-			return cmdErr(CodeInvalidRequest, "limit %d must be between 0 (default 50) and 1000", r.Limit)
-		}
 	}
 	if len(extra) > 0 {
 		return cmdErr(CodeInvalidRequest, "%s does not take %s", c.Command, strings.Join(extra, ", "))
@@ -255,4 +235,15 @@ func okAnswer(commandID string, result any) (string, error) {
 func errAnswer(commandID string, e *CommandError) string {
 	b, _ := json.Marshal(Answer{OK: false, CommandID: commandID, Error: e})
 	return string(b)
+}
+
+// actionOf maps each command to the operation it performs, so the
+// permission table of package ops decides who may send it.
+var actionOf = map[string]ops.Action{
+	CmdReplay:       ops.ActStartReplay,
+	CmdAcknowledge:  ops.ActAcknowledge,
+	CmdDelete:       ops.ActDelete,
+	CmdCancelReplay: ops.ActCancelReplay,
+	CmdReplayStatus: ops.ActGetReplay,
+	CmdListReplays:  ops.ActListReplays,
 }

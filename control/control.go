@@ -1,4 +1,4 @@
-package replay
+package control
 
 import (
 	"cmp"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -29,11 +31,17 @@ type rateLimiter interface {
 	Allow(p auth.Principal) bool
 }
 
-// Actions are the bulk actions the control queue offers besides replay.
-// *store.Store implements them.
-type Actions interface {
-	Acknowledge(ctx context.Context, f store.Filter, actor store.Actor, opt store.ActionOptions) (store.ActionResult, error)
-	Delete(ctx context.Context, f store.Filter, actor store.Actor, opt store.ActionOptions) (store.ActionResult, error)
+// Operations is what the control queue asks of the operations layer;
+// *ops.Service implements it. Every rule (role, scope, visibility, the
+// confirmation threshold) is the layer's: the handler only decodes,
+// calls and encodes.
+type Operations interface {
+	StartReplay(ctx context.Context, c ops.Caller, r ops.ReplayRequest) (replay.Task, error)
+	GetReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
+	ListReplays(ctx context.Context, c ops.Caller, limit int) ([]replay.Task, error)
+	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
+	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
+	Delete(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 }
 
 // CommandStore remembers commands by command_id. *store.Store implements it.
@@ -43,16 +51,14 @@ type CommandStore interface {
 	ForgetCommand(ctx context.Context, commandID string) error
 }
 
-// ControlConfig configures a Control.
-type ControlConfig struct {
+// Config configures a Control.
+type Config struct {
 	// Conn carries commands and answers. Required.
 	Conn *broker.Conn
 	// Queue is the control queue. Required.
 	Queue string
-	// Replays runs replay commands. Required.
-	Replays *Service
-	// Actions runs acknowledge and delete. Required.
-	Actions Actions
+	// Ops runs every command. Required.
+	Ops Operations
 	// Commands remembers answered commands. Required.
 	Commands CommandStore
 	// Auth checks the x-dlq-token header. Required. A principal named
@@ -65,10 +71,6 @@ type ControlConfig struct {
 	Consumers int
 	// MaxBytes bounds a command's size. Optional; default 1 MiB.
 	MaxBytes int
-	// ConfirmAbove is the largest replay, acknowledge or delete by filter
-	// that runs without confirm: true (the HTTP API's api.confirm_above).
-	// Optional; 0 never asks.
-	ConfirmAbove int64
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives dlq_control_commands_total. Optional.
@@ -77,29 +79,27 @@ type ControlConfig struct {
 
 // Control answers the commands of the control queue.
 type Control struct {
-	cfg      ControlConfig
+	cfg      Config
 	log      *slog.Logger
 	commands *prometheus.CounterVec
 	reply    *replier
 }
 
-// NewControl validates cfg and registers the metric.
-func NewControl(cfg ControlConfig) (*Control, error) {
+// New validates cfg and registers the metric.
+func New(cfg Config) (*Control, error) {
 	switch {
 	case cfg.Conn == nil:
-		return nil, errors.New("replay: control: Conn is required")
+		return nil, errors.New("control: Conn is required")
 	case cfg.Queue == "":
-		return nil, errors.New("replay: control: Queue is required")
-	case cfg.Replays == nil:
-		return nil, errors.New("replay: control: Replays is required")
-	case cfg.Actions == nil:
-		return nil, errors.New("replay: control: Actions is required")
+		return nil, errors.New("control: Queue is required")
+	case cfg.Ops == nil:
+		return nil, errors.New("control: Ops is required")
 	case cfg.Commands == nil:
-		return nil, errors.New("replay: control: Commands is required")
+		return nil, errors.New("control: Commands is required")
 	case cfg.Auth == nil:
-		return nil, errors.New("replay: control: Auth is required")
-	case cfg.Consumers < 0 || cfg.MaxBytes < 0 || cfg.ConfirmAbove < 0:
-		return nil, errors.New("replay: control: Consumers, MaxBytes and ConfirmAbove must be >= 0")
+		return nil, errors.New("control: Auth is required")
+	case cfg.Consumers < 0 || cfg.MaxBytes < 0:
+		return nil, fmt.Errorf("control: Consumers (%d) and MaxBytes (%d) must be >= 0", cfg.Consumers, cfg.MaxBytes)
 	}
 	cfg.Consumers = cmp.Or(cfg.Consumers, 1)
 	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, 1<<20)
@@ -113,7 +113,7 @@ func NewControl(cfg ControlConfig) (*Control, error) {
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(commands); err != nil {
-			return nil, fmt.Errorf("replay: control: register metrics: %w", err)
+			return nil, fmt.Errorf("control: register metrics: %w", err)
 		}
 	}
 	return &Control{
@@ -131,7 +131,7 @@ func (c *Control) Run(ctx context.Context) error {
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second},
 		watermill.NewSlogLoggerWithLevelMapping(c.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}))
 	if err != nil {
-		return fmt.Errorf("replay: control: %w", err)
+		return fmt.Errorf("control: %w", err)
 	}
 	sub := NewSubscriber(c.cfg.Conn, c.log)
 	for i := range c.cfg.Consumers {
@@ -140,7 +140,7 @@ func (c *Control) Run(ctx context.Context) error {
 	defer c.reply.close()
 	c.log.Info("control queue listening", "consumers", c.cfg.Consumers)
 	if err := router.Run(ctx); err != nil {
-		return fmt.Errorf("replay: control: %w", err)
+		return fmt.Errorf("control: %w", err)
 	}
 	return sub.Close()
 }
@@ -210,36 +210,31 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 	if rl, ok := c.cfg.Auth.(rateLimiter); ok && !rl.Allow(p) {
 		return fail(cmdErr(CodeRateLimited, "too many commands for token %s; slow down", p.Name))
 	}
-	need := auth.RoleOperator
-	switch cmd.Command {
-	case CmdDelete:
-		need = auth.RoleAdmin
-	case CmdReplayStatus, CmdListReplays:
-		need = auth.RoleViewer
+	if err := ops.Authorize(p, actionOf[cmd.Command]); err != nil {
+		return fail(cmdErr(CodeForbidden, "%s", err.Error()))
 	}
-	if !p.Can(need) {
-		return fail(cmdErr(CodeForbidden, "token %s has role %s; %s needs %s", p.Name, p.Role, cmd.Command, need))
-	}
-	actor := store.Actor{Name: p.Name, Role: p.Role, Via: "control", RequestID: cmd.CommandID, Scope: p.Queues}
+	caller := ops.Caller{Principal: p, Via: ops.ViaControl, RequestID: cmd.CommandID}
 
 	// Reads change nothing: no need to remember them.
 	switch cmd.Command {
 	case CmdReplayStatus:
-		t, err := c.cfg.Replays.Get(ctx, cmd.ID)
-		if err == nil && !Visible(t.Request.Scope, p.Queues) {
-			err = fmt.Errorf("replay task %d: %w", cmd.ID, store.ErrNotFound)
-		}
+		t, err := c.cfg.Ops.GetReplay(ctx, caller, cmd.ID)
 		return c.answer(cmd, t, err)
 	case CmdListReplays:
-		ts, err := c.cfg.Replays.ListIn(ctx, cmd.Limit, p.Queues)
-		return c.answer(cmd, map[string]any{"replays": nonNilTasks(ts)}, err)
+		ts, err := c.cfg.Ops.ListReplays(ctx, caller, cmd.Limit)
+		return c.answer(cmd, map[string]any{"replays": ts}, err)
 	}
 
 	res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
 	for wait := time.Now().Add(10 * time.Second); err == nil && res.Running && time.Now().Before(wait); {
 		// The same command is being handled elsewhere right now (a
 		// redelivery racing its first delivery): wait for its answer.
-		if err = sleep(ctx, 200*time.Millisecond); err == nil {
+		select {
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err == nil {
 			res, err = c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
 		}
 	}
@@ -254,7 +249,7 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 		return res.Answer, cmd.Command, "duplicate"
 	}
 
-	answer, command, result = c.safeExecute(ctx, cmd, p, actor)
+	answer, command, result = c.safeExecute(ctx, cmd, caller)
 	if result == CodeUnavailable || result == CodeInternal || result == CodeConfirmRequired {
 		// Nothing was done: let a retry run it again (a refusal asking for
 		// confirm: true is retried with it, often under the same id).
@@ -291,7 +286,7 @@ func (c *Control) authenticate(token string) (auth.Principal, *CommandError) {
 // answer: the command is acknowledged like any other, its reservation is
 // forgotten (a retry with the same command_id runs it again), and the
 // consumer goes on with the next command.
-func (c *Control) safeExecute(ctx context.Context, cmd Command, p auth.Principal, actor store.Actor) (answer, command, result string) {
+func (c *Control) safeExecute(ctx context.Context, cmd Command, caller ops.Caller) (answer, command, result string) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("control command panicked", "command", cmd.Command, "command_id", cmd.CommandID,
@@ -300,74 +295,31 @@ func (c *Control) safeExecute(ctx context.Context, cmd Command, p auth.Principal
 			command, result = cmd.Command, CodeInternal
 		}
 	}()
-	return c.execute(ctx, cmd, p, actor)
+	return c.execute(ctx, cmd, caller)
 }
 
-func (c *Control) execute(ctx context.Context, cmd Command, p auth.Principal, actor store.Actor) (string, string, string) {
+func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (string, string, string) {
 	switch cmd.Command {
 	case CmdReplay:
-		req := cmd.Request
-		req.Scope = p.Queues
-		if req.DryRun {
-			t, err := c.cfg.Replays.Start(ctx, req, actor)
-			return c.answer(cmd, t, err)
-		}
-		if err := c.checkConfirm(ctx, cmd, req, actor); err != nil {
-			return c.answer(cmd, nil, err)
-		}
-		t, err := c.cfg.Replays.StartCommand(ctx, req, actor, cmd.CommandID, func(t Task) (string, error) {
-			return okAnswer(cmd.CommandID, t)
-		})
-		if err != nil {
-			return c.answer(cmd, nil, err)
-		}
-		// The answer recorded with the task is this one.
-		a, _ := okAnswer(cmd.CommandID, t)
-		return a, cmd.Command, "ok"
+		r := ops.ReplayRequest{Request: cmd.Request, Confirm: cmd.Confirm, Command: &ops.CommandRecord{
+			ID:     cmd.CommandID,
+			Answer: func(t replay.Task) (string, error) { return okAnswer(cmd.CommandID, t) },
+		}}
+		t, err := c.cfg.Ops.StartReplay(ctx, caller, r)
+		return c.answer(cmd, t, err)
 	case CmdCancelReplay:
-		t, err := c.cfg.Replays.CancelIn(ctx, cmd.ID, p.Queues, actor)
+		t, err := c.cfg.Ops.CancelReplay(ctx, caller, cmd.ID)
 		return c.answer(cmd, t, err)
 	case CmdAcknowledge, CmdDelete:
-		f := store.Filter{IDs: cmd.IDs}
-		if cmd.Filter != nil {
-			f = *cmd.Filter
-		}
-		f.Scope = p.Queues
-		opt := store.ActionOptions{DryRun: cmd.DryRun, Confirm: cmd.Confirm, ConfirmAbove: c.cfg.ConfirmAbove, Limit: cmd.Limit}
-		act := c.cfg.Actions.Acknowledge
+		r := ops.ActionRequest{IDs: cmd.IDs, Filter: cmd.Filter, Limit: cmd.Limit, DryRun: cmd.DryRun, Confirm: cmd.Confirm}
+		act := c.cfg.Ops.Acknowledge
 		if cmd.Command == CmdDelete {
-			act = c.cfg.Actions.Delete
+			act = c.cfg.Ops.Delete
 		}
-		r, err := act(ctx, f, actor, opt)
-		return c.answer(cmd, r, err)
+		res, err := act(ctx, caller, r)
+		return c.answer(cmd, res, err)
 	}
 	return c.answer(cmd, nil, cmdErr(CodeUnknownCommand, "command %q is not handled", cmd.Command))
-}
-
-// checkConfirm refuses a replay by filter that would publish more than
-// ConfirmAbove messages without confirm: true, as the HTTP API does, so
-// that a mistaken filter cannot start a huge replay. It counts with the
-// service's own dry run (what would be replayed, skips left out).
-// Messages arriving between the count and the start can push the task a
-// little past the threshold: this guards against mistakes; limit is the
-// hard cap.
-func (c *Control) checkConfirm(ctx context.Context, cmd Command, req Request, actor store.Actor) error {
-	if req.Filter == nil || cmd.Confirm || c.cfg.ConfirmAbove <= 0 {
-		return nil
-	}
-	if req.Limit > 0 && int64(req.Limit) <= c.cfg.ConfirmAbove {
-		return nil
-	}
-	dry := req
-	dry.DryRun = true
-	t, err := c.cfg.Replays.Start(ctx, dry, actor)
-	if err != nil {
-		return err
-	}
-	if t.Error == "" && t.Remaining > c.cfg.ConfirmAbove {
-		return &store.ConfirmError{Matched: t.Remaining, Threshold: c.cfg.ConfirmAbove}
-	}
-	return nil
 }
 
 // answer builds the answer of an executed command, mapping errors to
@@ -387,30 +339,28 @@ func (c *Control) answer(cmd Command, result any, err error) (string, string, st
 	return errAnswer(cmd.CommandID, e), cmd.Command, e.Code
 }
 
-// errorCode maps an error to its public code and message.
+// errorCode maps an error to its public code and message: the
+// operations layer's classification, in the control queue's words.
 func errorCode(err error) *CommandError {
 	var ce *CommandError
-	var confirm *store.ConfirmError
-	switch {
-	case errors.As(err, &ce):
+	if errors.As(err, &ce) {
 		return ce
-	case errors.As(err, &confirm):
-		return cmdErr(CodeConfirmRequired, "%s", confirm.Error())
-	case errors.Is(err, ErrInvalidRequest), errors.Is(err, store.ErrInvalidFilter), store.IsDataError(err):
-		return cmdErr(CodeInvalidRequest, "%s", err.Error())
-	case errors.Is(err, store.ErrNotFound):
-		return cmdErr(CodeNotFound, "%s", err.Error())
-	case errors.Is(err, store.ErrConflict):
-		return cmdErr(CodeConflict, "%s", err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	}
+	switch ops.Classify(err) {
+	case ops.CodeForbidden:
+		return cmdErr(CodeForbidden, "%s", ops.Message(err))
+	case ops.CodeConfirmRequired:
+		return cmdErr(CodeConfirmRequired, "%s", ops.Message(err))
+	case ops.CodeInvalid:
+		return cmdErr(CodeInvalidRequest, "%s", ops.Message(err))
+	case ops.CodeNotFound:
+		return cmdErr(CodeNotFound, "%s", ops.Message(err))
+	case ops.CodeConflict:
+		return cmdErr(CodeConflict, "%s", ops.Message(err))
+	case ops.CodeUnavailable:
+		return cmdErr(CodeUnavailable, "%s; retry with the same command_id", ops.Message(err))
+	case ops.CodeCanceled, ops.CodeTimeout:
 		return cmdErr(CodeUnavailable, "interrupted (dlq is stopping); retry with the same command_id")
 	}
 	return cmdErr(CodeUnavailable, "the database failed; retry with the same command_id")
-}
-
-func nonNilTasks(ts []Task) []Task {
-	if ts == nil {
-		return []Task{}
-	}
-	return ts
 }

@@ -1,7 +1,8 @@
-package replay
+package control
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 // returns the answer. A command without a command_id gets a fresh one.
 func (c *Client) Call(ctx context.Context, cmd Command) (Answer, error) {
 	if cmd.CommandID == "" {
-		cmd.CommandID = newReplayID()
+		cmd.CommandID = rand.Text()
 	}
 	body, err := json.Marshal(cmd)
 	if err != nil {
@@ -86,7 +87,7 @@ func (c *Client) Call(ctx context.Context, cmd Command) (Answer, error) {
 func (c *Client) CallRaw(ctx context.Context, body []byte) (Answer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	corr := newReplayID()
+	corr := rand.Text()
 	headers := amqp.Table{}
 	if c.token != "" {
 		headers[TokenHeader] = c.token

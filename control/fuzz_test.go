@@ -1,4 +1,4 @@
-package replay_test
+package control_test
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/control"
 )
 
 // ParseCommand never panics, stays within its size limit, and either
@@ -33,11 +33,11 @@ func FuzzParseCommand(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	codes := map[string]bool{
-		replay.CodeTooLarge: true, replay.CodeInvalidJSON: true, replay.CodeUnknownCommand: true, replay.CodeInvalidRequest: true,
+		control.CodeTooLarge: true, control.CodeInvalidJSON: true, control.CodeUnknownCommand: true, control.CodeInvalidRequest: true,
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		const limit = 4096
-		c, err := replay.ParseCommand(body, limit)
+		c, err := control.ParseCommand(body, limit)
 		if err != nil {
 			require.True(t, codes[err.Code], "unexpected code %q", err.Code)
 			require.NotEmpty(t, err.Message)
@@ -48,7 +48,7 @@ func FuzzParseCommand(f *testing.F) {
 		require.NotEmpty(t, c.CommandID)
 		again, err2 := json.Marshal(c)
 		require.NoError(t, err2)
-		c2, perr := replay.ParseCommand(again, 1<<20)
+		c2, perr := control.ParseCommand(again, 1<<20)
 		require.Nil(t, perr, "a parsed command re-encodes to a valid one: %s", again)
 		require.Equal(t, c, c2)
 	})
