@@ -4,14 +4,14 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 )
 
-// CronViews is what the cron feature shows over HTTP; *cleanup.Service
+// CronViews is what the cron feature shows over HTTP; *cron.Service
 // implements it.
 type CronViews interface {
-	Jobs(ctx context.Context) (cleanup.JobsView, error)
-	Alerts(ctx context.Context) (cleanup.AlertsView, error)
+	Jobs(ctx context.Context) (cron.JobsView, error)
+	Alerts(ctx context.Context) (cron.AlertsView, error)
 }
 
 // handleJobs serves GET /api/v1/jobs: every cron job with its schedule,
