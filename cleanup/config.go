@@ -53,8 +53,8 @@ type Config struct {
 	// ControlCommandTTL, ReplayTaskTTL, JobRunTTL and AuditTTL are the ages
 	// past which control-command answers, finished replay tasks, job runs
 	// and audit rows are deleted. Optional: 0 means the default (24h, 30
-	// days, 7 days, and for audit rows: kept forever); a negative value
-	// keeps them forever.
+	// days, 7 days, and for audit rows: kept forever); KeepForever keeps
+	// them forever (see ConfiguredTTL).
 	ControlCommandTTL time.Duration
 	ReplayTaskTTL     time.Duration
 	JobRunTTL         time.Duration
@@ -62,8 +62,8 @@ type Config struct {
 	// IngestInflightTTL is the age past which ingest_inflight rows of other
 	// processes' consumers are deleted, once Ingest has worked without
 	// interruption for as long (see package store, "Stale ingest
-	// batches"). Optional: 0 means IngestInflightTTLDefault; a negative
-	// value keeps them forever.
+	// batches"). Optional: 0 means IngestInflightTTLDefault; KeepForever
+	// keeps them forever.
 	IngestInflightTTL time.Duration
 	// Ingest is this process's ingest, for that expiry. Optional: without
 	// it no ingest_inflight row is deleted.

@@ -18,6 +18,9 @@
 // (store.DeleteStaleInflight; ingest_inflight_ttl) and, if configured, old
 // audit rows. Deletions are counted in dlq_cleanup_deleted_total{status}.
 //
+// An age of 0 in the configuration keeps records forever; KeepForever and
+// ConfiguredTTL are the one place that decides how a Config says so.
+//
 // # Capacity
 //
 // EnforceCapacity keeps the store under max_messages and max_bytes by

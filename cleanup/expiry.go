@@ -14,7 +14,7 @@ import (
 type Expiry struct {
 	// Name is used in logs ("job_runs", "control_commands").
 	Name string
-	// TTL is the age past which records go. 0 or less keeps them forever.
+	// TTL is the age past which records go (see keptForever).
 	TTL time.Duration
 	// BatchSize overrides Config.BatchSize for this kind. Optional.
 	BatchSize int

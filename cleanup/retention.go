@@ -23,7 +23,7 @@ func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slo
 	var errs []error
 	for _, status := range store.RetentionStatuses {
 		ttl := c.cfg.Retention[status]
-		if ttl <= 0 {
+		if keptForever(ttl) {
 			continue
 		}
 		cutoff := now.Add(-ttl)
@@ -44,7 +44,7 @@ func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slo
 		}
 	}
 	for _, e := range c.expiries {
-		if e.TTL <= 0 || e.Delete == nil {
+		if keptForever(e.TTL) || e.Delete == nil {
 			continue
 		}
 		cutoff := now.Add(-e.TTL)

@@ -29,14 +29,6 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slo
 	for status, d := range cfg.Cleanup.Retention {
 		retention[status] = d.D()
 	}
-	// In the configuration 0 keeps records forever; in cleanup.Config a
-	// negative TTL does (0 there means "the default").
-	keep := func(d config.Duration) time.Duration {
-		if d == 0 {
-			return -1
-		}
-		return d.D()
-	}
 	return cron.New(cron.Config{
 		Store:      st,
 		Logger:     log,
@@ -61,11 +53,11 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slo
 				MaxBytes:          cfg.Cleanup.MaxBytes,
 				AllowEvictPending: cfg.Cleanup.AllowEvictPending,
 			},
-			ControlCommandTTL: keep(cfg.Cleanup.ControlCommandTTL),
-			ReplayTaskTTL:     keep(cfg.Cleanup.ReplayTaskTTL),
-			JobRunTTL:         keep(cfg.Cleanup.JobRunTTL),
-			AuditTTL:          keep(cfg.Cleanup.AuditTTL),
-			IngestInflightTTL: keep(cfg.Cleanup.IngestInflightTTL),
+			ControlCommandTTL: cleanup.ConfiguredTTL(cfg.Cleanup.ControlCommandTTL.D()),
+			ReplayTaskTTL:     cleanup.ConfiguredTTL(cfg.Cleanup.ReplayTaskTTL.D()),
+			JobRunTTL:         cleanup.ConfiguredTTL(cfg.Cleanup.JobRunTTL.D()),
+			AuditTTL:          cleanup.ConfiguredTTL(cfg.Cleanup.AuditTTL.D()),
+			IngestInflightTTL: cleanup.ConfiguredTTL(cfg.Cleanup.IngestInflightTTL.D()),
 			Ingest:            ingest,
 		},
 		Alerts: cron.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
