@@ -8,7 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -30,11 +30,11 @@ type Replays interface {
 	Cancel(ctx context.Context, id int64, actor store.Actor, allow func(replay.Task) error) (replay.Task, error)
 }
 
-// CronViews is what the cron service shows; *cleanup.Service implements
+// CronViews is what the cron service shows; *cron.Service implements
 // it.
 type CronViews interface {
-	Jobs(ctx context.Context) (cleanup.JobsView, error)
-	Alerts(ctx context.Context) (cleanup.AlertsView, error)
+	Jobs(ctx context.Context) (cron.JobsView, error)
+	Alerts(ctx context.Context) (cron.AlertsView, error)
 }
 
 // Config configures a Service.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
 )
 
@@ -32,11 +33,13 @@ func main() {
 		os.Exit(1)
 	}
 	defer st.Close()
-	svc, err := cleanup.New(cleanup.Config{
+	svc, err := cron.New(cron.Config{
 		Store: st, Logger: log, Instance: *instance, LeaseTTL: *ttl,
-		Schedules: cleanup.Schedules{Summary: cleanup.ScheduleOff, Cleanup: *every, Capacity: cleanup.ScheduleOff, Alerts: cleanup.ScheduleOff},
-		Retention: map[string]time.Duration{store.StatusReplayed: time.Hour},
-		BatchSize: *batch, Pause: *pause,
+		Schedules: cron.Schedules{Summary: cron.ScheduleOff, Cleanup: *every, Capacity: cron.ScheduleOff, Alerts: cron.ScheduleOff},
+		Cleanup: cleanup.Config{
+			Retention: map[string]time.Duration{store.StatusReplayed: time.Hour},
+			BatchSize: *batch, Pause: *pause,
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

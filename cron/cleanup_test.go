@@ -1,4 +1,4 @@
-package cleanup
+package cron
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
@@ -112,8 +113,10 @@ SELECT t.id, g FROM replay_tasks t, generate_series(1, 3) g WHERE t.created_at <
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: reg, Instance: "solo",
 		Schedules: Schedules{Summary: ScheduleOff, Cleanup: "@every 200ms", Capacity: ScheduleOff, Alerts: ScheduleOff},
-		BatchSize: 4, // 13 replayed and 9 acknowledged take several batches
-		JobRunTTL: 7 * 24 * time.Hour,
+		Cleanup: cleanup.Config{
+			BatchSize: 4, // 13 replayed and 9 acknowledged take several batches
+			JobRunTTL: 7 * 24 * time.Hour,
+		},
 	})
 	require.NoError(t, err)
 	svc.Start()
@@ -177,7 +180,7 @@ WHERE id = $1`, id, 100-len(order))
 	}
 
 	reg := prometheus.NewRegistry()
-	newSvc := func(c Capacity) *Service {
+	newSvc := func(c cleanup.Capacity) *Service {
 		alertRules := alertsRules(t, `
 rules:
   - {name: capacity, kind: capacity, threshold: 90, severity: critical}
@@ -185,8 +188,8 @@ rules:
 		svc, err := New(Config{
 			Store: st, Logger: testLogger(t), Registerer: reg, Instance: "solo",
 			Schedules: Schedules{Summary: ScheduleOff, Cleanup: ScheduleOff, Capacity: "@every 200ms", Alerts: "@every 200ms"},
-			BatchSize: 2, Capacity: c,
-			Alerts: AlertsConfig{Rules: alertRules, Notifiers: webhookNotifiers(t, hook.URL)},
+			Cleanup:   cleanup.Config{BatchSize: 2, Capacity: c},
+			Alerts:    AlertsConfig{Rules: alertRules, Notifiers: webhookNotifiers(t, hook.URL)},
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = svc.Stop(context.Background()) })
@@ -194,7 +197,7 @@ rules:
 	}
 
 	// 14 stored, cap 9: five resolved go, oldest resolution first.
-	svc := newSvc(Capacity{MaxMessages: 9})
+	svc := newSvc(cleanup.Capacity{MaxMessages: 9})
 	svc.Start()
 	waitJob(t, st, JobCapacity, 1)
 	require.Equal(t, without(append(append([]int64{}, pending...), order...), order[:5]), remainingIDs(t, st))
@@ -210,7 +213,7 @@ rules:
 	// Cap 4: the three resolved left go, then it is stuck: pending may not
 	// be evicted. The run fails, the pending messages stay.
 	done := int(countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'capacity' AND outcome <> 'running'`))
-	svc = newSvc(Capacity{MaxMessages: 4})
+	svc = newSvc(cleanup.Capacity{MaxMessages: 4})
 	svc.Start()
 	run := waitJob(t, st, JobCapacity, done+1)
 	require.NoError(t, svc.Stop(ctx))
@@ -220,7 +223,7 @@ rules:
 	require.Equal(t, 8.0, metricValue(t, reg, "dlq_capacity_evicted_total", nil))
 
 	// Allowed now: pending go in arrival order until the cap holds.
-	svc = newSvc(Capacity{MaxMessages: 4, AllowEvictPending: true})
+	svc = newSvc(cleanup.Capacity{MaxMessages: 4, AllowEvictPending: true})
 	svc.Start()
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return len(remainingIDs(t, st)) == 4 }, "pending not evicted")
 	require.NoError(t, svc.Stop(ctx))

@@ -1,4 +1,4 @@
-package cleanup
+package cron
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
@@ -270,7 +271,7 @@ func TestStatusAndGauges(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	svc, err := New(Config{Store: st, Logger: quietLogger(), Registerer: reg, Disabled: true,
-		Capacity: Capacity{MaxMessages: 14}})
+		Cleanup: cleanup.Config{Capacity: cleanup.Capacity{MaxMessages: 14}}})
 	require.NoError(t, err)
 	require.Equal(t, 3.0, metricValue(t, reg, "dlq_dead_messages", map[string]string{"source_queue": "q1", "status": "pending"}))
 	require.Equal(t, 400.0, metricValue(t, reg, "dlq_dead_message_bytes", map[string]string{"source_queue": "q2", "status": "acknowledged"}))

@@ -1,8 +1,11 @@
-package cleanup
+package deploy
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,13 +13,22 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"gopkg.in/yaml.v3"
 
+	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 var (
 	metricDefRE = regexp.MustCompile(`(?:Name:\s*|NewDesc\(\s*)"(dlq_[a-z0-9_]+)"`)
@@ -66,10 +78,26 @@ func known(names map[string]bool, used string) bool {
 	return false
 }
 
-// TestDeployAssets checks deploy/prometheus/alerts.yml and
-// deploy/grafana/dlq.json: both parse, every metric they query is one dlq
-// exports, and, where promtool is installed, the rules pass promtool's
-// check and their unit tests (alerts_test.yml).
+// storeOne stores one pending message, so the summary gauges have a series.
+func storeOne(t *testing.T, st *store.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	now := time.Now()
+	b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{{
+		SourceQueue: "q", DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
+		Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{}`), Body: []byte("x"),
+		FirstFailedAt: now, FailedAt: now,
+	}}}
+	_, err := st.IngestBatch(ctx, b)
+	require.NoError(t, err)
+	require.NoError(t, st.ConfirmBatches(ctx, []int64{b.ID}))
+}
+
+// TestDeployAssets checks prometheus/alerts.yml and grafana/dlq.json: both
+// parse, every metric they query is one dlq exports, and, where promtool is
+// installed, the rules pass promtool's check and their unit tests
+// (alerts_test.yml).
 func TestDeployAssets(t *testing.T) {
 	t.Parallel()
 	names := exportedMetrics(t)
@@ -78,10 +106,11 @@ func TestDeployAssets(t *testing.T) {
 	// cron service's own metrics (summary gauges included).
 	st, _ := dlqtest.Store(t)
 	reg := prometheus.NewRegistry()
-	svc, err := New(Config{Store: st, Logger: quietLogger(), Registerer: reg, Disabled: true, Capacity: Capacity{MaxMessages: 10}})
+	svc, err := cron.New(cron.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg, Disabled: true,
+		Cleanup: cleanup.Config{Capacity: cleanup.Capacity{MaxMessages: 10}}})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = svc.Stop(ctxT(t)) })
-	ingest(t, st, "q", 1, 1)
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+	storeOne(t, st)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	live := 0
@@ -99,7 +128,7 @@ func TestDeployAssets(t *testing.T) {
 	}
 
 	// Prometheus rules.
-	raw, err := os.ReadFile("../deploy/prometheus/alerts.yml")
+	raw, err := os.ReadFile("prometheus/alerts.yml")
 	require.NoError(t, err)
 	var rules struct {
 		Groups []struct {
@@ -130,7 +159,7 @@ func TestDeployAssets(t *testing.T) {
 	}
 
 	// Grafana dashboard.
-	raw, err = os.ReadFile("../deploy/grafana/dlq.json")
+	raw, err = os.ReadFile("grafana/dlq.json")
 	require.NoError(t, err)
 	var dash struct {
 		Title  string
@@ -185,10 +214,10 @@ func TestDeployAssets(t *testing.T) {
 		t.Log("promtool not installed: rules checked by the parser above only")
 		return
 	}
-	out, err := exec.Command(promtool, "check", "rules", "../deploy/prometheus/alerts.yml").CombinedOutput()
+	out, err := exec.Command(promtool, "check", "rules", "prometheus/alerts.yml").CombinedOutput()
 	require.NoError(t, err, "promtool check rules:\n%s", out)
 	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yml")
-	cmd.Dir = "../deploy/prometheus"
+	cmd.Dir = "prometheus"
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "promtool test rules:\n%s", out)
 }

@@ -1,4 +1,4 @@
-package cleanup
+package cron
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
+	robfig "github.com/robfig/cron/v3"
 )
 
 // ScheduleOff disables a job.
@@ -20,7 +20,7 @@ const ScheduleOff = "off"
 // rounds to whole seconds and counts from each process's start. Ours is
 // aligned to the Unix epoch: every instance computes the same time slots,
 // which is what lets job_runs name a tick that all instances agree on.
-func ParseSchedule(spec string) (cron.Schedule, error) {
+func ParseSchedule(spec string) (robfig.Schedule, error) {
 	spec = strings.TrimSpace(spec)
 	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
@@ -45,15 +45,15 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 	return s, nil
 }
 
-// parseStandard is cron.ParseStandard without its panics: the library
+// parseStandard is the library's ParseStandard without its panics: the library
 // indexes past the end of "TZ=Zone" given with no fields after it.
-func parseStandard(spec string) (s cron.Schedule, err error) {
+func parseStandard(spec string) (s robfig.Schedule, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s, err = nil, fmt.Errorf("unparseable: %v", r)
 		}
 	}()
-	return cron.ParseStandard(spec)
+	return robfig.ParseStandard(spec)
 }
 
 // everySchedule fires at every multiple of d since the Unix epoch.
@@ -64,10 +64,21 @@ func (e everySchedule) Next(t time.Time) time.Time {
 }
 
 // interval estimates the time between two activations of s after now.
-func interval(s cron.Schedule, now time.Time) time.Duration {
+func interval(s robfig.Schedule, now time.Time) time.Duration {
 	if e, ok := s.(everySchedule); ok {
 		return e.d
 	}
 	next := s.Next(now)
 	return s.Next(next).Sub(next)
+}
+
+// ScheduleInterval is the time between two activations of spec (0 for
+// "off" or an invalid spec), e.g. to tell Alertmanager notifiers how often
+// alerts are evaluated.
+func ScheduleInterval(spec string) time.Duration {
+	s, err := ParseSchedule(spec)
+	if err != nil {
+		return 0
+	}
+	return interval(s, time.Now().UTC())
 }

@@ -1,9 +1,12 @@
-package cleanup
+package cron
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/store"
 )
@@ -14,6 +17,27 @@ const (
 	ReconcileBudgetDefault   = 20 * time.Second
 	ReconcileChunkDefault    = 10000
 )
+
+// SummaryConfig tunes the summary job.
+type SummaryConfig struct {
+	// ReconcileInterval is the time between the end of one full
+	// reconciliation pass and the start of the next. Optional, default
+	// ReconcileIntervalDefault.
+	ReconcileInterval time.Duration
+	// Budget is roughly how long one run may spend reconciling before it
+	// saves its place for the next tick. Optional, default
+	// ReconcileBudgetDefault.
+	Budget time.Duration
+	// Chunk is the rows counted per statement. Optional, default
+	// ReconcileChunkDefault.
+	Chunk int
+}
+
+func (c *SummaryConfig) setDefaults() {
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.Budget = cmp.Or(c.Budget, ReconcileBudgetDefault)
+	c.Chunk = cmp.Or(c.Chunk, ReconcileChunkDefault)
+}
 
 // summaryJob keeps queue_summary honest. Writers maintain it in their own
 // transactions, so it is exact unless some code path forgot to; this job
@@ -30,10 +54,21 @@ const (
 //     saves its place, so the next run (on whichever instance) goes on.
 type summaryJob struct {
 	st      *store.Store
-	metrics *workMetrics
+	repairs prometheus.Counter
 	every   time.Duration
 	budget  time.Duration
 	chunk   int
+}
+
+func newSummaryJob(st *store.Store, reg prometheus.Registerer, cfg SummaryConfig) (*summaryJob, error) {
+	repairs, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dlq_summary_repairs_total",
+		Help: "queue_summary entries (source queue, status) found wrong by reconciliation and corrected.",
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return &summaryJob{st: st, repairs: repairs, every: cfg.ReconcileInterval, budget: cfg.Budget, chunk: cfg.Chunk}, nil
 }
 
 func (j *summaryJob) run(ctx context.Context, r *Run) (int64, error) {
@@ -86,7 +121,7 @@ func (j *summaryJob) run(ctx context.Context, r *Run) (int64, error) {
 		}
 		if rep.Entries > 0 {
 			repaired += int64(rep.Entries)
-			j.metrics.repairs.Add(float64(rep.Entries))
+			j.repairs.Add(float64(rep.Entries))
 			r.Logger.Warn("summary drift repaired", "source_queue", q, "entries", rep.Entries,
 				"messages", rep.Messages, "deltas", fmt.Sprint(rep.Deltas))
 		}

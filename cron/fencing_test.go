@@ -1,4 +1,4 @@
-package cleanup
+package cron
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
@@ -25,7 +26,7 @@ var (
 	jobProcErr  error
 )
 
-// jobProc builds cleanup/internal/testjobproc once per test binary.
+// jobProc builds cron/internal/testjobproc once per test binary.
 func jobProc(t *testing.T) string {
 	t.Helper()
 	jobProcOnce.Do(func() {
@@ -127,8 +128,10 @@ func newCleanupService(t *testing.T, st *store.Store, instance string) *Service 
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: instance, LeaseTTL: time.Second,
 		Schedules: Schedules{Summary: ScheduleOff, Cleanup: "@every 200ms", Capacity: ScheduleOff, Alerts: ScheduleOff},
-		Retention: map[string]time.Duration{store.StatusReplayed: time.Hour},
-		BatchSize: 5, Pause: 150 * time.Millisecond,
+		Cleanup: cleanup.Config{
+			Retention: map[string]time.Duration{store.StatusReplayed: time.Hour},
+			BatchSize: 5, Pause: 150 * time.Millisecond,
+		},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Stop(context.Background()) })

@@ -1,4 +1,4 @@
-package cleanup
+package cron
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func quietLogger() *slog.Logger {
 }
 
 // testLogger logs to the test's output at warn and above, which is where
-// the cleanup code reports anything surprising.
+// the cron jobs report anything surprising.
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

@@ -1,4 +1,4 @@
-package cleanup
+package cron
 
 import (
 	"context"
@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/store"
 )
 
@@ -15,18 +18,60 @@ import (
 // count the rule text promises; this fails to compile if they part ways.
 var _ = [1]struct{}{}[alerts.RepeatFailureReplays-store.RepeatFailureReplays]
 
+// AlertsConfig is what the alert job evaluates and whom it tells.
+type AlertsConfig struct {
+	// Rules are evaluated each tick. Optional, default
+	// alerts.DefaultRuleSet() (used when Rules.Rules is nil).
+	Rules alerts.RuleSet
+	// Notifiers are the receivers besides the log. Optional.
+	Notifiers []alerts.Notifier
+	// MaxAttempts, InitialBackoff and MaxBackoff tune delivery retries.
+	// Optional, defaults from package alerts.
+	MaxAttempts    int
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+}
+
+func (c *AlertsConfig) setDefaults() {
+	if c.Rules.Rules == nil {
+		c.Rules = alerts.DefaultRuleSet()
+	}
+}
+
 // alertJob runs one alert evaluation per tick: the alerts package's Checker
 // loads the state saved by the previous evaluation (on whichever instance),
 // reads a snapshot from the summary, evaluates, saves the new state under
 // this run's lease and only then notifies. An instance that lost the lease
 // cannot save, so it sends nothing: notifications are not duplicated across
 // instances.
+//
+// The job lives here rather than in package alerts, which never touches the
+// database: this file is the seam, reading the snapshot and keeping the
+// state in the store for it.
 type alertJob struct {
 	st         *store.Store
-	log        *slog.Logger
 	rules      alerts.RuleSet
 	dispatcher *alerts.Dispatcher
-	capacity   Capacity
+	capacity   cleanup.Capacity
+}
+
+func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, cfg AlertsConfig, capacity cleanup.Capacity) (*alertJob, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry() // the dispatcher insists on one
+	}
+	var ruleNames []string
+	for _, r := range cfg.Rules.Rules {
+		ruleNames = append(ruleNames, r.Name)
+	}
+	disp, err := alerts.NewDispatcher(alerts.DispatcherConfig{
+		Logger: log.With("component", "alerts"), Registerer: reg, Notifiers: cfg.Notifiers,
+		RuleNames: ruleNames, MaxAttempts: cfg.MaxAttempts,
+		InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &alertJob{st: st, rules: cfg.Rules, dispatcher: disp, capacity: capacity}, nil
 }
 
 func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
@@ -47,7 +92,7 @@ func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
 // snapshotSource builds alerts.Snapshot from the summary (store.AlertNumbers).
 type snapshotSource struct {
 	st       *store.Store
-	capacity Capacity
+	capacity cleanup.Capacity
 }
 
 func (s snapshotSource) AlertSnapshot(ctx context.Context) (alerts.Snapshot, error) {
@@ -58,7 +103,7 @@ func (s snapshotSource) AlertSnapshot(ctx context.Context) (alerts.Snapshot, err
 	return toSnapshot(n, s.capacity), nil
 }
 
-func toSnapshot(n store.AlertNumbers, c Capacity) alerts.Snapshot {
+func toSnapshot(n store.AlertNumbers, c cleanup.Capacity) alerts.Snapshot {
 	snap := alerts.Snapshot{
 		At: n.At,
 		Capacity: alerts.CapacityStats{
@@ -122,4 +167,18 @@ type AlertsView struct {
 	EvaluatedAt *time.Time `json:"evaluated_at"`
 	// Schedule is the alert job's schedule ("off" when disabled).
 	Schedule string `json:"schedule"`
+}
+
+// Alerts returns the rules and the saved alert state.
+func (s *Service) Alerts(ctx context.Context) (AlertsView, error) {
+	state, err := loadAlertState(ctx, s.cfg.Store)
+	if err != nil {
+		return AlertsView{}, fmt.Errorf("cron: read alert state: %w", err)
+	}
+	v := AlertsView{Rules: s.cfg.Alerts.Rules.View(), Alerts: state.View(), Schedule: s.schedule(s.cfg.Schedules.Alerts)}
+	if !state.EvaluatedAt.IsZero() {
+		t := state.EvaluatedAt
+		v.EvaluatedAt = &t
+	}
+	return v, nil
 }
