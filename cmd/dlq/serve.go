@@ -140,7 +140,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 
 	// The operations layer: every rule of every front door, once.
-	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove, Logger: log})
+	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
+		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(), Logger: log})
 	if err != nil {
 		return err
 	}
