@@ -1,12 +1,12 @@
 package control
 
 import (
-	"slices"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
