@@ -2,7 +2,6 @@ package cleanup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,26 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dlq/dlq/internal/promreg"
 	"github.com/dlq/dlq/store"
 )
-
-// register registers c on reg (when reg is not nil), reusing a collector
-// already registered under the same descriptors.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("cleanup: register metrics: %w", err)
-	}
-	return c, nil
-}
 
 type jobMetrics struct {
 	runs     *prometheus.CounterVec
@@ -39,20 +21,20 @@ type jobMetrics struct {
 var jobOutcomes = []string{store.JobSuccess, store.JobFailure, store.JobLeaseLost, store.JobSkipped}
 
 func newJobMetrics(reg prometheus.Registerer, jobs []string) (*jobMetrics, error) {
-	runs, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	runs, err := promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dlq_job_runs_total",
 		Help: "Cron job runs on this instance by job and outcome (success, failure, lease_lost, skipped: a tick this instance claimed while the previous run was still going, replaced by a later tick). A panic is a failure.",
 	}, []string{"job", "outcome"}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cleanup: register metrics: %w", err)
 	}
-	dur, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	dur, err := promreg.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "dlq_job_duration_seconds",
 		Help:    "Duration of cron job runs on this instance, by job.",
 		Buckets: []float64{.005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900},
 	}, []string{"job"}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cleanup: register metrics: %w", err)
 	}
 	for _, j := range jobs {
 		for _, o := range jobOutcomes {
@@ -76,26 +58,26 @@ type workMetrics struct {
 }
 
 func newWorkMetrics(reg prometheus.Registerer) (*workMetrics, error) {
-	deleted, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	deleted, err := promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dlq_cleanup_deleted_total",
 		Help: "Messages deleted by retention cleanup, by the status they had. Capacity evictions are counted in dlq_capacity_evicted_total.",
 	}, []string{"status"}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cleanup: register metrics: %w", err)
 	}
-	evicted, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	evicted, err := promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "dlq_capacity_evicted_total",
 		Help: "Messages evicted by the capacity policy (max_messages / max_bytes). Each eviction is also audited.",
 	}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cleanup: register metrics: %w", err)
 	}
-	repairs, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	repairs, err := promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "dlq_summary_repairs_total",
 		Help: "queue_summary entries (source queue, status) found wrong by reconciliation and corrected.",
 	}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cleanup: register metrics: %w", err)
 	}
 	for _, st := range store.RetentionStatuses {
 		deleted.WithLabelValues(st)

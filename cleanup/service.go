@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/internal/promreg"
 	"github.com/dlq/dlq/store"
 )
 
@@ -277,8 +278,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := register(cfg.Registerer, newStatusCollector(cfg.Store, log, names, cfg.Capacity.MaxMessages, cfg.Capacity.MaxBytes)); err != nil {
-		return nil, err
+	if _, err := promreg.Register(cfg.Registerer, newStatusCollector(cfg.Store, log, names, cfg.Capacity.MaxMessages, cfg.Capacity.MaxBytes)); err != nil {
+		return nil, fmt.Errorf("cleanup: register metrics: %w", err)
 	}
 	return s, nil
 }
