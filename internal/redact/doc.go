@@ -31,5 +31,5 @@
 // after the user name up to the last '@' before the path, every query value
 // not known to be harmless, and, for strings pgx would read as
 // keyword=value, every such value too. FuzzURL checks this against
-// pgconn.ParseConfig, net/url and amqp091.ParseURI.
+// pgconn.ParseConfig and net/url (which amqp091.ParseURI reads with).
 package redact
