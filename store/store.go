@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/internal/redact"
 )
 
 // Config configures a Store.
@@ -68,7 +70,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pcfg.HealthCheckPeriod = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("store: create pool for %s: %w", redact(cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("store: create pool for %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
 	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default())}, nil
 }
@@ -89,13 +91,3 @@ func (s *Store) Close() { s.pool.Close() }
 // Pool exposes the pool to tests and tools in this module that need raw
 // access (the benchmark generator). Runtime code uses Store's methods.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// redact hides a password in a connection string for error messages.
-func redact(dsn string) string {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return "(unparseable database URL)"
-	}
-	c := cfg.ConnConfig
-	return fmt.Sprintf("postgres://%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
-}
