@@ -28,6 +28,9 @@ type Config struct {
 	// and tests that check the plans of the queries really sent).
 	// Optional.
 	Tracer pgx.QueryTracer
+	// Up, when set, is told by Watch whether PostgreSQL answers (the
+	// dlq_up gauge). Optional.
+	Up prometheus.Gauge
 }
 
 const maxConnsDefault = 10
@@ -46,6 +49,7 @@ func (c *Config) validate() error {
 type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	up   prometheus.Gauge // nil: not reported
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
@@ -70,7 +74,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create pool for %s: %w", redact(cfg.DatabaseURL), err)
 	}
-	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default())}, nil
+	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up}, nil
 }
 
 // Ping checks that PostgreSQL answers.
