@@ -16,12 +16,13 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/store"
 )
 
 func cmdServe(args []string) int {
-	cfg, log, _, code := loadConfig("serve", args, nil)
+	cfg, log, _, code := cli.LoadConfig("serve", args, nil)
 	if code >= 0 {
 		return code
 	}
@@ -30,9 +31,9 @@ func cmdServe(args []string) int {
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("dlq serve stopped", "error", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // serve wires the components together and runs them until ctx ends.

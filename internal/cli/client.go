@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -19,10 +19,10 @@ import (
 // a running dlq's HTTP API: DLQ_URL (default http://127.0.0.1:8080) with the
 // bearer token DLQ_TOKEN (or DLQ_ADMIN_TOKEN). They print readable tables,
 // or the API's JSON with --json, and exit with a code that says what
-// happened (see commands.go): 0 done, 1 failed (409 and the like), 2 bad
+// happened (see exit.go): 0 done, 1 failed (409 and the like), 2 bad
 // flags or a parameter the API refused (400, including a missing --yes),
 // 3 dlq unreachable or failing (429, 5xx), 4 not found, 5 token refused
-// (401, 403). TestCLIBinary holds the binary to them.
+// (401, 403). cmd/dlq's TestCLIBinary holds the binary to them.
 
 // DLQURLDefault is where the CLI finds the API without DLQ_URL.
 const DLQURLDefault = "http://127.0.0.1:8080"
@@ -137,24 +137,24 @@ func (c *apiClient) fail(err error) int {
 	fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
 	var e *apiError
 	if !errors.As(err, &e) {
-		return exitUnavailable
+		return ExitUnavailable
 	}
 	switch {
 	case e.status == http.StatusUnauthorized:
 		if c.flags.token == "" {
 			fmt.Fprintf(c.env.stderr, "dlq %s: set DLQ_TOKEN to a token of this dlq\n", c.name)
 		}
-		return exitDenied
+		return ExitDenied
 	case e.status == http.StatusForbidden:
-		return exitDenied
+		return ExitDenied
 	case e.status == http.StatusNotFound:
-		return exitNotFound
+		return ExitNotFound
 	case e.status == http.StatusBadRequest:
-		return exitUsage
+		return ExitUsage
 	case e.status == http.StatusTooManyRequests, e.status >= 500:
-		return exitUnavailable
+		return ExitUnavailable
 	}
-	return exitFailure
+	return ExitFailure
 }
 
 // printRaw prints an API answer as indented JSON.
@@ -172,9 +172,9 @@ func parseFlags(fs *flag.FlagSet, args []string, env cliEnv) int {
 	fs.SetOutput(env.stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return ExitOK
 		}
-		return exitUsage
+		return ExitUsage
 	}
 	return -1
 }
