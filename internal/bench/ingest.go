@@ -1,20 +1,15 @@
-package main
+package bench
 
 import (
 	"cmp"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
@@ -23,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -54,6 +48,7 @@ type ingestOptions struct {
 	// withoutIndexes are dropped after migrating: a diagnostic to price an
 	// index at ingest, never for recorded figures.
 	withoutIndexes []string
+	cpu            cpuMeter
 }
 
 // ingestResult is one measured drain.
@@ -89,7 +84,10 @@ type ingestResult struct {
 	Linger         string   `json:"linger"`
 }
 
-func benchIngest(args []string) error {
+// Ingest runs `dlq-bench ingest`: it dead-letters N messages and measures
+// dlq's ingest from the first delivery to the last commit (msgs/s, CPU of
+// dlq, RabbitMQ and PostgreSQL, and in process mode dlq's peak RSS).
+func Ingest(args []string) error {
 	def := config.Default()
 	o := ingestOptions{ingest: def.Ingest}
 	fs := flag.NewFlagSet("dlq-bench ingest", flag.ContinueOnError)
@@ -155,7 +153,7 @@ func benchIngest(args []string) error {
 			return fmt.Errorf("build dlq: %w", err)
 		}
 	}
-	initCPU()
+	o.cpu = newCPUMeter()
 	fmt.Printf("ingest benchmark: n=%d sizes=%v runs=%d mode=%s queue=%s dead-letter=%s consumers=%d prefetch=%d batch=%d linger=%s\n",
 		o.n, o.sizes, o.runs, o.mode, o.queueType, o.deadLetter, o.ingest.Consumers, o.ingest.Prefetch, o.ingest.BatchSize, o.ingest.Linger.D())
 
@@ -193,20 +191,6 @@ func printResult(r ingestResult) {
 	}
 	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
 		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
-}
-
-func appendJSON(path string, v any) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	return err
 }
 
 // printIngestSummary prints a markdown table: median, min and max msgs/s
@@ -256,13 +240,13 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	}
 
 	// Schema.
-	admin, err := pgx.Connect(ctx, o.pgURL)
+	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
 	if err != nil {
-		return r, fmt.Errorf("connect to %s (does database bench exist? `make bench-limits` creates it): %w", o.pgURL, err)
+		return r, fmt.Errorf("%w (does database bench exist? `make bench-limits` creates it)", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return r, fmt.Errorf("create schema %s: %w", schema, err)
+	if err := admin.CreateSchema(ctx, schema); err != nil {
+		return r, err
 	}
 	dsn, err := withSearchPath(o.pgURL, schema+",public")
 	if err != nil {
@@ -278,7 +262,7 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 		return r, err
 	}
 	for _, ix := range o.withoutIndexes {
-		if _, err := admin.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix}.Sanitize()); err != nil {
+		if err := st.Bench().DropIndex(ctx, schema, ix); err != nil {
 			return r, fmt.Errorf("-without-index %s: %w", ix, err)
 		}
 	}
@@ -315,7 +299,7 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 				_ = c.ExchangeDelete(exchange, false, false)
 				_ = c.Close()
 			}
-			_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			_ = admin.DropSchema(context.Background(), schema)
 		}()
 	}
 
@@ -356,8 +340,8 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	}
 	r.PrefillSecs = time.Since(t0).Seconds()
 	// Let the broker and the database settle after the burst.
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
-		return r, fmt.Errorf("checkpoint: %w", err)
+	if err := st.Bench().Checkpoint(ctx); err != nil {
+		return r, err
 	}
 
 	// A drain returns once everything is committed, with dlq still running
@@ -375,14 +359,14 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 			return drainProcess(o, bin, dsn, exchange, queue, suffix, st)
 		}
 	}
-	c0 := takeCPU()
+	c0 := o.cpu.take()
 	start := time.Now()
 	dlqCPU, peak, stop, err := drain()
 	if err != nil {
 		return r, err
 	}
 	r.Secs = time.Since(start).Seconds()
-	c1 := takeCPU()
+	c1 := o.cpu.take()
 	if err := stop(); err != nil {
 		return r, err
 	}
@@ -403,11 +387,11 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 
 	// Check the outcome: exactly n rows, nothing left in the queue, ready or
 	// unacknowledged (no consumer is attached any more).
-	var rows int
-	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&rows); err != nil {
+	rows, err := st.Bench().CountMessages(ctx)
+	if err != nil {
 		return r, err
 	}
-	if rows != o.n {
+	if rows != int64(o.n) {
 		return r, fmt.Errorf("stored %d rows for %d dead letters", rows, o.n)
 	}
 	q, err := passive(conn, queue)
@@ -420,21 +404,13 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	return r, nil
 }
 
-// storedCount reads the per-queue summary: O(1), unlike count(*), so
-// polling it does not load the database being measured.
-func storedCount(ctx context.Context, st *store.Store) (int64, error) {
-	var n int64
-	err := st.Pool().QueryRow(ctx, `SELECT coalesce(sum(messages), 0)::bigint FROM queue_summary`).Scan(&n)
-	return n, err
-}
-
 // waitStored polls until n dead letters are committed. done closes when
 // the consumer stopped early, and why then says why.
 func waitStored(st *store.Store, n int, done <-chan struct{}, why func() error) error {
 	deadline := time.Now().Add(time.Duration(n/200)*time.Second + 2*time.Minute)
 	ctx := context.Background()
 	for {
-		got, err := storedCount(ctx, st)
+		got, err := st.Bench().SummaryCount(ctx)
 		if err == nil && got >= int64(n) {
 			return nil
 		}
@@ -584,319 +560,4 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix string, st 
 		return 0, 0, nil, err
 	}
 	return cpu, rss / 1024, stop, nil
-}
-
-// rejectAll consumes queue on a channel of its own and rejects every
-// message without requeueing, which makes RabbitMQ dead-letter it. stop
-// cancels the consumer.
-func rejectAll(conn *amqp.Connection, queue string) (stop func() error, err error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, err
-	}
-	if err := ch.Qos(2000, 0, false); err != nil {
-		return nil, err
-	}
-	ds, err := ch.Consume(queue, "bench-rejecter", false, false, false, false, nil)
-	if err != nil {
-		return nil, fmt.Errorf("consume source queue %s: %w", queue, err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		// One multiple-reject per 500 deliveries (or after 20ms without
-		// more) keeps the rejecter from being the prefill's bottleneck.
-		var last *amqp.Delivery
-		held := 0
-		flush := func() error {
-			if last == nil {
-				return nil
-			}
-			err := last.Nack(true, false)
-			last, held = nil, 0
-			return err
-		}
-		idle := time.NewTicker(20 * time.Millisecond)
-		defer idle.Stop()
-		for {
-			select {
-			case d, ok := <-ds:
-				if !ok {
-					done <- flush()
-					return
-				}
-				last = &d
-				if held++; held < 500 {
-					continue
-				}
-			case <-idle.C:
-			}
-			if err := flush(); err != nil {
-				done <- fmt.Errorf("reject: %w", err)
-				return
-			}
-		}
-	}()
-	return func() error {
-		defer ch.Close()
-		if err := ch.Cancel("bench-rejecter", false); err != nil {
-			return err
-		}
-		return <-done
-	}, nil
-}
-
-// prefill publishes n messages with publisher confirms and typical
-// application headers: straight to dlq's exchange as dead letters, with the
-// headers RabbitMQ writes when it dead-letters (two x-death entries, as
-// after a retry queue, and x-first-death-*) when withDeath, else to a
-// source queue where RabbitMQ dead-letters them.
-func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	bodies := make([][]byte, 1024)
-	for i := range bodies {
-		bodies[i] = make([]byte, size)
-		_, _ = crand.Read(bodies[i])
-	}
-	now := time.Now().UTC().Truncate(time.Second)
-	const window = 2000
-	pending := make([]*amqp.DeferredConfirmation, 0, window)
-	settle := func() error {
-		for _, dc := range pending {
-			ok, err := dc.WaitContext(ctx)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return errors.New("publish nacked")
-			}
-		}
-		pending = pending[:0]
-		return nil
-	}
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("bench-%s-%08d", runID, i)
-		body := bodies[i%len(bodies)]
-		h := amqp.Table{
-			"x-correlation-id":    id,
-			"x-tenant":            "acme-" + strconv.Itoa(i%50),
-			"x-retry-count":       int32(3),
-			"x-exception-type":    "OrderValidationError",
-			"x-exception-message": "order total does not match its lines",
-			"traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-		}
-		if withDeath {
-			h["x-death"] = []any{
-				amqp.Table{"count": int64(3), "reason": "rejected", "queue": "orders.process", "time": now,
-					"exchange": "orders", "routing-keys": []any{"orders.created"}},
-				amqp.Table{"count": int64(2), "reason": "expired", "queue": "orders.retry", "time": now.Add(-time.Minute),
-					"exchange": "orders.retry", "routing-keys": []any{"orders.created"}, "original-expiration": "10000"},
-			}
-			h["x-first-death-reason"] = "expired"
-			h["x-first-death-queue"] = "orders.retry"
-			h["x-first-death-exchange"] = "orders.retry"
-		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
-			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: id, CorrelationId: id,
-			Timestamp: now, AppId: "orders-service", Type: "order.created", Headers: h, Body: body,
-		})
-		if err != nil {
-			return err
-		}
-		pending = append(pending, dc)
-		if len(pending) == window {
-			if err := settle(); err != nil {
-				return err
-			}
-		}
-	}
-	return settle()
-}
-
-func passive(conn *amqp.Connection, queue string) (amqp.Queue, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return amqp.Queue{}, err
-	}
-	defer ch.Close()
-	return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-}
-
-func waitReady(conn *amqp.Connection, queue string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		q, err := passive(conn, queue)
-		if err != nil {
-			return err
-		}
-		if q.Messages >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("queue %s holds %d of %d after %s", queue, q.Messages, n, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func withSearchPath(dsn, path string) (string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", fmt.Errorf("-pg must be a postgres:// URL: %w", err)
-	}
-	q := u.Query()
-	q.Set("search_path", path)
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = crand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// procStatusKB reads a "Name: N kB" line of /proc/<pid>/status.
-func procStatusKB(pid int, name string) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				break
-			}
-			return strconv.ParseFloat(f[0], 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", name, pid)
-}
-
-// CPU accounting, as bench-limits does it: user+system seconds of this
-// process (getrusage), of the dlq subprocess (/proc/<pid>/stat), and of
-// every process owned by the rabbitmq and postgres users, sampled before
-// and after the drain while its connections are open.
-
-const clkTck = 100.0 // getconf CLK_TCK on Linux
-
-// cpuSnap holds the CPU seconds of the RabbitMQ and PostgreSQL processes:
-// totals, and by pid. Prefer since over subtracting totals: a process that
-// exits between two snapshots (a backend of another client on a shared
-// machine) takes its seconds with it and can make a total's difference
-// negative. (The helpers in this file are shared by the package's other
-// benchmarks: keep their signatures.)
-type cpuSnap struct {
-	rmqSec, pgSec float64
-	rmq, pg       map[int]float64
-}
-
-// since returns the CPU seconds RabbitMQ and PostgreSQL used since s0:
-// the growth of processes in both snapshots plus all of new ones.
-func (s cpuSnap) since(s0 cpuSnap) (rmq, pg float64) {
-	diff := func(now, before map[int]float64) float64 {
-		var sum float64
-		for pid, sec := range now {
-			sum += max(sec-before[pid], 0)
-		}
-		return sum
-	}
-	return diff(s.rmq, s0.rmq), diff(s.pg, s0.pg)
-}
-
-var rmqUID, pgUID = ^uint32(0), ^uint32(0)
-
-func initCPU() {
-	for name, dst := range map[string]*uint32{"rabbitmq": &rmqUID, "postgres": &pgUID} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "warning: no %s user, its CPU is not counted: %v\n", name, err)
-			continue
-		}
-		v, _ := strconv.Atoi(u.Uid)
-		*dst = uint32(v)
-	}
-}
-
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Sec) + float64(ru.Utime.Usec)/1e6 + float64(ru.Stime.Sec) + float64(ru.Stime.Usec)/1e6
-}
-
-// procCPU returns the user+system seconds of process pid.
-func procCPU(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unreadable /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / clkTck, nil
-}
-
-func takeCPU() cpuSnap {
-	s := cpuSnap{rmq: map[int]float64{}, pg: map[int]float64{}}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		fi, err := os.Stat(d)
-		if err != nil {
-			continue
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok || (st.Uid != rmqUID && st.Uid != pgUID) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
-		sec, err := procCPU(pid)
-		if err != nil {
-			continue
-		}
-		if st.Uid == rmqUID {
-			s.rmq[pid] = sec
-			s.rmqSec += sec
-		} else {
-			s.pg[pid] = sec
-			s.pgSec += sec
-		}
-	}
-	return s
-}
-
-// histogram returns the sum and count of a histogram in reg.
-func histogram(reg *prometheus.Registry, name string) (float64, uint64) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0, 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if h := m.GetHistogram(); h != nil {
-				return h.GetSampleSum(), h.GetSampleCount()
-			}
-		}
-	}
-	return 0, 0
 }
