@@ -81,6 +81,7 @@ func TestCLIBinary(t *testing.T) {
 		"QUEUE":          {"status"},
 		"dry run: 1 messages would be acknowledged": {"ack", "--dry-run", id},
 		"dry run: 6 messages would be deleted":      {"rm", "--dry-run", "--status", "all"},
+		"ACTION":                                    {"audit", "--since", "1h"},
 	}
 	for want, args := range tables {
 		code, out, errOut := execDLQ(t, bin, url, admin, args...)
@@ -108,6 +109,11 @@ func TestCLIBinary(t *testing.T) {
 		{cli.ExitDenied, "", []string{"status"}, "DLQ_TOKEN"},
 		{cli.ExitDenied, "wrong-token", []string{"stats", "--json"}, "invalid_token"},
 		{cli.ExitDenied, "cli-viewer-token", []string{"ack", id}, "forbidden"},
+		{cli.ExitDenied, "cli-viewer-token", []string{"audit"}, "forbidden"},
+		{cli.ExitUsage, admin, []string{"audit", "--since", "yesterday"}, "--since"},
+		// This server runs no cron service.
+		{cli.ExitUnavailable, admin, []string{"jobs"}, "unavailable (HTTP 503)"},
+		{cli.ExitUnavailable, admin, []string{"alerts", "--json"}, "unavailable (HTTP 503)"},
 	} {
 		code, out, errOut := execDLQ(t, bin, url, c.token, c.args...)
 		require.Equal(t, c.code, code, "dlq %v: %s%s", c.args, out, errOut)

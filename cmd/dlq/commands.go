@@ -31,6 +31,9 @@ func commands() []command {
 		{"status", "per source queue counts", cli.Status},
 		{"ack", "acknowledge messages by id or filter", cli.Ack},
 		{"rm", "delete messages by id or filter", cli.Rm},
+		{"audit", "who did what: the audit log, newest first (filters, pages)", cli.Audit},
+		{"jobs", "cron jobs: schedule, lease, last success and recent runs", cli.Jobs},
+		{"alerts", "alerts pending, firing or just resolved, and the rules", cli.Alerts},
 		{"version", "print the version", cmdVersion},
 	}
 }

@@ -11,7 +11,8 @@
 //	dlq version    print the version (also dlq --version)
 //
 // Operating it (package internal/cli): ls, show, groups, stats, status,
-// ack and rm call the HTTP API (DLQ_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN);
+// ack, rm, audit, jobs and alerts call the HTTP API (DLQ_URL, DLQ_TOKEN or
+// DLQ_ADMIN_TOKEN);
 // replay, replays and cancel send commands to the control queue
 // (DLQ_AMQP_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN).
 //

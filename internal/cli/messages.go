@@ -115,47 +115,22 @@ func runLs(args []string, env cliEnv) int {
 	if curs != "" {
 		q.Set("cursor", curs)
 	}
-	ctx := context.Background()
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	header := true
-	for {
-		b, err := c.call(ctx, "GET", "/api/v1/messages", q, nil)
-		if err != nil {
-			return c.fail(err)
-		}
+	tw := c.listing()
+	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
+	return c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
 		var page struct {
 			Messages   []store.Message `json:"messages"`
 			NextCursor *string         `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(b, &page); err != nil {
-			return c.fail(fmt.Errorf("unexpected answer: %w", err))
+			return nil, err
 		}
-		if af.json {
-			c.printRaw(b)
-		} else {
-			if header {
-				fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
-				header = false
-			}
-			for _, m := range page.Messages {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
-					m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
-			}
+		for _, m := range page.Messages {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
+				m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
 		}
-		if page.NextCursor == nil {
-			break
-		}
-		if !all {
-			tw.Flush()
-			if !af.json {
-				fmt.Fprintf(env.stderr, "more: dlq ls --cursor %s (same filters), or --all\n", *page.NextCursor)
-			}
-			return ExitOK
-		}
-		q.Set("cursor", *page.NextCursor)
-	}
-	tw.Flush()
-	return ExitOK
+		return page.NextCursor, nil
+	})
 }
 
 // failureLine renders a failure as "Type: message".
