@@ -90,8 +90,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the pool, waiting for borrowed connections to come back.
 func (s *Store) Close() { s.pool.Close() }
 
-// Pool exposes the pool to tests and tools in this module that need raw
-// access (the benchmark generator). Runtime code uses Store's methods.
+// Pool exposes the pool to tests in this module that need raw access.
+// Runtime code uses Store's methods, and the benchmarks its benchmark
+// support (bench.go).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // redact hides a password in a connection string for error messages.
