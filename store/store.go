@@ -30,6 +30,9 @@ type Config struct {
 	// and tests that check the plans of the queries really sent).
 	// Optional.
 	Tracer pgx.QueryTracer
+	// Up, when set, is told by Watch whether PostgreSQL answers (the
+	// dlq_up gauge). Optional.
+	Up prometheus.Gauge
 }
 
 const maxConnsDefault = 10
@@ -48,6 +51,7 @@ func (c *Config) validate() error {
 type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	up   prometheus.Gauge // nil: not reported
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
@@ -72,7 +76,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create pool for %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
-	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default())}, nil
+	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up}, nil
 }
 
 // Ping checks that PostgreSQL answers.
@@ -88,6 +92,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the pool, waiting for borrowed connections to come back.
 func (s *Store) Close() { s.pool.Close() }
 
-// Pool exposes the pool to tests and tools in this module that need raw
-// access (the benchmark generator). Runtime code uses Store's methods.
+// Pool exposes the pool to tests in this module that need raw access.
+// Runtime code uses Store's methods, and the benchmarks its benchmark
+// support (bench.go).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
