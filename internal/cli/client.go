@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,19 +48,10 @@ type apiFlags struct {
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet, env cliEnv) {
-	fs.StringVar(&f.url, "url", firstNonEmpty(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
-	fs.StringVar(&f.token, "token", firstNonEmpty(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
+	fs.StringVar(&f.url, "url", cmp.Or(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
+	fs.StringVar(&f.token, "token", cmp.Or(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the API")
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // apiClient sends requests to the API and turns failures into exit codes.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,7 @@ func (f *rpcFlags) register(fs *flag.FlagSet) {
 
 // rpc connects to the control queue named by the configuration.
 func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
-	token := cmpOr(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
+	token := cmp.Or(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
 	if token == "" {
 		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN)\n", name)
 		return nil, ExitDenied
@@ -53,13 +54,6 @@ func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Durat
 		return nil, ExitUnavailable
 	}
 	return c, -1
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // send runs one command and returns its result, or prints the failure and
