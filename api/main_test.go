@@ -23,7 +23,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -297,7 +297,7 @@ func (b *bundle) seed(t *testing.T, ms ...msg) []int64 {
 		if at.IsZero() {
 			at = time.Now().UTC()
 		}
-		nm := broker.Convert(delivery(m), "dlq", at)
+		nm := consumer.Convert(delivery(m), "dlq", at)
 		b.seq++
 		nm.Fingerprint = b.seq
 		batch.Messages = append(batch.Messages, nm)
