@@ -1,10 +1,8 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -53,9 +51,6 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := messageList{Messages: page.Messages, HasMore: page.HasMore}
-	for i := range out.Messages {
-		fillDeath(&out.Messages[i])
-	}
 	if page.HasMore {
 		c := encodeCursor(page.LastID, key)
 		out.NextCursor = &c
@@ -80,7 +75,6 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
 	if !p.Bodies {
 		m.Body = nil
 	}
-	fillDeath(&m)
 	writeJSON(w, r, http.StatusOK, m)
 }
 
@@ -97,30 +91,6 @@ func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, r, http.StatusOK, store.ActionResult{Action: store.ActionDelete, Matched: 1, Changed: 1})
-}
-
-// fillDeath derives x_death from the stored x-death header: the parsed
-// entries, most recent first ([] when there is none).
-func fillDeath(m *store.Message) {
-	m.XDeath = json.RawMessage("[]")
-	if len(m.DeathHeader) == 0 || string(m.DeathHeader) == "null" {
-		return
-	}
-	buf := make([]byte, 0, len(m.DeathHeader)+16)
-	buf = append(buf, `{"x-death":`...)
-	buf = append(buf, m.DeathHeader...)
-	buf = append(buf, '}')
-	h, err := broker.DecodeHeadersJSON(buf)
-	if err != nil {
-		return
-	}
-	deaths := broker.ExtractDeath(h).Deaths
-	if len(deaths) == 0 {
-		return
-	}
-	if b, err := json.Marshal(deaths); err == nil {
-		m.XDeath = b
-	}
 }
 
 // actor is who a request acts as, for audit rows.
