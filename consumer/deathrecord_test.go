@@ -201,6 +201,9 @@ func TestDeathRecordOfRowsStoredBeforeTheMigration(t *testing.T) {
 		return out
 	}
 	require.Equal(t, want, got(), "as ingest stored them")
+	var unfilled int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE x_death IS NULL`).Scan(&unfilled))
+	require.Zero(t, unfilled, "ingest stores every record")
 
 	// Back to the schema before 00070, with its own Down section.
 	src, err := fs.ReadFile(migrations.FS, "00070_death_record.sql")
@@ -218,7 +221,6 @@ func TestDeathRecordOfRowsStoredBeforeTheMigration(t *testing.T) {
 	res, err := st.Migrate(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"00070_death_record.sql"}, res.Applied)
-	var unfilled int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE x_death IS NULL`).Scan(&unfilled))
 	require.Zero(t, unfilled, "the migration fills every row")
 	require.Equal(t, want, got(), "as the migration derived them")
@@ -233,4 +235,43 @@ func TestDeathRecordOfRowsStoredBeforeTheMigration(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, w, string(m.XDeath), name)
 	}
+}
+
+// A replayed message that dies again returns to its record with the new
+// death, and its death record follows.
+func TestDeathRecordFollowsAReturn(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	death := func(queue, reason string, n int64) amqp.Table {
+		return amqp.Table{"count": n, "reason": reason, "queue": queue, "time": at, "exchange": "", "routing-keys": []any{queue}}
+	}
+	first := amqp.Delivery{Body: []byte("order 7"), Headers: amqp.Table{"x-death": []any{death("orders", "rejected", 1)}}}
+	m := consumer.Convert(&first, "dlq", time.Now())
+	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{m}})
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
+
+	again := amqp.Delivery{Body: []byte("order 7"), Headers: amqp.Table{
+		"x-death":                []any{death("orders", "expired", 1), death("orders", "rejected", 1)},
+		broker.HeaderID:          id,
+		broker.HeaderReplayID:    "r-1",
+		broker.HeaderReplayCount: int64(1),
+	}}
+	back := consumer.Convert(&again, "dlq", time.Now())
+	res, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{back}})
+	require.NoError(t, err)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
+	got, err := st.GetMessage(ctx, id, nil)
+	require.NoError(t, err)
+	require.Equal(t, string(back.XDeath), string(got.XDeath))
+	var deaths []broker.Death
+	require.NoError(t, json.Unmarshal(got.XDeath, &deaths))
+	require.Len(t, deaths, 2)
+	require.Equal(t, "expired", deaths[0].Reason, "most recent first")
+	var stored bool
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT x_death IS NOT NULL FROM dead_messages WHERE id = $1`, id).Scan(&stored))
+	require.True(t, stored, "stored with the return, not derived when read")
 }
