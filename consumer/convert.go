@@ -100,11 +100,7 @@ func deathRecord(deaths []broker.Death) json.RawMessage {
 	if len(deaths) == 0 {
 		return json.RawMessage(noDeaths)
 	}
-	b, err := json.Marshal(deaths)
-	if err != nil {
-		return json.RawMessage(noDeaths)
-	}
-	return b
+	return broker.AppendDeathsJSON(make([]byte, 0, 192*len(deaths)), deaths)
 }
 
 // returns is how many times the broker had returned d to dlq's queue
