@@ -24,7 +24,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
@@ -326,7 +326,7 @@ func (b *bundle) seed(t *testing.T, ms ...msg) []int64 {
 		if at.IsZero() {
 			at = time.Now().UTC()
 		}
-		nm := broker.Convert(delivery(m), "dlq", at)
+		nm := consumer.Convert(delivery(m), "dlq", at)
 		b.seq++
 		nm.Fingerprint = b.seq
 		batch.Messages = append(batch.Messages, nm)

@@ -51,6 +51,9 @@ type Conn struct {
 	log  *slog.Logger
 	done chan struct{}
 	wg   sync.WaitGroup
+	// undecodable holds the header tables the frame filters of this Conn's
+	// connections replaced, until their consumers take them.
+	undecodable *undecodableTables
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
@@ -74,6 +77,8 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "amqp"),
 		done:  make(chan struct{}),
 		ready: make(chan struct{}),
+
+		undecodable: newUndecodableTables(),
 	}
 	c.wg.Add(1)
 	go c.loop()
@@ -88,7 +93,7 @@ func (c *Conn) loop() {
 			Heartbeat:  10 * time.Second,
 			Locale:     "en_US",
 			Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
-		})
+		}, c.undecodable)
 		if err != nil {
 			c.setErr(err)
 			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redact.URL(c.cfg.URL), "retry_in", backoff, "error", err)

@@ -2,12 +2,10 @@ package ops
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -75,9 +73,6 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if out.Messages == nil {
 		out.Messages = []store.Message{}
 	}
-	for i := range out.Messages {
-		fillDeath(&out.Messages[i])
-	}
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
 		out.NextCursor = &next
@@ -99,7 +94,6 @@ func (s *Service) GetMessage(ctx context.Context, c Caller, id int64) (store.Mes
 	if !p.Bodies {
 		m.Body = nil
 	}
-	fillDeath(&m)
 	e, edited, err := s.st.GetMessageEdit(ctx, id)
 	if err != nil {
 		return store.Message{}, err
@@ -240,28 +234,4 @@ func canonical(f store.Filter) string {
 		return p.UTC().Format(time.RFC3339Nano)
 	}
 	return strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
-}
-
-// fillDeath derives x_death from the stored x-death header: the parsed
-// entries, most recent first ([] when there is none).
-func fillDeath(m *store.Message) {
-	m.XDeath = json.RawMessage("[]")
-	if len(m.DeathHeader) == 0 || string(m.DeathHeader) == "null" {
-		return
-	}
-	buf := make([]byte, 0, len(m.DeathHeader)+16)
-	buf = append(buf, `{"x-death":`...)
-	buf = append(buf, m.DeathHeader...)
-	buf = append(buf, '}')
-	h, err := broker.DecodeHeadersJSON(buf)
-	if err != nil {
-		return
-	}
-	deaths := broker.ExtractDeath(h).Deaths
-	if len(deaths) == 0 {
-		return
-	}
-	if b, err := json.Marshal(deaths); err == nil {
-		m.XDeath = b
-	}
 }

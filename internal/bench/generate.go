@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -171,15 +172,18 @@ func (g *rowGen) row(i int) []any {
 		nm.FailureType, nm.FailureMessage = ftype.(string), fmsg.(string)
 	}
 	keys := store.SearchKeys(&nm)
+	// The death record ingest stores with the headers above.
+	xDeath, _ := json.Marshal([]broker.Death{{Queue: queue, Reason: reason, Exchange: "app",
+		RoutingKeys: []string{queue + ".created"}, Count: 1, Time: failedAt.UTC().Truncate(time.Second)}})
 	return []any{id, msgID, queue, "app", queue + ".created", "dlq", reason, int64(1), failure, ftype, fmsg,
 		props, headers, body, len(body), status, replayCount, failedAt, failedAt, replayedAt, ackAt, failedAt,
-		int64(r.Uint64() >> 1), group, keys, store.KeyHashes(keys)}
+		int64(r.Uint64() >> 1), group, keys, store.KeyHashes(keys), xDeath}
 }
 
 var genColumns = []string{"id", "message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers", "body", "body_size",
 	"status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at", "status_changed_at",
-	"fingerprint", "group_id", "search_keys", "search_hashes"}
+	"fingerprint", "group_id", "search_keys", "search_hashes", "x_death"}
 
 func randHex(r *rand.Rand, n int) string {
 	b := make([]byte, n)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
@@ -86,7 +86,7 @@ func Seeded(t *testing.T) (*store.Store, []int64) {
 				"x-error-message":  fmt.Sprintf("upstream took %dms", 100*i),
 			},
 		}
-		m := broker.Convert(d, "dlq", time.Now())
+		m := consumer.Convert(d, "dlq", time.Now())
 		m.Fingerprint = int64(i + 1)
 		batch.Messages = append(batch.Messages, m)
 	}

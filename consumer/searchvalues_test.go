@@ -1,4 +1,4 @@
-package broker_test
+package consumer_test
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/store"
 )
 
@@ -46,7 +46,7 @@ func TestSearchValuesMatchStoredHeaders(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := realisticDelivery([]byte("body"))
 			d.Headers = h
-			m := broker.Convert(&d, "dlq", now)
+			m := consumer.Convert(&d, "dlq", now)
 			require.Empty(t, m.ConversionError)
 			require.NotNil(t, m.HeaderValues)
 			fromTable := store.SearchKeys(&m)
@@ -62,7 +62,7 @@ func BenchmarkConvertAndSearchKeys(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		m := broker.Convert(&d, "dlq", now)
+		m := consumer.Convert(&d, "dlq", now)
 		_ = store.SearchKeys(&m)
 	}
 }

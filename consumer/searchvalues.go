@@ -1,4 +1,4 @@
-package broker
+package consumer
 
 import (
 	"strconv"
@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
 )
 
 // maxSearchValueLen drops long header values (stack traces, payload copies)
@@ -35,8 +37,22 @@ func appendSearchValues(vals []string, t amqp.Table, depth int) []string {
 			if len(v) <= maxSearchValueLen && utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
 				vals = append(vals, v)
 			}
-		case int64, int32, int16, int8, int, uint8, uint16, uint32:
-			vals = append(vals, strconv.FormatInt(toInt64(v), 10))
+		case int64:
+			vals = append(vals, strconv.FormatInt(v, 10))
+		case int32:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
+		case int16:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
+		case int8:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
+		case int:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
+		case uint8:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
+		case uint16:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
+		case uint32:
+			vals = append(vals, strconv.FormatInt(int64(v), 10))
 		case amqp.Table:
 			if depth == 0 && plainTable(v) {
 				vals = appendSearchValues(vals, v, depth+1)
@@ -47,23 +63,13 @@ func appendSearchValues(vals []string, t amqp.Table, depth int) []string {
 }
 
 // plainTable reports whether store.SearchKeys, reading the header JSON,
-// would descend into t: the codec (appendTable) wraps tables whose keys
-// need base64 and tables that look like one of its typed values, and a
-// table with a string "type" reads as a typed value.
+// would descend into t: the codec writes it as a plain object
+// (broker.PlainJSONTable), and it has no string "type", which reads as a
+// typed value.
 func plainTable(t amqp.Table) bool {
-	lookalike := true
-	for k := range t {
-		if !isSafeText(k) {
-			return false
-		}
-		if k != "type" && k != "value" && k != "encoding" {
-			lookalike = false
-		}
-	}
-	typ, hasType := t["type"]
-	if hasType && lookalike {
+	if !broker.PlainJSONTable(t) {
 		return false
 	}
-	s, isString := typ.(string)
+	s, isString := t["type"].(string)
 	return !isString || s == ""
 }

@@ -1,4 +1,4 @@
-package broker_test
+package consumer_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
@@ -32,7 +33,7 @@ func TestReturnsFromHeaders(t *testing.T) {
 	}
 	for _, c := range cases {
 		d := &amqp.Delivery{Redelivered: c.redelivered, Headers: c.headers}
-		require.Equal(t, c.want, broker.Returns(d), c.name)
+		require.Equal(t, c.want, consumer.Returns(d), c.name)
 	}
 }
 
@@ -64,8 +65,8 @@ func TestReturnsFromQuorumQueue(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("delivery %d never came", want)
 		}
-		require.Equal(t, want, broker.Returns(&d), "delivery %d", want)
-		m := broker.Convert(&d, q, time.Now())
+		require.Equal(t, want, consumer.Returns(&d), "delivery %d", want)
+		m := consumer.Convert(&d, q, time.Now())
 		require.NotContains(t, string(m.Headers), "x-delivery-count")
 		require.Equal(t, want, m.Returns)
 		fingerprints = append(fingerprints, m.Fingerprint)

@@ -1,4 +1,4 @@
-package broker_test
+package consumer_test
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 )
 
 // realisticDelivery is what a dead letter looks like on dlq's queue: an
@@ -46,7 +47,7 @@ func TestConvert(t *testing.T) {
 	d.Headers[broker.HeaderReplayCount] = int64(2)
 	d.Headers["x-delivery-count"] = int64(3)
 	now := time.Now()
-	m := broker.Convert(&d, "dlq", now)
+	m := consumer.Convert(&d, "dlq", now)
 	require.Equal(t, "orders", m.SourceQueue)
 	require.Equal(t, "orders", m.SourceExchange)
 	require.Equal(t, "orders.created", m.SourceRoutingKey)
@@ -71,10 +72,10 @@ func TestConvert(t *testing.T) {
 	}
 	h["x-delivery-count"] = int64(1)
 	again.Headers = h
-	require.Equal(t, broker.Convert(&first, "dlq", now).Fingerprint, broker.Convert(&again, "dlq", now).Fingerprint)
+	require.Equal(t, consumer.Convert(&first, "dlq", now).Fingerprint, consumer.Convert(&again, "dlq", now).Fingerprint)
 	other := realisticDelivery([]byte(`{"id":2}`))
 	other.Headers = first.Headers
-	require.NotEqual(t, broker.Convert(&first, "dlq", now).Fingerprint, broker.Convert(&other, "dlq", now).Fingerprint)
+	require.NotEqual(t, consumer.Convert(&first, "dlq", now).Fingerprint, consumer.Convert(&other, "dlq", now).Fingerprint)
 }
 
 // A Go value AMQP cannot carry (only possible from a misbehaving client
@@ -82,7 +83,7 @@ func TestConvert(t *testing.T) {
 func TestConvertUnencodableHeaderIsKeptRaw(t *testing.T) {
 	d := realisticDelivery([]byte("body"))
 	d.Headers["weird"] = struct{}{}
-	m := broker.Convert(&d, "dlq", time.Now())
+	m := consumer.Convert(&d, "dlq", time.Now())
 	require.NotEmpty(t, m.ConversionError)
 	require.Contains(t, m.ConversionError, "weird")
 	require.Equal(t, []byte("body"), m.Body)
@@ -97,7 +98,7 @@ func BenchmarkConvert(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(size))
 			for b.Loop() {
-				_ = broker.Convert(&d, "dlq", now)
+				_ = consumer.Convert(&d, "dlq", now)
 			}
 		})
 	}
