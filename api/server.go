@@ -52,7 +52,14 @@ type Config struct {
 	// ConfirmAbove is the largest acknowledge or delete by filter that runs
 	// without confirm: true. Optional; 0 never asks.
 	ConfirmAbove int64
+	// Console serves the web console under /ui/ (package console), behind
+	// the same request ids and panic recovery as the API. Optional: without
+	// it /ui/ is an unknown route.
+	Console http.Handler
 }
+
+// ConsolePath is where Config.Console is served.
+const ConsolePath = "/ui/"
 
 // MaxBodyBytesDefault is the default request body limit.
 const MaxBodyBytesDefault = 1 << 20
@@ -117,6 +124,9 @@ func New(cfg Config) (*Server, error) {
 			continue
 		}
 		s.mux.Handle(rt.pattern(), s.guard(rt))
+	}
+	if cfg.Console != nil {
+		s.mux.Handle(ConsolePath, cfg.Console)
 	}
 	s.http = &http.Server{
 		Addr:              cfg.Addr,

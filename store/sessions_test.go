@@ -49,3 +49,31 @@ func TestConsoleSessions(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	require.NoError(t, st.DeleteConsoleSession(ctx, hash("live")), "signing out twice is fine")
 }
+
+// TestArrivals: arrivals land in the current hour's slot of their queue,
+// and a scope hides other queues.
+func TestArrivals(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	a, err := st.Arrivals(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, a.Queues)
+	require.Equal(t, a.Since, a.Since.Truncate(time.Hour))
+	require.WithinDuration(t, time.Now().Truncate(time.Hour).Add(-23*time.Hour), a.Since, time.Hour)
+
+	seed(t, st, []string{"orders", "billing"}, 3, func(string, int) (string, string) { return "E", "boom" })
+	a, err = st.Arrivals(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, a.Queues, 2)
+	// The last slot is the current hour (the one before, if the hour
+	// turned since the seed).
+	orders := a.Queues["orders"]
+	require.EqualValues(t, 3, orders[store.ArrivalHours-1]+orders[store.ArrivalHours-2])
+	require.EqualValues(t, 0, orders[0])
+
+	a, err = st.Arrivals(ctx, []string{"billing"})
+	require.NoError(t, err)
+	require.Len(t, a.Queues, 1)
+	require.Contains(t, a.Queues, "billing")
+}
