@@ -27,7 +27,7 @@ func requireSecurityHeaders(t *testing.T, r response) {
 	require.NotContains(t, csp, "unsafe-eval")
 	require.Equal(t, "DENY", r.Header.Get("X-Frame-Options"))
 	require.Equal(t, "nosniff", r.Header.Get("X-Content-Type-Options"))
-	require.Equal(t, "no-referrer", r.Header.Get("Referrer-Policy"))
+	require.Equal(t, "same-origin", r.Header.Get("Referrer-Policy"))
 	require.NotEmpty(t, r.Header.Get("X-Request-Id"), "the API's request id covers the console")
 }
 

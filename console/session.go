@@ -178,8 +178,10 @@ const maxFormBytes = 1 << 20
 // sameOrigin reports whether a POST comes from a page of this host. The
 // SameSite=Strict cookie and the CSRF token already refuse other sites;
 // this also covers the sign-in form, which has no session yet. Browsers
-// send Origin on every POST; a request without one is not a browser's
-// cross-site request, so it is let through to the token check.
+// send Origin on every POST (the page's own under Referrer-Policy
+// same-origin; "null" from an opaque origin, which is refused); a request
+// without one is not a browser's cross-site request, so it is let through
+// to the token check.
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
