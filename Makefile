@@ -37,7 +37,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 # Its folder is read-only, so its result files go here (tmp/ is ignored by git).
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
-.PHONY: build services run test fuzz soak clean \
+.PHONY: build services run test fuzz soak clean screenshot \
 	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session bench-replay-rounds
 
 build:
@@ -74,6 +74,10 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$${name}\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
 		done; \
 	done <<< "$$targets"
+
+# The README's screenshot of the web console, taken by a browser test (headless Chromium).
+screenshot: services
+	DLQ_TEST_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run '^TestScreenshot$$' ./console/
 
 soak: services
 	$(GO) test -tags soak -run Soak -timeout 60m $(PKGS)

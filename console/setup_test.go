@@ -124,7 +124,12 @@ func (b *bundle) seed(t *testing.T, msgs ...msg) []int64 {
 		if body == nil {
 			body = []byte(fmt.Sprintf(`{"order":%d}`, n))
 		}
-		batch = append(batch, store.NewMessage{
+		var failure json.RawMessage
+		if m.failureType != "" {
+			failure, _ = json.Marshal(map[string]string{"type": m.failureType, "message": m.failureMessage,
+				"stack": m.failureType + ": " + m.failureMessage + "\n  at handler (worker.go:42)", "origin": "test"})
+		}
+		batch = append(batch, store.NewMessage{Failure: failure,
 			MessageID: fmt.Sprintf("m-%d", n), SourceQueue: m.queue, SourceExchange: "", SourceRoutingKey: m.queue,
 			DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
 			FailureType: m.failureType, FailureMessage: m.failureMessage,
@@ -245,4 +250,14 @@ func (b *bundle) statuses(t *testing.T, ids []int64) map[int64]string {
 		out[id] = s
 	}
 	return out
+}
+
+// storeFilterOrders selects the pending messages of orders.
+var storeFilterOrders = store.Filter{SourceQueue: "orders"}
+
+func mustPrincipal(t *testing.T, b *bundle, token string) auth.Principal {
+	t.Helper()
+	p, err := b.authn.Authenticate(token)
+	require.NoError(t, err)
+	return p
 }

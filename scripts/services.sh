@@ -13,6 +13,8 @@
 #   2. the native Debian package: started without systemd (none runs here);
 #   3. apt-get install of that package first, when it is missing (root only).
 # "Running" is always decided by probing the port, never by asking an init system.
+# It also installs Chromium (Debian's chromium) for the web console's browser tests when
+# it is missing (root only; elsewhere those tests are skipped, saying why).
 #
 # Usage: scripts/services.sh [--database NAME]...   (extra databases to create)
 # Environment:
@@ -481,4 +483,33 @@ for ep in "${PG_EPS[@]}"; do
 		[ ${#EXTRA_DBS[@]} -eq 0 ] || warn "not creating ${EXTRA_DBS[*]} on $host:$port: it is not local"
 	fi
 done
+# ---------------------------------------------------------------------------------------
+# Chromium, for the web console's browser tests (package console): installed like the
+# servers, only when missing and only as root with apt-get. Elsewhere those tests skip
+# and say why, so a failure here is a warning, not an error.
+
+ensure_chromium() {
+	if have chromium || have chromium-browser || have google-chrome; then
+		log "chromium present"
+		return 0
+	fi
+	if ! is_root || ! have apt-get; then
+		warn "chromium is not installed and this is not root with apt-get: the console's browser tests will be skipped ('sudo apt-get install -y chromium' to run them)"
+		return 0
+	fi
+	if [ -z "$APT_UPDATED" ]; then
+		log "apt-get update"
+		DEBIAN_FRONTEND=noninteractive apt-get update </dev/null >"$OUT" 2>&1 || { show_out; warn "apt-get update failed: chromium not installed"; return 0; }
+		APT_UPDATED=1
+	fi
+	log "installing chromium (apt-get install -y chromium)"
+	if DEBIAN_FRONTEND=noninteractive apt-get install -y chromium </dev/null >"$OUT" 2>&1; then
+		log "chromium installed"
+	else
+		show_out
+		warn "apt-get install -y chromium failed: the console's browser tests will be skipped"
+	fi
+}
+ensure_chromium
+
 log "ready"
