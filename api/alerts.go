@@ -1,11 +1,6 @@
 package api
 
-import (
-	"maps"
-	"net/http"
-
-	"github.com/dlq/dlq/alerts"
-)
+import "net/http"
 
 // handleAlerts serves GET /api/v1/alerts: the rules (with per-queue
 // overrides), every alert that is pending, firing or just resolved with
@@ -13,35 +8,10 @@ import (
 // token scoped to some source queues sees only their alerts and overrides,
 // plus the store-wide ones (capacity).
 func (s *Server) handleAlerts(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Cron == nil {
-		writeError(w, r, http.StatusServiceUnavailable, "unavailable", "alerts are not available on this instance")
-		return
-	}
-	v, err := s.cfg.Cron.Alerts(r.Context())
+	v, err := s.cfg.Ops.Alerts(r.Context(), caller(r))
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
-	}
-	p := PrincipalFrom(r.Context())
-	if p.Queues != nil {
-		visible := make([]alerts.AlertView, 0, len(v.Alerts))
-		for _, a := range v.Alerts {
-			if a.SourceQueue == "" || p.SeesQueue(a.SourceQueue) {
-				visible = append(visible, a)
-			}
-		}
-		v.Alerts = visible
-		for i := range v.Rules {
-			if v.Rules[i].Overrides == nil {
-				continue
-			}
-			o := maps.Clone(v.Rules[i].Overrides)
-			maps.DeleteFunc(o, func(q string, _ alerts.RuleOverrideView) bool { return !p.SeesQueue(q) })
-			v.Rules[i].Overrides = o
-		}
-	}
-	if v.Alerts == nil {
-		v.Alerts = []alerts.AlertView{}
 	}
 	writeJSON(w, r, http.StatusOK, v)
 }

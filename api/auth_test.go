@@ -15,7 +15,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -23,12 +23,12 @@ import (
 
 // newCron is the real cron service over st with every job off: it serves
 // the jobs and alerts views from PostgreSQL and runs nothing.
-func newCron(t *testing.T, st *store.Store) *cleanup.Service {
+func newCron(t *testing.T, st *store.Store) *cron.Service {
 	t.Helper()
-	off := cleanup.ScheduleOff
-	c, err := cleanup.New(cleanup.Config{
+	off := cron.ScheduleOff
+	c, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-		Instance: "api-test", Schedules: cleanup.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off},
+		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off},
 	})
 	require.NoError(t, err)
 	return c
@@ -233,12 +233,12 @@ func TestNoTokenLoopbackOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, open.Open())
 	for _, addr := range []string{":8080", "0.0.0.0:8080", "10.1.2.3:80", "[::]:80", "example.com:80"} {
-		_, err := api.New(api.Config{Addr: addr, Store: st, Auth: open})
+		_, err := api.New(api.Config{Addr: addr, Ops: newOps(t, st, nil, nil, 0), Auth: open})
 		require.Error(t, err, addr)
 		require.Contains(t, err.Error(), "no API token is configured", addr)
 	}
 	for _, addr := range []string{"127.0.0.1:8080", "localhost:0", "[::1]:8080"} {
-		_, err := api.New(api.Config{Addr: addr, Store: st, Auth: open})
+		_, err := api.New(api.Config{Addr: addr, Ops: newOps(t, st, nil, nil, 0), Auth: open})
 		require.NoError(t, err, addr)
 	}
 	p, err := open.Authenticate("")

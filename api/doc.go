@@ -12,29 +12,26 @@
 //
 // # Routes and permissions
 //
-// routes.go holds the one route table: method and path, least role, the
-// query parameters the route takes, whether it takes a body, and the
-// handler. The table is also the permission matrix; the tests hold
-// openapi.yaml and the auth matrix to it, so a route cannot be added
-// without both. guard applies it in a fixed order — throttle an address
-// that sent too many wrong tokens (429), authenticate (401), rate limit
-// per token (429), role (403), body limit (413), refuse unknown or
-// repeated query parameters and a body where none is taken (400) — so an
-// unauthenticated caller learns nothing about rate limits, roles or
-// parameters. Scopes (a token's list of source queues) are not checked per
-// route: they become part of the store.Filter (scoped), so every query,
-// count and bulk change is restricted in SQL and nothing outside the scope
-// can leak through a list, a search, stats or a group.
+// routes.go holds the one route table: method and path, the operation of
+// package ops it performs (whose least role, ops.RoleFor, makes the table
+// the permission matrix), the query parameters the route takes, whether it
+// takes a body, and the handler. The tests hold openapi.yaml and the auth
+// matrix to it, so a route cannot be added without both. guard applies it
+// in a fixed order — throttle an address that sent too many wrong tokens
+// (429), authenticate (401), rate limit per token (429), role (403,
+// ops.Authorize, before the request is read), body limit (413), refuse
+// unknown or repeated query parameters and a body where none is taken
+// (400) — so an unauthenticated caller learns nothing about rate limits,
+// roles or parameters.
 //
 // withRecover turns a handler's panic into a logged 500 in the envelope,
 // so one bad request costs neither the server nor the request id.
 //
 // # Handlers
 //
-// Handlers parse and validate (a bad parameter is a 400 naming it; unknown
-// body fields are errors too), call the store or the replay service, and
-// map errors to statuses in one place (writeErr).
-// Cursors (cursor.go) are opaque, checksummed and bound to the query they
-// were made for, so a cursor from other filters is refused instead of
-// silently returning a wrong page.
+// Handlers only decode (a parameter that cannot be read is a 400 naming
+// it; unknown body fields are errors too), call the operations layer
+// (package ops), which owns every rule — role, queue scope, task
+// visibility, the confirmation threshold, body visibility, audit — and
+// encode; writeErr maps the layer's errors to statuses in one place.
 package api

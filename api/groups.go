@@ -9,19 +9,14 @@ import (
 // handleListGroups serves GET /api/v1/groups: failure groups, largest
 // first.
 func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request) {
-	p := PrincipalFrom(r.Context())
 	q := queryOf(r)
-	gq := store.GroupQuery{SourceQueue: q.str("source_queue"), Status: q.str("status"), Scope: p.Queues}
+	gq := store.GroupQuery{SourceQueue: q.str("source_queue"), Status: q.str("status")}
 	var err error
 	if gq.Limit, err = q.int("limit", 50, 1, 1000); err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	if gq.SourceQueue != "" && !p.SeesQueue(gq.SourceQueue) {
-		s.writeErr(w, r, &forbiddenError{msg: "source_queue: token " + p.Name + " may not see queue " + gq.SourceQueue})
-		return
-	}
-	groups, err := s.cfg.Store.Groups(r.Context(), gq)
+	groups, err := s.cfg.Ops.Groups(r.Context(), caller(r), gq)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
@@ -31,12 +26,7 @@ func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request) {
 
 // handleGetGroup serves GET /api/v1/groups/{id}.
 func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if _, err := store.ParseGroupID(id); err != nil {
-		s.writeErr(w, r, badParam("id", "%q must be a group id (16 hex digits)", id))
-		return
-	}
-	g, err := s.cfg.Store.GetGroup(r.Context(), id, PrincipalFrom(r.Context()).Queues)
+	g, err := s.cfg.Ops.Group(r.Context(), caller(r), r.PathValue("id"))
 	if err != nil {
 		s.writeErr(w, r, err)
 		return

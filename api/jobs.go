@@ -1,29 +1,13 @@
 package api
 
-import (
-	"context"
-	"net/http"
-
-	"github.com/dlq/dlq/cleanup"
-)
-
-// CronViews is what the cron feature shows over HTTP; *cleanup.Service
-// implements it.
-type CronViews interface {
-	Jobs(ctx context.Context) (cleanup.JobsView, error)
-	Alerts(ctx context.Context) (cleanup.AlertsView, error)
-}
+import "net/http"
 
 // handleJobs serves GET /api/v1/jobs: every cron job with its schedule,
 // the instance holding its lease (and the fencing token), when it last
 // succeeded on any instance, and its recent runs (tick, instance, start,
 // end, outcome, rows affected, error).
 func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Cron == nil {
-		writeError(w, r, http.StatusServiceUnavailable, "unavailable", "cron jobs are not available on this instance")
-		return
-	}
-	v, err := s.cfg.Cron.Jobs(r.Context())
+	v, err := s.cfg.Ops.Jobs(r.Context(), caller(r))
 	if err != nil {
 		s.writeErr(w, r, err)
 		return

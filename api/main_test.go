@@ -25,6 +25,7 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -58,9 +59,9 @@ type setupOpts struct {
 	store *store.Store
 	// replayer serves the replay routes; realReplayer gives the replay
 	// service over the bundle's store.
-	replayer     replay.Replayer
+	replayer     ops.Replays
 	realReplayer bool
-	cron         api.CronViews
+	cron         ops.CronViews
 	rate         float64
 	// failureRate and failureBurst configure the wrong-token throttle;
 	// off (-1) unless a test is about it, since most tests send wrong
@@ -81,6 +82,15 @@ func newReplayer(t *testing.T, st *store.Store) *replay.Service {
 	svc, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	return svc
+}
+
+// newOps is the operations layer over st, as dlq serve wires it.
+func newOps(t *testing.T, st *store.Store, replays ops.Replays, cron ops.CronViews, confirmAbove int64) *ops.Service {
+	t.Helper()
+	o, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: confirmAbove,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	return o
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
@@ -110,10 +120,10 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	})
 	require.NoError(t, err)
 	s, err := api.New(api.Config{
-		Addr: "127.0.0.1:0", Store: st, Auth: authn, Replayer: o.replayer, Cron: o.cron,
-		MaxBodyBytes: o.maxBody, ConfirmAbove: o.confirmAbove,
-		Logger:   slog.New(slog.NewTextHandler(o.log, nil)),
-		Gatherer: prometheus.NewRegistry(),
+		Addr: "127.0.0.1:0", Ops: newOps(t, st, o.replayer, o.cron, o.confirmAbove), Auth: authn,
+		MaxBodyBytes: o.maxBody,
+		Logger:       slog.New(slog.NewTextHandler(o.log, nil)),
+		Gatherer:     prometheus.NewRegistry(),
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(s.Handler())

@@ -1,130 +1,70 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 
-	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
-type messageList struct {
-	Messages   []store.Message `json:"messages"`
-	NextCursor *string         `json:"next_cursor"`
-	HasMore    bool            `json:"has_more"`
-}
-
 // handleListMessages serves GET /api/v1/messages.
 func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
-	p := PrincipalFrom(r.Context())
 	q := queryOf(r)
 	f, err := q.filter()
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	opt := store.ListOptions{NoBodySearch: !p.Bodies}
-	if opt.Limit, err = q.int("limit", store.ListLimitDefault, 1, store.ListLimitMax); err != nil {
+	req := ops.ListRequest{Filter: f, Cursor: q.str("cursor")}
+	if req.Limit, err = q.int("limit", store.ListLimitDefault, 1, store.ListLimitMax); err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	if opt.IncludeBody, err = q.bool("include_body"); err != nil {
+	if req.IncludeBody, err = q.bool("include_body"); err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	if opt.IncludeBody && !p.Bodies {
-		s.writeErr(w, r, &forbiddenError{msg: "include_body: token " + p.Name + " may not see message bodies"})
-		return
-	}
-	key := canonical(f)
-	if c := q.str("cursor"); c != "" {
-		if opt.Before, err = decodeCursor(c, key); err != nil {
-			s.writeErr(w, r, badParam("cursor", "%v", err))
-			return
-		}
-	}
-	if f, err = scoped(p, f); err != nil {
-		s.writeErr(w, r, err)
-		return
-	}
-	page, err := s.cfg.Store.ListMessages(r.Context(), f, opt)
+	page, err := s.cfg.Ops.ListMessages(r.Context(), caller(r), req)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	out := messageList{Messages: page.Messages, HasMore: page.HasMore}
-	for i := range out.Messages {
-		fillDeath(&out.Messages[i])
-	}
-	if page.HasMore {
-		c := encodeCursor(page.LastID, key)
-		out.NextCursor = &c
-	}
-	writeJSON(w, r, http.StatusOK, out)
+	writeJSON(w, r, http.StatusOK, page)
 }
 
 // handleGetMessage serves GET /api/v1/messages/{id}: one message, with its
 // body when the caller may see bodies.
 func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request) {
-	p := PrincipalFrom(r.Context())
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	m, err := s.cfg.Store.GetMessage(r.Context(), id, p.Queues)
+	m, err := s.cfg.Ops.GetMessage(r.Context(), caller(r), id)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	if !p.Bodies {
-		m.Body = nil
-	}
-	fillDeath(&m)
 	writeJSON(w, r, http.StatusOK, m)
 }
 
 // handleDeleteMessage serves DELETE /api/v1/messages/{id}.
 func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
-	p := PrincipalFrom(r.Context())
 	id, err := pathID(r, "id")
 	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	if err := s.cfg.Store.DeleteMessageIn(r.Context(), id, p.Queues, actor(r)); err != nil {
+	res, err := s.cfg.Ops.DeleteMessage(r.Context(), caller(r), id)
+	if err != nil {
 		s.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, r, http.StatusOK, store.ActionResult{Action: store.ActionDelete, Matched: 1, Changed: 1})
+	writeJSON(w, r, http.StatusOK, res)
 }
 
-// fillDeath derives x_death from the stored x-death header: the parsed
-// entries, most recent first ([] when there is none).
-func fillDeath(m *store.Message) {
-	m.XDeath = json.RawMessage("[]")
-	if len(m.DeathHeader) == 0 || string(m.DeathHeader) == "null" {
-		return
-	}
-	buf := make([]byte, 0, len(m.DeathHeader)+16)
-	buf = append(buf, `{"x-death":`...)
-	buf = append(buf, m.DeathHeader...)
-	buf = append(buf, '}')
-	h, err := broker.DecodeHeadersJSON(buf)
-	if err != nil {
-		return
-	}
-	deaths := broker.ExtractDeath(h).Deaths
-	if len(deaths) == 0 {
-		return
-	}
-	if b, err := json.Marshal(deaths); err == nil {
-		m.XDeath = b
-	}
-}
-
-// actor is who a request acts as, for audit rows.
-func actor(r *http.Request) store.Actor {
-	p := PrincipalFrom(r.Context())
-	return store.Actor{Name: p.Name, Role: p.Role, Via: "api", RequestID: RequestID(r.Context()), Scope: p.Queues}
+// caller is who a request acts as, for the operations layer and the audit
+// rows it writes.
+func caller(r *http.Request) ops.Caller {
+	return ops.Caller{Principal: PrincipalFrom(r.Context()), Via: ops.ViaAPI, RequestID: RequestID(r.Context())}
 }

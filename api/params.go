@@ -1,9 +1,9 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,9 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -30,7 +29,7 @@ func newQuery(r *http.Request, allowed ...string) (query, error) {
 	}
 	for k, vals := range v {
 		for _, s := range vals {
-			if err := checkText(k, s); err != nil {
+			if err := ops.CheckText(k, s); err != nil {
 				return query{}, err
 			}
 		}
@@ -98,59 +97,6 @@ func (q query) filter() (store.Filter, error) {
 	if f.FailedBefore, err = q.time("failed_before"); err != nil {
 		return f, err
 	}
-	return f, checkFilter(f)
-}
-
-// checkText refuses what PostgreSQL text cannot hold (NUL, invalid UTF-8):
-// no stored value can contain it, and it must not reach a query.
-func checkText(name, s string) error {
-	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
-		return badParam(name, "must be valid UTF-8 text without NUL")
-	}
-	return nil
-}
-
-// checkFilter validates a filter and turns the error into one naming the
-// parameter.
-func checkFilter(f store.Filter) error {
-	for name, v := range map[string]string{"status": f.Status, "source_queue": f.SourceQueue, "reason": f.Reason, "q": f.Query, "group": f.Group} {
-		if err := checkText(name, v); err != nil {
-			return err
-		}
-	}
-	if err := f.Validate(); err != nil {
-		return err
-	}
-	if f.Group != "" {
-		if _, err := store.ParseGroupID(f.Group); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// canonical renders the parts of a filter a cursor is bound to.
-func canonical(f store.Filter) string {
-	t := func(p *time.Time) string {
-		if p == nil {
-			return ""
-		}
-		return p.UTC().Format(time.RFC3339Nano)
-	}
-	return strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
-}
-
-// scoped applies p's scope to f: a filter naming a queue outside it is
-// forbidden (403); otherwise the scope becomes part of the filter, so that
-// nothing outside it is read or changed.
-func scoped(p auth.Principal, f store.Filter) (store.Filter, error) {
-	if p.Queues == nil {
-		return f, nil
-	}
-	if f.SourceQueue != "" && !p.SeesQueue(f.SourceQueue) {
-		return f, &forbiddenError{msg: fmt.Sprintf("source_queue: token %s may not see queue %q", p.Name, f.SourceQueue)}
-	}
-	f.Scope = p.Queues
 	return f, nil
 }
 
@@ -178,7 +124,7 @@ func decodeBody(r *http.Request, v any) error {
 		case errors.As(err, &se):
 			return badParam("body", "invalid JSON at byte %d: %v", se.Offset, err)
 		case errors.As(err, &te):
-			return badParam(cmpOr(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
+			return badParam(cmp.Or(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badParam(name, msgUnknownField)
@@ -218,13 +164,6 @@ func refuseBody(r *http.Request) error {
 		return err
 	}
 	return badParam("body", "%s %s takes no body", r.Method, r.URL.Path)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // pathID reads a positive integer path parameter.

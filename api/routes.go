@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/ops"
 )
 
 // route is one entry of the route table.
 type route struct {
 	method, path string
-	// role is the least role that may call the route; "" is public.
-	role string
+	// action is the operation the route performs; its permission (the
+	// least role) comes from ops' table. "" is a public route.
+	action ops.Action
 	// query lists the query parameters the route takes; any other is a
 	// 400 naming it, so a typo (staus=) never silently widens a listing.
 	query []string
@@ -31,6 +33,14 @@ type route struct {
 
 func (rt route) pattern() string { return rt.method + " " + rt.path }
 
+// role is the least role that may call the route; "" for a public route.
+func (rt route) role() string {
+	if rt.action == "" {
+		return ""
+	}
+	return ops.RoleFor(rt.action)
+}
+
 // Query parameter lists shared by several routes.
 var (
 	// filterParams are the listing filters taken from the URL.
@@ -38,27 +48,28 @@ var (
 	messageParams = append([]string{"limit", "cursor", "include_body"}, filterParams...)
 )
 
-// routeTable is every route dlq serves, one line each. It is the permission
-// matrix (docs/API.md), the list of accepted query parameters, and what the
-// tests hold api/openapi.yaml and the auth matrix to: a route added here
-// without both fails the tests.
+// routeTable is every route dlq serves, one line each: the operation it
+// performs (whose least role, ops.RoleFor, is the permission matrix of
+// docs/API.md), the accepted query parameters, and what the tests hold
+// api/openapi.yaml and the auth matrix to: a route added here without both
+// fails the tests.
 var routeTable = []route{
-	{"GET", "/api/v1/messages", auth.RoleViewer, messageParams, false, (*Server).handleListMessages},
-	{"GET", "/api/v1/messages/{id}", auth.RoleViewer, nil, false, (*Server).handleGetMessage},
-	{"DELETE", "/api/v1/messages/{id}", auth.RoleAdmin, nil, false, (*Server).handleDeleteMessage},
-	{"POST", "/api/v1/messages/acknowledge", auth.RoleOperator, nil, true, (*Server).handleAcknowledge},
-	{"POST", "/api/v1/messages/delete", auth.RoleAdmin, nil, true, (*Server).handleDelete},
-	{"POST", "/api/v1/replays", auth.RoleOperator, nil, true, (*Server).handleStartReplay},
-	{"GET", "/api/v1/replays", auth.RoleViewer, []string{"limit"}, false, (*Server).handleListReplays},
-	{"GET", "/api/v1/replays/{id}", auth.RoleViewer, nil, false, (*Server).handleGetReplay},
-	{"POST", "/api/v1/replays/{id}/cancel", auth.RoleOperator, nil, false, (*Server).handleCancelReplay},
-	{"GET", "/api/v1/groups", auth.RoleViewer, []string{"source_queue", "status", "limit"}, false, (*Server).handleListGroups},
-	{"GET", "/api/v1/groups/{id}", auth.RoleViewer, nil, false, (*Server).handleGetGroup},
-	{"GET", "/api/v1/stats", auth.RoleViewer, nil, false, (*Server).handleStats},
-	{"GET", "/api/v1/status", auth.RoleViewer, nil, false, (*Server).handleStatus},
-	{"GET", "/api/v1/audit", auth.RoleAdmin, []string{"limit", "cursor", "actor", "action", "since"}, false, (*Server).handleAudit},
-	{"GET", "/api/v1/jobs", auth.RoleViewer, nil, false, (*Server).handleJobs},
-	{"GET", "/api/v1/alerts", auth.RoleViewer, nil, false, (*Server).handleAlerts},
+	{"GET", "/api/v1/messages", ops.ActListMessages, messageParams, false, (*Server).handleListMessages},
+	{"GET", "/api/v1/messages/{id}", ops.ActGetMessage, nil, false, (*Server).handleGetMessage},
+	{"DELETE", "/api/v1/messages/{id}", ops.ActDelete, nil, false, (*Server).handleDeleteMessage},
+	{"POST", "/api/v1/messages/acknowledge", ops.ActAcknowledge, nil, true, (*Server).handleAcknowledge},
+	{"POST", "/api/v1/messages/delete", ops.ActDelete, nil, true, (*Server).handleDelete},
+	{"POST", "/api/v1/replays", ops.ActStartReplay, nil, true, (*Server).handleStartReplay},
+	{"GET", "/api/v1/replays", ops.ActListReplays, []string{"limit"}, false, (*Server).handleListReplays},
+	{"GET", "/api/v1/replays/{id}", ops.ActGetReplay, nil, false, (*Server).handleGetReplay},
+	{"POST", "/api/v1/replays/{id}/cancel", ops.ActCancelReplay, nil, false, (*Server).handleCancelReplay},
+	{"GET", "/api/v1/groups", ops.ActGroups, []string{"source_queue", "status", "limit"}, false, (*Server).handleListGroups},
+	{"GET", "/api/v1/groups/{id}", ops.ActGroups, nil, false, (*Server).handleGetGroup},
+	{"GET", "/api/v1/stats", ops.ActStats, nil, false, (*Server).handleStats},
+	{"GET", "/api/v1/status", ops.ActStatus, nil, false, (*Server).handleStatus},
+	{"GET", "/api/v1/audit", ops.ActAudit, []string{"limit", "cursor", "actor", "action", "since"}, false, (*Server).handleAudit},
+	{"GET", "/api/v1/jobs", ops.ActJobs, nil, false, (*Server).handleJobs},
+	{"GET", "/api/v1/alerts", ops.ActAlerts, nil, false, (*Server).handleAlerts},
 	{"GET", "/api/v1/openapi.yaml", "", nil, false, (*Server).handleOpenAPI},
 	{"GET", "/healthz", "", nil, false, (*Server).handleHealthz},
 	{"GET", "/readyz", "", nil, false, (*Server).handleReadyz},
@@ -83,14 +94,14 @@ func (r Route) Pattern() string { return r.Method + " " + r.Path }
 func Routes() []Route {
 	out := make([]Route, len(routeTable))
 	for i, rt := range routeTable {
-		out[i] = Route{Method: rt.method, Path: rt.path, Role: rt.role, Query: slices.Clone(rt.query), Body: rt.body}
+		out[i] = Route{Method: rt.method, Path: rt.path, Role: rt.role(), Query: slices.Clone(rt.query), Body: rt.body}
 	}
 	return out
 }
 
-// apiRoute reports whether rt needs the store (the /api/v1 routes but the
-// OpenAPI document).
-func (rt route) needsStore() bool {
+// needsOps reports whether rt needs the operations layer (the /api/v1
+// routes but the OpenAPI document).
+func (rt route) needsOps() bool {
 	return strings.HasPrefix(rt.path, "/api/v1/") && rt.path != "/api/v1/openapi.yaml"
 }
 
@@ -114,13 +125,13 @@ func queryOf(r *http.Request) query {
 
 // guard wraps a route's handler: throttle failed authentications per
 // client (429), authenticate (401), rate limit per token (429), check the
-// role (403), bound the body (413), check the query parameters and refuse
+// role (403, ops.Authorize), bound the body (413), check the query parameters and refuse
 // a body where none is taken (400), then serve. Authentication comes
 // first so that an unauthenticated caller learns nothing about the route.
 func (s *Server) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		if rt.role != "" {
+		if rt.action != "" {
 			p, err := s.cfg.Auth.AuthenticateFrom(clientAddr(r), bearer(r))
 			var te *auth.ThrottledError
 			switch {
@@ -143,8 +154,10 @@ func (s *Server) guard(rt route) http.Handler {
 				writeError(w, r, http.StatusTooManyRequests, "rate_limited", "too many requests for token "+p.Name+"; slow down")
 				return
 			}
-			if !p.Can(rt.role) {
-				writeError(w, r, http.StatusForbidden, "forbidden", "token "+p.Name+" has role "+p.Role+"; this needs "+rt.role)
+			// The same table the operations layer applies: refused here,
+			// before the request is read, so the caller learns nothing more.
+			if err := ops.Authorize(p, rt.action); err != nil {
+				writeError(w, r, http.StatusForbidden, "forbidden", err.Error())
 				return
 			}
 			ctx = context.WithValue(ctx, principalKey, p)

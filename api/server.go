@@ -17,8 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/replay"
-	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/ops"
 )
 
 // Config configures the HTTP server.
@@ -34,32 +33,20 @@ type Config struct {
 	// Registerer receives the API's own metrics. Optional.
 	Registerer prometheus.Registerer
 
-	// Store serves the /api/v1 routes. Optional: without it only the
-	// health and metrics endpoints are served.
-	Store *store.Store
-	// Auth authenticates /api/v1 requests. Required with Store. When it
+	// Ops serves the /api/v1 routes: every read and action, with its
+	// rules. Optional: without it only the health and metrics endpoints
+	// are served.
+	Ops *ops.Service
+	// Auth authenticates /api/v1 requests. Required with Ops. When it
 	// holds no token, New refuses any Addr that is not loopback.
 	Auth *auth.Authenticator
-	// Replayer serves the replay routes. Optional: without it they answer
-	// 503.
-	Replayer replay.Replayer
-	// Cron serves GET /api/v1/jobs and GET /api/v1/alerts. Optional:
-	// without it they answer 503.
-	Cron CronViews
 	// MaxBodyBytes bounds a request body; larger ones get 413. Optional;
 	// default 1 MiB.
 	MaxBodyBytes int64
-	// ConfirmAbove is the largest acknowledge or delete by filter that runs
-	// without confirm: true. Optional; 0 never asks.
-	ConfirmAbove int64
-	// Console serves the web console under /ui/ (package console), behind
-	// the same request ids and panic recovery as the API. Optional: without
-	// it /ui/ is an unknown route.
-	Console http.Handler
+	// Mount adds handlers beside the API's routes (the web console under
+	// /ui/). Optional.
+	Mount map[string]http.Handler
 }
-
-// ConsolePath is where Config.Console is served.
-const ConsolePath = "/ui/"
 
 // MaxBodyBytesDefault is the default request body limit.
 const MaxBodyBytesDefault = 1 << 20
@@ -68,14 +55,11 @@ func (c *Config) validate() error {
 	if c.Addr == "" {
 		return errors.New("api: Addr is required")
 	}
-	if c.Store != nil && c.Auth == nil {
-		return errors.New("api: Auth is required with Store")
+	if c.Ops != nil && c.Auth == nil {
+		return errors.New("api: Auth is required with Ops")
 	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("api: MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
-	}
-	if c.ConfirmAbove < 0 {
-		return fmt.Errorf("api: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
 	}
 	if c.Auth != nil && c.Auth.Open() && !isLoopback(c.Addr) {
 		return fmt.Errorf("api: no API token is configured, so the API would accept anyone: refusing to listen on %s; "+
@@ -120,13 +104,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
 	for _, rt := range routeTable {
-		if rt.needsStore() && cfg.Store == nil {
+		if rt.needsOps() && cfg.Ops == nil {
 			continue
 		}
 		s.mux.Handle(rt.pattern(), s.guard(rt))
 	}
-	if cfg.Console != nil {
-		s.mux.Handle(ConsolePath, cfg.Console)
+	for pattern, h := range cfg.Mount {
+		s.mux.Handle(pattern, h)
 	}
 	s.http = &http.Server{
 		Addr:              cfg.Addr,

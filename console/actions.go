@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -95,10 +96,10 @@ func (s selection) filter() (*store.Filter, error) {
 	return &f, nil
 }
 
-func (s selection) replayRequest(dryRun bool) (ReplayRequest, error) {
+func (s selection) replayRequest(dryRun bool) (ops.ReplayRequest, error) {
 	f, err := s.filter()
 	if err != nil {
-		return ReplayRequest{}, err
+		return ops.ReplayRequest{}, err
 	}
 	req := replay.Request{IDs: s.IDs, Filter: f, RatePerSecond: float64(s.Rate), DelaySeconds: int(s.Delay), DryRun: dryRun, Force: s.Force}
 	if s.TargetExchange != "" || s.TargetRoutingKey != "" {
@@ -107,15 +108,15 @@ func (s selection) replayRequest(dryRun bool) (ReplayRequest, error) {
 	if s.CanaryCount > 0 {
 		req.Canary = &replay.Canary{Count: int(s.CanaryCount), WaitSeconds: int(s.CanaryWait)}
 	}
-	return ReplayRequest{Request: req, Confirm: !dryRun}, nil
+	return ops.ReplayRequest{Request: req, Confirm: !dryRun}, nil
 }
 
-func (s selection) actionRequest(dryRun bool) (ActionRequest, error) {
+func (s selection) actionRequest(dryRun bool) (ops.ActionRequest, error) {
 	f, err := s.filter()
 	if err != nil {
-		return ActionRequest{}, err
+		return ops.ActionRequest{}, err
 	}
-	return ActionRequest{IDs: s.IDs, Filter: f, DryRun: dryRun, Confirm: !dryRun}, nil
+	return ops.ActionRequest{IDs: s.IDs, Filter: f, DryRun: dryRun, Confirm: !dryRun}, nil
 }
 
 // confirmData is the confirmation page.
@@ -148,7 +149,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 			c.renderFailure(w, r, "read the filter", err)
 			return
 		}
-		newest, err := c.cfg.Ops.ListMessages(ctx, caller, ListRequest{Filter: f, Limit: 1})
+		newest, err := c.cfg.Ops.ListMessages(ctx, caller, ops.ListRequest{Filter: f, Limit: 1})
 		if err != nil {
 			c.renderFailure(w, r, "read the selection", err)
 			return

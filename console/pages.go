@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/alerts"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -113,7 +114,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the page", err)
 		return
 	}
-	page, err := c.cfg.Ops.ListMessages(ctx, caller, ListRequest{Filter: f, Limit: pageSize, Cursor: q.Get("cursor")})
+	page, err := c.cfg.Ops.ListMessages(ctx, caller, ops.ListRequest{Filter: f, Limit: pageSize, Cursor: q.Get("cursor")})
 	if err != nil {
 		c.renderFailure(w, r, "list messages", err)
 		return
@@ -142,7 +143,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 // the summary (status and queue only), from the group's counters (a group
 // and status only), or exact when the listing ended on this page; else a
 // lower bound, the messages seen so far.
-func (c *Console) count(r *http.Request, f store.Filter, st StatusView, page MessagePage, seen int64) (int64, bool) {
+func (c *Console) count(r *http.Request, f store.Filter, st ops.StatusView, page ops.MessagePage, seen int64) (int64, bool) {
 	statuses, err := f.Statuses()
 	listed := seen + int64(len(page.Messages))
 	if err != nil {
@@ -362,9 +363,9 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 
 // jobsData is the jobs and alerts page.
 type jobsData struct {
-	Jobs      *cleanup.JobsView
+	Jobs      *cron.JobsView
 	JobsErr   string
-	Alerts    *cleanup.AlertsView
+	Alerts    *cron.AlertsView
 	AlertsErr string
 }
 
@@ -389,7 +390,7 @@ func (c *Console) handleJobs(w http.ResponseWriter, r *http.Request) {
 // auditData is the audit page.
 type auditData struct {
 	Actor, Action, Since string
-	Page                 AuditPage
+	Page                 ops.AuditPage
 	NextURL              string
 }
 
@@ -402,7 +403,7 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the filter", err)
 		return
 	}
-	d.Page, err = c.cfg.Ops.Audit(r.Context(), c.caller(r), AuditRequest{Actor: d.Actor, Action: d.Action, Since: since, Limit: pageSize, Cursor: q.Get("cursor")})
+	d.Page, err = c.cfg.Ops.Audit(r.Context(), c.caller(r), ops.AuditRequest{Actor: d.Actor, Action: d.Action, Since: since, Limit: pageSize, Cursor: q.Get("cursor")})
 	if err != nil {
 		c.renderFailure(w, r, "read the audit log", err)
 		return

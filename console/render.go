@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -76,11 +77,11 @@ func (c *Console) newView(s *session, page, title string, data any) view {
 		p := s.principal
 		v.Signed, v.Name, v.Role, v.Scope, v.CSRF = true, p.Name, p.Role, p.Queues, s.csrf
 		v.Can = can{
-			Acknowledge: Authorize(p, ActAcknowledge) == nil,
-			Replay:      Authorize(p, ActStartReplay) == nil,
-			Cancel:      Authorize(p, ActCancelReplay) == nil,
-			Delete:      Authorize(p, ActDelete) == nil,
-			Audit:       Authorize(p, ActAudit) == nil,
+			Acknowledge: ops.Authorize(p, ops.ActAcknowledge) == nil,
+			Replay:      ops.Authorize(p, ops.ActStartReplay) == nil,
+			Cancel:      ops.Authorize(p, ops.ActCancelReplay) == nil,
+			Delete:      ops.Authorize(p, ops.ActDelete) == nil,
+			Audit:       ops.Authorize(p, ops.ActAudit) == nil,
 			Bodies:      p.Bodies,
 		}
 	}
@@ -139,17 +140,17 @@ func failure(err error) (int, string) {
 	if errors.As(err, &fe) {
 		return http.StatusBadRequest, "Invalid: " + fe.Error()
 	}
-	switch Classify(err) {
-	case CodeForbidden:
-		return http.StatusForbidden, "Refused: " + Message(err)
-	case CodeNotFound:
-		return http.StatusNotFound, "Not found: " + Message(err)
-	case CodeInvalid, CodeConfirmRequired:
-		return http.StatusBadRequest, "Invalid: " + Message(err)
-	case CodeConflict:
-		return http.StatusConflict, "Conflict: " + Message(err)
-	case CodeUnavailable:
-		return http.StatusServiceUnavailable, "Unavailable: " + Message(err)
+	switch ops.Classify(err) {
+	case ops.CodeForbidden:
+		return http.StatusForbidden, "Refused: " + ops.Message(err)
+	case ops.CodeNotFound:
+		return http.StatusNotFound, "Not found: " + ops.Message(err)
+	case ops.CodeInvalid, ops.CodeConfirmRequired:
+		return http.StatusBadRequest, "Invalid: " + ops.Message(err)
+	case ops.CodeConflict:
+		return http.StatusConflict, "Conflict: " + ops.Message(err)
+	case ops.CodeUnavailable:
+		return http.StatusServiceUnavailable, "Unavailable: " + ops.Message(err)
 	}
 	return http.StatusInternalServerError, ""
 }

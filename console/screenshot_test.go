@@ -10,7 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlq/dlq/console"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 )
 
@@ -48,8 +48,8 @@ ON CONFLICT (source_queue, hour) DO UPDATE SET new = queue_activity.new + EXCLUD
 			require.NoError(t, err)
 		}
 	}
-	_, err := b.ops.StartReplay(ctx, console.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: console.ViaConsole},
-		console.ReplayRequest{Request: replay.Request{Filter: &storeFilterOrders, RatePerSecond: 50, DelaySeconds: 600}, Confirm: true})
+	_, err := b.ops.StartReplay(ctx, ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole},
+		ops.ReplayRequest{Request: replay.Request{Filter: &storeFilterOrders, RatePerSecond: 50, DelaySeconds: 600}, Confirm: true})
 	require.NoError(t, err)
 
 	tb := newTab(t, b)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -287,8 +288,8 @@ func clientAddr(r *http.Request) string {
 }
 
 // caller is the signed-in principal acting through the console.
-func (c *Console) caller(r *http.Request) Caller {
-	return Caller{Principal: sessionFrom(r.Context()).principal, Via: ViaConsole, RequestID: c.cfg.RequestID(r.Context())}
+func (c *Console) caller(r *http.Request) ops.Caller {
+	return ops.Caller{Principal: sessionFrom(r.Context()).principal, Via: ops.ViaConsole, RequestID: c.cfg.RequestID(r.Context())}
 }
 
 // internal logs an unexpected failure and returns what the page says.

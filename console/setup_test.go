@@ -22,6 +22,8 @@ import (
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/console"
+	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -51,7 +53,7 @@ type bundle struct {
 	st    *store.Store
 	dsn   string
 	srv   *httptest.Server
-	ops   console.Ops
+	ops   *ops.Service
 	authn *auth.Authenticator
 	seq   atomic.Int64
 }
@@ -63,11 +65,12 @@ type setupOpts struct {
 	failureBurst int
 	store        *store.Store
 	replayer     *replay.Service
+	confirmAbove int64
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	t.Helper()
-	o := setupOpts{tokens: testTokens, failureRate: -1}
+	o := setupOpts{tokens: testTokens, failureRate: -1, confirmAbove: 1000}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -86,11 +89,17 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	b.authn, err = auth.New(auth.Config{AdminToken: tokAdmin, Tokens: o.tokens, RatePerSecond: -1,
 		FailureRate: o.failureRate, FailureBurst: o.failureBurst})
 	require.NoError(t, err)
-	b.ops = storeOps{st: b.st, rp: rp}
+	off := cron.ScheduleOff
+	cr, err := cron.New(cron.Config{Store: b.st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "console-test",
+		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off}})
+	require.NoError(t, err)
+	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, Logger: log})
+	require.NoError(t, err)
 	con, err := console.New(console.Config{Ops: b.ops, Auth: b.authn, Sessions: b.st, RequestID: api.RequestID,
 		Logger: log, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	s, err := api.New(api.Config{Addr: "127.0.0.1:0", Store: b.st, Auth: b.authn, Console: con, Logger: log, Gatherer: prometheus.NewRegistry()})
+	s, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: b.ops, Auth: b.authn, Mount: map[string]http.Handler{"/ui/": con},
+		Logger: log, Gatherer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	if o.tls {
 		b.srv = httptest.NewTLSServer(s.Handler())

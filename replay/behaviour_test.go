@@ -123,7 +123,7 @@ func TestReplayCancel(t *testing.T) {
 	task, err := b.svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: q}, RatePerSecond: 50}, operator)
 	require.NoError(t, err)
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, b.app, q) >= 10 }, "replay did not start")
-	cancelled, err := b.svc.Cancel(ctx, task.ID, operator)
+	cancelled, err := b.svc.Cancel(ctx, task.ID, operator, nil)
 	require.NoError(t, err)
 	require.Equal(t, replay.StatusCancelled, cancelled.Status)
 	atCancel := dlqtest.QueueDepth(t, b.app, q)
@@ -142,7 +142,7 @@ func TestReplayCancel(t *testing.T) {
 	require.Equal(t, int64(after), final.Published)
 	require.Equal(t, after, b.count(t, "status = 'replayed'"))
 	require.Equal(t, 200-after, b.count(t, "status = 'pending'"))
-	_, err = b.svc.Cancel(ctx, task.ID, operator)
+	_, err = b.svc.Cancel(ctx, task.ID, operator, nil)
 	require.NoError(t, err, "cancelling twice is harmless")
 	b.requireSummaryExact(t)
 }

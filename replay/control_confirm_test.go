@@ -7,7 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/control"
+	oplayer "github.com/dlq/dlq/ops"
 )
 
 // A replay by filter selecting more than the confirmation threshold needs
@@ -19,11 +20,11 @@ func TestControlReplayNeedsConfirmAboveThreshold(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.noConsumer = true })
 	q := b.targetQueue(t)
 	ids := b.seed(t, q, 8)
-	queue := b.controlWith(t, func(c *replay.ControlConfig) { c.ConfirmAbove = 5 })
+	queue := b.controlWith(t, func(_ *control.Config, o *oplayer.Config) { o.ConfirmAbove = 5 })
 	ops := b.client(t, queue, operatorToken)
 
 	a := call(t, ops, fmt.Sprintf(`{"command":"replay","command_id":"c-1","filter":{"source_queue":%q},"delay_seconds":3600}`, q))
-	requireCode(t, a, replay.CodeConfirmRequired)
+	requireCode(t, a, control.CodeConfirmRequired)
 	require.Contains(t, a.Error.Message, "more than 5 messages")
 	require.Contains(t, a.Error.Message, "at least 8")
 	require.Contains(t, a.Error.Message, "confirm: true")

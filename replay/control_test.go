@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/internal/dlqtest"
+	oplayer "github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -31,9 +33,10 @@ func (b *bundle) control(t *testing.T, scopedQueues ...string) string {
 	return b.controlWith(t, nil, scopedQueues...)
 }
 
-// controlWith is control with tweak applied to the Control's
-// configuration.
-func (b *bundle) controlWith(t *testing.T, tweak func(*replay.ControlConfig), scopedQueues ...string) string {
+// controlWith is control with tweak applied to the Control's and its
+// operations layer's configurations. The layer is built from the latter
+// unless the tweak sets the Control's Ops itself.
+func (b *bundle) controlWith(t *testing.T, tweak func(*control.Config, *oplayer.Config), scopedQueues ...string) string {
 	t.Helper()
 	tokens := []auth.Token{
 		{Name: "ops", Token: operatorToken, Role: auth.RoleOperator},
@@ -46,14 +49,18 @@ func (b *bundle) controlWith(t *testing.T, tweak func(*replay.ControlConfig), sc
 	require.NoError(t, err)
 	queue := dlqtest.Name(t, "ctl")
 	dlqtest.DeleteQueues(t, b.app, queue)
-	cfg := replay.ControlConfig{
-		Conn: b.conn, Queue: queue, Replays: b.svc, Actions: b.st, Commands: b.st, Auth: a,
-		Consumers: 2, MaxBytes: 1 << 20, ConfirmAbove: 1000, Registerer: b.reg,
+	cfg := control.Config{
+		Conn: b.conn, Queue: queue, Commands: b.st, Auth: a,
+		Consumers: 2, MaxBytes: 1 << 20, Registerer: b.reg,
 	}
+	oc := oplayer.Config{Store: b.st, Replays: b.svc, ConfirmAbove: 1000}
 	if tweak != nil {
-		tweak(&cfg)
+		tweak(&cfg, &oc)
 	}
-	c, err := replay.NewControl(cfg)
+	if cfg.Ops == nil {
+		cfg.Ops = newOps(t, oc)
+	}
+	c, err := control.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -75,17 +82,25 @@ func (b *bundle) controlWith(t *testing.T, tweak func(*replay.ControlConfig), sc
 	return queue
 }
 
-func (b *bundle) client(t *testing.T, queue, token string) *replay.Client {
+// newOps is the operations layer of cfg.
+func newOps(t *testing.T, cfg oplayer.Config) *oplayer.Service {
+	t.Helper()
+	o, err := oplayer.New(cfg)
+	require.NoError(t, err)
+	return o
+}
+
+func (b *bundle) client(t *testing.T, queue, token string) *control.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := replay.Dial(ctx, dlqtest.AMQPURL(), queue, token)
+	c, err := control.Dial(ctx, dlqtest.AMQPURL(), queue, token)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-func call(t *testing.T, c *replay.Client, body string) replay.Answer {
+func call(t *testing.T, c *control.Client, body string) control.Answer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -94,13 +109,13 @@ func call(t *testing.T, c *replay.Client, body string) replay.Answer {
 	return a
 }
 
-func requireOK(t *testing.T, a replay.Answer) {
+func requireOK(t *testing.T, a control.Answer) {
 	t.Helper()
 	require.True(t, a.OK, "answer: %+v", a.Error)
 	require.Nil(t, a.Error)
 }
 
-func requireCode(t *testing.T, a replay.Answer, code string) {
+func requireCode(t *testing.T, a control.Answer, code string) {
 	t.Helper()
 	require.False(t, a.OK)
 	require.NotNil(t, a.Error, "answer has no error")
@@ -109,7 +124,7 @@ func requireCode(t *testing.T, a replay.Answer, code string) {
 	require.Nil(t, a.Result)
 }
 
-func taskOf(t *testing.T, a replay.Answer) replay.Task {
+func taskOf(t *testing.T, a control.Answer) replay.Task {
 	t.Helper()
 	requireOK(t, a)
 	var task replay.Task
@@ -168,7 +183,7 @@ func TestControlCommands(t *testing.T) {
 		require.Len(t, list.Replays, 1)
 		st := taskOf(t, call(t, viewer, fmt.Sprintf(`{"command":"replay_status","command_id":"s-1","id":%d}`, list.Replays[0].ID)))
 		require.Equal(t, replay.StatusCompleted, st.Status)
-		requireCode(t, call(t, viewer, `{"command":"replay_status","command_id":"s-2","id":999999}`), replay.CodeNotFound)
+		requireCode(t, call(t, viewer, `{"command":"replay_status","command_id":"s-2","id":999999}`), control.CodeNotFound)
 	})
 
 	t.Run("cancel_replay", func(t *testing.T) {
@@ -178,7 +193,7 @@ func TestControlCommands(t *testing.T) {
 		c := taskOf(t, call(t, ops, fmt.Sprintf(`{"command":"cancel_replay","command_id":"c-1","id":%d}`, task.ID)))
 		require.Equal(t, replay.StatusCancelled, c.Status)
 		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", ids[2]), "nothing was replayed")
-		requireCode(t, call(t, viewer, fmt.Sprintf(`{"command":"cancel_replay","command_id":"c-2","id":%d}`, task.ID)), replay.CodeForbidden)
+		requireCode(t, call(t, viewer, fmt.Sprintf(`{"command":"cancel_replay","command_id":"c-2","id":%d}`, task.ID)), control.CodeForbidden)
 	})
 
 	t.Run("acknowledge", func(t *testing.T) {
@@ -194,7 +209,7 @@ func TestControlCommands(t *testing.T) {
 
 	t.Run("delete needs admin", func(t *testing.T) {
 		body := fmt.Sprintf(`{"command":"delete","command_id":"d-1","ids":[%d]}`, ids[4])
-		requireCode(t, call(t, ops, body), replay.CodeForbidden)
+		requireCode(t, call(t, ops, body), control.CodeForbidden)
 		a := call(t, admin, body)
 		requireOK(t, a)
 		require.Zero(t, b.count(t, "id = $1", ids[4]))
@@ -203,14 +218,14 @@ func TestControlCommands(t *testing.T) {
 	})
 
 	t.Run("command_id reused for another command", func(t *testing.T) {
-		requireCode(t, call(t, ops, fmt.Sprintf(`{"command":"acknowledge","command_id":"r-1","ids":[%d]}`, ids[5])), replay.CodeConflict)
+		requireCode(t, call(t, ops, fmt.Sprintf(`{"command":"acknowledge","command_id":"r-1","ids":[%d]}`, ids[5])), control.CodeConflict)
 		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", ids[5]))
 	})
 
 	t.Run("tokens", func(t *testing.T) {
 		body := fmt.Sprintf(`{"command":"acknowledge","command_id":"tok-1","ids":[%d]}`, ids[5])
-		requireCode(t, call(t, b.client(t, queue, "wrong"), body), replay.CodeInvalidToken)
-		requireCode(t, call(t, b.client(t, queue, ""), body), replay.CodeMissingToken)
+		requireCode(t, call(t, b.client(t, queue, "wrong"), body), control.CodeInvalidToken)
+		requireCode(t, call(t, b.client(t, queue, ""), body), control.CodeMissingToken)
 		require.Equal(t, 1, b.count(t, "id = $1 AND status = 'pending'", ids[5]))
 		// A rejected caller did not spend the command_id.
 		requireOK(t, call(t, ops, body))
@@ -226,7 +241,7 @@ func TestControlScopedToken(t *testing.T) {
 	_, otherIDs := b.deadLetter(t, 1)
 	queue := b.control(t, mine)
 	scoped := b.client(t, queue, "scoped-secret")
-	requireCode(t, call(t, scoped, fmt.Sprintf(`{"command":"replay","command_id":"x-1","ids":[%d]}`, otherIDs[0])), replay.CodeNotFound)
+	requireCode(t, call(t, scoped, fmt.Sprintf(`{"command":"replay","command_id":"x-1","ids":[%d]}`, otherIDs[0])), control.CodeNotFound)
 	task := taskOf(t, call(t, scoped, `{"command":"replay","command_id":"x-3","filter":{}}`))
 	require.Equal(t, int64(1), task.Requested, "a filter is limited to the token's queues")
 	b.waitTask(t, task.ID, 20*time.Second, replay.StatusCompleted)
@@ -241,7 +256,7 @@ func TestControlScopedToken(t *testing.T) {
 	// A task of an unscoped caller is invisible to the scoped one.
 	ops := b.client(t, queue, operatorToken)
 	other := taskOf(t, call(t, ops, fmt.Sprintf(`{"command":"replay","command_id":"x-5","ids":[%d],"delay_seconds":3600}`, otherIDs[0])))
-	requireCode(t, call(t, scoped, fmt.Sprintf(`{"command":"cancel_replay","command_id":"x-6","id":%d}`, other.ID)), replay.CodeNotFound)
+	requireCode(t, call(t, scoped, fmt.Sprintf(`{"command":"cancel_replay","command_id":"x-6","id":%d}`, other.ID)), control.CodeNotFound)
 }
 
 // Malformed and hostile commands are answered with an error, acknowledged,
@@ -273,35 +288,35 @@ func TestControlMalformedCommands(t *testing.T) {
 	many.WriteString("]}")
 
 	cases := []struct{ name, body, code string }{
-		{"empty", ``, replay.CodeInvalidJSON},
-		{"not JSON", `replay everything`, replay.CodeInvalidJSON},
-		{"truncated", `{"command":"replay","command_id":"t","ids":[1,`, replay.CodeInvalidJSON},
-		{"array", `[{"command":"replay"}]`, replay.CodeInvalidJSON},
-		{"null", `null`, replay.CodeInvalidRequest},
-		{"trailing data", `{"command":"list_replays","command_id":"td"} {"command":"delete"}`, replay.CodeInvalidJSON},
-		{"unknown field", `{"command":"replay","command_id":"uf","ids":[1],"rate":5}`, replay.CodeInvalidJSON},
-		{"unknown command", `{"command":"purge","command_id":"uc"}`, replay.CodeUnknownCommand},
-		{"missing command_id", `{"command":"list_replays"}`, replay.CodeInvalidRequest},
-		{"one million ids", million.String(), replay.CodeTooLarge},
-		{"too many ids", many.String(), replay.CodeInvalidRequest},
-		{"negative id", `{"command":"replay","command_id":"n1","ids":[-5]}`, replay.CodeInvalidRequest},
-		{"negative limit", `{"command":"replay","command_id":"n2","filter":{},"limit":-1}`, replay.CodeInvalidRequest},
-		{"negative rate", `{"command":"replay","command_id":"n3","ids":[1],"rate_per_second":-10}`, replay.CodeInvalidRequest},
-		{"negative delay", `{"command":"replay","command_id":"n4","ids":[1],"delay_seconds":-1}`, replay.CodeInvalidRequest},
-		{"negative task id", `{"command":"cancel_replay","command_id":"n5","id":-3}`, replay.CodeInvalidRequest},
-		{"huge number", `{"command":"replay","command_id":"n6","ids":[1e999]}`, replay.CodeInvalidJSON},
-		{"fractional id", `{"command":"replay","command_id":"n7","ids":[1.5]}`, replay.CodeInvalidJSON},
-		{"sql in command", `{"command":"replay'; DROP TABLE dead_messages; --","command_id":"s1"}`, replay.CodeUnknownCommand},
-		{"sql in status", `{"command":"replay","command_id":"s2","filter":{"status":"pending' OR '1'='1"}}`, replay.CodeInvalidRequest},
-		{"sql in ids", `{"command":"acknowledge","command_id":"s3","ids":["1 OR 1=1"]}`, replay.CodeInvalidJSON},
-		{"sql in limit", `{"command":"replay","command_id":"s4","filter":{},"limit":"1; DROP TABLE replay_tasks"}`, replay.CodeInvalidJSON},
-		{"sql in queue", `{"command":"replay","command_id":"s5","filter":{"source_queue":"x'; DROP TABLE dead_messages; --"}}`, replay.CodeNotFound},
-		{"control characters in command_id", "{\"command\":\"list_replays\",\"command_id\":\"a\\u0000b\"}", replay.CodeInvalidRequest},
-		{"field of another command", `{"command":"acknowledge","command_id":"o1","ids":[1],"rate_per_second":5}`, replay.CodeInvalidRequest},
-		{"both ids and filter", `{"command":"replay","command_id":"o2","ids":[1],"filter":{}}`, replay.CodeInvalidRequest},
-		{"nothing selected", `{"command":"acknowledge","command_id":"o3"}`, replay.CodeInvalidRequest},
-		{"bad target", `{"command":"replay","command_id":"o4","ids":[1],"target":{"exchange":"","routing_key":""}}`, replay.CodeInvalidRequest},
-		{"bad canary", `{"command":"replay","command_id":"o5","ids":[1],"canary":{"count":0,"wait_seconds":5}}`, replay.CodeInvalidRequest},
+		{"empty", ``, control.CodeInvalidJSON},
+		{"not JSON", `replay everything`, control.CodeInvalidJSON},
+		{"truncated", `{"command":"replay","command_id":"t","ids":[1,`, control.CodeInvalidJSON},
+		{"array", `[{"command":"replay"}]`, control.CodeInvalidJSON},
+		{"null", `null`, control.CodeInvalidRequest},
+		{"trailing data", `{"command":"list_replays","command_id":"td"} {"command":"delete"}`, control.CodeInvalidJSON},
+		{"unknown field", `{"command":"replay","command_id":"uf","ids":[1],"rate":5}`, control.CodeInvalidJSON},
+		{"unknown command", `{"command":"purge","command_id":"uc"}`, control.CodeUnknownCommand},
+		{"missing command_id", `{"command":"list_replays"}`, control.CodeInvalidRequest},
+		{"one million ids", million.String(), control.CodeTooLarge},
+		{"too many ids", many.String(), control.CodeInvalidRequest},
+		{"negative id", `{"command":"replay","command_id":"n1","ids":[-5]}`, control.CodeInvalidRequest},
+		{"negative limit", `{"command":"replay","command_id":"n2","filter":{},"limit":-1}`, control.CodeInvalidRequest},
+		{"negative rate", `{"command":"replay","command_id":"n3","ids":[1],"rate_per_second":-10}`, control.CodeInvalidRequest},
+		{"negative delay", `{"command":"replay","command_id":"n4","ids":[1],"delay_seconds":-1}`, control.CodeInvalidRequest},
+		{"negative task id", `{"command":"cancel_replay","command_id":"n5","id":-3}`, control.CodeInvalidRequest},
+		{"huge number", `{"command":"replay","command_id":"n6","ids":[1e999]}`, control.CodeInvalidJSON},
+		{"fractional id", `{"command":"replay","command_id":"n7","ids":[1.5]}`, control.CodeInvalidJSON},
+		{"sql in command", `{"command":"replay'; DROP TABLE dead_messages; --","command_id":"s1"}`, control.CodeUnknownCommand},
+		{"sql in status", `{"command":"replay","command_id":"s2","filter":{"status":"pending' OR '1'='1"}}`, control.CodeInvalidRequest},
+		{"sql in ids", `{"command":"acknowledge","command_id":"s3","ids":["1 OR 1=1"]}`, control.CodeInvalidJSON},
+		{"sql in limit", `{"command":"replay","command_id":"s4","filter":{},"limit":"1; DROP TABLE replay_tasks"}`, control.CodeInvalidJSON},
+		{"sql in queue", `{"command":"replay","command_id":"s5","filter":{"source_queue":"x'; DROP TABLE dead_messages; --"}}`, control.CodeNotFound},
+		{"control characters in command_id", "{\"command\":\"list_replays\",\"command_id\":\"a\\u0000b\"}", control.CodeInvalidRequest},
+		{"field of another command", `{"command":"acknowledge","command_id":"o1","ids":[1],"rate_per_second":5}`, control.CodeInvalidRequest},
+		{"both ids and filter", `{"command":"replay","command_id":"o2","ids":[1],"filter":{}}`, control.CodeInvalidRequest},
+		{"nothing selected", `{"command":"acknowledge","command_id":"o3"}`, control.CodeInvalidRequest},
+		{"bad target", `{"command":"replay","command_id":"o4","ids":[1],"target":{"exchange":"","routing_key":""}}`, control.CodeInvalidRequest},
+		{"bad canary", `{"command":"replay","command_id":"o5","ids":[1],"canary":{"count":0,"wait_seconds":5}}`, control.CodeInvalidRequest},
 	}
 	for _, c := range cases {
 		a := call(t, ops, c.body)
@@ -314,7 +329,7 @@ func TestControlMalformedCommands(t *testing.T) {
 	// headers are not strings (token as bytes, typed values) is understood.
 	ch := dlqtest.Channel(t, b.app)
 	require.NoError(t, ch.PublishWithContext(context.Background(), "", queue, false, false, amqp.Publishing{Body: []byte(`{oops`)}))
-	raw := b.rawCall(t, queue, amqp.Table{replay.TokenHeader: []byte(operatorToken), "x-n": int16(3), "x-t": amqp.Table{"a": []any{1.5}}},
+	raw := b.rawCall(t, queue, amqp.Table{control.TokenHeader: []byte(operatorToken), "x-n": int16(3), "x-t": amqp.Table{"a": []any{1.5}}},
 		fmt.Sprintf(`{"command":"acknowledge","command_id":"bytes-token","ids":[%d]}`, ids[0]))
 	requireOK(t, raw)
 
@@ -328,7 +343,7 @@ func TestControlMalformedCommands(t *testing.T) {
 
 // rawCall publishes a command with the given headers on a direct-reply
 // channel of the test's own and waits for the answer.
-func (b *bundle) rawCall(t *testing.T, queue string, headers amqp.Table, body string) replay.Answer {
+func (b *bundle) rawCall(t *testing.T, queue string, headers amqp.Table, body string) control.Answer {
 	t.Helper()
 	ch := dlqtest.Channel(t, b.app)
 	ds, err := ch.Consume("amq.rabbitmq.reply-to", "", true, false, false, false, nil)
@@ -339,11 +354,11 @@ func (b *bundle) rawCall(t *testing.T, queue string, headers amqp.Table, body st
 	select {
 	case d := <-ds:
 		require.Equal(t, "raw-1", d.CorrelationId)
-		var a replay.Answer
+		var a control.Answer
 		require.NoError(t, json.Unmarshal(d.Body, &a))
 		return a
 	case <-time.After(20 * time.Second):
 		t.Fatal("no answer")
 	}
-	return replay.Answer{}
+	return control.Answer{}
 }

@@ -1,8 +1,8 @@
 // Package replay sends stored dead messages back to RabbitMQ, safely: each
 // message is published once per replay, with publisher confirms and the
 // mandatory flag, at a chosen rate, after a chosen delay, with a canary,
-// and cancellable. It also answers the control queue, through which
-// applications and the CLI ask for replays, acknowledgements and deletes.
+// and cancellable. The control queue (package control) and the HTTP API
+// start and cancel tasks through the operations layer (package ops).
 //
 // # Tasks and the snapshot
 //
@@ -133,30 +133,4 @@
 // stops within one publish. The lease renewal notices a cancel too, if a
 // notification was lost. Claimed messages not yet published go back to
 // pending, unsettled; confirms in flight are still recorded.
-//
-// # Control queue
-//
-// Control runs a Watermill router on the control queue. Watermill gives the
-// handler model (one handler per consumer, middleware, Run/Close with a
-// timeout); the transport underneath is this package's Subscriber on
-// broker.Conn rather than watermill-amqp, because the program has exactly
-// one reconnect layer (broker.Conn) and watermill-amqp brings its own, and
-// because watermill-amqp's default marshaler drops or fails on non-string
-// headers, while Marshaler here keeps the whole header table and every
-// property as typed JSON. Messages are never nacked with requeue: every
-// command, however malformed, is answered and acknowledged, so nothing
-// crashes, blocks or loops the consumer.
-//
-// A command carries its token in x-dlq-token; the role decides (viewer
-// reads, operator replays, acknowledges and cancels, admin deletes) and a
-// token scoped to queues only touches those queues. A mutating command is
-// reserved by command_id before it runs (control_commands) and its answer
-// stored after; a replay's answer is stored in the task's own transaction,
-// so a redelivered command can never start a second task. A repeated
-// command_id returns the stored first answer and does nothing again.
-// Commands whose only failure was the database being unavailable, a panic
-// (answered internal; the consumer goes on), or a missing confirm: true
-// are forgotten, so that a retry with the same id runs them. A replay,
-// acknowledge or delete by filter above ControlConfig.ConfirmAbove needs
-// confirm: true, as over HTTP. Audit rows carry the token's scope.
 package replay

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/internal/dlqtest"
+	oplayer "github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -35,8 +37,9 @@ func TestCancelThroughAnotherInstance(t *testing.T) {
 	svcB, err := replay.New(replay.Config{Store: stB, Conn: connB, Lease: 3 * time.Second, PollInterval: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, Name: "instance-b"})
 	require.NoError(t, err)
-	queue := b.controlWith(t, func(c *replay.ControlConfig) {
-		c.Conn, c.Replays, c.Actions, c.Commands, c.Consumers = connB, svcB, stB, stB, 1
+	queue := b.controlWith(t, func(c *control.Config, o *oplayer.Config) {
+		c.Conn, c.Commands, c.Consumers = connB, stB, 1
+		o.Replays, o.Store = svcB, stB
 	})
 	ops := b.client(t, queue, operatorToken)
 

@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/internal/dlqtest"
+	oplayer "github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -49,7 +51,7 @@ func TestReplayCompletesWithTheSmallestPool(t *testing.T) {
 	require.NoError(t, err)
 	b.svc = svc
 	b.run(t, svc)
-	queue := b.controlWith(t, func(c *replay.ControlConfig) { c.Replays, c.Actions, c.Commands = svc, one, one })
+	queue := b.controlWith(t, func(c *control.Config, o *oplayer.Config) { o.Replays, o.Store, c.Commands = svc, one, one })
 	ops := b.client(t, queue, operatorToken)
 
 	task := taskOf(t, call(t, ops, fmt.Sprintf(`{"command":"replay","command_id":"small-pool","filter":{"source_queue":%q},"confirm":true}`, q)))

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 )
@@ -75,13 +76,13 @@ type proc struct {
 }
 
 // env is the environment of dlq processes for this bundle.
-func (b *bundle) env(t *testing.T, control string, extra ...string) []string {
+func (b *bundle) env(t *testing.T, ctlQueue string, extra ...string) []string {
 	env := append(os.Environ(),
 		"DLQ_DATABASE_URL="+b.dsn,
 		"DLQ_AMQP_URL="+dlqtest.AMQPURL(),
 		"DLQ_EXCHANGE="+b.exchange,
 		"DLQ_QUEUES="+b.queue,
-		"DLQ_CONTROL_QUEUE="+control,
+		"DLQ_CONTROL_QUEUE="+ctlQueue,
 		"DLQ_ADMIN_TOKEN="+adminToken,
 		"DLQ_LOG_FORMAT=text",
 	)
@@ -89,10 +90,10 @@ func (b *bundle) env(t *testing.T, control string, extra ...string) []string {
 }
 
 // serve starts a dlq serve process; it is killed when the test ends.
-func (b *bundle) serve(t *testing.T, control string, extra ...string) *proc {
+func (b *bundle) serve(t *testing.T, ctlQueue string, extra ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(dlqBinary(t), "serve")
-	cmd.Env = b.env(t, control, append([]string{"DLQ_HTTP_ADDR=" + freeAddr(t)}, extra...)...)
+	cmd.Env = b.env(t, ctlQueue, append([]string{"DLQ_HTTP_ADDR=" + freeAddr(t)}, extra...)...)
 	logPath := filepath.Join(t.TempDir(), fmt.Sprintf("serve-%d.log", time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	require.NoError(t, err)
@@ -142,23 +143,23 @@ func (p *proc) stop(t *testing.T) {
 }
 
 // waitAnswering waits until some dlq answers on the control queue.
-func (b *bundle) waitAnswering(t *testing.T, control string) *replay.Client {
+func (b *bundle) waitAnswering(t *testing.T, ctlQueue string) *control.Client {
 	t.Helper()
-	c := b.client(t, control, adminToken)
+	c := b.client(t, ctlQueue, adminToken)
 	dlqtest.Eventually(t, 60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		a, err := c.Call(ctx, replay.Command{Command: replay.CmdListReplays})
+		a, err := c.Call(ctx, control.Command{Command: control.CmdListReplays})
 		return err == nil && a.OK
-	}, "no dlq answers on %s", control)
+	}, "no dlq answers on %s", ctlQueue)
 	return c
 }
 
 // cli runs a dlq subcommand and returns its exit code, stdout and stderr.
-func (b *bundle) cli(t *testing.T, control, token string, args ...string) (int, string, string) {
+func (b *bundle) cli(t *testing.T, ctlQueue, token string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(dlqBinary(t), args...)
-	cmd.Env = b.env(t, control, "DLQ_TOKEN="+token)
+	cmd.Env = b.env(t, ctlQueue, "DLQ_TOKEN="+token)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -193,12 +194,12 @@ func TestReplayTwoProcessesSameRows(t *testing.T) {
 	q := b.targetQueue(t)
 	const n = 10_000
 	b.seed(t, q, n)
-	control := dlqtest.Name(t, "ctl")
-	dlqtest.DeleteQueues(t, b.app, control)
+	ctlQueue := dlqtest.Name(t, "ctl")
+	dlqtest.DeleteQueues(t, b.app, ctlQueue)
 	env := []string{"DLQ_REPLAY_MAX_TASKS=1", "DLQ_REPLAY_LEASE=5s"}
-	b.serve(t, control, env...)
-	b.serve(t, control, env...)
-	c := b.waitAnswering(t, control)
+	b.serve(t, ctlQueue, env...)
+	b.serve(t, ctlQueue, env...)
+	c := b.waitAnswering(t, ctlQueue)
 	// Both instances are up once two distinct consumers hold the queue.
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		ch, err := b.app.Channel()
@@ -206,7 +207,7 @@ func TestReplayTwoProcessesSameRows(t *testing.T) {
 			return false
 		}
 		defer ch.Close()
-		qi, err := ch.QueueDeclarePassive(control, true, false, false, false, nil)
+		qi, err := ch.QueueDeclarePassive(ctlQueue, true, false, false, false, nil)
 		return err == nil && qi.Consumers >= 2
 	}, "both dlq processes consuming the control queue")
 
@@ -239,16 +240,16 @@ func TestReplayCLI(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.noService, o.noConsumer = true, true })
 	q := b.targetQueue(t)
 	ids := b.seed(t, q, 50)
-	control := dlqtest.Name(t, "ctl")
-	dlqtest.DeleteQueues(t, b.app, control)
-	p := b.serve(t, control)
-	b.waitAnswering(t, control)
+	ctlQueue := dlqtest.Name(t, "ctl")
+	dlqtest.DeleteQueues(t, b.app, ctlQueue)
+	p := b.serve(t, ctlQueue)
+	b.waitAnswering(t, ctlQueue)
 
-	code, out, errOut := b.cli(t, control, adminToken, "replay", "--source-queue", q, "--dry-run")
+	code, out, errOut := b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--dry-run")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "dry run: 50 messages match")
 
-	code, out, errOut = b.cli(t, control, adminToken, "replay", "--source-queue", q, "--limit", "40", "--rate", "200", "--wait", "--json")
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--limit", "40", "--rate", "200", "--wait", "--json")
 	require.Equal(t, 0, code, errOut)
 	var task replay.Task
 	require.NoError(t, json.Unmarshal([]byte(out), &task), out)
@@ -257,20 +258,20 @@ func TestReplayCLI(t *testing.T) {
 	require.Contains(t, errOut, "40/40", "the progress bar reached the end")
 	require.Equal(t, 40, dlqtest.QueueDepth(t, b.app, q))
 
-	code, out, errOut = b.cli(t, control, adminToken, "replay", fmt.Sprint(ids[49]), "--delay", "1h")
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", fmt.Sprint(ids[49]), "--delay", "1h")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "scheduled")
 
-	code, out, errOut = b.cli(t, control, adminToken, "replays")
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replays")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "completed")
 	require.Contains(t, out, "scheduled")
 
-	code, out, _ = b.cli(t, control, adminToken, "replays", fmt.Sprint(task.ID))
+	code, out, _ = b.cli(t, ctlQueue, adminToken, "replays", fmt.Sprint(task.ID))
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "published  40")
 
-	code, out, errOut = b.cli(t, control, adminToken, "cancel", fmt.Sprint(task.ID+1))
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "cancel", fmt.Sprint(task.ID+1))
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "cancelled")
 
@@ -285,18 +286,18 @@ func TestReplayCLI(t *testing.T) {
 		{adminToken, []string{"replay", "--rate", "-1", "1"}, 2},
 		{adminToken, []string{"replay", "12", "--source-queue", "x"}, 2},
 	} {
-		code, _, errOut := b.cli(t, control, c.token, c.args...)
+		code, _, errOut := b.cli(t, ctlQueue, c.token, c.args...)
 		require.Equal(t, c.code, code, "%v: %s", c.args, errOut)
 	}
 
 	// A task shows why it skipped messages.
-	code, out, errOut = b.cli(t, control, adminToken, "replay", fmt.Sprint(ids[0]), "--wait")
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", fmt.Sprint(ids[0]), "--wait")
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `skipped +1 \(not_pending 1\)`, out, "already replayed by the first task")
 
 	// A clean stop of dlq serve.
 	p.stop(t)
-	code, _, errOut = b.cli(t, control, adminToken, "replays", "--timeout", "2s")
+	code, _, errOut = b.cli(t, ctlQueue, adminToken, "replays", "--timeout", "2s")
 	require.Equal(t, 3, code, "no dlq answering: %s", errOut)
 	require.True(t, strings.Contains(errOut, "no answer") || strings.Contains(errOut, "unreachable"), errOut)
 }
@@ -315,16 +316,16 @@ func TestReplayCLITimeRangeAndCommandID(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '2 hours' WHERE id = ANY($1)`, ids[10:20])
 	require.NoError(t, err)
-	control := dlqtest.Name(t, "ctl")
-	dlqtest.DeleteQueues(t, b.app, control)
-	b.serve(t, control, "DLQ_API_CONFIRM_ABOVE=15")
-	b.waitAnswering(t, control)
+	ctlQueue := dlqtest.Name(t, "ctl")
+	dlqtest.DeleteQueues(t, b.app, ctlQueue)
+	b.serve(t, ctlQueue, "DLQ_API_CONFIRM_ABOVE=15")
+	b.waitAnswering(t, ctlQueue)
 
-	code, out, errOut := b.cli(t, control, adminToken, "replay", "--source-queue", q, "--since", "150m", "--until", "90m", "--dry-run")
+	code, out, errOut := b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--since", "150m", "--until", "90m", "--dry-run")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "dry run: 10 messages match")
 
-	code, _, errOut = b.cli(t, control, adminToken, "replay", "--source-queue", q, "--until", "90m", "--delay", "1h")
+	code, _, errOut = b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--until", "90m", "--delay", "1h")
 	require.Equal(t, 2, code, "20 messages, threshold 15: %s", errOut)
 	require.Contains(t, errOut, "confirm_required")
 	require.Contains(t, errOut, "--confirm")
@@ -333,7 +334,7 @@ func TestReplayCLITimeRangeAndCommandID(t *testing.T) {
 	now := time.Now().UTC()
 	since, until := now.Add(-150*time.Minute).Format(time.RFC3339), now.Add(-90*time.Minute).Format(time.RFC3339)
 	args := []string{"replay", "--source-queue", q, "--since", since, "--until", until, "--command-id", "cli-range-1", "--json"}
-	code, out, errOut = b.cli(t, control, adminToken, append(args, "--wait")...)
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, append(args, "--wait")...)
 	require.Equal(t, 0, code, errOut)
 	var task replay.Task
 	require.NoError(t, json.Unmarshal([]byte(out), &task), out)
@@ -342,7 +343,7 @@ func TestReplayCLITimeRangeAndCommandID(t *testing.T) {
 	require.Equal(t, 10, b.count(t, "id = ANY($1) AND status = 'replayed'", ids[10:20]))
 	require.Equal(t, 20, b.count(t, "source_queue = $1 AND status = 'pending'", q), "outside the range: untouched")
 
-	code, out, errOut = b.cli(t, control, adminToken, args...)
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, args...)
 	require.Equal(t, 0, code, errOut)
 	var again replay.Task
 	require.NoError(t, json.Unmarshal([]byte(out), &again), out)
@@ -355,7 +356,7 @@ func TestReplayCLITimeRangeAndCommandID(t *testing.T) {
 		{"--until", "yesterday"},
 		{"--since", "2026-13-01T00:00:00Z"},
 	} {
-		code, _, errOut := b.cli(t, control, adminToken, append([]string{"replay", "--source-queue", q}, bad...)...)
+		code, _, errOut := b.cli(t, ctlQueue, adminToken, append([]string{"replay", "--source-queue", q}, bad...)...)
 		require.Equal(t, 2, code, "%v: %s", bad, errOut)
 	}
 }

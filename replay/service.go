@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +118,7 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Service records replay tasks (Replayer) and, in Run, executes them.
+// Service records replay tasks and, in Run, executes them.
 // It is safe for concurrent use.
 type Service struct {
 	cfg     Config
@@ -142,8 +141,6 @@ type skipReasons struct {
 	skipped int64
 	reasons map[string]int64
 }
-
-var _ Replayer = (*Service)(nil)
 
 // New validates cfg and registers the metrics.
 func New(cfg Config) (*Service, error) {
@@ -323,19 +320,15 @@ func (s *Service) withSkipReasons(ctx context.Context, tasks []Task) {
 	}
 }
 
-// List returns recent tasks, newest first.
-func (s *Service) List(ctx context.Context, limit int) ([]Task, error) {
-	return s.ListIn(ctx, limit, nil)
-}
-
-// ListIn returns recent tasks visible to a caller restricted to scope
-// (nil: every task).
-func (s *Service) ListIn(ctx context.Context, limit int, scope []string) ([]Task, error) {
+// List returns tasks with an id below before (0: from the newest), newest
+// first; limit 0 means 50, at most 1000. Who may see which task is the
+// operations layer's rule (ops.TaskVisible), not the service's.
+func (s *Service) List(ctx context.Context, before int64, limit int) ([]Task, error) {
 	limit = min(cmp.Or(limit, 50), 1000)
-	if limit < 0 {
-		return nil, invalid("limit %d must be between 1 and 1000", limit)
+	if limit < 0 || before < 0 {
+		return nil, invalid("limit %d must be between 1 and 1000, before %d must be >= 0", limit, before)
 	}
-	ts, err := s.st.ListReplayTasks(ctx, limit, scope)
+	ts, err := s.st.ListReplayTasks(ctx, before, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -347,19 +340,15 @@ func (s *Service) ListIn(ctx context.Context, limit int, scope []string) ([]Task
 	return out, nil
 }
 
-// Cancel stops a task within one publish.
-func (s *Service) Cancel(ctx context.Context, id int64, actor store.Actor) (Task, error) {
-	return s.CancelIn(ctx, id, nil, actor)
-}
-
-// CancelIn is Cancel for a caller restricted to scope (nil: every task); a
-// task outside it is store.ErrNotFound.
-func (s *Service) CancelIn(ctx context.Context, id int64, scope []string, actor store.Actor) (Task, error) {
+// Cancel stops a task within one publish. allow, when set, is asked under
+// the task's lock whether the caller may cancel it; its error is returned
+// and nothing changes.
+func (s *Service) Cancel(ctx context.Context, id int64, actor store.Actor, allow func(Task) error) (Task, error) {
 	t, err := s.st.CancelReplayTask(ctx, id, actor, func(t store.ReplayTask) error {
-		if !Visible(t.Scope, scope) {
-			return fmt.Errorf("replay task %d: %w", id, store.ErrNotFound)
+		if allow == nil {
+			return nil
 		}
-		return nil
+		return allow(taskOf(t))
 	})
 	if err != nil {
 		if t.ID != 0 && errors.Is(err, store.ErrConflict) {
@@ -372,24 +361,6 @@ func (s *Service) CancelIn(ctx context.Context, id int64, scope []string, actor 
 	out := []Task{taskOf(t)}
 	s.withSkipReasons(ctx, out)
 	return out[0], nil
-}
-
-// Visible reports whether a task recorded with taskScope may be seen by a
-// caller restricted to callerScope: an unrestricted caller sees every task;
-// a restricted one sees the tasks whose scope lies within its own.
-func Visible(taskScope, callerScope []string) bool {
-	if callerScope == nil {
-		return true
-	}
-	if taskScope == nil {
-		return false
-	}
-	for _, q := range taskScope {
-		if !slices.Contains(callerScope, q) {
-			return false
-		}
-	}
-	return true
 }
 
 func taskOf(t store.ReplayTask) Task {

@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"context"
 	"time"
 
 	"github.com/dlq/dlq/store"
@@ -94,16 +93,4 @@ type Task struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	StartAt    time.Time  `json:"start_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
-}
-
-// Replayer is what the HTTP API and the control queue use.
-type Replayer interface {
-	// Start validates and records a task (or answers a dry run).
-	Start(ctx context.Context, req Request, actor store.Actor) (Task, error)
-	// Get returns a task; store.ErrNotFound when there is none.
-	Get(ctx context.Context, id int64) (Task, error)
-	// List returns recent tasks, newest first.
-	List(ctx context.Context, limit int) ([]Task, error)
-	// Cancel stops a task within one publish.
-	Cancel(ctx context.Context, id int64, actor store.Actor) (Task, error)
 }

@@ -301,18 +301,13 @@ func (s *Store) GetReplayTask(ctx context.Context, id int64) (ReplayTask, error)
 	return t, nil
 }
 
-// ListReplayTasks returns recent tasks, newest first. scope, when not nil,
-// keeps the tasks whose own scope lies within it (tasks of unscoped callers
-// are then hidden).
-func (s *Store) ListReplayTasks(ctx context.Context, limit int, scope []string) ([]ReplayTask, error) {
-	var scopeArg any
-	if scope != nil {
-		scopeArg = scope
-	}
+// ListReplayTasks returns tasks with an id below before (0: from the
+// newest), newest first.
+func (s *Store) ListReplayTasks(ctx context.Context, before int64, limit int) ([]ReplayTask, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT `+replayTaskColumns+` FROM replay_tasks
-WHERE $2::text[] IS NULL OR (scope IS NOT NULL AND scope <@ $2::text[])
-ORDER BY id DESC LIMIT $1`, limit, scopeArg)
+WHERE $2 = 0 OR id < $2
+ORDER BY id DESC LIMIT $1`, limit, before)
 	if err != nil {
 		return nil, fmt.Errorf("store: list replay tasks: %w", err)
 	}

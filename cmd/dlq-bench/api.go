@@ -28,6 +28,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -474,8 +475,12 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Store: st, Auth: authn,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	operations, err := ops.New(ops.Config{Store: st, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: operations, Auth: authn, Logger: log})
 	if err != nil {
 		return nil, err
 	}

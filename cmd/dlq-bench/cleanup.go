@@ -23,6 +23,7 @@ import (
 	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
 )
 
@@ -154,7 +155,7 @@ func splitList(s string) []string {
 // the job runs in one window and is stopped in the next. On a machine whose
 // background load drifts (a shared one), comparing each window with its
 // neighbours measures the job's cost far better than two long runs one
-// after the other. Ingest never stops; the job (a fresh cleanup.Service per
+// after the other. Ingest never stops; the job (a fresh cron.Service per
 // window, exactly as dlq serve runs it) resumes where it left off, since
 // its work is simply "whatever is still expired".
 func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duration) (cleanupResult, error) {
@@ -254,10 +255,10 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	ingested := func() float64 { return metricSum(creg, "dlq_messages_ingested_total") }
 	startJob := func() (func() float64, error) {
 		reg := prometheus.NewRegistry()
-		svc, err := cleanup.New(cleanup.Config{
+		svc, err := cron.New(cron.Config{
 			Store: st, Logger: quiet, Registerer: reg, Instance: "bench",
-			Schedules: cleanup.Schedules{Summary: cleanup.ScheduleOff, Cleanup: "@every 100ms", Capacity: cleanup.ScheduleOff, Alerts: cleanup.ScheduleOff},
-			BatchSize: o.batch, Pause: pause, LeaseTTL: 30 * time.Second,
+			Schedules: cron.Schedules{Summary: cron.ScheduleOff, Cleanup: "@every 100ms", Capacity: cron.ScheduleOff, Alerts: cron.ScheduleOff},
+			Cleanup:   cleanup.Config{BatchSize: o.batch, Pause: pause}, LeaseTTL: 30 * time.Second,
 		})
 		if err != nil {
 			return nil, err
@@ -482,9 +483,9 @@ func statusReads(ctx context.Context, o cleanupOptions) ([]cleanupResult, error)
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	svc, err := cleanup.New(cleanup.Config{
+	svc, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg, Disabled: true,
-		Capacity: cleanup.Capacity{MaxMessages: 20_000_000},
+		Cleanup: cleanup.Config{Capacity: cleanup.Capacity{MaxMessages: 20_000_000}},
 	})
 	if err != nil {
 		return nil, err

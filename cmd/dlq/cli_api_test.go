@@ -19,6 +19,7 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -32,7 +33,9 @@ func cliServer(t *testing.T) (string, *store.Store, []int64) {
 		Tokens:     []auth.Token{{Name: "viewer", Token: "cli-viewer-token", Role: auth.RoleViewer}},
 	})
 	require.NoError(t, err)
-	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Store: st, Auth: authn, ConfirmAbove: 3,
+	operations, err := ops.New(ops.Config{Store: st, ConfirmAbove: 3})
+	require.NoError(t, err)
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: operations, Auth: authn,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

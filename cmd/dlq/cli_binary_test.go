@@ -21,6 +21,7 @@ import (
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
 )
 
 // dlqBinary is the dlq binary under test: DLQ_TEST_DLQ_BIN when set (make
@@ -129,7 +130,9 @@ func brokenServer(t *testing.T) string {
 	st, _ := dlqtest.Store(t)
 	authn, err := auth.New(auth.Config{AdminToken: "cli-admin-token"})
 	require.NoError(t, err)
-	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Store: st, Auth: authn,
+	operations, err := ops.New(ops.Config{Store: st})
+	require.NoError(t, err)
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: operations, Auth: authn,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

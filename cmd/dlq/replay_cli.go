@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -38,7 +39,7 @@ func (f *rpcFlags) register(fs *flag.FlagSet) {
 }
 
 // rpc connects to the control queue named by the configuration.
-func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*replay.Client, int) {
+func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
 	token := cmpOr(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
 	if token == "" {
 		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN)\n", name)
@@ -46,7 +47,7 @@ func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Durat
 	}
 	dctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
 	defer cancel()
-	c, err := replay.Dial(dctx, cfg.AMQPURL, cfg.ControlQueue, token)
+	c, err := control.Dial(dctx, cfg.AMQPURL, cfg.ControlQueue, token)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
 		return nil, exitUnavailable
@@ -63,13 +64,13 @@ func cmpOr(a, b string) string {
 
 // send runs one command and returns its result, or prints the failure and
 // returns the exit code.
-func send(ctx context.Context, name string, c *replay.Client, cmd replay.Command, timeout time.Duration) (json.RawMessage, int) {
+func send(ctx context.Context, name string, c *control.Client, cmd control.Command, timeout time.Duration) (json.RawMessage, int) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	a, err := c.Call(cctx, cmd)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		if errors.Is(err, replay.ErrNoAnswer) {
+		if errors.Is(err, control.ErrNoAnswer) {
 			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered on %s in %s; is dlq serve running?\n", name, "the control queue", timeout)
 		}
 		return nil, exitUnavailable
@@ -80,7 +81,7 @@ func send(ctx context.Context, name string, c *replay.Client, cmd replay.Command
 			code, msg = a.Error.Code, a.Error.Message
 		}
 		fmt.Fprintf(os.Stderr, "dlq %s: %s: %s\n", name, code, msg)
-		if code == replay.CodeConfirmRequired {
+		if code == control.CodeConfirmRequired {
 			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
 		}
 		return nil, answerExit(code)
@@ -91,13 +92,13 @@ func send(ctx context.Context, name string, c *replay.Client, cmd replay.Command
 // answerExit maps an answer's error code to the exit code.
 func answerExit(code string) int {
 	switch code {
-	case replay.CodeMissingToken, replay.CodeInvalidToken, replay.CodeForbidden:
+	case control.CodeMissingToken, control.CodeInvalidToken, control.CodeForbidden:
 		return exitDenied
-	case replay.CodeNotFound:
+	case control.CodeNotFound:
 		return exitNotFound
-	case replay.CodeInvalidJSON, replay.CodeInvalidRequest, replay.CodeUnknownCommand, replay.CodeTooLarge, replay.CodeConfirmRequired:
+	case control.CodeInvalidJSON, control.CodeInvalidRequest, control.CodeUnknownCommand, control.CodeTooLarge, control.CodeConfirmRequired:
 		return exitUsage
-	case replay.CodeUnavailable:
+	case control.CodeUnavailable:
 		return exitUnavailable
 	}
 	return exitFailure
@@ -225,7 +226,7 @@ func cmdReplay(args []string) int {
 		return code
 	}
 	defer c.Close()
-	res, code := send(ctx, "replay", c, replay.Command{Command: replay.CmdReplay, CommandID: commandID, Request: req, Confirm: confirm}, rf.timeout)
+	res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplay, CommandID: commandID, Request: req, Confirm: confirm}, rf.timeout)
 	if code >= 0 {
 		return code
 	}
@@ -274,7 +275,7 @@ func when(name, s string, now time.Time) (*time.Time, error) {
 }
 
 // waitTask polls a task until it finishes, drawing its progress on stderr.
-func waitTask(ctx context.Context, c *replay.Client, task replay.Task, rf rpcFlags) int {
+func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFlags) int {
 	bar := newProgress(os.Stderr)
 	var last json.RawMessage
 	for {
@@ -289,7 +290,7 @@ func waitTask(ctx context.Context, c *replay.Client, task replay.Task, rf rpcFla
 			return exitFailure
 		case <-time.After(500 * time.Millisecond):
 		}
-		res, code := send(ctx, "replay", c, replay.Command{Command: replay.CmdReplayStatus, ID: task.ID}, rf.timeout)
+		res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplayStatus, ID: task.ID}, rf.timeout)
 		if code >= 0 {
 			bar.done()
 			return code
@@ -456,7 +457,7 @@ func cmdReplays(args []string) int {
 	}
 	defer c.Close()
 	if id > 0 {
-		res, code := send(ctx, "replays", c, replay.Command{Command: replay.CmdReplayStatus, ID: id}, rf.timeout)
+		res, code := send(ctx, "replays", c, control.Command{Command: control.CmdReplayStatus, ID: id}, rf.timeout)
 		if code >= 0 {
 			return code
 		}
@@ -472,7 +473,7 @@ func cmdReplays(args []string) int {
 		printTask(os.Stdout, t)
 		return exitOK
 	}
-	res, code := send(ctx, "replays", c, replay.Command{Command: replay.CmdListReplays, Request: replay.Request{Limit: limit}}, rf.timeout)
+	res, code := send(ctx, "replays", c, control.Command{Command: control.CmdListReplays, Request: replay.Request{Limit: limit}}, rf.timeout)
 	if code >= 0 {
 		return code
 	}
@@ -526,7 +527,7 @@ func cmdCancel(args []string) int {
 		return code
 	}
 	defer c.Close()
-	res, code := send(ctx, "cancel", c, replay.Command{Command: replay.CmdCancelReplay, ID: id}, rf.timeout)
+	res, code := send(ctx, "cancel", c, control.Command{Command: control.CmdCancelReplay, ID: id}, rf.timeout)
 	if code >= 0 {
 		return code
 	}

@@ -8,17 +8,16 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/control"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
-// newReplay builds the replay service and the control-queue handler for
-// serve. The control queue shares the HTTP API's authenticator, so a token
-// means the same on both; with no token configured it refuses every
-// command (the broker is reachable by more than loopback clients).
-func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, authn *auth.Authenticator, log *slog.Logger, reg prometheus.Registerer) (*replay.Service, *replay.Control, error) {
+// newReplay builds the replay service for serve.
+func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, log *slog.Logger, reg prometheus.Registerer) (*replay.Service, error) {
 	r := cfg.Replay
-	replays, err := replay.New(replay.Config{
+	return replay.New(replay.Config{
 		Store:           st,
 		Conn:            conn,
 		MaxReplays:      r.MaxReplays,
@@ -33,30 +32,32 @@ func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, authn *aut
 		Logger:          log,
 		Registerer:      reg,
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	control, err := replay.NewControl(replay.ControlConfig{
-		Conn:         conn,
-		Queue:        cfg.ControlQueue,
-		Replays:      replays,
-		Actions:      st,
-		Commands:     st,
-		Auth:         authn,
-		Consumers:    r.ControlConsumers,
-		MaxBytes:     r.ControlMaxBytes,
-		ConfirmAbove: cfg.API.ConfirmAbove,
-		Logger:       log,
-		Registerer:   reg,
+}
+
+// newControl builds the control-queue handler. It shares the HTTP API's
+// authenticator and operations layer, so a token means the same on both;
+// with no token configured it refuses every command (the broker is
+// reachable by more than loopback clients).
+func newControl(cfg config.Config, st *store.Store, conn *broker.Conn, o *ops.Service, authn *auth.Authenticator, log *slog.Logger, reg prometheus.Registerer) (*control.Control, error) {
+	c, err := control.New(control.Config{
+		Conn:       conn,
+		Queue:      cfg.ControlQueue,
+		Ops:        o,
+		Commands:   st,
+		Auth:       authn,
+		Consumers:  cfg.Replay.ControlConsumers,
+		MaxBytes:   cfg.Replay.ControlMaxBytes,
+		Logger:     log,
+		Registerer: reg,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if authn.Open() {
 		log.Warn("no token is configured: the control queue refuses every command (set DLQ_ADMIN_TOKEN or api.tokens)",
 			"control_queue", cfg.ControlQueue)
 	}
-	return replays, control, nil
+	return c, nil
 }
 
 // replayConns is replay's and the control queue's share of serve's

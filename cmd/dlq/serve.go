@@ -20,6 +20,7 @@ import (
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/gctune"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -133,7 +134,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	replays, control, err := newReplay(cfg, st, conn, authn, log, reg)
+	replays, err := newReplay(cfg, st, conn, log, reg)
+	if err != nil {
+		return err
+	}
+
+	// The operations layer: every rule of every front door, once.
+	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove, Logger: log})
+	if err != nil {
+		return err
+	}
+	control, err := newControl(cfg, st, conn, operations, authn, log, reg)
 	if err != nil {
 		return err
 	}
@@ -143,12 +154,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Gatherer:     reg,
 		Registerer:   reg,
 		Logger:       log,
-		Store:        st,
+		Ops:          operations,
 		Auth:         authn,
-		Cron:         cron,
-		Replayer:     replays,
 		MaxBodyBytes: cfg.API.MaxBodyBytes,
-		ConfirmAbove: cfg.API.ConfirmAbove,
 		Checks: []api.Check{
 			{Name: "postgres", Check: st.Ping},
 			{Name: "rabbitmq", Check: func(context.Context) error {

@@ -1,0 +1,366 @@
+package control
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// Authenticator turns a token into a principal. auth.Authenticator is one.
+type Authenticator interface {
+	Authenticate(token string) (auth.Principal, error)
+}
+
+// rateLimiter is optionally implemented by an Authenticator (auth's is):
+// each command takes one request from the principal's limit.
+type rateLimiter interface {
+	Allow(p auth.Principal) bool
+}
+
+// Operations is what the control queue asks of the operations layer;
+// *ops.Service implements it. Every rule (role, scope, visibility, the
+// confirmation threshold) is the layer's: the handler only decodes,
+// calls and encodes.
+type Operations interface {
+	StartReplay(ctx context.Context, c ops.Caller, r ops.ReplayRequest) (replay.Task, error)
+	GetReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
+	ListReplays(ctx context.Context, c ops.Caller, limit int) ([]replay.Task, error)
+	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
+	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
+	Delete(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
+}
+
+// CommandStore remembers commands by command_id. *store.Store implements it.
+type CommandStore interface {
+	ReserveCommand(ctx context.Context, commandID, command, principal string, lease time.Duration) (store.CommandReservation, error)
+	SaveCommandAnswer(ctx context.Context, commandID, answer string) error
+	ForgetCommand(ctx context.Context, commandID string) error
+}
+
+// Config configures a Control.
+type Config struct {
+	// Conn carries commands and answers. Required.
+	Conn *broker.Conn
+	// Queue is the control queue. Required.
+	Queue string
+	// Ops runs every command. Required.
+	Ops Operations
+	// Commands remembers answered commands. Required.
+	Commands CommandStore
+	// Auth checks the x-dlq-token header. Required. A principal named
+	// auth.AnonymousName (what an authenticator with no token configured
+	// returns) is refused: the control queue is reachable by anyone who can
+	// publish to the broker, so it never runs without a token.
+	Auth Authenticator
+	// Consumers is how many commands are handled at once. Optional;
+	// default 1.
+	Consumers int
+	// MaxBytes bounds a command's size. Optional; default 1 MiB.
+	MaxBytes int
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives dlq_control_commands_total. Optional.
+	Registerer prometheus.Registerer
+}
+
+// Control answers the commands of the control queue.
+type Control struct {
+	cfg      Config
+	log      *slog.Logger
+	commands *prometheus.CounterVec
+	reply    *replier
+}
+
+// New validates cfg and registers the metric.
+func New(cfg Config) (*Control, error) {
+	switch {
+	case cfg.Conn == nil:
+		return nil, errors.New("control: Conn is required")
+	case cfg.Queue == "":
+		return nil, errors.New("control: Queue is required")
+	case cfg.Ops == nil:
+		return nil, errors.New("control: Ops is required")
+	case cfg.Commands == nil:
+		return nil, errors.New("control: Commands is required")
+	case cfg.Auth == nil:
+		return nil, errors.New("control: Auth is required")
+	case cfg.Consumers < 0 || cfg.MaxBytes < 0:
+		return nil, fmt.Errorf("control: Consumers (%d) and MaxBytes (%d) must be >= 0", cfg.Consumers, cfg.MaxBytes)
+	}
+	cfg.Consumers = cmp.Or(cfg.Consumers, 1)
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, 1<<20)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	commands := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dlq_control_commands_total",
+		Help: "Control-queue commands handled, by command and result (ok, duplicate, or the error code).",
+	}, []string{"command", "result"})
+	for _, c := range commandNames {
+		commands.WithLabelValues(c, "ok")
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(commands); err != nil {
+			return nil, fmt.Errorf("control: register metrics: %w", err)
+		}
+	}
+	return &Control{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "control", "queue", cfg.Queue),
+		commands: commands,
+		reply:    &replier{conn: cfg.Conn},
+	}, nil
+}
+
+// Run handles commands until ctx ends. Commands go through a Watermill
+// router: one handler per consumer on the control queue, each fed by a
+// Subscriber on the program's broker.Conn.
+func (c *Control) Run(ctx context.Context) error {
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second},
+		watermill.NewSlogLoggerWithLevelMapping(c.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}))
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	sub := NewSubscriber(c.cfg.Conn, c.log)
+	for i := range c.cfg.Consumers {
+		router.AddConsumerHandler(fmt.Sprintf("control-%d", i), c.cfg.Queue, sub, c.handleMessage)
+	}
+	defer c.reply.close()
+	c.log.Info("control queue listening", "consumers", c.cfg.Consumers)
+	if err := router.Run(ctx); err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	return sub.Close()
+}
+
+// handleMessage answers one command and always returns nil: every
+// command, however malformed, is answered and acknowledged, never retried.
+func (c *Control) handleMessage(msg *message.Message) (err error) {
+	ctx := msg.Context()
+	replyTo := msg.Metadata.Get(MetaReplyTo)
+	corr := msg.Metadata.Get(MetaCorrelationID)
+	var answer, command, result string
+	defer func() {
+		if r := recover(); r != nil {
+			// Handle recovers the commands it runs; this is for a bug in
+			// reading one. The answer names the command_id if it can.
+			c.log.Error("control command handler panicked", "panic", r, "stack", string(debug.Stack()))
+			salvaged := salvage(msg.Payload)
+			command = salvaged.Command
+			answer, result = errAnswer(salvaged.CommandID, cmdErr(CodeInternal, "internal error; retry with the same command_id")), CodeInternal
+		}
+		c.commands.WithLabelValues(cmp.Or(command, "invalid"), result).Inc()
+		if replyTo == "" {
+			c.log.Debug("control command has no reply_to; answer dropped", "result", result)
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := c.reply.send(sctx, replyTo, corr, []byte(answer)); err != nil {
+			c.log.Warn("cannot send control answer; the client may retry with the same command_id", "reply_to", replyTo, "error", err)
+		}
+		err = nil
+	}()
+	answer, command, result = c.Handle(ctx, msg.Payload, tokenOf(msg))
+	return nil
+}
+
+// tokenOf reads the token header from the lossless header JSON: a token
+// sent as bytes counts as well as one sent as a string.
+func tokenOf(msg *message.Message) string {
+	h, err := broker.DecodeHeadersJSON([]byte(msg.Metadata.Get(MetaHeaders)))
+	if err != nil {
+		return ""
+	}
+	switch v := h[TokenHeader].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// Handle runs one command and returns its answer, the command's name ("" if
+// unreadable) and the result label (ok, duplicate, or an error code).
+func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer, command, result string) {
+	cmd, perr := ParseCommand(body, c.cfg.MaxBytes)
+	if perr != nil {
+		return errAnswer(cmd.CommandID, perr), cmd.Command, perr.Code
+	}
+	fail := func(e *CommandError) (string, string, string) {
+		return errAnswer(cmd.CommandID, e), cmd.Command, e.Code
+	}
+	p, aerr := c.authenticate(token)
+	if aerr != nil {
+		return fail(aerr)
+	}
+	if rl, ok := c.cfg.Auth.(rateLimiter); ok && !rl.Allow(p) {
+		return fail(cmdErr(CodeRateLimited, "too many commands for token %s; slow down", p.Name))
+	}
+	if err := ops.Authorize(p, actionOf[cmd.Command]); err != nil {
+		return fail(cmdErr(CodeForbidden, "%s", err.Error()))
+	}
+	caller := ops.Caller{Principal: p, Via: ops.ViaControl, RequestID: cmd.CommandID}
+
+	// Reads change nothing: no need to remember them.
+	switch cmd.Command {
+	case CmdReplayStatus:
+		t, err := c.cfg.Ops.GetReplay(ctx, caller, cmd.ID)
+		return c.answer(cmd, t, err)
+	case CmdListReplays:
+		ts, err := c.cfg.Ops.ListReplays(ctx, caller, cmd.Limit)
+		return c.answer(cmd, map[string]any{"replays": ts}, err)
+	}
+
+	res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
+	for wait := time.Now().Add(10 * time.Second); err == nil && res.Running && time.Now().Before(wait); {
+		// The same command is being handled elsewhere right now (a
+		// redelivery racing its first delivery): wait for its answer.
+		select {
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err == nil {
+			res, err = c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
+		}
+	}
+	switch {
+	case err != nil:
+		return fail(cmdErr(CodeUnavailable, "cannot record the command (database unavailable); retry with the same command_id"))
+	case res.Running:
+		return fail(cmdErr(CodeConflict, "command %q is still being handled; retry later with the same command_id", cmd.CommandID))
+	case !res.Reserved && (res.Principal != p.Name || res.Command != cmd.Command):
+		return fail(cmdErr(CodeConflict, "command_id %q was already used for another command; use a new id per command", cmd.CommandID))
+	case !res.Reserved:
+		return res.Answer, cmd.Command, "duplicate"
+	}
+
+	answer, command, result = c.safeExecute(ctx, cmd, caller)
+	if result == CodeUnavailable || result == CodeInternal || result == CodeConfirmRequired {
+		// Nothing was done: let a retry run it again (a refusal asking for
+		// confirm: true is retried with it, often under the same id).
+		if err := c.cfg.Commands.ForgetCommand(context.WithoutCancel(ctx), cmd.CommandID); err != nil {
+			c.log.Warn("cannot forget a failed command; a retry will run it once its reservation expires", "command_id", cmd.CommandID, "error", err)
+		}
+		return answer, command, result
+	}
+	if result == "ok" && cmd.Command == CmdReplay && !cmd.DryRun {
+		return answer, command, result // recorded with the task
+	}
+	if err := c.cfg.Commands.SaveCommandAnswer(context.WithoutCancel(ctx), cmd.CommandID, answer); err != nil {
+		c.log.Warn("cannot record a command's answer; a repeat will run it again after its reservation expires",
+			"command_id", cmd.CommandID, "error", err)
+	}
+	return answer, command, result
+}
+
+func (c *Control) authenticate(token string) (auth.Principal, *CommandError) {
+	if token == "" {
+		return auth.Principal{}, cmdErr(CodeMissingToken, "missing token: send it in the %s header", TokenHeader)
+	}
+	p, err := c.cfg.Auth.Authenticate(token)
+	if err != nil {
+		return auth.Principal{}, cmdErr(CodeInvalidToken, "invalid token")
+	}
+	if p.Name == auth.AnonymousName {
+		return auth.Principal{}, cmdErr(CodeInvalidToken, "no token is configured, so the control queue accepts no command: set DLQ_ADMIN_TOKEN or api.tokens")
+	}
+	return p, nil
+}
+
+// safeExecute is execute, with a panic turned into an internal error
+// answer: the command is acknowledged like any other, its reservation is
+// forgotten (a retry with the same command_id runs it again), and the
+// consumer goes on with the next command.
+func (c *Control) safeExecute(ctx context.Context, cmd Command, caller ops.Caller) (answer, command, result string) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("control command panicked", "command", cmd.Command, "command_id", cmd.CommandID,
+				"panic", r, "stack", string(debug.Stack()))
+			answer = errAnswer(cmd.CommandID, cmdErr(CodeInternal, "internal error while running %s; retry with the same command_id", cmd.Command))
+			command, result = cmd.Command, CodeInternal
+		}
+	}()
+	return c.execute(ctx, cmd, caller)
+}
+
+func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (string, string, string) {
+	switch cmd.Command {
+	case CmdReplay:
+		r := ops.ReplayRequest{Request: cmd.Request, Confirm: cmd.Confirm, Command: &ops.CommandRecord{
+			ID:     cmd.CommandID,
+			Answer: func(t replay.Task) (string, error) { return okAnswer(cmd.CommandID, t) },
+		}}
+		t, err := c.cfg.Ops.StartReplay(ctx, caller, r)
+		return c.answer(cmd, t, err)
+	case CmdCancelReplay:
+		t, err := c.cfg.Ops.CancelReplay(ctx, caller, cmd.ID)
+		return c.answer(cmd, t, err)
+	case CmdAcknowledge, CmdDelete:
+		r := ops.ActionRequest{IDs: cmd.IDs, Filter: cmd.Filter, Limit: cmd.Limit, DryRun: cmd.DryRun, Confirm: cmd.Confirm}
+		act := c.cfg.Ops.Acknowledge
+		if cmd.Command == CmdDelete {
+			act = c.cfg.Ops.Delete
+		}
+		res, err := act(ctx, caller, r)
+		return c.answer(cmd, res, err)
+	}
+	return c.answer(cmd, nil, cmdErr(CodeUnknownCommand, "command %q is not handled", cmd.Command))
+}
+
+// answer builds the answer of an executed command, mapping errors to
+// their public codes.
+func (c *Control) answer(cmd Command, result any, err error) (string, string, string) {
+	if err == nil {
+		a, merr := okAnswer(cmd.CommandID, result)
+		if merr == nil {
+			return a, cmd.Command, "ok"
+		}
+		err = merr
+	}
+	e := errorCode(err)
+	if e.Code == CodeInternal || e.Code == CodeUnavailable {
+		c.log.Error("control command failed", "command", cmd.Command, "command_id", cmd.CommandID, "error", err)
+	}
+	return errAnswer(cmd.CommandID, e), cmd.Command, e.Code
+}
+
+// errorCode maps an error to its public code and message: the
+// operations layer's classification, in the control queue's words.
+func errorCode(err error) *CommandError {
+	var ce *CommandError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	switch ops.Classify(err) {
+	case ops.CodeForbidden:
+		return cmdErr(CodeForbidden, "%s", ops.Message(err))
+	case ops.CodeConfirmRequired:
+		return cmdErr(CodeConfirmRequired, "%s", ops.Message(err))
+	case ops.CodeInvalid:
+		return cmdErr(CodeInvalidRequest, "%s", ops.Message(err))
+	case ops.CodeNotFound:
+		return cmdErr(CodeNotFound, "%s", ops.Message(err))
+	case ops.CodeConflict:
+		return cmdErr(CodeConflict, "%s", ops.Message(err))
+	case ops.CodeUnavailable:
+		return cmdErr(CodeUnavailable, "%s; retry with the same command_id", ops.Message(err))
+	case ops.CodeCanceled, ops.CodeTimeout:
+		return cmdErr(CodeUnavailable, "interrupted (dlq is stopping); retry with the same command_id")
+	}
+	return cmdErr(CodeUnavailable, "the database failed; retry with the same command_id")
+}

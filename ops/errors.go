@@ -1,0 +1,103 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// Errors of the layer, besides store.ErrNotFound, store.ErrConflict and
+// *store.ConfirmError, which pass through unchanged.
+var (
+	// ErrForbidden: the caller's role or queue scope does not allow the
+	// request. The message names the token and what it lacks.
+	ErrForbidden = errors.New("forbidden")
+	// ErrInvalid: a field of the request is refused; the message names it.
+	// It also matches replay.ErrInvalidRequest and store.ErrInvalidFilter.
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnavailable: the feature does not run on this instance (no replay
+	// service, no cron service).
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// Error is a refusal by the layer: its kind (one of the sentinels above)
+// and a message for the caller.
+type Error struct {
+	Kind error
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap lets errors.Is match the kind.
+func (e *Error) Unwrap() error { return e.Kind }
+
+func forbidden(format string, a ...any) error {
+	return &Error{Kind: ErrForbidden, Msg: fmt.Sprintf(format, a...)}
+}
+
+func invalid(format string, a ...any) error {
+	return &Error{Kind: ErrInvalid, Msg: fmt.Sprintf(format, a...)}
+}
+
+func unavailable(format string, a ...any) error {
+	return &Error{Kind: ErrUnavailable, Msg: fmt.Sprintf(format, a...)}
+}
+
+// Codes of Classify: the public error codes the doors share.
+const (
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "not_found"
+	CodeInvalid         = "invalid_request"
+	CodeConfirmRequired = "confirm_required"
+	CodeConflict        = "conflict"
+	CodeUnavailable     = "unavailable"
+	CodeCanceled        = "canceled"
+	CodeTimeout         = "timeout"
+	CodeInternal        = "internal"
+)
+
+// Classify maps an error of the layer to its public code. Doors render
+// the code in their own envelope (the HTTP API's status and its
+// "invalid_parameter" for CodeInvalid, the control queue's answer).
+// CodeInternal means a bug or a database failure: log it.
+func Classify(err error) string {
+	var ce *store.ConfirmError
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrForbidden):
+		return CodeForbidden
+	case errors.As(err, &ce):
+		return CodeConfirmRequired
+	case errors.Is(err, ErrInvalid), errors.Is(err, replay.ErrInvalidRequest),
+		errors.Is(err, store.ErrInvalidFilter), store.IsDataError(err):
+		return CodeInvalid
+	case errors.Is(err, store.ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, store.ErrConflict):
+		return CodeConflict
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
+	case errors.Is(err, context.Canceled):
+		return CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeTimeout
+	}
+	return CodeInternal
+}
+
+// Message is the text of err for a caller: the layer's prefixes ("store: ",
+// "replay: ") dropped.
+func Message(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"store: ", "replay: "} {
+		if len(msg) > len(p) && msg[:len(p)] == p {
+			msg = msg[len(p):]
+		}
+	}
+	return msg
+}

@@ -1,0 +1,241 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/store"
+)
+
+// ListRequest asks for one page of dead messages.
+type ListRequest struct {
+	// Filter selects the messages; the caller's scope is added to it.
+	Filter store.Filter
+	// Limit is the page size. Optional; default 50, at most 1000.
+	Limit int
+	// Cursor continues a listing: MessagePage.NextCursor of the page
+	// before, for the same filter. Optional.
+	Cursor string
+	// IncludeBody returns bodies: refused for a token that may not see
+	// them.
+	IncludeBody bool
+}
+
+// MessagePage is one page of a listing, newest first. Its JSON form is
+// the answer of GET /api/v1/messages.
+type MessagePage struct {
+	Messages   []store.Message `json:"messages"`
+	NextCursor *string         `json:"next_cursor"`
+	HasMore    bool            `json:"has_more"`
+}
+
+// ListMessages returns one page of the messages the filter selects within
+// the caller's scope. A caller that may not see bodies may not search them
+// either: a search would reveal what a body contains.
+func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (MessagePage, error) {
+	p := c.Principal
+	if err := Authorize(p, ActListMessages); err != nil {
+		return MessagePage{}, err
+	}
+	f := r.Filter
+	if err := CheckFilter(f); err != nil {
+		return MessagePage{}, err
+	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = store.ListLimitDefault
+	}
+	if limit < 1 || limit > store.ListLimitMax {
+		return MessagePage{}, invalid("limit: %d must be a whole number from 1 to %d", r.Limit, store.ListLimitMax)
+	}
+	if r.IncludeBody && !p.Bodies {
+		return MessagePage{}, forbidden("include_body: token %s may not see message bodies", p.Name)
+	}
+	opt := store.ListOptions{Limit: limit, IncludeBody: r.IncludeBody, NoBodySearch: !p.Bodies}
+	key := canonical(f)
+	if r.Cursor != "" {
+		var err error
+		if opt.Before, err = decodeCursor(r.Cursor, key); err != nil {
+			return MessagePage{}, invalid("cursor: %v", err)
+		}
+	}
+	f, err := scoped(p, f)
+	if err != nil {
+		return MessagePage{}, err
+	}
+	page, err := s.st.ListMessages(ctx, f, opt)
+	if err != nil {
+		return MessagePage{}, err
+	}
+	out := MessagePage{Messages: page.Messages, HasMore: page.HasMore}
+	if out.Messages == nil {
+		out.Messages = []store.Message{}
+	}
+	for i := range out.Messages {
+		fillDeath(&out.Messages[i])
+	}
+	if page.HasMore {
+		next := encodeCursor(page.LastID, key)
+		out.NextCursor = &next
+	}
+	return out, nil
+}
+
+// GetMessage returns one message within the caller's scope (outside it is
+// store.ErrNotFound), with its body only when the caller may see bodies.
+func (s *Service) GetMessage(ctx context.Context, c Caller, id int64) (store.Message, error) {
+	p := c.Principal
+	if err := Authorize(p, ActGetMessage); err != nil {
+		return store.Message{}, err
+	}
+	m, err := s.st.GetMessage(ctx, id, p.Queues)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if !p.Bodies {
+		m.Body = nil
+	}
+	fillDeath(&m)
+	return m, nil
+}
+
+// ActionRequest selects messages for acknowledge or delete. Its JSON form
+// is the body of POST /api/v1/messages/acknowledge and /delete, and the
+// fields of the matching control commands.
+type ActionRequest struct {
+	IDs     []int64       `json:"ids"`
+	Filter  *store.Filter `json:"filter"`
+	Limit   int           `json:"limit"`
+	DryRun  bool          `json:"dry_run"`
+	Confirm bool          `json:"confirm"`
+}
+
+// Acknowledge marks the selected messages acknowledged (operator).
+func (s *Service) Acknowledge(ctx context.Context, c Caller, r ActionRequest) (store.ActionResult, error) {
+	return s.bulk(ctx, c, ActAcknowledge, r, s.st.Acknowledge)
+}
+
+// Delete removes the selected messages for good (admin).
+func (s *Service) Delete(ctx context.Context, c Caller, r ActionRequest) (store.ActionResult, error) {
+	return s.bulk(ctx, c, ActDelete, r, s.st.Delete)
+}
+
+type bulkFunc func(ctx context.Context, f store.Filter, a store.Actor, o store.ActionOptions) (store.ActionResult, error)
+
+// bulk runs acknowledge or delete: ids or a filter within the caller's
+// scope; a selection by filter above the threshold needs Confirm (store
+// counts it, bounded, in the action's own transaction, so the count and
+// the change agree).
+func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest, do bulkFunc) (store.ActionResult, error) {
+	if err := Authorize(c.Principal, a); err != nil {
+		return store.ActionResult{}, err
+	}
+	f, err := Selection(r.IDs, r.Filter)
+	if err != nil {
+		return store.ActionResult{}, err
+	}
+	if r.Limit < 0 {
+		return store.ActionResult{}, invalid("limit: %d must be >= 0", r.Limit)
+	}
+	if f, err = scoped(c.Principal, f); err != nil {
+		return store.ActionResult{}, err
+	}
+	return do(ctx, f, c.actor(), store.ActionOptions{
+		DryRun: r.DryRun, Confirm: r.Confirm, ConfirmAbove: s.cfg.ConfirmAbove, Limit: r.Limit,
+	})
+}
+
+// DeleteMessage deletes one message within the caller's scope (admin).
+func (s *Service) DeleteMessage(ctx context.Context, c Caller, id int64) (store.ActionResult, error) {
+	p := c.Principal
+	if err := Authorize(p, ActDelete); err != nil {
+		return store.ActionResult{}, err
+	}
+	if err := s.st.DeleteMessageIn(ctx, id, p.Queues, c.actor()); err != nil {
+		return store.ActionResult{}, err
+	}
+	return store.ActionResult{Action: store.ActionDelete, Matched: 1, Changed: 1}, nil
+}
+
+// Selection turns a request's ids or filter into one filter, checked.
+func Selection(ids []int64, filter *store.Filter) (store.Filter, error) {
+	switch {
+	case len(ids) > 0 && filter != nil:
+		return store.Filter{}, invalid("ids: give ids or filter, not both")
+	case len(ids) > 0:
+		f := store.Filter{IDs: ids}
+		return f, CheckFilter(f)
+	case filter != nil:
+		return *filter, CheckFilter(*filter)
+	}
+	return store.Filter{}, invalid("ids: ids or filter is required")
+}
+
+// CheckFilter validates a filter and names the wrong field: text that
+// PostgreSQL cannot hold (NUL, invalid UTF-8; no stored value contains it),
+// then the store's own checks, then the group id's form.
+func CheckFilter(f store.Filter) error {
+	for _, field := range []struct{ name, v string }{
+		{"status", f.Status}, {"source_queue", f.SourceQueue}, {"reason", f.Reason}, {"q", f.Query}, {"group", f.Group},
+	} {
+		if err := CheckText(field.name, field.v); err != nil {
+			return err
+		}
+	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.Group != "" {
+		if _, err := store.ParseGroupID(f.Group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckText refuses what PostgreSQL text cannot hold (NUL, invalid UTF-8).
+func CheckText(name, s string) error {
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+		return invalid("%s: must be valid UTF-8 text without NUL", name)
+	}
+	return nil
+}
+
+// canonical renders the parts of a filter a cursor is bound to.
+func canonical(f store.Filter) string {
+	t := func(p *time.Time) string {
+		if p == nil {
+			return ""
+		}
+		return p.UTC().Format(time.RFC3339Nano)
+	}
+	return strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
+}
+
+// fillDeath derives x_death from the stored x-death header: the parsed
+// entries, most recent first ([] when there is none).
+func fillDeath(m *store.Message) {
+	m.XDeath = json.RawMessage("[]")
+	if len(m.DeathHeader) == 0 || string(m.DeathHeader) == "null" {
+		return
+	}
+	buf := make([]byte, 0, len(m.DeathHeader)+16)
+	buf = append(buf, `{"x-death":`...)
+	buf = append(buf, m.DeathHeader...)
+	buf = append(buf, '}')
+	h, err := broker.DecodeHeadersJSON(buf)
+	if err != nil {
+		return
+	}
+	deaths := broker.ExtractDeath(h).Deaths
+	if len(deaths) == 0 {
+		return
+	}
+	if b, err := json.Marshal(deaths); err == nil {
+		m.XDeath = b
+	}
+}

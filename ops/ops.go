@@ -1,0 +1,104 @@
+package ops
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// Replays is what the layer needs of the replay service; *replay.Service
+// implements it.
+type Replays interface {
+	// Start validates and records a task, or answers a dry run.
+	Start(ctx context.Context, req replay.Request, actor store.Actor) (replay.Task, error)
+	// StartCommand is Start for a reserved control command: answer builds
+	// the command's answer, recorded in the task's own transaction.
+	StartCommand(ctx context.Context, req replay.Request, actor store.Actor, commandID string, answer func(replay.Task) (string, error)) (replay.Task, error)
+	// Get returns a task; store.ErrNotFound when there is none.
+	Get(ctx context.Context, id int64) (replay.Task, error)
+	// List returns tasks with an id below before (0: from the newest),
+	// newest first.
+	List(ctx context.Context, before int64, limit int) ([]replay.Task, error)
+	// Cancel stops a task, asking allow under the task's lock first.
+	Cancel(ctx context.Context, id int64, actor store.Actor, allow func(replay.Task) error) (replay.Task, error)
+}
+
+// CronViews is what the cron service shows; *cron.Service implements
+// it.
+type CronViews interface {
+	Jobs(ctx context.Context) (cron.JobsView, error)
+	Alerts(ctx context.Context) (cron.AlertsView, error)
+}
+
+// Config configures a Service.
+type Config struct {
+	// Store holds the messages. Required.
+	Store *store.Store
+	// Replays runs replay tasks. Optional: without it the replay actions
+	// are ErrUnavailable.
+	Replays Replays
+	// Cron shows the cron jobs and alerts. Optional: without it Jobs and
+	// Alerts are ErrUnavailable.
+	Cron CronViews
+	// ConfirmAbove is the largest selection by filter that a replay,
+	// acknowledge or delete runs without Confirm. Optional; 0 never asks.
+	ConfirmAbove int64
+	// Logger is optional; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("ops: Store is required")
+	case c.ConfirmAbove < 0:
+		return fmt.Errorf("ops: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
+	}
+	return nil
+}
+
+// Service is the operations layer. It is safe for concurrent use and keeps
+// no state of its own: everything lives in PostgreSQL.
+type Service struct {
+	cfg Config
+	st  *store.Store
+	log *slog.Logger
+}
+
+// New validates cfg.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, st: cfg.Store, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "ops")}, nil
+}
+
+// Door names, recorded as the audit row's "via".
+const (
+	ViaAPI     = "api"
+	ViaControl = "control"
+	ViaConsole = "console"
+)
+
+// Caller is who acts, and through which door.
+type Caller struct {
+	// Principal is the authenticated token. Required.
+	Principal auth.Principal
+	// Via is the door (ViaAPI, ViaControl, ViaConsole).
+	Via string
+	// RequestID ties the audit row to the request: the HTTP request id,
+	// the control command's command_id.
+	RequestID string
+}
+
+func (c Caller) actor() store.Actor {
+	p := c.Principal
+	return store.Actor{Name: p.Name, Role: p.Role, Via: c.Via, RequestID: c.RequestID, Scope: p.Queues}
+}

@@ -1,0 +1,182 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// ReplayRequest asks for a replay. Its JSON form is the body of POST
+// /api/v1/replays and the fields of the control queue's replay command.
+type ReplayRequest struct {
+	replay.Request
+	// Confirm lets a replay by filter select more than the threshold.
+	Confirm bool `json:"confirm"`
+	// Command, when set, records the control command's answer in the
+	// task's own transaction, so a repeated command_id finds it.
+	Command *CommandRecord `json:"-"`
+}
+
+// CommandRecord is a control command whose answer is recorded with the
+// task it starts.
+type CommandRecord struct {
+	ID     string
+	Answer func(replay.Task) (string, error)
+}
+
+// StartReplay records a replay task (or answers a dry run) for messages
+// within the caller's scope. Ids outside the scope are not found, as
+// GetMessage answers them. A replay by filter that would publish more than
+// the threshold needs Confirm: it is counted first with the replay
+// service's own dry run (what would be replayed, skips left out). Messages
+// arriving between the count and the start can push a task a little past
+// the threshold: this guards against a mistaken filter; limit is the hard
+// cap.
+func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (replay.Task, error) {
+	p := c.Principal
+	if err := Authorize(p, ActStartReplay); err != nil {
+		return replay.Task{}, err
+	}
+	if s.cfg.Replays == nil {
+		return replay.Task{}, unavailable("replays are not available on this instance")
+	}
+	req := r.Request
+	if _, err := Selection(req.IDs, req.Filter); err != nil {
+		return replay.Task{}, err
+	}
+	if req.Limit < 0 {
+		return replay.Task{}, invalid("limit: %d must be >= 0", req.Limit)
+	}
+	if p.Queues != nil {
+		// The service restricts the selection to the scope in SQL too.
+		req.Scope = p.Queues
+		if req.Filter != nil {
+			sf, err := scoped(p, *req.Filter)
+			if err != nil {
+				return replay.Task{}, err
+			}
+			req.Filter = &sf
+		}
+		if err := s.idsInScope(ctx, req.IDs, p.Queues); err != nil {
+			return replay.Task{}, err
+		}
+	}
+	actor := c.actor()
+	if req.Filter != nil && !req.DryRun && !r.Confirm && s.cfg.ConfirmAbove > 0 &&
+		(req.Limit == 0 || int64(req.Limit) > s.cfg.ConfirmAbove) {
+		dry := req
+		dry.DryRun = true
+		t, err := s.cfg.Replays.Start(ctx, dry, actor)
+		if err != nil {
+			return replay.Task{}, err
+		}
+		if t.Error == "" {
+			if err := needsConfirm(t.Remaining, s.cfg.ConfirmAbove, false); err != nil {
+				return replay.Task{}, err
+			}
+		}
+	}
+	if r.Command != nil && !req.DryRun {
+		return s.cfg.Replays.StartCommand(ctx, req, actor, r.Command.ID, r.Command.Answer)
+	}
+	return s.cfg.Replays.Start(ctx, req, actor)
+}
+
+// idsInScope answers ids outside scope as missing, exactly like
+// GetMessage does.
+func (s *Service) idsInScope(ctx context.Context, ids []int64, scope []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	found, err := s.st.MessagesExist(ctx, ids, scope)
+	if err != nil {
+		return err
+	}
+	var missing []int64
+	for _, id := range ids {
+		if !found[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("messages %v: %w", missing, store.ErrNotFound)
+	}
+	return nil
+}
+
+// GetReplay returns a task the caller may see (TaskVisible); any other is
+// store.ErrNotFound, so its existence is not revealed.
+func (s *Service) GetReplay(ctx context.Context, c Caller, id int64) (replay.Task, error) {
+	if err := Authorize(c.Principal, ActGetReplay); err != nil {
+		return replay.Task{}, err
+	}
+	if s.cfg.Replays == nil {
+		return replay.Task{}, unavailable("replays are not available on this instance")
+	}
+	t, err := s.cfg.Replays.Get(ctx, id)
+	if err != nil {
+		return replay.Task{}, err
+	}
+	if !TaskVisible(c.Principal, t) {
+		return replay.Task{}, fmt.Errorf("replay %d: %w", id, store.ErrNotFound)
+	}
+	return t, nil
+}
+
+// ListReplays returns the newest limit tasks the caller may see (limit 0:
+// 50; at most 1000), newest first. Tasks hidden from a scoped caller do not
+// count against the limit.
+func (s *Service) ListReplays(ctx context.Context, c Caller, limit int) ([]replay.Task, error) {
+	if err := Authorize(c.Principal, ActListReplays); err != nil {
+		return nil, err
+	}
+	if s.cfg.Replays == nil {
+		return nil, unavailable("replays are not available on this instance")
+	}
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 1 || limit > 1000 {
+		return nil, invalid("limit: %d must be a whole number from 1 to 1000", limit)
+	}
+	out := []replay.Task{}
+	// Read pages of the newest tasks until limit visible ones are found or
+	// none are left. A scoped caller reads at most a few pages more than it
+	// keeps: tasks are few (they are deleted after replay.task_ttl).
+	var before int64
+	for len(out) < limit {
+		page, err := s.cfg.Replays.List(ctx, before, limit)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range page {
+			if TaskVisible(c.Principal, t) && len(out) < limit {
+				out = append(out, t)
+			}
+		}
+		if len(page) < limit {
+			break
+		}
+		before = page[len(page)-1].ID
+	}
+	return out, nil
+}
+
+// CancelReplay stops a task the caller may see; any other is
+// store.ErrNotFound. The visibility is checked under the task's lock.
+func (s *Service) CancelReplay(ctx context.Context, c Caller, id int64) (replay.Task, error) {
+	if err := Authorize(c.Principal, ActCancelReplay); err != nil {
+		return replay.Task{}, err
+	}
+	if s.cfg.Replays == nil {
+		return replay.Task{}, unavailable("replays are not available on this instance")
+	}
+	return s.cfg.Replays.Cancel(ctx, id, c.actor(), func(t replay.Task) error {
+		if !TaskVisible(c.Principal, t) {
+			return fmt.Errorf("replay %d: %w", id, store.ErrNotFound)
+		}
+		return nil
+	})
+}
