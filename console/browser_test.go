@@ -210,11 +210,11 @@ func (tb *tab) signIn(t *testing.T, token string) {
 // (none is fine).
 func (tb *tab) texts(t *testing.T, sel string) []string {
 	t.Helper()
-	return get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(` + strconv.Quote(sel) + `)).map(e => e.textContent.trim())`))
+	return get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+strconv.Quote(sel)+`)).map(e => e.textContent.trim())`))
 }
 
 // attrs returns attribute name of every element matching sel.
 func (tb *tab) attrs(t *testing.T, sel, name string) []string {
 	t.Helper()
-	return get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(` + strconv.Quote(sel) + `)).map(e => e.getAttribute(` + strconv.Quote(name) + `) || "")`))
+	return get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+strconv.Quote(sel)+`)).map(e => e.getAttribute(`+strconv.Quote(name)+`) || "")`))
 }

@@ -49,6 +49,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Path is where the console is served: mount it there (api.Config.Mount).
+const Path = "/ui/"
+
 // SessionTTLDefault is how long a sign-in lasts by default.
 const SessionTTLDefault = 12 * time.Hour
 

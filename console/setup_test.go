@@ -23,8 +23,8 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/console"
 	"github.com/dlq/dlq/cron"
-	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
