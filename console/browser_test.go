@@ -218,3 +218,49 @@ func (tb *tab) attrs(t *testing.T, sel, name string) []string {
 	t.Helper()
 	return get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+strconv.Quote(sel)+`)).map(e => e.getAttribute(`+strconv.Quote(name)+`) || "")`))
 }
+
+// open navigates to a console path and waits for its heading.
+func (tb *tab) open(t *testing.T, path string) {
+	t.Helper()
+	tb.do(t, chromedp.Navigate(tb.b.srv.URL+path), chromedp.WaitVisible(chromedp.CSS(`main h1`)))
+}
+
+// submit clicks the element sel, which submits a form, and waits for the
+// page that answers; it returns the answer's HTTP status.
+func (tb *tab) submit(t *testing.T, sel string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
+	require.NoError(t, err, "click %s", sel)
+	require.NotNil(t, resp, "click %s loaded no page", sel)
+	tb.do(t, chromedp.WaitVisible(chromedp.CSS(`main h1`)))
+	return resp.Status
+}
+
+// eventually waits until the JavaScript expression js is true.
+func (tb *tab) eventually(t *testing.T, timeout time.Duration, js, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if get(t, tb, chromedp.Evaluate[bool](js)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s (%s)", timeout, msg, js)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// flash is the text of the page's flash, "" without one.
+func (tb *tab) flash(t *testing.T) string {
+	t.Helper()
+	return strings.Join(tb.texts(t, `[data-test="flash"]`), " ")
+}
+
+// count is how many elements match sel.
+func (tb *tab) count(t *testing.T, sel string) int {
+	t.Helper()
+	return get(t, tb, chromedp.Evaluate[int](`document.querySelectorAll(` + strconv.Quote(sel) + `).length`))
+}

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -123,7 +125,10 @@ func TestRoutes(t *testing.T) {
 	b := setup(t)
 	ids := b.seed(t, many(3, "orders")...)
 	id := strconv.FormatInt(ids[0], 10)
-	pages := []string{"/ui/messages", "/ui/messages?status=all&source_queue=orders", "/ui/messages/" + id,
+	task, err := b.ops.StartReplay(context.Background(), ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole},
+		ops.ReplayRequest{Request: replay.Request{IDs: ids[:1], DelaySeconds: 600, Canary: &replay.Canary{Count: 1, WaitSeconds: 5}}})
+	require.NoError(t, err)
+	pages := []string{"/ui/replays/" + strconv.FormatInt(task.ID, 10), "/ui/messages", "/ui/messages?status=all&source_queue=orders", "/ui/messages/" + id,
 		"/ui/messages/" + id + "/body", "/ui/groups", "/ui/replays", "/ui/jobs", "/ui/audit"}
 	actions := []string{"/ui/confirm", "/ui/act", "/ui/replays/1/cancel", "/ui/sign-out"}
 

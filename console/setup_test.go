@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/console"
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -66,6 +68,9 @@ type setupOpts struct {
 	store        *store.Store
 	replayer     *replay.Service
 	confirmAbove int64
+	// live runs the replay service on a broker connection, so replays
+	// publish.
+	live bool
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
@@ -81,9 +86,22 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rp := o.replayer
 	if rp == nil {
+		var conn *broker.Conn
+		if o.live {
+			var err error
+			conn, err = broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "console-test", Logger: log})
+			require.NoError(t, err)
+			t.Cleanup(conn.Close)
+		}
 		var err error
-		rp, err = replay.New(replay.Config{Store: b.st, Logger: log, Registerer: prometheus.NewRegistry()})
+		rp, err = replay.New(replay.Config{Store: b.st, Conn: conn, PollInterval: 50 * time.Millisecond, Logger: log, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
+		if o.live {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = rp.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+		}
 	}
 	var err error
 	b.authn, err = auth.New(auth.Config{AdminToken: tokAdmin, Tokens: o.tokens, RatePerSecond: -1,
@@ -269,4 +287,39 @@ func mustPrincipal(t *testing.T, b *bundle, token string) auth.Principal {
 	p, err := b.authn.Authenticate(token)
 	require.NoError(t, err)
 	return p
+}
+
+// sourceQueue declares a queue of the test's own on RabbitMQ, deleted at
+// the end: seeded messages of that queue replay to it (default exchange,
+// routing key = queue).
+func sourceQueue(t *testing.T) (string, *amqp.Connection) {
+	t.Helper()
+	app := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, app)
+	q := dlqtest.Name(t, "src")
+	_, err := ch.QueueDeclare(q, true, false, false, false, nil)
+	require.NoError(t, err)
+	dlqtest.DeleteQueues(t, app, q)
+	return q, app
+}
+
+// arrivedIDs drains queue and returns the x-dlq-id of each message: the
+// stored ids that were replayed there.
+func arrivedIDs(t *testing.T, app *amqp.Connection, queue string) []int64 {
+	t.Helper()
+	ch := dlqtest.Channel(t, app)
+	var ids []int64
+	for {
+		d, ok, err := ch.Get(queue, true)
+		require.NoError(t, err)
+		if !ok {
+			return ids
+		}
+		switch v := d.Headers["x-dlq-id"].(type) {
+		case int64:
+			ids = append(ids, v)
+		default:
+			t.Fatalf("x-dlq-id is %T %v", v, v)
+		}
+	}
 }
