@@ -262,5 +262,5 @@ func (tb *tab) flash(t *testing.T) string {
 // count is how many elements match sel.
 func (tb *tab) count(t *testing.T, sel string) int {
 	t.Helper()
-	return get(t, tb, chromedp.Evaluate[int](`document.querySelectorAll(` + strconv.Quote(sel) + `).length`))
+	return get(t, tb, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
 }

@@ -178,7 +178,19 @@ func TestRoutes(t *testing.T) {
 		requireSecurityHeaders(t, r)
 	}
 
-	r := admin.get(t, "/ui/messages/"+id+"/body")
+	// A polled replay row answers the row alone.
+	req, err := http.NewRequest(http.MethodGet, b.srv.URL+"/ui/replays/"+strconv.FormatInt(task.ID, 10), nil)
+	require.NoError(t, err)
+	req.Header.Set("HX-Request", "true")
+	r := admin.do(t, req)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.True(t, strings.HasPrefix(strings.TrimSpace(r.text), `<tr data-test="replay-row"`), r.text)
+	require.Contains(t, r.text, `hx-trigger="every 2s"`, "a task not finished keeps polling")
+	req.Header.Del("Cookie")
+	r = anon.do(t, req)
+	require.Equal(t, http.StatusUnauthorized, r.StatusCode, "a poll without a session is told so, not redirected")
+
+	r = admin.get(t, "/ui/messages/"+id+"/body")
 	require.Equal(t, "application/octet-stream", r.Header.Get("Content-Type"))
 	require.Contains(t, r.Header.Get("Content-Disposition"), "attachment")
 	r = b.signIn(t, tokViewer).get(t, "/ui/messages/"+id+"/body")
