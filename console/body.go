@@ -12,11 +12,12 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-// Body display limits: a page stays small (< 150 KB) whatever the body;
+// Body display limits: a page stays small (< 150 KB) whatever the body,
+// even one made of characters HTML must escape (a quote takes 5 bytes);
 // the download link serves it whole.
 const (
-	// bodyTextCap is the most body bytes shown as JSON or text.
-	bodyTextCap = 64 << 10
+	// bodyTextCap is the most bytes shown as formatted JSON or text.
+	bodyTextCap = 24 << 10
 	// bodyHexCap is the most body bytes shown as a hex dump (about 4.2
 	// characters per byte).
 	bodyHexCap = 8 << 10
@@ -53,7 +54,7 @@ func viewBody(body *[]byte, size int64, contentEncoding string) bodyView {
 	switch {
 	case textual && len(b) <= bodyTextCap && json.Valid(b):
 		var out bytes.Buffer
-		if json.Indent(&out, b, "", "  ") == nil {
+		if json.Indent(&out, b, "", "  ") == nil && out.Len() <= bodyTextCap {
 			v.Kind, v.Text, v.Shown = "json", out.String(), int64(len(b))
 			return v
 		}

@@ -38,6 +38,10 @@ func TestViewBody(t *testing.T) {
 	v = viewBody(b(`{"gzip":"bytes"}`), 0, "gzip")
 	require.Equal(t, "binary", v.Kind, "encoded bytes are not the text they encode")
 
+	deep := `[` + strings.Repeat(`[1,`, 2000) + `1` + strings.Repeat(`]`, 2000) + `]`
+	v = viewBody(b(deep), 0, "")
+	require.Equal(t, "text", v.Kind, "JSON whose formatting would pass the cap is shown as it is")
+
 	big := strings.Repeat("é", bodyTextCap) // two bytes each
 	v = viewBody(b(big), 0, "")
 	require.Equal(t, "text", v.Kind)
