@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,17 @@ func TestAuthMatrix(t *testing.T) {
 	billingTask, err := rep.Start(t.Context(), replay.Request{Filter: &store.Filter{SourceQueue: "billing"}},
 		store.Actor{Name: "admin", Via: "api"})
 	require.NoError(t, err)
+	// Two requests waiting for approval, to acknowledge orders messages:
+	// one by the operator, one by the admin (approval is off in this
+	// server, so they are made here).
+	approval := func(by store.Actor) store.Approval {
+		a, err := b.st.CreateApproval(t.Context(), store.NewApproval{Action: store.ActionAcknowledge, Request: []byte(`{}`),
+			Selection: store.Filter{SourceQueue: "orders"}, TTL: time.Hour, Actor: by})
+		require.NoError(t, err)
+		return a
+	}
+	byOperator := approval(store.Actor{Name: "ops", Role: auth.RoleOperator, Via: "api"})
+	byAdmin := approval(store.Actor{Name: "admin", Role: auth.RoleAdmin, Via: "api"})
 	groups, err := b.st.Groups(t.Context(), store.GroupQuery{SourceQueue: "orders"})
 	require.NoError(t, err)
 	require.NotEmpty(t, groups)
@@ -125,6 +137,18 @@ func TestAuthMatrix(t *testing.T) {
 			// Cancelling a cancelled task is a no-op that answers the task.
 			{fmt.Sprintf("/api/v1/replays/%d/cancel", scopedTask.ID), nil, [6]int{u, u, f, ok, ok, ok}},
 			{fmt.Sprintf("/api/v1/replays/%d/cancel", billingTask.ID), nil, [6]int{u, u, f, ok, nf, ok}},
+		},
+		"GET /api/v1/approvals": {{"/api/v1/approvals", nil, read}},
+		"GET /api/v1/approvals/{id}": {
+			{fmt.Sprintf("/api/v1/approvals/%d", byOperator.ID), nil, [6]int{u, u, ok, ok, nf, ok}},
+		},
+		// Never the requester; the scoped operator cannot see a request
+		// made without scope.
+		"POST /api/v1/approvals/{id}/approve": {
+			{fmt.Sprintf("/api/v1/approvals/%d/approve", byOperator.ID), nil, [6]int{u, u, f, f, nf, ok}},
+		},
+		"POST /api/v1/approvals/{id}/reject": {
+			{fmt.Sprintf("/api/v1/approvals/%d/reject", byAdmin.ID), nil, [6]int{u, u, f, ok, nf, f}},
 		},
 		"GET /api/v1/groups": {
 			{"/api/v1/groups", nil, read},

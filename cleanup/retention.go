@@ -63,6 +63,19 @@ func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slo
 			errs = append(errs, err)
 		}
 	}
+	n, err := c.batches(ctx, c.cfg.BatchSize, func(ctx context.Context) (int64, error) {
+		// Requests past their expiry read as expired already; this writes
+		// it down, with an audit row each, and frees their snapshots. Each
+		// request's own expires_at is the cutoff: no TTL of the cleanup's.
+		return c.cfg.Store.ExpireApprovals(ctx, lease, c.cfg.BatchSize)
+	})
+	total += n
+	if n > 0 {
+		log.Info("approval requests expired", "expired", n)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
 	return total, errors.Join(errs...)
 }
 

@@ -150,6 +150,10 @@ func badValues() []badValue {
 		e("cleanup.audit_ttl", "DLQ_AUDIT_TTL", "forever", `"forever"`, "duration"),
 		e("cleanup.ingest_inflight_ttl", "DLQ_INGEST_INFLIGHT_TTL", "30s", "cleanup.ingest_inflight_ttl", "30s", "at least 1m0s"),
 
+		// The runbook alerts link to.
+		e("alerts.runbook_base_url", "DLQ_RUNBOOK_BASE_URL", "docs/RUNBOOK.md", "alerts.runbook_base_url", `"docs/RUNBOOK.md"`, "http:// or https://"),
+		e("alerts.runbook_base_url", "DLQ_RUNBOOK_BASE_URL", "https://wiki.example/dlq#top", "alerts.runbook_base_url", "#fragment"),
+
 		// Alerts receivers from the environment.
 		// Receiver URLs carry secrets (a Slack hook's path is its token), so
 		// the alerts package does not quote a value it cannot parse.

@@ -19,10 +19,11 @@ import (
 var envRe = regexp.MustCompile(`DLQ_[A-Z0-9_]*[A-Z0-9]`)
 
 // notSettings are DLQ_* variables the docs mention that are not dlq's
-// configuration: the CLI's, the tests', the scripts' and the build's.
+// configuration: the CLI's, the tests', the scripts', the build's and
+// docker-compose.yml's.
 func notSetting(name string) bool {
 	switch {
-	case name == "DLQ_URL", name == "DLQ_TOKEN", name == "DLQ_VERSION",
+	case name == "DLQ_URL", name == "DLQ_TOKEN", name == "DLQ_VERSION", name == "DLQ_PUBLISH_ADDR",
 		strings.HasPrefix(name, "DLQ_TEST_"), strings.HasPrefix(name, "DLQ_SERVICES_"):
 		return true
 	}

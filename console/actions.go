@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -212,6 +213,9 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			t, err = c.cfg.Ops.StartReplay(ctx, caller, req)
 		}
+		if c.pending(w, r, err) {
+			return
+		}
 		if err != nil {
 			c.renderFailure(w, r, "start the replay", err)
 			return
@@ -230,6 +234,9 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 			res, err = c.cfg.Ops.Delete(ctx, caller, req)
 		}
 	}
+	if c.pending(w, r, err) {
+		return
+	}
 	if err != nil {
 		c.renderFailure(w, r, s.Action, err)
 		return
@@ -247,6 +254,22 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		back = "/ui/messages" // the message page is gone
 	}
 	c.renderResult(w, r, back, &flash{Text: text})
+}
+
+// pending answers an action the layer recorded for approval instead of
+// running (DLQ_APPROVAL_ABOVE): not a failure, a request waiting for a
+// second principal. It reports whether err was that.
+func (c *Console) pending(w http.ResponseWriter, r *http.Request, err error) bool {
+	var pa *ops.PendingApproval
+	if !errors.As(err, &pa) {
+		return false
+	}
+	a := pa.Approval
+	v := c.newView(sessionFrom(r.Context()), "result", "Result", resultData{Back: "/ui/"})
+	v.Flash = &flash{Text: fmt.Sprintf("Waiting for approval: %s of %s messages is approval %d; another person must approve it "+
+		"(POST /api/v1/approvals/%d/approve) before %s.", a.Action, num(a.Count), a.ID, a.ID, fmtTime(a.ExpiresAt))}
+	c.renderView(w, r, http.StatusAccepted, "result", "layout", v)
+	return true
 }
 
 // resultData is the result page: the flash and the way back.

@@ -304,3 +304,19 @@ func TestViewerSeesNoActionsAndIsRefused(t *testing.T) {
 	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[0]])
 	_ = auth.RoleViewer
 }
+
+// TestActionAwaitingApproval: an action above the approval threshold is
+// recorded for a second person, not run, and the page says so.
+func TestActionAwaitingApproval(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 2 })
+	ids := b.seed(t, many(3, "orders")...)
+	c := b.signIn(t, tokOp)
+	form := url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"}, "max_id": {strconv.FormatInt(ids[2], 10)}}
+	r := c.act(t, "/ui/act", form)
+	require.Equal(t, http.StatusAccepted, r.StatusCode, r.text)
+	require.Contains(t, r.text, "Waiting for approval")
+	for _, s := range b.statuses(t, ids) {
+		require.Equal(t, store.StatusPending, s)
+	}
+}

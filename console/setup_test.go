@@ -68,6 +68,8 @@ type setupOpts struct {
 	store        *store.Store
 	replayer     *replay.Service
 	confirmAbove int64
+	// approvalAbove is ops.Config.ApprovalAbove (0: off).
+	approvalAbove int64
 	// live runs the replay service on a broker connection, so replays
 	// publish.
 	live bool
@@ -111,7 +113,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	cr, err := cron.New(cron.Config{Store: b.st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "console-test",
 		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off}})
 	require.NoError(t, err)
-	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, Logger: log})
+	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, ApprovalAbove: o.approvalAbove, Logger: log})
 	require.NoError(t, err)
 	con, err := console.New(console.Config{Ops: b.ops, Auth: b.authn, Sessions: b.st, RequestID: api.RequestID,
 		Logger: log, Registerer: prometheus.NewRegistry()})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -15,17 +16,26 @@ import (
 )
 
 // Control-queue commands. The first four are PRODUCT.md's contract; the
-// read-only ones serve the CLI's progress display and listings.
+// read-only ones serve the CLI's progress display and listings; the last
+// three decide requests waiting for approval.
 const (
-	CmdReplay       = "replay"
-	CmdAcknowledge  = "acknowledge"
-	CmdDelete       = "delete"
-	CmdCancelReplay = "cancel_replay"
-	CmdReplayStatus = "replay_status"
-	CmdListReplays  = "list_replays"
+	CmdReplay        = "replay"
+	CmdAcknowledge   = "acknowledge"
+	CmdDelete        = "delete"
+	CmdCancelReplay  = "cancel_replay"
+	CmdReplayStatus  = "replay_status"
+	CmdListReplays   = "list_replays"
+	CmdListApprovals = "list_approvals"
+	CmdApprove       = "approve"
+	CmdReject        = "reject"
 )
 
-var commandNames = []string{CmdReplay, CmdAcknowledge, CmdDelete, CmdCancelReplay, CmdReplayStatus, CmdListReplays}
+var commandNames = []string{CmdReplay, CmdAcknowledge, CmdDelete, CmdCancelReplay, CmdReplayStatus, CmdListReplays,
+	CmdListApprovals, CmdApprove, CmdReject}
+
+// ResultApprovalPending is the result label (dlq_control_commands_total)
+// of a command answered ok: true with a request waiting for approval.
+const ResultApprovalPending = "approval_pending"
 
 // TokenHeader carries a control command's token.
 const TokenHeader = "x-dlq-token"
@@ -58,8 +68,11 @@ type Command struct {
 	// The fields of POST /api/v1/replays; ids, filter and limit also serve
 	// acknowledge, delete and list_replays.
 	replay.Request
-	// ID names a replay task (cancel_replay, replay_status).
+	// ID names a replay task (cancel_replay, replay_status) or an approval
+	// request (approve, reject).
 	ID int64 `json:"id,omitempty"`
+	// Reason says why a request is rejected (reject). Optional.
+	Reason string `json:"reason,omitempty"`
 	// Confirm lets a replay, acknowledge or delete by filter select more
 	// messages than the confirmation threshold (ControlConfig.ConfirmAbove).
 	Confirm bool `json:"confirm,omitempty"`
@@ -162,13 +175,27 @@ func (c Command) checkFields() *CommandError {
 		if c.ID <= 0 {
 			return cmdErr(CodeInvalidRequest, "%s needs id, the replay task's id (a positive number)", c.Command)
 		}
-	case CmdListReplays:
+	case CmdListReplays, CmdListApprovals:
 		replayOnly()
 		add(len(r.IDs) > 0, "ids")
 		add(r.Filter != nil, "filter")
 		add(r.DryRun, "dry_run")
 		add(c.ID != 0, "id")
 		add(c.Confirm, "confirm")
+	case CmdApprove, CmdReject:
+		replayOnly()
+		add(len(r.IDs) > 0, "ids")
+		add(r.Filter != nil, "filter")
+		add(r.Limit != 0, "limit")
+		add(r.DryRun, "dry_run")
+		add(c.Confirm, "confirm")
+		add(c.Command == CmdApprove && c.Reason != "", "reason")
+		if c.ID <= 0 {
+			return cmdErr(CodeInvalidRequest, "%s needs id, the approval request's id (a positive number)", c.Command)
+		}
+	}
+	if c.Command != CmdReject && c.Reason != "" && !slices.Contains(extra, "reason") {
+		extra = append(extra, "reason")
 	}
 	if len(extra) > 0 {
 		return cmdErr(CodeInvalidRequest, "%s does not take %s", c.Command, strings.Join(extra, ", "))
@@ -246,4 +273,8 @@ var actionOf = map[string]ops.Action{
 	CmdCancelReplay: ops.ActCancelReplay,
 	CmdReplayStatus: ops.ActGetReplay,
 	CmdListReplays:  ops.ActListReplays,
+
+	CmdListApprovals: ops.ActListApprovals,
+	CmdApprove:       ops.ActDecideApproval,
+	CmdReject:        ops.ActDecideApproval,
 }

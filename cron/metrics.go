@@ -1,33 +1,13 @@
 package cron
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dlq/dlq/internal/promreg"
 	"github.com/dlq/dlq/store"
 )
-
-// register registers c on reg (when reg is not nil), reusing a collector
-// already registered under the same descriptors, so that several services
-// over one registry (tests, benchmarks) count together.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("cron: register metrics: %w", err)
-	}
-	return c, nil
-}
 
 // jobMetrics count the scheduler's runs on this instance.
 type jobMetrics struct {
@@ -38,14 +18,14 @@ type jobMetrics struct {
 var jobOutcomes = []string{store.JobSuccess, store.JobFailure, store.JobLeaseLost, store.JobSkipped}
 
 func newJobMetrics(reg prometheus.Registerer, jobs []string) (*jobMetrics, error) {
-	runs, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	runs, err := promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dlq_job_runs_total",
 		Help: "Cron job runs on this instance by job and outcome (success, failure, lease_lost, skipped: a tick this instance claimed while the previous run was still going, replaced by a later tick). A panic is a failure.",
 	}, []string{"job", "outcome"}))
 	if err != nil {
 		return nil, err
 	}
-	dur, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	dur, err := promreg.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "dlq_job_duration_seconds",
 		Help:    "Duration of cron job runs on this instance, by job.",
 		Buckets: []float64{.005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900},

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/internal/promreg"
 	"github.com/dlq/dlq/store"
 )
 
@@ -164,7 +165,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	caps := cleaner.Capacity()
-	if _, err := register(cfg.Registerer, newStatusCollector(cfg.Store, log, names, caps.MaxMessages, caps.MaxBytes)); err != nil {
+	if _, err := promreg.Register(cfg.Registerer, newStatusCollector(cfg.Store, log, names, caps.MaxMessages, caps.MaxBytes)); err != nil {
 		return nil, err
 	}
 	return &Service{cfg: cfg, sched: sched}, nil

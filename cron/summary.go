@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dlq/dlq/internal/promreg"
 	"github.com/dlq/dlq/store"
 )
 
@@ -61,7 +62,7 @@ type summaryJob struct {
 }
 
 func newSummaryJob(st *store.Store, reg prometheus.Registerer, cfg SummaryConfig) (*summaryJob, error) {
-	repairs, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	repairs, err := promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "dlq_summary_repairs_total",
 		Help: "queue_summary entries (source queue, status) found wrong by reconciliation and corrected.",
 	}))

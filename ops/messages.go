@@ -144,9 +144,28 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 	if f, err = scoped(c.Principal, f); err != nil {
 		return store.ActionResult{}, err
 	}
-	return do(ctx, f, c.actor(), store.ActionOptions{
-		DryRun: r.DryRun, Confirm: r.Confirm, ConfirmAbove: s.cfg.ConfirmAbove, Limit: r.Limit,
-	})
+	if len(f.IDs) > 0 && f.Status == "" {
+		// Ids name messages whatever their status.
+		f.Status = "all"
+	}
+	opt := store.ActionOptions{DryRun: r.DryRun, Confirm: r.Confirm, ConfirmAbove: s.cfg.ConfirmAbove, Limit: r.Limit}
+	if !r.DryRun && s.cfg.ApprovalAbove > 0 {
+		dry := opt
+		dry.DryRun = true
+		res, err := do(ctx, f, c.actor(), dry)
+		if err != nil {
+			return store.ActionResult{}, err
+		}
+		if len(f.IDs) == 0 {
+			if err := needsConfirm(res.Matched, s.cfg.ConfirmAbove, r.Confirm); err != nil {
+				return store.ActionResult{}, err
+			}
+		}
+		if err := s.needsApproval(ctx, c, string(a), res.Matched, r, f, r.Limit); err != nil {
+			return store.ActionResult{}, err
+		}
+	}
+	return do(ctx, f, c.actor(), opt)
 }
 
 // DeleteMessage deletes one message within the caller's scope (admin).

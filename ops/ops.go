@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/cron"
@@ -50,6 +51,13 @@ type Config struct {
 	// ConfirmAbove is the largest selection by filter that a replay,
 	// acknowledge or delete runs without Confirm. Optional; 0 never asks.
 	ConfirmAbove int64
+	// ApprovalAbove is the largest bulk replay, acknowledge or delete that
+	// runs without a second principal's approval. Optional; 0 turns
+	// approval off.
+	ApprovalAbove int64
+	// ApprovalTTL is how long a request waits for a decision. Optional;
+	// default ApprovalTTLDefault.
+	ApprovalTTL time.Duration
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 }
@@ -60,6 +68,8 @@ func (c *Config) validate() error {
 		return errors.New("ops: Store is required")
 	case c.ConfirmAbove < 0:
 		return fmt.Errorf("ops: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
+	case c.ApprovalAbove < 0 || c.ApprovalTTL < 0:
+		return fmt.Errorf("ops: ApprovalAbove (%d) and ApprovalTTL (%s) must be >= 0", c.ApprovalAbove, c.ApprovalTTL)
 	}
 	return nil
 }

@@ -28,6 +28,11 @@ const (
 	ActCancelReplay Action = "cancel_replay"
 	ActDelete       Action = "delete"
 	ActAudit        Action = "audit"
+	// Approvals: anyone may see the requests within their scope; deciding
+	// one needs at least operator, and then the role of what it carries
+	// out (ops.Approve checks both).
+	ActListApprovals  Action = "list_approvals"
+	ActDecideApproval Action = "decide_approval"
 )
 
 // permissions is the permission table: the least role each action needs.
@@ -48,6 +53,9 @@ var permissions = map[Action]string{
 	ActCancelReplay: auth.RoleOperator,
 	ActDelete:       auth.RoleAdmin,
 	ActAudit:        auth.RoleAdmin,
+
+	ActListApprovals:  auth.RoleViewer,
+	ActDecideApproval: auth.RoleOperator,
 }
 
 // Actions lists every action, for tables and tests.

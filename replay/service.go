@@ -220,6 +220,7 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		Actor:          actor,
 		AuditSelection: auditSelection(req),
 		CommandID:      commandID,
+		Approval:       req.Approval,
 	}
 	if req.Target != nil {
 		ex := req.Target.Exchange

@@ -34,6 +34,10 @@ type Request struct {
 	// permission (auth.Principal.Queues), never user input. Nil means every
 	// queue.
 	Scope []string `json:"-"`
+	// Approval is the approval request this replay carries out (its filter
+	// then selects the request's snapshot): approved in the task's own
+	// transaction. Set by the operations layer, never user input.
+	Approval int64 `json:"-"`
 }
 
 // Target is an exchange and routing key to publish to.

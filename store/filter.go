@@ -38,6 +38,10 @@ type Filter struct {
 	// Scope restricts to these source queues: the caller's permission, not
 	// a user filter. Nil means every queue.
 	Scope []string `json:"-"`
+	// Approval restricts to the snapshot of an approval request: the ids
+	// its selection matched when it was made. Set by the operations layer
+	// when it carries out an approved request, never from user input.
+	Approval int64 `json:"-"`
 }
 
 // ErrInvalidFilter wraps every filter validation error; the message names
@@ -169,6 +173,9 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
 	}
 	if f.MaxID > 0 {
 		conds = append(conds, "m.id <= "+args.add(f.MaxID))
+	}
+	if f.Approval > 0 {
+		conds = append(conds, "m.id IN (SELECT a.message_id FROM approval_items a WHERE a.approval_id = "+args.add(f.Approval)+")")
 	}
 	return conds
 }

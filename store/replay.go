@@ -135,6 +135,10 @@ type NewReplayTask struct {
 	// command can never create a second task.
 	CommandID string
 	Answer    func(ReplayTask) (string, error)
+	// Approval, when set, is the approval request this task carries out:
+	// approved in the task's own transaction (ErrConflict when it is no
+	// longer pending), with the task's id as its result.
+	Approval int64
 }
 
 // CreateReplayTask records a task and its snapshot (the ids of the
@@ -151,6 +155,9 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
+	if err := approvedInTx(ctx, tx, n.Approval, n.Actor); err != nil {
+		return ReplayTask{}, err
+	}
 	var scope any
 	if n.Selection.Scope != nil {
 		scope = n.Selection.Scope
@@ -215,7 +222,13 @@ UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColum
 	if n.CanaryCount > 0 {
 		detail["canary"] = map[string]any{"count": n.CanaryCount, "wait_seconds": int(n.CanaryWait / time.Second)}
 	}
+	if n.Approval > 0 {
+		detail["approval_id"] = n.Approval
+	}
 	if err := insertAudit(ctx, tx, n.Actor, "replay", n.AuditSelection, requested, detail); err != nil {
+		return ReplayTask{}, err
+	}
+	if err := approvalResult(ctx, tx, n.Approval, map[string]any{"task_id": id, "requested": requested}); err != nil {
 		return ReplayTask{}, err
 	}
 	if n.CommandID != "" && n.Answer != nil {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dlq/dlq/broker"
@@ -39,6 +38,7 @@ type replayOptions struct {
 	// dropIndexes names indexes of dead_messages to drop before the run:
 	// a diagnostic, to see what each index costs a replay.
 	dropIndexes []string
+	cpu         cpuMeter
 }
 
 // replayResult is one measured replay task.
@@ -59,11 +59,11 @@ type replayResult struct {
 	Dropped   string  `json:"dropped_indexes,omitempty"`
 }
 
-// benchReplay replays N stored messages with dlq's replay service (a task
-// with its snapshot, claims, confirmed mandatory publishing, settlement
-// with counters) to a queue, and reports messages per second from the
-// task's start to its completion.
-func benchReplay(args []string) error {
+// Replay runs `dlq-bench replay`: it replays N stored messages with dlq's
+// replay service (a task with its snapshot, claims, confirmed mandatory
+// publishing, settlement with counters) to a queue, and reports messages
+// per second from the task's start to its completion.
+func Replay(args []string) error {
 	o := replayOptions{}
 	fs := flag.NewFlagSet("dlq-bench replay", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 100_000, "messages to replay")
@@ -88,7 +88,7 @@ func benchReplay(args []string) error {
 	if o.n < 1 || o.size < 1 || o.runs < 1 {
 		return fmt.Errorf("-n, -size and -runs must be >= 1")
 	}
-	initCPU()
+	o.cpu = newCPUMeter()
 	// The replay service runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
 	var results []replayResult
@@ -121,18 +121,16 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 	schema := "dlqbench_replay_" + suffix
 	queue := "dlqbench.replay." + suffix
 
-	admin, err := pgx.Connect(ctx, o.pgURL)
+	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
 	if err != nil {
-		return res, fmt.Errorf("connect to %s (create the database: make bench-limits does): %w", o.pgURL, err)
+		return res, fmt.Errorf("%w (create the database: make bench-limits does)", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+	if err := admin.CreateSchema(ctx, schema); err != nil {
 		return res, err
 	}
 	if !o.keep {
-		defer func() {
-			_, _ = admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		}()
+		defer func() { _ = admin.DropSchema(context.WithoutCancel(ctx), schema) }()
 	}
 	dsn, err := withSearchPath(o.pgURL, schema+",public")
 	if err != nil {
@@ -148,7 +146,7 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 		return res, err
 	}
 	for _, ix := range o.dropIndexes {
-		if _, err := admin.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix}.Sanitize()); err != nil {
+		if err := st.Bench().DropIndex(ctx, schema, ix); err != nil {
 			return res, fmt.Errorf("-drop-indexes: %w", err)
 		}
 	}
@@ -173,10 +171,10 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 	if err := seedReplay(ctx, st, queue, o.n, o.size); err != nil {
 		return res, fmt.Errorf("seed: %w", err)
 	}
-	if _, err := admin.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "dead_messages"}.Sanitize()); err != nil {
+	if err := st.Bench().Analyze(ctx, "dead_messages"); err != nil {
 		return res, err
 	}
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+	if err := st.Bench().Checkpoint(ctx); err != nil {
 		return res, err
 	}
 	res.SeedSecs = time.Since(seedStart).Seconds()
@@ -209,7 +207,7 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cpu0, self0 := takeCPU(), selfCPU()
+	cpu0, self0 := o.cpu.take(), selfCPU()
 	start := time.Now()
 	task, err := svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: queue}}, store.Actor{Name: "bench", Via: "cli"})
 	if err != nil {
@@ -230,7 +228,7 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	secs := time.Since(start).Seconds()
-	cpu1, self1 := takeCPU(), selfCPU()
+	cpu1, self1 := o.cpu.take(), selfCPU()
 	res.Secs = secs
 	res.MsgsSec = float64(o.n) / secs
 	res.CPUDlq = 100 * (self1 - self0) / secs

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,6 +13,15 @@ import (
 
 	"github.com/dlq/dlq/store"
 )
+
+// Groups runs `dlq groups`: failure groups, largest first.
+func Groups(args []string) int { return runGroups(args, osEnv()) }
+
+// Stats runs `dlq stats`: the overview.
+func Stats(args []string) int { return runStats(args, osEnv()) }
+
+// Status runs `dlq status`: the per queue counts.
+func Status(args []string) int { return runStatus(args, osEnv()) }
 
 // runGroups lists failure groups, largest first.
 func runGroups(args []string, env cliEnv) int {
@@ -47,7 +56,7 @@ func runGroups(args []string, env cliEnv) int {
 	}
 	if af.json {
 		c.printRaw(b)
-		return exitOK
+		return ExitOK
 	}
 	var out struct{ Groups []store.Group }
 	if err := json.Unmarshal(b, &out); err != nil {
@@ -67,7 +76,7 @@ func runGroups(args []string, env cliEnv) int {
 			g.LastSeen.Local().Format("2006-01-02 15:04"), shorten(what, 80))
 	}
 	tw.Flush()
-	return exitOK
+	return ExitOK
 }
 
 // runStats prints the overview.
@@ -85,7 +94,7 @@ func runStats(args []string, env cliEnv) int {
 	}
 	if af.json {
 		c.printRaw(b)
-		return exitOK
+		return ExitOK
 	}
 	var st store.Stats
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -123,7 +132,7 @@ func runStats(args []string, env cliEnv) int {
 			fmt.Fprintf(w, "  %s: %s × %s\n", g.SourceQueue, thousands(g.Counts.Pending), shorten(groupLine(g), 90))
 		}
 	}
-	return exitOK
+	return ExitOK
 }
 
 func groupLine(g store.Group) string {
@@ -152,7 +161,7 @@ func runStatus(args []string, env cliEnv) int {
 	}
 	if af.json {
 		c.printRaw(b)
-		return exitOK
+		return ExitOK
 	}
 	var st struct {
 		Queues []store.QueueStats `json:"queues"`
@@ -161,7 +170,7 @@ func runStatus(args []string, env cliEnv) int {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
 	printQueues(env.stdout, st.Queues)
-	return exitOK
+	return ExitOK
 }
 
 func printQueues(w interface{ Write([]byte) (int, error) }, queues []store.QueueStats) {

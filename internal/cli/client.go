@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,17 +13,19 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
-// The operator commands ls, show, groups, stats, status, ack and rm talk to
-// a running dlq's HTTP API: DLQ_URL (default http://127.0.0.1:8080) with the
-// bearer token DLQ_TOKEN (or DLQ_ADMIN_TOKEN). They print readable tables,
-// or the API's JSON with --json, and exit with a code that says what
-// happened (see commands.go): 0 done, 1 failed (409 and the like), 2 bad
-// flags or a parameter the API refused (400, including a missing --yes),
-// 3 dlq unreachable or failing (429, 5xx), 4 not found, 5 token refused
-// (401, 403). TestCLIBinary holds the binary to them.
+// The operator commands ls, show, groups, stats, status, ack, rm, audit,
+// jobs and alerts talk to a running dlq's HTTP API: DLQ_URL (default
+// http://127.0.0.1:8080) with the bearer token DLQ_TOKEN (or
+// DLQ_ADMIN_TOKEN). They print readable tables, or the API's JSON with
+// --json, and exit with a code that says what happened (see exit.go): 0
+// done, 1 failed (409 and the like), 2 bad flags or a parameter the API
+// refused (400, including a missing --yes), 3 dlq unreachable or failing
+// (429, 5xx), 4 not found, 5 token refused (401, 403). cmd/dlq's
+// TestCLIBinary holds the binary to them.
 
 // DLQURLDefault is where the CLI finds the API without DLQ_URL.
 const DLQURLDefault = "http://127.0.0.1:8080"
@@ -45,19 +48,10 @@ type apiFlags struct {
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet, env cliEnv) {
-	fs.StringVar(&f.url, "url", firstNonEmpty(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
-	fs.StringVar(&f.token, "token", firstNonEmpty(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
+	fs.StringVar(&f.url, "url", cmp.Or(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
+	fs.StringVar(&f.token, "token", cmp.Or(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the API")
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // apiClient sends requests to the API and turns failures into exit codes.
@@ -137,24 +131,24 @@ func (c *apiClient) fail(err error) int {
 	fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
 	var e *apiError
 	if !errors.As(err, &e) {
-		return exitUnavailable
+		return ExitUnavailable
 	}
 	switch {
 	case e.status == http.StatusUnauthorized:
 		if c.flags.token == "" {
 			fmt.Fprintf(c.env.stderr, "dlq %s: set DLQ_TOKEN to a token of this dlq\n", c.name)
 		}
-		return exitDenied
+		return ExitDenied
 	case e.status == http.StatusForbidden:
-		return exitDenied
+		return ExitDenied
 	case e.status == http.StatusNotFound:
-		return exitNotFound
+		return ExitNotFound
 	case e.status == http.StatusBadRequest:
-		return exitUsage
+		return ExitUsage
 	case e.status == http.StatusTooManyRequests, e.status >= 500:
-		return exitUnavailable
+		return ExitUnavailable
 	}
-	return exitFailure
+	return ExitFailure
 }
 
 // printRaw prints an API answer as indented JSON.
@@ -167,14 +161,56 @@ func (c *apiClient) printRaw(b []byte) {
 	fmt.Fprintln(c.env.stdout, strings.TrimRight(out.String(), "\n"))
 }
 
+// listing returns the table of a listing: on stdout, or with --json
+// nowhere (each page is printed as the API answered it instead).
+func (c *apiClient) listing() *tabwriter.Writer {
+	w := c.env.stdout
+	if c.flags.json {
+		w = io.Discard
+	}
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// pages prints a listing: its first page, or with all every page,
+// following next_cursor. show decodes a page, writes its rows to table
+// (from listing, its header written already) and returns its next cursor
+// (nil on the last page). A failure prints nothing of the table.
+func (c *apiClient) pages(ctx context.Context, path string, q url.Values, all bool, table *tabwriter.Writer, show func([]byte) (*string, error)) int {
+	for {
+		b, err := c.call(ctx, "GET", path, q, nil)
+		if err != nil {
+			return c.fail(err)
+		}
+		next, err := show(b)
+		if err != nil {
+			return c.fail(fmt.Errorf("unexpected answer: %w", err))
+		}
+		if c.flags.json {
+			c.printRaw(b)
+		}
+		if next == nil {
+			table.Flush()
+			return ExitOK
+		}
+		if !all {
+			table.Flush()
+			if !c.flags.json {
+				fmt.Fprintf(c.env.stderr, "more: dlq %s --cursor %s (same filters), or --all\n", c.name, *next)
+			}
+			return ExitOK
+		}
+		q.Set("cursor", *next)
+	}
+}
+
 // parseFlags parses a command's flags; a negative code means go on.
 func parseFlags(fs *flag.FlagSet, args []string, env cliEnv) int {
 	fs.SetOutput(env.stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return ExitOK
 		}
-		return exitUsage
+		return ExitUsage
 	}
 	return -1
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -11,11 +11,9 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -69,7 +67,10 @@ type cleanupResult struct {
 	LoadAvg float64 `json:"load_avg"`
 }
 
-func benchCleanup(args []string) error {
+// Cleanup runs `dlq-bench cleanup`: what the cleanup job costs ingest while
+// it deletes expired messages, and how fast status and the gauges read at
+// millions of stored messages.
+func Cleanup(args []string) error {
 	def := config.Default()
 	o := cleanupOptions{}
 	var pauses string
@@ -162,17 +163,15 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	res := cleanupResult{Bench: "cleanup", Name: "delete_under_ingest", Eligible: o.eligible, BatchSize: o.batch, Pause: pause.String()}
 	suffix := randomHex(4)
 	schema := "bench_cleanup_" + suffix
-	admin, err := pgx.Connect(ctx, o.pgURL)
+	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
 	if err != nil {
-		return res, fmt.Errorf("connect to %s (does database bench exist? `make bench-limits` creates it): %w", o.pgURL, err)
+		return res, fmt.Errorf("%w (does database bench exist? `make bench-limits` creates it)", err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+	if err := admin.CreateSchema(ctx, schema); err != nil {
 		return res, err
 	}
-	defer func() {
-		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	}()
+	defer func() { _ = admin.DropSchema(context.Background(), schema) }()
 	dsn, err := withSearchPath(o.pgURL, schema+",public")
 	if err != nil {
 		return res, err
@@ -227,7 +226,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	if err := waitReady(conn, queue, o.ingestN, 10*time.Minute); err != nil {
 		return res, err
 	}
-	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+	if err := st.Bench().Checkpoint(ctx); err != nil {
 		return res, err
 	}
 	fmt.Printf("prefilled %d dead letters in %s\n", o.ingestN, time.Since(t).Round(time.Second))
@@ -310,8 +309,8 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		}
 		fmt.Printf("  window %2d cleanup %s ingest %6.0f msgs/s, deleted %7.0f\n", len(windows), state, w.rate, w.deleted)
 		if on {
-			var left bool
-			if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dead_messages WHERE status IN ('replayed', 'acknowledged'))`).Scan(&left); err != nil {
+			left, err := st.Bench().AnyResolved(ctx)
+			if err != nil {
 				return res, err
 			}
 			if !left {
@@ -363,8 +362,8 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	res.DeleteRate = deleted / onSecs
 	res.OverlapSecs = onSecs
 	res.LoadAvg = loadAvg()
-	left := int64(0)
-	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE status IN ('replayed', 'acknowledged')`).Scan(&left); err != nil {
+	left, err := st.Bench().CountResolved(ctx)
+	if err != nil {
 		return res, err
 	}
 	fmt.Printf("ingest %.0f msgs/s with cleanup stopped, %.0f with it running: median drop %.1f%% over %d window pairs (each: %.1f); "+
@@ -373,41 +372,11 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	return res, nil
 }
 
-func mean(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
-}
-
-func metricSum(g prometheus.Gatherer, name string) float64 {
-	mfs, err := g.Gather()
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if c := m.GetCounter(); c != nil {
-				sum += c.GetValue()
-			}
-		}
-	}
-	return sum
-}
-
 // loadExpired COPYs n messages resolved 40 days ago (half replayed, half
 // acknowledged) over 20 source queues, then derives queue_summary and
 // analyzes.
 func loadExpired(ctx context.Context, st *store.Store, n int) error {
-	pool := st.Pool()
+	sb := st.Bench()
 	old := time.Now().Add(-40 * 24 * time.Hour)
 	cols := []string{"message_id", "source_queue", "dead_letter_queue", "reason", "properties", "headers", "body", "body_size",
 		"status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at", "status_changed_at", "fingerprint"}
@@ -420,7 +389,7 @@ func loadExpired(ctx context.Context, st *store.Store, n int) error {
 	for c := 0; c < n; c += chunk {
 		end := min(n, c+chunk)
 		i := c
-		_, err := pool.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, cols, pgx.CopyFromFunc(func() ([]any, error) {
+		_, err := sb.CopyMessages(ctx, cols, func() ([]any, error) {
 			if i >= end {
 				return nil, nil
 			}
@@ -436,21 +405,15 @@ func loadExpired(ctx context.Context, st *store.Store, n int) error {
 				body, len(body), status, 1, at, at, replayedAt, ackAt, at, int64(i)}
 			i++
 			return row, nil
-		}))
+		})
 		if err != nil {
 			return err
 		}
 	}
-	for _, q := range []string{
-		`INSERT INTO queue_summary (source_queue, status, messages, bytes)
-		 SELECT source_queue, status, count(*), sum(body_size) FROM dead_messages GROUP BY 1, 2`,
-		`VACUUM ANALYZE dead_messages`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			return err
-		}
+	if err := sb.DeriveQueueSummary(ctx); err != nil {
+		return err
 	}
-	return nil
+	return sb.VacuumAnalyze(ctx, "dead_messages")
 }
 
 // statusReads times the status read (store.QueueStatus, what GET
@@ -474,12 +437,12 @@ func statusReads(ctx context.Context, o cleanupOptions) ([]cleanupResult, error)
 		return nil, err
 	} else if len(r.Applied) > 0 {
 		fmt.Printf("applied %v to %s\n", r.Applied, o.statusSchema)
-		if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE dead_messages`); err != nil {
+		if err := st.Bench().VacuumAnalyze(ctx, "dead_messages"); err != nil {
 			return nil, err
 		}
 	}
-	var rows int64
-	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(sum(messages), 0)::bigint FROM queue_summary`).Scan(&rows); err != nil {
+	rows, err := st.Bench().SummaryCount(ctx)
+	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
@@ -539,14 +502,4 @@ func statusReads(ctx context.Context, o cleanupOptions) ([]cleanupResult, error)
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// loadAvg is the 1-minute load average (0 where /proc is missing).
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
-	return f
 }

@@ -1,6 +1,7 @@
-package main
+package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,26 +41,19 @@ func (f *rpcFlags) register(fs *flag.FlagSet) {
 
 // rpc connects to the control queue named by the configuration.
 func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
-	token := cmpOr(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
+	token := cmp.Or(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
 	if token == "" {
 		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN)\n", name)
-		return nil, exitDenied
+		return nil, ExitDenied
 	}
 	dctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
 	defer cancel()
 	c, err := control.Dial(dctx, cfg.AMQPURL, cfg.ControlQueue, token)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		return nil, exitUnavailable
+		return nil, ExitUnavailable
 	}
 	return c, -1
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // send runs one command and returns its result, or prints the failure and
@@ -73,7 +67,7 @@ func send(ctx context.Context, name string, c *control.Client, cmd control.Comma
 		if errors.Is(err, control.ErrNoAnswer) {
 			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered on %s in %s; is dlq serve running?\n", name, "the control queue", timeout)
 		}
-		return nil, exitUnavailable
+		return nil, ExitUnavailable
 	}
 	if !a.OK {
 		code, msg := "unknown", "no error in the answer"
@@ -93,23 +87,23 @@ func send(ctx context.Context, name string, c *control.Client, cmd control.Comma
 func answerExit(code string) int {
 	switch code {
 	case control.CodeMissingToken, control.CodeInvalidToken, control.CodeForbidden:
-		return exitDenied
+		return ExitDenied
 	case control.CodeNotFound:
-		return exitNotFound
+		return ExitNotFound
 	case control.CodeInvalidJSON, control.CodeInvalidRequest, control.CodeUnknownCommand, control.CodeTooLarge, control.CodeConfirmRequired:
-		return exitUsage
+		return ExitUsage
 	case control.CodeUnavailable:
-		return exitUnavailable
+		return ExitUnavailable
 	}
-	return exitFailure
+	return ExitFailure
 }
 
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-// cmdReplay: dlq replay [flags] [id ...]
-func cmdReplay(args []string) int {
+// Replay runs `dlq replay [flags] [id ...]`.
+func Replay(args []string) int {
 	var (
 		rf                             rpcFlags
 		sourceQueue, reason, status, q string
@@ -121,7 +115,7 @@ func cmdReplay(args []string) int {
 		toExchangeSet                  bool
 		dryRun, force, wait, confirm   bool
 	)
-	cfg, _, fs, code := loadConfig("replay", args, func(fs *flag.FlagSet) {
+	cfg, _, fs, code := LoadConfig("replay", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
 		fs.StringVar(&sourceQueue, "source-queue", "", "replay messages that died in this queue")
 		fs.StringVar(&reason, "reason", "", "... with this death reason (rejected, expired, maxlen, delivery_limit)")
@@ -169,12 +163,12 @@ func cmdReplay(args []string) int {
 			id, err := strconv.ParseInt(part, 10, 64)
 			if err != nil || id <= 0 {
 				fmt.Fprintf(os.Stderr, "dlq replay: %q is not a message id\n", part)
-				return exitUsage
+				return ExitUsage
 			}
 			ids = append(ids, id)
 		}
 		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return exitUsage
+			return ExitUsage
 		}
 	}
 	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
@@ -182,7 +176,7 @@ func cmdReplay(args []string) int {
 	switch {
 	case len(ids) > 0 && filtered:
 		fmt.Fprintln(os.Stderr, "dlq replay: give ids or filter flags, not both")
-		return exitUsage
+		return ExitUsage
 	case len(ids) > 0:
 		req.IDs = ids
 	case filtered:
@@ -191,25 +185,25 @@ func cmdReplay(args []string) int {
 		var err error
 		if f.FailedAfter, err = when("since", since, now); err != nil {
 			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
-			return exitUsage
+			return ExitUsage
 		}
 		if f.FailedBefore, err = when("until", until, now); err != nil {
 			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
-			return exitUsage
+			return ExitUsage
 		}
 		if f.FailedAfter != nil && f.FailedBefore != nil && !f.FailedAfter.Before(*f.FailedBefore) {
 			fmt.Fprintf(os.Stderr, "dlq replay: --since (%s) must be before --until (%s)\n",
 				f.FailedAfter.Format(time.RFC3339), f.FailedBefore.Format(time.RFC3339))
-			return exitUsage
+			return ExitUsage
 		}
 		req.Filter = f
 	default:
 		fmt.Fprintln(os.Stderr, "dlq replay: say what to replay: message ids, or filter flags such as --source-queue (see dlq replay -h)")
-		return exitUsage
+		return ExitUsage
 	}
 	if delay < 0 || delay%time.Second != 0 {
 		fmt.Fprintln(os.Stderr, "dlq replay: --delay must be a whole number of seconds >= 0")
-		return exitUsage
+		return ExitUsage
 	}
 	req.DelaySeconds = int(delay / time.Second)
 	if toExchangeSet || toKey != "" {
@@ -233,7 +227,7 @@ func cmdReplay(args []string) int {
 	var task replay.Task
 	if err := json.Unmarshal(res, &task); err != nil {
 		fmt.Fprintf(os.Stderr, "dlq replay: decode answer: %v\n", err)
-		return exitFailure
+		return ExitFailure
 	}
 	switch {
 	case task.DryRun:
@@ -248,7 +242,7 @@ func cmdReplay(args []string) int {
 				fmt.Println(task.Error)
 			}
 		}
-		return exitOK
+		return ExitOK
 	case !wait:
 		if rf.json {
 			printJSON(res)
@@ -256,7 +250,7 @@ func cmdReplay(args []string) int {
 			fmt.Printf("replay task %d %s: %d messages selected, starting %s\n", task.ID, task.Status, task.Requested, task.StartAt.Local().Format(time.RFC3339))
 			fmt.Printf("follow it with: dlq replays %d    stop it with: dlq cancel %d\n", task.ID, task.ID)
 		}
-		return exitOK
+		return ExitOK
 	}
 	return waitTask(ctx, c, task, rf)
 }
@@ -287,7 +281,7 @@ func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFl
 		case <-ctx.Done():
 			bar.done()
 			fmt.Fprintf(os.Stderr, "dlq replay: stopped waiting; task %d goes on (dlq cancel %d stops it)\n", task.ID, task.ID)
-			return exitFailure
+			return ExitFailure
 		case <-time.After(500 * time.Millisecond):
 		}
 		res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplayStatus, ID: task.ID}, rf.timeout)
@@ -299,7 +293,7 @@ func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFl
 		if err := json.Unmarshal(res, &task); err != nil {
 			bar.done()
 			fmt.Fprintf(os.Stderr, "dlq replay: decode answer: %v\n", err)
-			return exitFailure
+			return ExitFailure
 		}
 	}
 	bar.done()
@@ -310,14 +304,14 @@ func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFl
 	}
 	if task.Status != replay.StatusCompleted {
 		fmt.Fprintf(os.Stderr, "dlq replay: task %d ended %s: %s\n", task.ID, task.Status, task.Error)
-		return exitFailure
+		return ExitFailure
 	}
 	if task.Failed > 0 || task.Unknown > 0 {
 		fmt.Fprintf(os.Stderr, "dlq replay: %d messages failed and %d have an unknown outcome; they are pending with the reason (dlq replays %d)\n",
 			task.Failed, task.Unknown, task.ID)
-		return exitFailure
+		return ExitFailure
 	}
-	return exitOK
+	return ExitOK
 }
 
 // progress draws a one-line progress bar: rewritten in place on a
@@ -421,11 +415,11 @@ func skipReasons(r map[string]int64) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-// cmdReplays: dlq replays [id]
-func cmdReplays(args []string) int {
+// Replays runs `dlq replays [id]`: recent replay tasks, or one.
+func Replays(args []string) int {
 	var rf rpcFlags
 	var limit int
-	cfg, _, fs, code := loadConfig("replays", args, func(fs *flag.FlagSet) {
+	cfg, _, fs, code := LoadConfig("replays", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
 		fs.IntVar(&limit, "limit", 20, "how many recent tasks to list")
 		fs.Usage = func() {
@@ -439,13 +433,13 @@ func cmdReplays(args []string) int {
 	var id int64
 	if fs.NArg() > 1 {
 		fmt.Fprintln(os.Stderr, "dlq replays: give at most one task id")
-		return exitUsage
+		return ExitUsage
 	}
 	if fs.NArg() == 1 {
 		n, err := strconv.ParseInt(fs.Arg(0), 10, 64)
 		if err != nil || n <= 0 {
 			fmt.Fprintf(os.Stderr, "dlq replays: %q is not a task id\n", fs.Arg(0))
-			return exitUsage
+			return ExitUsage
 		}
 		id = n
 	}
@@ -463,15 +457,15 @@ func cmdReplays(args []string) int {
 		}
 		if rf.json {
 			printJSON(res)
-			return exitOK
+			return ExitOK
 		}
 		var t replay.Task
 		if err := json.Unmarshal(res, &t); err != nil {
 			fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
-			return exitFailure
+			return ExitFailure
 		}
 		printTask(os.Stdout, t)
-		return exitOK
+		return ExitOK
 	}
 	res, code := send(ctx, "replays", c, control.Command{Command: control.CmdListReplays, Request: replay.Request{Limit: limit}}, rf.timeout)
 	if code >= 0 {
@@ -479,14 +473,14 @@ func cmdReplays(args []string) int {
 	}
 	if rf.json {
 		printJSON(res)
-		return exitOK
+		return ExitOK
 	}
 	var list struct {
 		Replays []replay.Task `json:"replays"`
 	}
 	if err := json.Unmarshal(res, &list); err != nil {
 		fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
-		return exitFailure
+		return ExitFailure
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
@@ -495,13 +489,13 @@ func cmdReplays(args []string) int {
 			t.Skipped, t.Unknown, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), t.CreatedBy)
 	}
 	tw.Flush()
-	return exitOK
+	return ExitOK
 }
 
-// cmdCancel: dlq cancel id
-func cmdCancel(args []string) int {
+// Cancel runs `dlq cancel id`.
+func Cancel(args []string) int {
 	var rf rpcFlags
-	cfg, _, fs, code := loadConfig("cancel", args, func(fs *flag.FlagSet) {
+	cfg, _, fs, code := LoadConfig("cancel", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
 		fs.Usage = func() {
 			fmt.Fprintln(fs.Output(), "usage: dlq cancel [flags] id\n\nStop a replay task within one publish.\n\nflags:")
@@ -513,12 +507,12 @@ func cmdCancel(args []string) int {
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "dlq cancel: give the task id (see dlq replays)")
-		return exitUsage
+		return ExitUsage
 	}
 	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
 	if err != nil || id <= 0 {
 		fmt.Fprintf(os.Stderr, "dlq cancel: %q is not a task id\n", fs.Arg(0))
-		return exitUsage
+		return ExitUsage
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -533,13 +527,13 @@ func cmdCancel(args []string) int {
 	}
 	if rf.json {
 		printJSON(res)
-		return exitOK
+		return ExitOK
 	}
 	var t replay.Task
 	if err := json.Unmarshal(res, &t); err != nil {
 		fmt.Fprintf(os.Stderr, "dlq cancel: decode answer: %v\n", err)
-		return exitFailure
+		return ExitFailure
 	}
 	fmt.Printf("replay task %d cancelled: %d published, %d left pending\n", t.ID, t.Published, t.Remaining)
-	return exitOK
+	return ExitOK
 }

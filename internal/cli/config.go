@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"flag"
@@ -9,9 +9,12 @@ import (
 	"github.com/dlq/dlq/config"
 )
 
-// loadConfig parses a subcommand's flags and loads the configuration.
-// extra registers the subcommand's own flags.
-func loadConfig(name string, args []string, extra func(*flag.FlagSet)) (config.Config, *slog.Logger, *flag.FlagSet, int) {
+// LoadConfig parses a subcommand's flags (the configuration's, and those
+// extra registers) and loads the configuration, for the subcommands that
+// read it: serve, migrate and topology, and the replay commands. The code
+// is negative when the subcommand goes on; otherwise it is the exit code
+// (ExitOK after -h, ExitUsage for a bad flag or configuration).
+func LoadConfig(name string, args []string, extra func(*flag.FlagSet)) (config.Config, *slog.Logger, *flag.FlagSet, int) {
 	fs := flag.NewFlagSet("dlq "+name, flag.ContinueOnError)
 	var f config.Flags
 	f.Register(fs)
@@ -20,14 +23,14 @@ func loadConfig(name string, args []string, extra func(*flag.FlagSet)) (config.C
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
-			return config.Config{}, nil, nil, exitOK
+			return config.Config{}, nil, nil, ExitOK
 		}
-		return config.Config{}, nil, nil, exitUsage
+		return config.Config{}, nil, nil, ExitUsage
 	}
 	cfg, err := config.Load(f, os.Getenv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		return config.Config{}, nil, nil, exitUsage
+		return config.Config{}, nil, nil, ExitUsage
 	}
 	return cfg, newLogger(cfg.Log), fs, -1
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -17,13 +17,17 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-func cmdLs(args []string) int     { return runLs(args, osEnv()) }
-func cmdShow(args []string) int   { return runShow(args, osEnv()) }
-func cmdAck(args []string) int    { return runAction("ack", args, osEnv()) }
-func cmdRm(args []string) int     { return runAction("rm", args, osEnv()) }
-func cmdGroups(args []string) int { return runGroups(args, osEnv()) }
-func cmdStats(args []string) int  { return runStats(args, osEnv()) }
-func cmdStatus(args []string) int { return runStatus(args, osEnv()) }
+// Ls runs `dlq ls`: dead messages, newest first.
+func Ls(args []string) int { return runLs(args, osEnv()) }
+
+// Show runs `dlq show`: one message with its body.
+func Show(args []string) int { return runShow(args, osEnv()) }
+
+// Ack runs `dlq ack`: acknowledge messages by id or filter.
+func Ack(args []string) int { return runAction("ack", args, osEnv()) }
+
+// Rm runs `dlq rm`: delete messages by id or filter.
+func Rm(args []string) int { return runAction("rm", args, osEnv()) }
 
 // filterFlags are the message filters of ls, ack and rm.
 type filterFlags struct {
@@ -105,53 +109,28 @@ func runLs(args []string, env cliEnv) int {
 	q, err := ff.query(time.Now())
 	if err != nil {
 		fmt.Fprintf(env.stderr, "dlq ls: %v\n", err)
-		return exitUsage
+		return ExitUsage
 	}
 	q.Set("limit", strconv.Itoa(limit))
 	if curs != "" {
 		q.Set("cursor", curs)
 	}
-	ctx := context.Background()
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	header := true
-	for {
-		b, err := c.call(ctx, "GET", "/api/v1/messages", q, nil)
-		if err != nil {
-			return c.fail(err)
-		}
+	tw := c.listing()
+	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
+	return c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
 		var page struct {
 			Messages   []store.Message `json:"messages"`
 			NextCursor *string         `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(b, &page); err != nil {
-			return c.fail(fmt.Errorf("unexpected answer: %w", err))
+			return nil, err
 		}
-		if af.json {
-			c.printRaw(b)
-		} else {
-			if header {
-				fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
-				header = false
-			}
-			for _, m := range page.Messages {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
-					m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
-			}
+		for _, m := range page.Messages {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
+				m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
 		}
-		if page.NextCursor == nil {
-			break
-		}
-		if !all {
-			tw.Flush()
-			if !af.json {
-				fmt.Fprintf(env.stderr, "more: dlq ls --cursor %s (same filters), or --all\n", *page.NextCursor)
-			}
-			return exitOK
-		}
-		q.Set("cursor", *page.NextCursor)
-	}
-	tw.Flush()
-	return exitOK
+		return page.NextCursor, nil
+	})
 }
 
 // failureLine renders a failure as "Type: message".
@@ -182,12 +161,12 @@ func runShow(args []string, env cliEnv) int {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return exitUsage
+		return ExitUsage
 	}
 	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
 	if err != nil || id <= 0 {
 		fmt.Fprintf(env.stderr, "dlq show: %q is not a message id\n", fs.Arg(0))
-		return exitUsage
+		return ExitUsage
 	}
 	c := newAPIClient("show", af, env)
 	b, err := c.call(context.Background(), "GET", "/api/v1/messages/"+strconv.FormatInt(id, 10), nil, nil)
@@ -196,7 +175,7 @@ func runShow(args []string, env cliEnv) int {
 	}
 	if af.json {
 		c.printRaw(b)
-		return exitOK
+		return ExitOK
 	}
 	var m store.Message
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -253,7 +232,7 @@ func runShow(args []string, env cliEnv) int {
 	default:
 		fmt.Fprintln(w, "(binary, base64) "+base64.StdEncoding.EncodeToString(*m.Body))
 	}
-	return exitOK
+	return ExitOK
 }
 
 // runAction acknowledges (ack) or deletes (rm) messages by id or filter.
@@ -284,17 +263,17 @@ func runAction(name string, args []string, env cliEnv) int {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
 			fmt.Fprintf(env.stderr, "dlq %s: %q is not a message id\n", name, a)
-			return exitUsage
+			return ExitUsage
 		}
 		ids = append(ids, id)
 	}
 	if len(ids) > 0 && !ff.empty() {
 		fmt.Fprintf(env.stderr, "dlq %s: give ids or filter flags, not both\n", name)
-		return exitUsage
+		return ExitUsage
 	}
 	if len(ids) == 0 && ff.empty() {
 		fmt.Fprintf(env.stderr, "dlq %s: give message ids, or filter flags (for example --queue orders); a filter acts on every match\n", name)
-		return exitUsage
+		return ExitUsage
 	}
 	c := newAPIClient(name, af, env)
 	body := map[string]any{"dry_run": dryRun, "confirm": yes}
@@ -307,7 +286,7 @@ func runAction(name string, args []string, env cliEnv) int {
 		f, err := ff.filter(time.Now())
 		if err != nil {
 			fmt.Fprintf(env.stderr, "dlq %s: %v\n", name, err)
-			return exitUsage
+			return ExitUsage
 		}
 		body["filter"] = f
 	}
@@ -316,13 +295,13 @@ func runAction(name string, args []string, env cliEnv) int {
 		var e *apiError
 		if errors.As(err, &e) && e.code == "confirm_required" {
 			fmt.Fprintf(env.stderr, "dlq %s: %s\ndlq %s: add --yes to go ahead, or --dry-run to count\n", name, e.message, name)
-			return exitUsage
+			return ExitUsage
 		}
 		return c.fail(err)
 	}
 	if af.json {
 		c.printRaw(b)
-		return exitOK
+		return ExitOK
 	}
 	var res store.ActionResult
 	if err := json.Unmarshal(b, &res); err != nil {
@@ -331,7 +310,7 @@ func runAction(name string, args []string, env cliEnv) int {
 	past := map[string]string{"ack": "acknowledged", "rm": "deleted"}[name]
 	if res.DryRun {
 		fmt.Fprintf(env.stdout, "dry run: %d messages would be %s\n", res.Matched, past)
-		return exitOK
+		return ExitOK
 	}
 	fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)
 	if res.Unchanged > 0 {
@@ -344,7 +323,7 @@ func runAction(name string, args []string, env cliEnv) int {
 			s[i] = strconv.FormatInt(id, 10)
 		}
 		fmt.Fprintf(env.stderr, "dlq %s: not found: %s\n", name, strings.Join(s, ", "))
-		return exitNotFound
+		return ExitNotFound
 	}
-	return exitOK
+	return ExitOK
 }
