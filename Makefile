@@ -38,7 +38,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: build services run test fuzz soak clean screenshot \
-	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session bench-replay-rounds
+	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds
 
 build:
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
@@ -86,7 +86,7 @@ soak: services
 # ARGS='-dead-letter ttl'). They run in their own database, `bench`
 # (BENCH_DATABASE_URL), never in the test database: each run creates a schema there,
 # and a benchmark must not compete with, or be disturbed by, a test suite.
-bench-ingest bench-replay bench-api bench-cleanup:
+bench-ingest bench-replay bench-api bench-cleanup bench-console:
 	scripts/services.sh --database bench
 	env -u TEST_DATABASE_URL BENCH_DATABASE_URL='$(BENCH_DATABASE_URL)' DLQ_AMQP_URL='$(BENCH_AMQP_URL)' \
 		$(GO) run ./cmd/dlq-bench $(@:bench-%=%) $(ARGS)

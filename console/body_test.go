@@ -105,6 +105,8 @@ func TestArrivalsChart(t *testing.T) {
 	require.Equal(t, 0, c.Bars[1].H)
 	require.Equal(t, chartHeight/2, c.Bars[23].H)
 	require.Equal(t, "May 1 10:00: 1,000", c.Bars[10].Label)
+	require.Equal(t, "May 1 10:00: 1,000", c.PeakLabel)
+	require.Equal(t, "M0 31h6v1h-6zM70 0h6v32h-6zM161 16h6v16h-6z", c.Path)
 	empty := arrivalsChart([store.ArrivalHours]int64{}, time.Now())
 	require.Zero(t, empty.Bars[5].H)
 }

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlq/dlq/store"
@@ -19,13 +21,18 @@ const (
 type chartView struct {
 	Width, Height int
 	Bars          []chartBar
-	Total, Peak   int64
+	// Path draws every bar as one SVG path ("M x y h w v h h -w z" per
+	// bar): a page with many queues stays small.
+	Path        string
+	Total, Peak int64
+	// PeakLabel is the busiest hour and its count.
+	PeakLabel string
 }
 
 // chartBar is one hour.
 type chartBar struct {
 	X, Y, W, H int
-	// Label is the bar's tooltip: the hour and its count.
+	// Label is the hour and its count.
 	Label string
 }
 
@@ -38,6 +45,7 @@ func arrivalsChart(counts [store.ArrivalHours]int64, since time.Time) chartView 
 		v.Total += n
 		v.Peak = max(v.Peak, n)
 	}
+	var path strings.Builder
 	for i, n := range counts {
 		h := 0
 		if v.Peak > 0 && n > 0 {
@@ -48,6 +56,14 @@ func arrivalsChart(counts [store.ArrivalHours]int64, since time.Time) chartView 
 			X: i * (chartBarWidth + chartGap), Y: chartHeight - h, W: chartBarWidth, H: h,
 			Label: hour.Format("Jan 2 15:00") + ": " + num(n),
 		})
+		if h > 0 {
+			b := v.Bars[i]
+			fmt.Fprintf(&path, "M%d %dh%dv%dh-%dz", b.X, b.Y, b.W, b.H, b.W)
+		}
+		if n == v.Peak && n > 0 && v.PeakLabel == "" {
+			v.PeakLabel = v.Bars[i].Label
+		}
 	}
+	v.Path = path.String()
 	return v
 }

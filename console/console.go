@@ -5,10 +5,10 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,9 +75,8 @@ type Console struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	pages   *pages
-	static  http.Handler
+	assets  map[string]asset
 	signIns *prometheus.CounterVec
-	assetFS fs.FS
 }
 
 // New builds the console.
@@ -101,12 +100,16 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	files, err := loadAssets(staticFS)
+	if err != nil {
+		return nil, fmt.Errorf("console: load static files: %w", err)
+	}
 	c := &Console{
 		cfg:    cfg,
+		assets: files,
 		log:    cmp.Or(cfg.Logger, slog.Default()).With("component", "console"),
 		mux:    http.NewServeMux(),
 		pages:  pg,
-		static: http.StripPrefix("/ui/static/", http.FileServerFS(staticFS)),
 		signIns: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 			Name: "dlq_console_sign_ins_total",
 			Help: "Console sign-in attempts by result (ok, invalid_token, throttled).",
@@ -194,15 +197,4 @@ func setSecurityHeaders(h http.Header) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-}
-
-// handleStatic serves the embedded stylesheet and scripts. They may be
-// cached for a while: they change only with the binary.
-func (c *Console) handleStatic(w http.ResponseWriter, r *http.Request) {
-	if strings.HasSuffix(r.URL.Path, "/") {
-		c.renderError(w, r, nil, http.StatusNotFound, "Not found: "+r.URL.Path)
-		return
-	}
-	w.Header().Set("Cache-Control", "public, max-age=3600")
-	c.static.ServeHTTP(w, r)
 }

@@ -320,3 +320,29 @@ func TestActionAwaitingApproval(t *testing.T) {
 		require.Equal(t, store.StatusPending, s)
 	}
 }
+
+// TestGzip: pages and assets go gzipped to a client that accepts it, and a
+// page with everything it loads weighs well under 150 KB on the wire.
+func TestGzip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seed(t, many(60, "orders")...)
+	c := b.signIn(t, tokAdmin)
+	total := 0
+	for _, p := range []string{"/ui/messages", "/ui/static/app.css", "/ui/static/app.js", "/ui/static/vendor/htmx.min.js"} {
+		req, err := http.NewRequest(http.MethodGet, b.srv.URL+p, nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept-Encoding", "gzip") // set by hand: the client then leaves the body compressed
+		r := c.do(t, req)
+		require.Equal(t, http.StatusOK, r.StatusCode, p)
+		require.Equal(t, "gzip", r.Header.Get("Content-Encoding"), p)
+		require.Contains(t, r.Header.Get("Vary"), "Accept-Encoding")
+		requireSecurityHeaders(t, r)
+		total += len(r.text)
+	}
+	require.Less(t, total, 60<<10, "50 messages with htmx and the stylesheet, compressed")
+
+	r := c.get(t, "/ui/messages")
+	require.Empty(t, r.Header.Get("Content-Encoding"), "Go's client decompresses what it asked for; the page reads as HTML")
+	require.Contains(t, r.text, `data-test="message-row"`)
+}

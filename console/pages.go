@@ -283,7 +283,7 @@ func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := groupsData{SourceQueue: strings.TrimSpace(q.Get("source_queue")), Status: strings.TrimSpace(q.Get("status"))}
 	var err error
-	if d.Groups, err = c.cfg.Ops.Groups(ctx, caller, store.GroupQuery{SourceQueue: d.SourceQueue, Status: d.Status, Limit: 100}); err != nil {
+	if d.Groups, err = c.cfg.Ops.Groups(ctx, caller, store.GroupQuery{SourceQueue: d.SourceQueue, Status: d.Status, Limit: 50}); err != nil {
 		c.renderFailure(w, r, "list failure groups", err)
 		return
 	}

@@ -113,8 +113,7 @@ func (c *Console) execute(w http.ResponseWriter, r *http.Request, status int, pa
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	writeBody(w, r, status, buf.Bytes())
 }
 
 // renderError writes the error page with msg as its flash.
