@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -211,21 +211,22 @@ func viewTimeline(m store.Message) []deathEvent {
 	return append(out, cur)
 }
 
-// viewDeaths is the parsed x-death header: m.XDeath when the layer
-// filled it, else derived from the stored header.
-func viewDeaths(m store.Message) []broker.Death {
-	var deaths []broker.Death
-	if len(m.XDeath) > 0 && json.Unmarshal(m.XDeath, &deaths) == nil && len(deaths) > 0 {
-		return deaths
-	}
-	if len(m.DeathHeader) == 0 || string(m.DeathHeader) == "null" {
-		return nil
-	}
-	h, err := broker.DecodeHeadersJSON([]byte(`{"x-death":` + string(m.DeathHeader) + `}`))
-	if err != nil {
-		return nil
-	}
-	return broker.ExtractDeath(h).Deaths
+// xDeath is one entry of a message's x_death (its JSON form in the API).
+type xDeath struct {
+	Queue       string    `json:"queue"`
+	Reason      string    `json:"reason"`
+	Exchange    string    `json:"exchange"`
+	RoutingKeys []string  `json:"routing_keys"`
+	Count       int64     `json:"count"`
+	Time        time.Time `json:"time"`
+}
+
+// viewDeaths is the parsed x-death header, which the layer fills in
+// (most recent first).
+func viewDeaths(m store.Message) []xDeath {
+	var deaths []xDeath
+	_ = json.Unmarshal(m.XDeath, &deaths)
+	return deaths
 }
 
 func deref(s *string) string {

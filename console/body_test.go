@@ -154,3 +154,12 @@ func TestVendoredHTMX(t *testing.T) {
 	require.Contains(t, string(readme), hex.EncodeToString(sum[:]))
 	require.Contains(t, string(js), `version:"2.0.4"`)
 }
+
+func TestViewDeaths(t *testing.T) {
+	t.Parallel()
+	m := store.Message{XDeath: json.RawMessage(`[{"queue":"orders","reason":"rejected","exchange":"","routing_keys":["orders"],"count":3,"time":"2024-05-01T00:00:00Z"}]`)}
+	d := viewDeaths(m)
+	require.Len(t, d, 1)
+	require.Equal(t, xDeath{Queue: "orders", Reason: "rejected", RoutingKeys: []string{"orders"}, Count: 3, Time: time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)}, d[0])
+	require.Empty(t, viewDeaths(store.Message{}))
+}

@@ -233,6 +233,13 @@ func TestCSRF(t *testing.T) {
 	require.Contains(t, r.text, "Acknowledged 1 messages")
 	require.Equal(t, store.StatusAcknowledged, b.statuses(t, ids)[ids[0]])
 	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[1]])
+
+	// One audit row, naming the console as the door and the request id.
+	var actor, via, reqID string
+	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT actor, via, request_id FROM audit_log WHERE action = 'acknowledge'`).Scan(&actor, &via, &reqID))
+	require.Equal(t, "admin", actor)
+	require.Equal(t, "console", via)
+	require.Equal(t, r.Header.Get("X-Request-Id"), reqID)
 }
 
 // TestSignOut: signing out deletes the session everywhere: the old cookie
