@@ -35,6 +35,9 @@ type selection struct {
 	// confirmed: the newest matching message when the confirmation was
 	// shown. Set by the confirmation, required to act.
 	MaxID int64
+	// Limit caps an All selection, oldest first (0: no cap): a partial
+	// replay or acknowledge of a large group.
+	Limit int64
 	// Replay options.
 	Rate, Delay, CanaryCount, CanaryWait int64
 	TargetExchange, TargetRoutingKey     string
@@ -46,6 +49,7 @@ type selection struct {
 // maxRate and the other bounds keep the form's numbers sane; the replay
 // service validates them again.
 const (
+	maxLimit = 100_000_000
 	maxRate  = 100000
 	maxDelay = 7 * 24 * 3600
 )
@@ -70,7 +74,7 @@ func readSelection(v url.Values) (selection, error) {
 		dst  *int64
 		name string
 		hi   int64
-	}{{&s.Rate, "rate", maxRate}, {&s.Delay, "delay", maxDelay}, {&s.CanaryCount, "canary_count", 1000}, {&s.CanaryWait, "canary_wait", 3600}} {
+	}{{&s.Limit, "limit", maxLimit}, {&s.Rate, "rate", maxRate}, {&s.Delay, "delay", maxDelay}, {&s.CanaryCount, "canary_count", 1000}, {&s.CanaryWait, "canary_wait", 3600}} {
 		if *n.dst, err = formInt(v, n.name, 0, 0, n.hi); err != nil {
 			return s, err
 		}
@@ -80,6 +84,8 @@ func readSelection(v url.Values) (selection, error) {
 	}
 	if s.All {
 		s.IDs = nil
+	} else {
+		s.Limit = 0
 	}
 	return s, nil
 }
@@ -102,7 +108,7 @@ func (s selection) replayRequest(dryRun bool) (ops.ReplayRequest, error) {
 	if err != nil {
 		return ops.ReplayRequest{}, err
 	}
-	req := replay.Request{IDs: s.IDs, Filter: f, RatePerSecond: float64(s.Rate), DelaySeconds: int(s.Delay), DryRun: dryRun, Force: s.Force}
+	req := replay.Request{IDs: s.IDs, Filter: f, Limit: int(s.Limit), RatePerSecond: float64(s.Rate), DelaySeconds: int(s.Delay), DryRun: dryRun, Force: s.Force}
 	if s.TargetExchange != "" || s.TargetRoutingKey != "" {
 		req.Target = &replay.Target{Exchange: s.TargetExchange, RoutingKey: s.TargetRoutingKey}
 	}
@@ -117,7 +123,7 @@ func (s selection) actionRequest(dryRun bool) (ops.ActionRequest, error) {
 	if err != nil {
 		return ops.ActionRequest{}, err
 	}
-	return ops.ActionRequest{IDs: s.IDs, Filter: f, DryRun: dryRun, Confirm: !dryRun}, nil
+	return ops.ActionRequest{IDs: s.IDs, Filter: f, Limit: int(s.Limit), DryRun: dryRun, Confirm: !dryRun}, nil
 }
 
 // confirmData is the confirmation page.
