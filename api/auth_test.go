@@ -115,6 +115,10 @@ func TestAuthMatrix(t *testing.T) {
 			{fmt.Sprintf("/api/v1/messages/%d", billing[1]), nil, [6]int{u, u, f, f, f, ok}},
 			{fmt.Sprintf("/api/v1/messages/%d", deletable[0]), nil, [6]int{u, u, f, f, f, ok}},
 		},
+		"POST /api/v1/messages/{id}/edit-replay": {
+			{fmt.Sprintf("/api/v1/messages/%d/edit-replay", orders[0]), map[string]any{"set_headers": map[string]any{"x-note": "fixed"}, "dry_run": true}, [6]int{u, u, f, ok, ok, ok}},
+			{fmt.Sprintf("/api/v1/messages/%d/edit-replay", billing[0]), map[string]any{"set_headers": map[string]any{"x-note": "fixed"}, "dry_run": true}, [6]int{u, u, f, ok, nf, ok}},
+		},
 		"POST /api/v1/messages/acknowledge": {
 			{"/api/v1/messages/acknowledge", map[string]any{"ids": []int64{orders[1]}}, [6]int{u, u, f, ok, ok, ok}},
 			{"/api/v1/messages/acknowledge", map[string]any{"filter": map[string]any{"source_queue": "billing"}, "dry_run": true}, [6]int{u, u, f, ok, f, ok}},

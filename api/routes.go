@@ -57,6 +57,7 @@ var routeTable = []route{
 	{"GET", "/api/v1/messages", ops.ActListMessages, messageParams, false, (*Server).handleListMessages},
 	{"GET", "/api/v1/messages/{id}", ops.ActGetMessage, nil, false, (*Server).handleGetMessage},
 	{"DELETE", "/api/v1/messages/{id}", ops.ActDelete, nil, false, (*Server).handleDeleteMessage},
+	{"POST", "/api/v1/messages/{id}/edit-replay", ops.ActEditReplay, nil, true, (*Server).handleEditReplay},
 	{"POST", "/api/v1/messages/acknowledge", ops.ActAcknowledge, nil, true, (*Server).handleAcknowledge},
 	{"POST", "/api/v1/messages/delete", ops.ActDelete, nil, true, (*Server).handleDelete},
 	{"POST", "/api/v1/replays", ops.ActStartReplay, nil, true, (*Server).handleStartReplay},

@@ -45,6 +45,7 @@ type Operations interface {
 	ListApprovals(ctx context.Context, c ops.Caller, limit int) ([]store.Approval, error)
 	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
+	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 }
 
 // CommandStore remembers commands by command_id. *store.Store implements it.
@@ -323,6 +324,10 @@ func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (
 			act = c.cfg.Ops.Delete
 		}
 		res, err := act(ctx, caller, r)
+		return c.answer(cmd, res, err)
+	case CmdEditReplay:
+		res, err := c.cfg.Ops.EditReplay(ctx, caller, cmd.ID, ops.EditRequest{BodyBase64: cmd.BodyBase64, Body: cmd.Body,
+			SetHeaders: cmd.SetHeaders, RemoveHeaders: cmd.RemoveHeaders, Force: cmd.Force, DryRun: cmd.DryRun})
 		return c.answer(cmd, res, err)
 	case CmdApprove:
 		a, err := c.cfg.Ops.Approve(ctx, caller, cmd.ID)

@@ -100,6 +100,13 @@ func (s *Service) GetMessage(ctx context.Context, c Caller, id int64) (store.Mes
 		m.Body = nil
 	}
 	fillDeath(&m)
+	e, edited, err := s.st.GetMessageEdit(ctx, id)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if edited {
+		m.Edited = &e
+	}
 	return m, nil
 }
 

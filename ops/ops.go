@@ -58,6 +58,14 @@ type Config struct {
 	// ApprovalTTL is how long a request waits for a decision. Optional;
 	// default ApprovalTTLDefault.
 	ApprovalTTL time.Duration
+	// EditLockedHeaders may never be changed by an edit-then-replay,
+	// besides dlq's own and the broker's. Optional.
+	EditLockedHeaders []string
+	// EditSensitiveHeaders need force to be changed. Optional.
+	EditSensitiveHeaders []string
+	// KeepUserID shows an edit's copy with its user_id, as the replay
+	// service publishes it (replay.keep_user_id). Optional.
+	KeepUserID bool
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 }

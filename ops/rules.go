@@ -26,6 +26,7 @@ const (
 	ActAcknowledge  Action = "acknowledge"
 	ActStartReplay  Action = "start_replay"
 	ActCancelReplay Action = "cancel_replay"
+	ActEditReplay   Action = "edit_replay"
 	ActDelete       Action = "delete"
 	ActAudit        Action = "audit"
 	// Approvals: anyone may see the requests within their scope; deciding
@@ -51,6 +52,7 @@ var permissions = map[Action]string{
 	ActAcknowledge:  auth.RoleOperator,
 	ActStartReplay:  auth.RoleOperator,
 	ActCancelReplay: auth.RoleOperator,
+	ActEditReplay:   auth.RoleOperator,
 	ActDelete:       auth.RoleAdmin,
 	ActAudit:        auth.RoleAdmin,
 

@@ -2,11 +2,13 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // publishPhase claims and publishes until limit messages were claimed
@@ -104,8 +106,7 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why}, resultFailed)
 			continue
 		}
-		rid := newReplayID()
-		msg, err := buildPublishing(*m, rid, r.s.cfg.KeepUserID)
+		rid, msg, err := r.publishing(m)
 		if err != nil {
 			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
 			continue
@@ -187,4 +188,20 @@ func (r *taskRun) onResult(b *claimBatch, id int64, replayID string, res broker.
 		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultFailed
 	}
 	r.record(b, o, label)
+}
+
+// publishing builds what m is published as: the message itself, or, for an
+// edit-then-replay task, its corrected copy. rid is the publish's replay id.
+func (r *taskRun) publishing(m *store.ClaimedMessage) (rid string, msg amqp.Publishing, err error) {
+	if len(r.task.Edit) == 0 {
+		rid = newReplayID()
+		msg, err = buildPublishing(*m, rid, r.s.cfg.KeepUserID)
+		return rid, msg, err
+	}
+	var e Edit
+	if err := json.Unmarshal(r.task.Edit, &e); err != nil {
+		return "", amqp.Publishing{}, fmt.Errorf("the edit of task %d: %w", r.task.ID, err)
+	}
+	msg, err = EditedPublishing(*m, e, r.s.cfg.KeepUserID)
+	return e.ReplayID, msg, err
 }

@@ -38,6 +38,11 @@ type Request struct {
 	// then selects the request's snapshot): approved in the task's own
 	// transaction. Set by the operations layer, never user input.
 	Approval int64 `json:"-"`
+	// Edit makes this an edit-then-replay of the one message IDs names.
+	// Set by the operations layer, never decoded from a request.
+	Edit *Edit `json:"-"`
+	// EditAudit is the edit's diff for the audit row.
+	EditAudit map[string]any `json:"-"`
 }
 
 // Target is an exchange and routing key to publish to.

@@ -48,6 +48,9 @@ type Message struct {
 	DeathHistory    json.RawMessage `json:"death_history"`
 	LastReplayError *string         `json:"last_replay_error,omitempty"`
 	ConversionError *string         `json:"conversion_error,omitempty"`
+	// Edited is the message's latest edit-then-replay, when it has one
+	// (single-message reads only).
+	Edited *MessageEdit `json:"edited,omitempty"`
 }
 
 // messageColumns are read in the order scanMessage expects; the body is

@@ -144,7 +144,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The operations layer: every rule of every front door, once.
 	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
-		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(), Logger: log})
+		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(),
+		EditLockedHeaders: cfg.Replay.EditLockedHeaders, EditSensitiveHeaders: cfg.Replay.EditSensitiveHeaders,
+		KeepUserID: cfg.Replay.KeepUserID, Logger: log})
 	if err != nil {
 		return err
 	}

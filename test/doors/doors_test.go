@@ -3,6 +3,7 @@ package doors_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -179,13 +180,14 @@ type door interface {
 
 // request is one row's action, with ids resolved against a fixture.
 type request struct {
-	action  string // list_replays, get_replay, cancel_replay, replay, acknowledge, delete
-	id      int64  // a task id
+	action  string // list_replays, get_replay, cancel_replay, replay, acknowledge, delete, edit_replay, ...
+	id      int64  // a task, message or approval id
 	ids     []int64
 	filter  *store.Filter
 	limit   int
 	dryRun  bool
 	confirm bool
+	body    string // edit_replay's new body (sent base64: the fixture's messages have no content type)
 }
 
 type row struct {
@@ -266,6 +268,18 @@ func TestEveryDoorAnswersAlike(t *testing.T) {
 		{who: "admin", req: func(*fixture) request {
 			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
 		}, expect: outcome{Code: "ok", Matched: 5}}, // 8 billing, 2 acknowledged, 1 deleted
+		// Edit-then-replay: role, scope, one edit at a time.
+		{who: "viewer", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
+			expect: outcome{Code: ops.CodeForbidden}},
+		{who: "orders-ops", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
+			expect: outcome{Code: ops.CodeNotFound}},
+		{who: "op", req: func(f *fixture) request {
+			return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`, dryRun: true}
+		}, expect: outcome{Code: "ok", Status: "dry_run"}},
+		{who: "op", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
+			expect: outcome{Code: "ok", Status: replay.StatusScheduled, Requested: 1}, mutates: true},
+		{who: "admin", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":41}`} },
+			expect: outcome{Code: ops.CodeConflict}},
 	}
 
 	httpDoor := newHTTPDoor(t)
@@ -359,6 +373,9 @@ func (d *httpDoor) do(t *testing.T, who, requestID string, r request) outcome {
 	case "acknowledge", "delete":
 		method, path = http.MethodPost, "/api/v1/messages/"+r.action
 		body = map[string]any{"ids": r.ids, "filter": r.filter, "limit": r.limit, "dry_run": r.dryRun, "confirm": r.confirm}
+	case "edit_replay":
+		method, path = http.MethodPost, fmt.Sprintf("/api/v1/messages/%d/edit-replay", r.id)
+		body = map[string]any{"body_base64": base64.StdEncoding.EncodeToString([]byte(r.body)), "dry_run": r.dryRun}
 	case "list_approvals":
 		path = "/api/v1/approvals"
 	case "approve", "reject":
@@ -401,6 +418,13 @@ func decodeResult(t *testing.T, f *fixture, action string, raw []byte) outcome {
 		return outcome{Code: ops.CodeApprovalPending, Status: pending.Approval.Status, Count: pending.Approval.Count}
 	}
 	switch action {
+	case "edit_replay":
+		var res ops.EditResult
+		require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+		if res.Task == nil {
+			return outcome{Code: "ok", Status: "dry_run"}
+		}
+		return outcome{Code: "ok", Status: res.Task.Status, Requested: res.Task.Requested}
 	case "approve", "reject":
 		var a store.Approval
 		require.NoError(t, json.Unmarshal(raw, &a), "%s", raw)
@@ -487,6 +511,9 @@ func (d *controlDoor) do(t *testing.T, who, requestID string, r request) outcome
 		cmd.Command = control.CmdAcknowledge
 	case "delete":
 		cmd.Command = control.CmdDelete
+	case "edit_replay":
+		b64 := base64.StdEncoding.EncodeToString([]byte(r.body))
+		cmd.Command, cmd.BodyBase64 = control.CmdEditReplay, &b64
 	case "list_approvals":
 		cmd.Command = control.CmdListApprovals
 	case "approve":
