@@ -166,6 +166,12 @@ func badValues() []badValue {
 		y("management.url", "management:\n  url: 'http://:secret@'\n", "management.url", "http:// or https://"),
 		e("management.interval", "DLQ_MANAGEMENT_INTERVAL", "10ms", "management.interval", "10ms", "between 1s and 24h"),
 		e("management.interval", "DLQ_MANAGEMENT_INTERVAL", "often", `"often"`, "duration", "management.interval"),
+
+		// Web console.
+		e("ui.enabled", "DLQ_UI", "off", "ui.enabled", `"off"`, "true or false"),
+		y("ui.enabled", "ui:\n  enabled: maybe\n", "ui.enabled", `"maybe"`, "true or false"),
+		e("ui.session_ttl", "DLQ_UI_SESSION_TTL", "10s", "ui.session_ttl", "10s", "between 1m0s and 720h0m0s"),
+		e("ui.session_ttl", "DLQ_UI_SESSION_TTL", "a day", `"a day"`, "duration"),
 	}
 }
 

@@ -50,6 +50,9 @@ type Config struct {
 	// Management is RabbitMQ's management API, for the queue policy check.
 	Management Management `yaml:"management"`
 
+	// UI is the web console.
+	UI UI `yaml:"ui"`
+
 	// NoMigrate skips applying migrations at serve start (flag --no-migrate).
 	NoMigrate bool `yaml:"no_migrate"`
 }
@@ -135,6 +138,7 @@ func Default() Config {
 	c.Cleanup = defaultCleanup()
 	c.Alerts = defaultAlerts()
 	c.Management = defaultManagement()
+	c.UI = defaultUI()
 	return c
 }
 

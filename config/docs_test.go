@@ -81,6 +81,7 @@ func TestConfigurationDocDefaults(t *testing.T) {
 	require.Equal(t, def.Replay, doc.Replay)
 	require.Equal(t, def.Cleanup, doc.Cleanup)
 	require.Equal(t, def.Management, doc.Management)
+	require.Equal(t, def.UI, doc.UI)
 	// The cron block leaves lease_ttl, instance and disabled to a comment.
 	cron := def.Cron
 	cron.LeaseTTL, cron.Instance, cron.Disabled = doc.Cron.LeaseTTL, doc.Cron.Instance, doc.Cron.Disabled

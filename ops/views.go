@@ -173,3 +173,13 @@ func (s *Service) Alerts(ctx context.Context, c Caller) (cron.AlertsView, error)
 	}
 	return v, nil
 }
+
+// Arrivals is each source queue's dead messages per hour over the last
+// day within the caller's scope, from the hourly counters (the console's
+// overview chart).
+func (s *Service) Arrivals(ctx context.Context, c Caller) (store.HourlyArrivals, error) {
+	if err := Authorize(c.Principal, ActStatus); err != nil {
+		return store.HourlyArrivals{}, err
+	}
+	return s.st.Arrivals(ctx, c.Principal.Queues)
+}

@@ -13,6 +13,8 @@
 #   2. the native Debian package: started without systemd (none runs here);
 #   3. apt-get install of that package first, when it is missing (root only).
 # "Running" is always decided by probing the port, never by asking an init system.
+# It also installs Chromium (Debian's chromium) for the web console's browser tests when
+# it is missing (root only; elsewhere those tests are skipped, saying why).
 #
 # Also, optionally: promtool and amtool, which the deploy tests use to check the Prometheus
 # rules and the Alertmanager configuration (they skip those checks without them). When
@@ -551,5 +553,15 @@ ensure_checker() { # command package unit
 }
 ensure_checker promtool prometheus prometheus.service
 ensure_checker amtool prometheus-alertmanager prometheus-alertmanager.service
+
+# Chromium, for the web console's browser tests (package console); optional like the
+# checkers: without it those tests are skipped, saying why.
+if have chromium || have chromium-browser || have google-chrome; then
+	log "chromium already installed"
+elif apt_try_install chromium chromium.service && have chromium; then
+	log "chromium installed"
+else
+	log "chromium not installed (as root this script installs package chromium): the console's browser tests are skipped"
+fi
 
 log "ready"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/console"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/gctune"
@@ -153,8 +155,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	// The web console, beside the API on its port (DLQ_UI=false: none).
+	mount := map[string]http.Handler{}
+	if cfg.UI.Enabled {
+		ui, err := console.New(console.Config{Ops: operations, Auth: authn, Sessions: st, SessionTTL: cfg.UI.SessionTTL.D(),
+			RequestID: api.RequestID, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		mount[console.Path] = ui
+	}
+
 	srv, err := api.New(api.Config{
 		Addr:         cfg.HTTPAddr,
+		Mount:        mount,
 		Gatherer:     reg,
 		Registerer:   reg,
 		Logger:       log,
