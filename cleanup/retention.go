@@ -63,18 +63,32 @@ func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slo
 			errs = append(errs, err)
 		}
 	}
-	n, err := c.batches(ctx, c.cfg.BatchSize, func(ctx context.Context) (int64, error) {
-		// Requests past their expiry read as expired already; this writes
-		// it down, with an audit row each, and frees their snapshots. Each
-		// request's own expires_at is the cutoff: no TTL of the cleanup's.
-		return c.cfg.Store.ExpireApprovals(ctx, lease, c.cfg.BatchSize)
-	})
-	total += n
-	if n > 0 {
-		log.Info("approval requests expired", "expired", n)
-	}
-	if err != nil {
-		errs = append(errs, err)
+	// Records that carry their own expiry, so no TTL of the cleanup's:
+	// approval requests past theirs read as expired already (this writes it
+	// down, with an audit row each, and frees their snapshots); console
+	// sessions past theirs are refused already (this deletes them).
+	for _, own := range []struct {
+		name string
+		run  func(ctx context.Context) (int64, error)
+	}{
+		{"approval requests", func(ctx context.Context) (int64, error) {
+			return c.cfg.Store.ExpireApprovals(ctx, lease, c.cfg.BatchSize)
+		}},
+		{"console sessions", func(ctx context.Context) (int64, error) {
+			return c.cfg.Store.DeleteExpiredConsoleSessions(ctx, time.Now(), c.cfg.BatchSize)
+		}},
+	} {
+		n, err := c.batches(ctx, c.cfg.BatchSize, own.run)
+		total += n
+		if n > 0 {
+			log.Info("expired records handled", "records", own.name, "count", n)
+		}
+		if err != nil {
+			if stop(ctx, err) {
+				return total, err
+			}
+			errs = append(errs, err)
+		}
 	}
 	return total, errors.Join(errs...)
 }
