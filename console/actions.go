@@ -273,7 +273,7 @@ func (c *Console) pending(w http.ResponseWriter, r *http.Request, err error) boo
 	a := pa.Approval
 	v := c.newView(sessionFrom(r.Context()), "result", "Result", resultData{Back: "/ui/"})
 	v.Flash = &flash{Text: fmt.Sprintf("Waiting for approval: %s of %s messages is approval %d; another person must approve it "+
-		"(POST /api/v1/approvals/%d/approve) before %s.", a.Action, num(a.Count), a.ID, a.ID, fmtTime(a.ExpiresAt))}
+		"on the Approvals page before %s.", a.Action, num(a.Count), a.ID, fmtTime(a.ExpiresAt))}
 	c.renderView(w, r, http.StatusAccepted, "result", "layout", v)
 	return true
 }

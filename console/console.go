@@ -143,6 +143,10 @@ func (c *Console) routes() {
 	m.Handle("POST /ui/confirm", c.action(c.handleConfirm))
 	m.Handle("POST /ui/act", c.action(c.handleAct))
 	m.Handle("POST /ui/replays/{id}/cancel", c.action(c.handleCancel))
+	m.Handle("GET /ui/approvals", c.page(c.handleApprovals))
+	m.Handle("POST /ui/approvals/{id}", c.action(c.handleDecide))
+	m.Handle("GET /ui/messages/{id}/edit", c.page(c.handleEditForm))
+	m.Handle("POST /ui/messages/{id}/edit", c.action(c.handleEdit))
 }
 
 // ServeHTTP serves /ui/ and everything below it, every answer with the

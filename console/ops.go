@@ -28,6 +28,10 @@ type Ops interface {
 	Audit(ctx context.Context, c ops.Caller, q ops.AuditRequest) (ops.AuditPage, error)
 	Jobs(ctx context.Context, c ops.Caller) (cron.JobsView, error)
 	Alerts(ctx context.Context, c ops.Caller) (cron.AlertsView, error)
+	ListApprovals(ctx context.Context, c ops.Caller, limit int) ([]store.Approval, error)
+	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
+	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
+	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 }
 
 var _ Ops = (*ops.Service)(nil)

@@ -23,7 +23,7 @@ type pages struct {
 // pageFiles are the page templates under templates/, each parsed with
 // layout.html and partials.html.
 var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm", "result",
-	"groups", "replays", "jobs", "audit"}
+	"groups", "replays", "jobs", "audit", "approvals", "edit"}
 
 func parsePages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials.html")
@@ -60,7 +60,7 @@ type view struct {
 // can says which controls to show: what ops.Authorize allows the
 // principal. The layer checks again whatever the page showed.
 type can struct {
-	Acknowledge, Replay, Cancel, Delete, Audit, Bodies bool
+	Acknowledge, Replay, Cancel, Delete, Audit, Bodies, Edit bool
 }
 
 // flash is the result or error of an action, shown at the top of a page.
@@ -83,6 +83,7 @@ func (c *Console) newView(s *session, page, title string, data any) view {
 			Delete:      ops.Authorize(p, ops.ActDelete) == nil,
 			Audit:       ops.Authorize(p, ops.ActAudit) == nil,
 			Bodies:      p.Bodies,
+			Edit:        ops.Authorize(p, ops.ActEditReplay) == nil,
 		}
 	}
 	return v
