@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -102,6 +103,29 @@ func Store(t testing.TB) (*store.Store, string) {
 	_, err = st.Migrate(ctx, nil)
 	require.NoError(t, err)
 	return st, dsn
+}
+
+// DB opens a small pool of its own on dsn, the database URL Schema or Store
+// returned, for a test that reads or changes rows with SQL to set up a case
+// or check what happened. It is the tests' way to the schema's database:
+// store exposes no pool, and runtime code reaches PostgreSQL only through
+// store's methods. The pool has none of a store's settings (no tracer) and
+// is closed when the test ends, before the schema is dropped.
+//
+// Open it once per test (or per test bundle, kept beside the store) rather
+// than on every query: each call opens connections of its own.
+func DB(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err, "parse test database URL")
+	// Enough for a test that holds a transaction open while it watches
+	// from another connection; the store under test has its own.
+	cfg.MaxConns = 4
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err, "open a test pool on the schema's database")
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // Dial opens an AMQP connection for the test's application side.

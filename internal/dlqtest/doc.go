@@ -1,7 +1,8 @@
 // Package dlqtest gives tests isolated pieces of the real servers: a fresh
 // PostgreSQL schema per test (migrated, dropped afterwards), unique RabbitMQ
-// names, a raw AMQP connection for playing the application's part, and
-// polling helpers so no test sleeps to wait for an effect.
+// names, a raw AMQP connection for playing the application's part, a pool
+// of the test's own on its schema (DB) for reading and changing rows with
+// SQL directly, and polling helpers so no test sleeps to wait for an effect.
 //
 // TEST_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and
 // DLQ_TEST_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/) point at
