@@ -28,14 +28,15 @@ type deathEntry struct {
 // the last DeathHistoryMax deaths; a redelivery of a death adds nothing.
 func TestDeathHistory(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	first := msg("orders", "payload", 70)
 	first.FailureType, first.FailureMessage = "TimeoutError", "took too long"
 	first.FailedAt = time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.FixedZone("CET", 3600))
 	ingest(t, st, first)
 	var id int64
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
+	require.NoError(t, db.QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
 
 	history := func() []deathEntry {
 		t.Helper()
@@ -66,7 +67,7 @@ func TestDeathHistory(t *testing.T) {
 		FailedAt: "2026-01-02T02:04:05.123456Z", Reason: "rejected", DeathCount: 1, DeadLetterQueue: "dlq",
 		FailureType: strp("TimeoutError"), FailureMessage: strp("took too long"),
 	}, h[0], "the replaced death, in UTC")
-	require.Equal(t, "expired", rowState(t, st, id).reason, "the latest death is the row's own")
+	require.Equal(t, "expired", rowState(t, db, id).reason, "the latest death is the row's own")
 
 	// The same death redelivered adds nothing.
 	dup := back(1, "expired")
@@ -95,9 +96,9 @@ func TestDeathHistory(t *testing.T) {
 	last := store.DeathHistoryMax + 5
 	require.Equal(t, fmt.Sprintf("reason-%d", last-1), h[len(h)-1].Reason, "the death replaced last")
 	require.Equal(t, fmt.Sprintf("reason-%d", last-store.DeathHistoryMax), h[0].Reason, "older ones dropped")
-	require.Equal(t, fmt.Sprintf("reason-%d", last), rowState(t, st, id).reason)
-	require.Equal(t, last, rowState(t, st, id).replayCount)
-	require.Equal(t, 1, count(t, st, "TRUE"))
+	require.Equal(t, fmt.Sprintf("reason-%d", last), rowState(t, db, id).reason)
+	require.Equal(t, last, rowState(t, db, id).replayCount)
+	require.Equal(t, 1, count(t, db, "TRUE"))
 }
 
 func strp(s string) *string { return &s }

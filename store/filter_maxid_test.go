@@ -16,9 +16,10 @@ import (
 // messages stored up to that id, never on those stored after it.
 func TestFilterMaxID(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	before := seed(t, st, []string{"orders"}, 3, func(string, int) (string, string) { return "E", "boom" })
+	before := seed(t, st, db, []string{"orders"}, 3, func(string, int) (string, string) { return "E", "boom" })
 	bound := before[len(before)-1]
 
 	now := time.Now().UTC()
@@ -47,8 +48,8 @@ func TestFilterMaxID(t *testing.T) {
 	res, err := st.Acknowledge(ctx, f, store.Actor{Name: "t", Via: "api"}, store.ActionOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, res.Changed)
-	require.Len(t, messageIDs(t, st, "status = 'pending'"), 2, "the later arrivals are untouched")
-	require.Len(t, messageIDs(t, st, "status = 'pending' AND id > $1", bound), 2)
+	require.Len(t, messageIDs(t, db, "status = 'pending'"), 2, "the later arrivals are untouched")
+	require.Len(t, messageIDs(t, db, "status = 'pending' AND id > $1", bound), 2)
 
 	require.ErrorIs(t, store.Filter{MaxID: -1}.Validate(), store.ErrInvalidFilter)
 }

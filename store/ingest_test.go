@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -41,18 +42,18 @@ func ingest(t *testing.T, st *store.Store, msgs ...store.NewMessage) (int64, sto
 	return id, res
 }
 
-func count(t *testing.T, st *store.Store, where string, args ...any) int {
+func count(t *testing.T, db *pgxpool.Pool, where string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
+	require.NoError(t, db.QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
 	return n
 }
 
 // messageIDs returns the ids of the stored messages matching where, in
 // id order.
-func messageIDs(t *testing.T, st *store.Store, where string, args ...any) []int64 {
+func messageIDs(t *testing.T, db *pgxpool.Pool, where string, args ...any) []int64 {
 	t.Helper()
-	rows, err := st.Pool().Query(context.Background(), "SELECT id FROM dead_messages WHERE "+where+" ORDER BY id", args...)
+	rows, err := db.Query(context.Background(), "SELECT id FROM dead_messages WHERE "+where+" ORDER BY id", args...)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
@@ -66,18 +67,18 @@ type snapshot struct {
 	failedAt       time.Time
 }
 
-func rowState(t *testing.T, st *store.Store, id int64) snapshot {
+func rowState(t *testing.T, db *pgxpool.Pool, id int64) snapshot {
 	t.Helper()
 	var s snapshot
-	require.NoError(t, st.Pool().QueryRow(context.Background(),
+	require.NoError(t, db.QueryRow(context.Background(),
 		`SELECT status, reason, replay_count, headers::text, failed_at FROM dead_messages WHERE id = $1`, id).
 		Scan(&s.status, &s.reason, &s.replayCount, &s.headers, &s.failedAt))
 	return s
 }
 
-func summary(t *testing.T, st *store.Store, queue string) map[string]int64 {
+func summary(t *testing.T, db *pgxpool.Pool, queue string) map[string]int64 {
 	t.Helper()
-	rows, err := st.Pool().Query(context.Background(), `SELECT status, messages FROM queue_summary WHERE source_queue = $1`, queue)
+	rows, err := db.Query(context.Background(), `SELECT status, messages FROM queue_summary WHERE source_queue = $1`, queue)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]int64{}
@@ -94,22 +95,24 @@ func summary(t *testing.T, st *store.Store, queue string) map[string]int64 {
 
 func TestIngestFirstDeliveriesAreNeverMerged(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	_, res := ingest(t, st, msg("q", "same", 1), msg("q", "same", 1))
 	require.Equal(t, 2, res.Inserted)
 	_, res = ingest(t, st, msg("q", "same", 1))
 	require.Equal(t, 1, res.Inserted)
-	require.Equal(t, 3, count(t, st, "source_queue = 'q'"))
-	require.Equal(t, map[string]int64{"pending": 3}, summary(t, st, "q"))
+	require.Equal(t, 3, count(t, db, "source_queue = 'q'"))
+	require.Equal(t, map[string]int64{"pending": 3}, summary(t, db, "q"))
 }
 
 func TestIngestRedeliveryOfUnconfirmedBatchIsADuplicate(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	batch, _ := ingest(t, st, msg("q", "a", 10), msg("q", "b", 11))
 	var id int64
-	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT id FROM dead_messages WHERE fingerprint = 10`).Scan(&id))
-	before := rowState(t, st, id)
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT id FROM dead_messages WHERE fingerprint = 10`).Scan(&id))
+	before := rowState(t, db, id)
 
 	ok, err := st.BatchCommitted(context.Background(), batch)
 	require.NoError(t, err)
@@ -125,25 +128,26 @@ func TestIngestRedeliveryOfUnconfirmedBatchIsADuplicate(t *testing.T) {
 	require.Equal(t, 2, res.Duplicates)
 	require.Equal(t, 0, res.Inserted)
 	require.Equal(t, []store.Outcome{store.OutcomeDuplicate, store.OutcomeDuplicate}, res.Outcomes)
-	require.Equal(t, before, rowState(t, st, id), "a redelivery changes nothing")
-	require.Equal(t, 2, count(t, st, "TRUE"))
+	require.Equal(t, before, rowState(t, db, id), "a redelivery changes nothing")
+	require.Equal(t, 2, count(t, db, "TRUE"))
 
 	// The absorbing batch's ack may be lost too: while it is unconfirmed a
 	// further redelivery is still the same message.
 	absorbing, res := ingest(t, st, re)
 	require.Equal(t, 1, res.Duplicates)
-	require.Equal(t, 2, count(t, st, "TRUE"))
+	require.Equal(t, 2, count(t, db, "TRUE"))
 	// Once that ack is confirmed, an identical redelivered copy is another
 	// message.
 	require.NoError(t, st.ConfirmBatches(context.Background(), []int64{absorbing}))
 	_, res = ingest(t, st, re)
 	require.Equal(t, 1, res.Inserted)
-	require.Equal(t, map[string]int64{"pending": 3}, summary(t, st, "q"))
+	require.Equal(t, map[string]int64{"pending": 3}, summary(t, db, "q"))
 }
 
 func TestIngestRedeliveryAfterConfirmedAckIsANewMessage(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	batch, _ := ingest(t, st, msg("q", "a", 20))
 	require.NoError(t, st.ConfirmBatches(context.Background(), []int64{batch}))
 	ok, err := st.BatchCommitted(context.Background(), batch)
@@ -155,7 +159,7 @@ func TestIngestRedeliveryAfterConfirmedAckIsANewMessage(t *testing.T) {
 	re.Redelivered = true
 	_, res := ingest(t, st, re)
 	require.Equal(t, 1, res.Inserted)
-	require.Equal(t, 2, count(t, st, "TRUE"))
+	require.Equal(t, 2, count(t, db, "TRUE"))
 }
 
 func TestIngestConfirmedInTheNextBatch(t *testing.T) {
@@ -177,7 +181,8 @@ func TestIngestConfirmedInTheNextBatch(t *testing.T) {
 // legitimate candidates for the later ones.)
 func TestIngestConcurrentRedeliveryMatching(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ingest(t, st, msg("q", "x", 40))
 	var wg sync.WaitGroup
 	results := make([]store.IngestResult, 8)
@@ -200,23 +205,24 @@ func TestIngestConcurrentRedeliveryMatching(t *testing.T) {
 	}
 	require.Equal(t, 8, dups+ins)
 	require.GreaterOrEqual(t, dups, 1)
-	require.Equal(t, 9-dups, count(t, st, "TRUE"))
+	require.Equal(t, 9-dups, count(t, db, "TRUE"))
 }
 
 func TestIngestReplayedMessageReturnsToItsRecord(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ingest(t, st, msg("orders", "payload", 50))
 	var id int64
-	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&id))
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&id))
 	// What replay does, minus the broker: the row is replayed once.
-	_, err := st.Pool().Exec(context.Background(), `
+	_, err := db.Exec(context.Background(), `
 WITH u AS (UPDATE dead_messages SET status = 'replayed', replay_count = 1, replayed_at = now() WHERE id = $1 RETURNING body_size)
 UPDATE queue_summary SET messages = messages + CASE status WHEN 'pending' THEN -1 ELSE 1 END,
        bytes = bytes + CASE status WHEN 'pending' THEN -(SELECT body_size FROM u) ELSE (SELECT body_size FROM u) END
 WHERE source_queue = 'orders' AND status = 'pending'`, id)
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(context.Background(), `INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('orders', 'replayed', 1, 7)`)
+	_, err = db.Exec(context.Background(), `INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('orders', 'replayed', 1, 7)`)
 	require.NoError(t, err)
 
 	back := msg("orders", "payload", 51)
@@ -225,20 +231,20 @@ WHERE source_queue = 'orders' AND status = 'pending'`, id)
 	back.Headers = json.RawMessage(`{"x-death":[{"count":{"type":"int64","value":2}}]}`)
 	_, res := ingest(t, st, back)
 	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
-	s := rowState(t, st, id)
+	s := rowState(t, db, id)
 	require.Equal(t, "pending", s.status)
 	require.Equal(t, 1, s.replayCount, "replay_count kept")
 	require.Equal(t, "expired", s.reason, "death details updated")
 	require.JSONEq(t, `{"x-death":[{"count":{"type":"int64","value":2}}]}`, s.headers, "the new death's headers, stored as written")
-	require.Equal(t, 1, count(t, st, "TRUE"), "no second record")
-	require.Equal(t, map[string]int64{"pending": 1}, summary(t, st, "orders"))
+	require.Equal(t, 1, count(t, db, "TRUE"), "no second record")
+	require.Equal(t, map[string]int64{"pending": 1}, summary(t, db, "orders"))
 
 	// The same death redelivered changes nothing.
 	back.Redelivered = true
 	back.Reason = "maxlen"
 	_, res = ingest(t, st, back)
 	require.Equal(t, []store.Outcome{store.OutcomeDuplicate}, res.Outcomes)
-	require.Equal(t, "expired", rowState(t, st, id).reason)
+	require.Equal(t, "expired", rowState(t, db, id).reason)
 
 	// A later replay's death comes back too, raising replay_count if the
 	// replayer had not yet recorded it.
@@ -247,8 +253,8 @@ WHERE source_queue = 'orders' AND status = 'pending'`, id)
 	again.ReplayID, again.ReplayCount = "replay-2", 2
 	_, res = ingest(t, st, again)
 	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
-	require.Equal(t, 2, rowState(t, st, id).replayCount)
-	require.Equal(t, map[string]int64{"pending": 1}, summary(t, st, "orders"))
+	require.Equal(t, 2, rowState(t, db, id).replayCount)
+	require.Equal(t, map[string]int64{"pending": 1}, summary(t, db, "orders"))
 
 	// An x-dlq-id whose body differs, or that names no row, is a new message.
 	other := msg("orders", "different body", 52)
@@ -257,14 +263,15 @@ WHERE source_queue = 'orders' AND status = 'pending'`, id)
 	gone.DLQID, gone.ReplayID = id+1000, "replay-4"
 	_, res = ingest(t, st, other, gone)
 	require.Equal(t, []store.Outcome{store.OutcomeInserted, store.OutcomeInserted}, res.Outcomes)
-	require.Equal(t, 3, count(t, st, "TRUE"))
-	require.Equal(t, map[string]int64{"pending": 3}, summary(t, st, "orders"))
+	require.Equal(t, 3, count(t, db, "TRUE"))
+	require.Equal(t, map[string]int64{"pending": 3}, summary(t, db, "orders"))
 }
 
 // Text PostgreSQL cannot hold (NUL, invalid UTF-8) never makes a batch fail.
 func TestIngestOddText(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	m := msg("q\x00ueue\xff", "body", 60)
 	m.MessageID = "id\x00\xfe"
 	m.FailureType = "Type\x00"
@@ -272,7 +279,7 @@ func TestIngestOddText(t *testing.T) {
 	m.SourceRoutingKey = "\xff"
 	_, res := ingest(t, st, m)
 	require.Equal(t, 1, res.Inserted)
-	require.Equal(t, 1, count(t, st, "message_id = $1", "id\uFFFD\uFFFD"))
+	require.Equal(t, 1, count(t, db, "message_id = $1", "id\uFFFD\uFFFD"))
 }
 
 // returned is m delivered again after the broker had returned it n times.
@@ -287,27 +294,29 @@ func returned(m store.NewMessage, n int) store.NewMessage {
 // that was never stored: it is stored, so a twin is never lost.
 func TestIngestRedeliveryAmongTwinsIsStored(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ingest(t, st, returned(msg("q", "twin", 60), 0), returned(msg("q", "twin", 60), 0))
 	_, res := ingest(t, st, returned(msg("q", "twin", 60), 1))
 	require.Equal(t, 1, res.Inserted, "two candidates: the redelivery is stored, not matched")
-	require.Equal(t, 3, count(t, st, "fingerprint = 60"))
+	require.Equal(t, 3, count(t, db, "fingerprint = 60"))
 }
 
 // Returns only grow: a delivery returned no more often than the one a row
 // was stored from cannot be that row's redelivery, so it is a twin.
 func TestIngestRedeliveryReturnedNoMoreOftenIsATwin(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ingest(t, st, returned(msg("q", "r", 61), 0))
 
 	_, res := ingest(t, st, returned(msg("q", "r", 61), 1))
 	require.Equal(t, 1, res.Duplicates, "returned once after a row stored from a first delivery: its redelivery")
-	require.Equal(t, 1, count(t, st, "fingerprint = 61 AND ingest_returns = 1"), "the row now stands for the delivery it absorbed")
+	require.Equal(t, 1, count(t, db, "fingerprint = 61 AND ingest_returns = 1"), "the row now stands for the delivery it absorbed")
 
 	_, res = ingest(t, st, returned(msg("q", "r", 61), 1))
 	require.Equal(t, 1, res.Inserted, "returned as often as the row's own delivery: a twin, stored")
-	require.Equal(t, 2, count(t, st, "fingerprint = 61"))
+	require.Equal(t, 2, count(t, db, "fingerprint = 61"))
 
 	// Unknown counts on either side do not decide; the single-candidate
 	// rule still does (two candidates now).
@@ -320,11 +329,12 @@ func TestIngestRedeliveryReturnedNoMoreOftenIsATwin(t *testing.T) {
 // acknowledgement is lost again.
 func TestIngestRedeliveryWithReturnCountsIsMatchedEachTime(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ingest(t, st, returned(msg("q", "one", 62), 0))
 	for n := 1; n <= 3; n++ {
 		_, res := ingest(t, st, returned(msg("q", "one", 62), n))
 		require.Equal(t, 1, res.Duplicates, "redelivery %d", n)
 	}
-	require.Equal(t, 1, count(t, st, "fingerprint = 62 AND ingest_returns = 3"))
+	require.Equal(t, 1, count(t, db, "fingerprint = 62 AND ingest_returns = 3"))
 }

@@ -43,13 +43,14 @@ func TestMigrateAppliesALowerNumberedLateFile(t *testing.T) {
 // toast attempt per row at ingest), and headers keep their text exactly
 // as written (json, not jsonb).
 func TestDeadMessageRowStorage(t *testing.T) {
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	m := msg("orders", strings.Repeat("b", 1024), 7)
 	m.Headers = json.RawMessage(`{"z":"last","a":{"type":"int32","value":1},"pad":"` + strings.Repeat("h", 1200) + `"}`)
 	batch, _ := ingest(t, st, m)
 	var compressed *string
 	var headers string
-	require.NoError(t, st.Pool().QueryRow(context.Background(),
+	require.NoError(t, db.QueryRow(context.Background(),
 		`SELECT pg_column_compression(headers), headers::text FROM dead_messages WHERE ingest_batch = $1`, batch).Scan(&compressed, &headers))
 	require.Nil(t, compressed, "a 2.3 KB row is kept inline as it is")
 	require.Equal(t, string(m.Headers), headers, "headers are stored byte for byte")

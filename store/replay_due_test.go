@@ -17,12 +17,13 @@ import (
 // finished tasks and the tasks the caller runs itself do not count.
 func TestNextReplayTaskDue(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 4)
+	ids := seedPending(t, st, db, "orders", 4)
 	exec := func(sql string, args ...any) {
 		t.Helper()
-		_, err := st.Pool().Exec(ctx, sql, args...)
+		_, err := db.Exec(ctx, sql, args...)
 		require.NoError(t, err)
 	}
 	next := func(exclude ...int64) time.Time {

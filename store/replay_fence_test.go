@@ -17,11 +17,12 @@ import (
 // not publish from it any more.
 func TestRenewReplayLeaseSkipsLostClaims(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 6)
+	ids := seedPending(t, st, db, "orders", 6)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
-	acquire(t, st, task.ID, "runner")
+	acquire(t, db, task.ID, "runner")
 	claim := func(token string, ids []int64) {
 		t.Helper()
 		res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: token, Lease: time.Minute, IDs: ids, MaxReplays: 5, MarkFirst: 32})
@@ -33,9 +34,9 @@ func TestRenewReplayLeaseSkipsLostClaims(t *testing.T) {
 	claim("taken-back", ids[4:])
 	expire := func(token string) {
 		t.Helper()
-		_, err := st.Pool().Exec(ctx, `UPDATE replay_claims SET expires_at = now() - interval '1 second' WHERE token = $1`, token)
+		_, err := db.Exec(ctx, `UPDATE replay_claims SET expires_at = now() - interval '1 second' WHERE token = $1`, token)
 		require.NoError(t, err)
-		_, err = st.Pool().Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = $1`, token)
+		_, err = db.Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = $1`, token)
 		require.NoError(t, err)
 	}
 	expire("taken-back")
@@ -49,7 +50,7 @@ func TestRenewReplayLeaseSkipsLostClaims(t *testing.T) {
 	require.Equal(t, store.TaskRunning, status)
 	require.Equal(t, []string{"live"}, renewed)
 	var expired int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM replay_claims WHERE token = 'expired' AND expires_at < now()`).Scan(&expired))
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM replay_claims WHERE token = 'expired' AND expires_at < now()`).Scan(&expired))
 	require.Equal(t, 1, expired, "an expired claim stays expired, for recovery to take")
 
 	_, _, err = st.RenewReplayLease(ctx, task.ID, "someone else", []string{"live"}, time.Minute)

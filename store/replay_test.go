@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -17,7 +18,7 @@ import (
 var replayActor = store.Actor{Name: "test", Role: "operator", Via: "test"}
 
 // seedPending stores n pending messages of queue and returns their ids.
-func seedPending(t *testing.T, st *store.Store, queue string, n int) []int64 {
+func seedPending(t *testing.T, st *store.Store, db *pgxpool.Pool, queue string, n int) []int64 {
 	t.Helper()
 	msgs := make([]store.NewMessage, n)
 	for i := range msgs {
@@ -28,7 +29,7 @@ func seedPending(t *testing.T, st *store.Store, queue string, n int) []int64 {
 	for start := 0; start < n; start += 500 {
 		ingest(t, st, msgs[start:min(start+500, n)]...)
 	}
-	ids := messageIDs(t, st, "source_queue = $1", queue)
+	ids := messageIDs(t, db, "source_queue = $1", queue)
 	require.Len(t, ids, n)
 	return ids
 }
@@ -43,9 +44,9 @@ func newTask(t *testing.T, st *store.Store, f store.Filter) store.ReplayTask {
 }
 
 // runner is a claimer that owns a task, as replay's runner does.
-func acquire(t *testing.T, st *store.Store, id int64, owner string) {
+func acquire(t *testing.T, db *pgxpool.Pool, id int64, owner string) {
 	t.Helper()
-	_, err := st.Pool().Exec(context.Background(), `UPDATE replay_tasks SET runner_owner = $2, status = 'running' WHERE id = $1`, id, owner)
+	_, err := db.Exec(context.Background(), `UPDATE replay_tasks SET runner_owner = $2, status = 'running' WHERE id = $1`, id, owner)
 	require.NoError(t, err)
 }
 
@@ -53,9 +54,10 @@ func acquire(t *testing.T, st *store.Store, id int64, owner string) {
 // settled as published, exactly once.
 func TestReplayClaimsAreExclusive(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	const rows, tasks, claimersPerTask = 2000, 3, 3
-	seedPending(t, st, "orders", rows)
+	seedPending(t, st, db, "orders", rows)
 	var mu sync.Mutex
 	claimedBy := map[int64]string{}
 	var wg sync.WaitGroup
@@ -105,11 +107,11 @@ func TestReplayClaimsAreExclusive(t *testing.T) {
 	}
 	wg.Wait()
 	require.Len(t, claimedBy, rows)
-	require.Equal(t, rows, count(t, st, "status = 'replayed' AND replay_count = 1"))
+	require.Equal(t, rows, count(t, db, "status = 'replayed' AND replay_count = 1"))
 	var published int64
-	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT sum(published) FROM replay_tasks`).Scan(&published))
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT sum(published) FROM replay_tasks`).Scan(&published))
 	require.Equal(t, int64(rows), published)
-	requireCountersConsistent(t, st)
+	requireCountersConsistent(t, db)
 }
 
 // A claim whose lease ran out is taken back: rows its holder may have
@@ -118,9 +120,10 @@ func TestReplayClaimsAreExclusive(t *testing.T) {
 // never claims an unknown one again.
 func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 4)
+	ids := seedPending(t, st, db, "orders", 4)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "old", Lease: 50 * time.Millisecond, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
@@ -140,8 +143,8 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 		}
 		return taken > 0
 	}, "expired claims not taken back")
-	require.Equal(t, 2, count(t, st, "status = 'pending' AND last_replay_error = $1 AND claim_owner IS NULL", store.UnknownOutcomeLeaseExpired))
-	require.Equal(t, 1, count(t, st, "id = $1 AND status = 'pending' AND last_replay_error IS NULL", ids[3]), "never published: no error")
+	require.Equal(t, 2, count(t, db, "status = 'pending' AND last_replay_error = $1 AND claim_owner IS NULL", store.UnknownOutcomeLeaseExpired))
+	require.Equal(t, 1, count(t, db, "id = $1 AND status = 'pending' AND last_replay_error IS NULL", ids[3]), "never published: no error")
 
 	// The former holder comes back with its confirms: nothing changes.
 	s, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
@@ -151,7 +154,7 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.Marked)
 	require.Zero(t, s.Published+s.Failed)
-	require.Equal(t, 3, count(t, st, "status = 'pending' AND replay_count = 0"))
+	require.Equal(t, 3, count(t, db, "status = 'pending' AND replay_count = 0"))
 
 	got, err := st.GetReplayTask(ctx, task.ID)
 	require.NoError(t, err)
@@ -164,9 +167,9 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	require.Len(t, res.Messages, 1)
 	require.Equal(t, ids[3], res.Messages[0].ID)
 	var marks int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM replay_claims WHERE token = 'old'`).Scan(&marks))
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM replay_claims WHERE token = 'old'`).Scan(&marks))
 	require.Zero(t, marks, "the dead claim's mark is gone")
-	requireCountersConsistent(t, st)
+	requireCountersConsistent(t, db)
 }
 
 // A replayed message that died again and came back to its row before the
@@ -174,9 +177,10 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 // replay count of the header.
 func TestReplaySettleKeepsAMessageThatDiedAgainFirst(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 1)
+	ids := seedPending(t, st, db, "orders", 1)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
@@ -192,11 +196,11 @@ func TestReplaySettleKeepsAMessageThatDiedAgainFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, s.Marked, "the row had already changed")
 	require.Equal(t, int64(1), s.Published, "the task still counts the confirmed publish")
-	st0 := rowState(t, st, ids[0])
+	st0 := rowState(t, db, ids[0])
 	require.Equal(t, "pending", st0.status)
 	require.Equal(t, "expired", st0.reason)
 	require.Equal(t, 1, st0.replayCount)
-	requireCountersConsistent(t, st)
+	requireCountersConsistent(t, db)
 }
 
 // A claim clears the ingest batch of a row whose batch has left
@@ -206,7 +210,8 @@ func TestReplaySettleKeepsAMessageThatDiedAgainFirst(t *testing.T) {
 // message.
 func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	confirmed, _ := ingest(t, st, msg("orders", "a", 41), msg("orders", "b", 42))
 	require.NoError(t, st.ConfirmBatches(ctx, []int64{confirmed}))
@@ -215,9 +220,9 @@ func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 3)
-	require.Equal(t, 2, count(t, st, "fingerprint IN (41, 42) AND status = 'replaying' AND ingest_batch IS NULL"),
+	require.Equal(t, 2, count(t, db, "fingerprint IN (41, 42) AND status = 'replaying' AND ingest_batch IS NULL"),
 		"a confirmed batch no longer matters to a replayed row")
-	require.Equal(t, 1, count(t, st, "fingerprint = 43 AND status = 'replaying' AND ingest_batch = $1", inflight),
+	require.Equal(t, 1, count(t, db, "fingerprint = 43 AND status = 'replaying' AND ingest_batch = $1", inflight),
 		"a batch in flight stays on its rows")
 
 	// The unconfirmed batch's ack was lost: its message comes back while it
@@ -234,12 +239,12 @@ func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
 	s, err := st.SettleReplayOutcomes(ctx, task.ID, outs, false, "tok")
 	require.NoError(t, err)
 	require.Equal(t, int64(3), s.Marked)
-	require.Equal(t, 1, count(t, st, "fingerprint = 43 AND status = 'replayed' AND ingest_batch = $1", absorbing))
+	require.Equal(t, 1, count(t, db, "fingerprint = 43 AND status = 'replayed' AND ingest_batch = $1", absorbing))
 	// And again after the replay, while the absorbing batch is unconfirmed.
 	_, r = ingest(t, st, re)
 	require.Equal(t, 1, r.Duplicates)
-	require.Equal(t, 3, count(t, st, "source_queue = 'orders'"))
-	requireCountersConsistent(t, st)
+	require.Equal(t, 3, count(t, db, "source_queue = 'orders'"))
+	requireCountersConsistent(t, db)
 }
 
 // Settling a batch of items updates each of them on its own page (a HOT
@@ -247,12 +252,13 @@ func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
 // settled in one transaction.
 func TestReplaySettlementKeepsItemsOnTheirPages(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 500)
+	ids := seedPending(t, st, db, "orders", 500)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	blocks := func() map[int64]string {
-		rows, err := st.Pool().Query(ctx, `SELECT message_id, (ctid::text::point)[0]::text FROM replay_task_items WHERE task_id = $1`, task.ID)
+		rows, err := db.Query(ctx, `SELECT message_id, (ctid::text::point)[0]::text FROM replay_task_items WHERE task_id = $1`, task.ID)
 		require.NoError(t, err)
 		out := map[int64]string{}
 		for rows.Next() {
@@ -284,17 +290,18 @@ func TestReplaySettlementKeepsItemsOnTheirPages(t *testing.T) {
 		}
 	}
 	require.Zero(t, moved, "settled items that left their page")
-	requireCountersConsistent(t, st)
+	requireCountersConsistent(t, db)
 }
 
 // The snapshot is taken when the task is created: later arrivals are not
 // in it. The loop guard and non-pending messages are skipped with reasons.
 func TestReplaySnapshotAndSkips(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seedPending(t, st, "orders", 4)
-	_, err := st.Pool().Exec(ctx, `UPDATE dead_messages SET replay_count = 5 WHERE id = $1`, ids[1])
+	ids := seedPending(t, st, db, "orders", 4)
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET replay_count = 5 WHERE id = $1`, ids[1])
 	require.NoError(t, err)
 	_, err = st.Acknowledge(ctx, store.Filter{IDs: []int64{ids[2]}}, replayActor, store.ActionOptions{})
 	require.NoError(t, err)
@@ -303,14 +310,14 @@ func TestReplaySnapshotAndSkips(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, int64(4), task.Requested)
-	seedPending(t, st, "later", 2)
+	seedPending(t, st, db, "later", 2)
 
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 100, MaxReplays: 5})
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 2)
 	require.Equal(t, 2, res.Skipped)
 	var details []string
-	rows, err := st.Pool().Query(ctx, `SELECT detail FROM replay_task_items WHERE task_id = $1 AND outcome = 'skipped' ORDER BY message_id`, task.ID)
+	rows, err := db.Query(ctx, `SELECT detail FROM replay_task_items WHERE task_id = $1 AND outcome = 'skipped' ORDER BY message_id`, task.ID)
 	require.NoError(t, err)
 	for rows.Next() {
 		var d string
@@ -352,11 +359,11 @@ func TestReplaySnapshotAndSkips(t *testing.T) {
 	_, err = st.CreateReplayTask(ctx, store.NewReplayTask{Selection: store.Filter{SourceQueue: "later"}, MaxItems: 1, Request: json.RawMessage(`{}`), Actor: replayActor})
 	require.ErrorIs(t, err, store.ErrSelectionTooLarge)
 	var n int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM replay_tasks`).Scan(&n))
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM replay_tasks`).Scan(&n))
 	require.Equal(t, 3, n)
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'replay'`).Scan(&n))
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'replay'`).Scan(&n))
 	require.Equal(t, 3, n, "one audit row per task, written with it")
-	requireCountersConsistent(t, st)
+	requireCountersConsistent(t, db)
 }
 
 // A repeated command_id finds the first answer; a reservation whose

@@ -21,7 +21,8 @@ import (
 // never under the statuses they are not in.
 func TestReplayingRowsAreListedAndFound(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	const queue = "orders"
 	var msgs []store.NewMessage
@@ -34,12 +35,12 @@ func TestReplayingRowsAreListedAndFound(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	ingest(t, st, msgs...)
-	ids := messageIDs(t, st, "TRUE")
+	ids := messageIDs(t, db, "TRUE")
 	require.Len(t, ids, 12)
 
 	// Claim every third message, as a replay does.
 	task := newTask(t, st, store.Filter{SourceQueue: queue})
-	acquire(t, st, task.ID, "runner")
+	acquire(t, db, task.ID, "runner")
 	var claimed []int64
 	for i := 0; i < len(ids); i += 3 {
 		claimed = append(claimed, ids[i])
@@ -47,7 +48,7 @@ func TestReplayingRowsAreListedAndFound(t *testing.T) {
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "runner-1", Lease: 60e9, IDs: claimed, MaxReplays: 5})
 	require.NoError(t, err)
 	require.Len(t, res.Messages, len(claimed))
-	require.Equal(t, len(claimed), count(t, st, "status = 'replaying'"))
+	require.Equal(t, len(claimed), count(t, db, "status = 'replaying'"))
 	var resting []int64
 	for _, id := range ids {
 		if !slices.Contains(claimed, id) {
@@ -135,7 +136,8 @@ func TestReplayingRowsAreListedAndFound(t *testing.T) {
 // Replay), and nothing else would notice.
 func TestListingIndexesLeaveReplayingRowsOut(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	for ix, pred := range map[string]string{
 		"dead_messages_status_id":              "WHERE (status = ANY (ARRAY['pending'::text, 'replayed'::text, 'acknowledged'::text]))",
 		"dead_messages_queue_status_id":        "WHERE (status = ANY (ARRAY['pending'::text, 'replayed'::text, 'acknowledged'::text]))",
@@ -144,7 +146,7 @@ func TestListingIndexesLeaveReplayingRowsOut(t *testing.T) {
 		"dead_messages_search":                 "WHERE (status <> 'replaying'::text)",
 	} {
 		var def string
-		require.NoError(t, st.Pool().QueryRow(context.Background(),
+		require.NoError(t, db.QueryRow(context.Background(),
 			`SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1`, ix).Scan(&def), ix)
 		require.Contains(t, def, pred, ix)
 	}

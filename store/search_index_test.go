@@ -24,7 +24,8 @@ import (
 // still scans, so the plan shows it.
 func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	m := msg("orders", `{"sku":"SKU-42"}`, 1)
 	m.MessageID = "Msg-ABC-123"
@@ -39,12 +40,12 @@ func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 	}
 	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: msgs})
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `ANALYZE dead_messages`)
+	_, err = db.Exec(ctx, `ANALYZE dead_messages`)
 	require.NoError(t, err)
 
 	explain := func(q string, args ...any) string {
 		t.Helper()
-		tx, err := st.Pool().BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		tx, err := db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck // read-only
 		_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
@@ -89,11 +90,12 @@ func TestSearchQueriesUseTheirIndexes(t *testing.T) {
 // one and searched with the other must be found.
 func TestKeyHashMatchesSQL(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	keys := []string{"", "a", "msg-abc-123", "tenant-7", "0f8fad5b-d9cb-469f-a165-70867728950e",
 		"grüße", "日本語のキー", strings.Repeat("x", 128), "with space", "quote'and\\back"}
 	var sql []int64
-	require.NoError(t, st.Pool().QueryRow(context.Background(),
+	require.NoError(t, db.QueryRow(context.Background(),
 		`SELECT array_agg(('x' || left(md5(k), 16))::bit(64)::bigint ORDER BY n) FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n)`,
 		keys).Scan(&sql))
 	require.Equal(t, sql, store.KeyHashes(keys))

@@ -54,7 +54,8 @@ func TestConsoleSessions(t *testing.T) {
 // and a scope hides other queues.
 func TestArrivals(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	a, err := st.Arrivals(ctx, nil)
 	require.NoError(t, err)
@@ -62,7 +63,7 @@ func TestArrivals(t *testing.T) {
 	require.Equal(t, a.Since, a.Since.Truncate(time.Hour))
 	require.WithinDuration(t, time.Now().Truncate(time.Hour).Add(-23*time.Hour), a.Since, time.Hour)
 
-	seed(t, st, []string{"orders", "billing"}, 3, func(string, int) (string, string) { return "E", "boom" })
+	seed(t, st, db, []string{"orders", "billing"}, 3, func(string, int) (string, string) { return "E", "boom" })
 	a, err = st.Arrivals(ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, a.Queues, 2)

@@ -24,14 +24,15 @@ import (
 // and the generic one that a prepared statement switches to are checked.
 func TestSettlementReachesRowsByKey(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	seedPending(t, st, "orders", 2000)
-	_, err := st.Pool().Exec(ctx, `ANALYZE dead_messages`)
+	seedPending(t, st, db, "orders", 2000)
+	_, err := db.Exec(ctx, `ANALYZE dead_messages`)
 	require.NoError(t, err)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
-	acquire(t, st, task.ID, "runner")
-	ids := messageIDs(t, st, "TRUE")[:500]
+	acquire(t, db, task.ID, "runner")
+	ids := messageIDs(t, db, "TRUE")[:500]
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "claim-1", Lease: 60e9, IDs: ids, MaxReplays: 5})
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 500)
@@ -45,7 +46,7 @@ func TestSettlementReachesRowsByKey(t *testing.T) {
 	args := strings.Join([]string{array(idText), array(toks), array(kinds), array(errs)}, ", ")
 	scan := regexp.MustCompile(`(Seq Scan|Index Scan|Index Only Scan|Bitmap Heap Scan|Bitmap Index Scan|Tid Scan|Tid Range Scan)( using (\S+))? on dead_messages`)
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		tx, err := st.Pool().Begin(ctx)
+		tx, err := db.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck // rolled back below; this is for a failed assertion
 		for _, set := range []string{"plan_cache_mode = " + mode, "enable_seqscan = off"} {
@@ -110,17 +111,18 @@ func TestSettlementWaitsForAConcurrentChange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st, _ := dlqtest.Store(t)
+			st, dsn := dlqtest.Store(t)
+			db := dlqtest.DB(t, dsn)
 			ctx := context.Background()
-			ids := seedPending(t, st, "orders", 3)
+			ids := seedPending(t, st, db, "orders", 3)
 			task := newTask(t, st, store.Filter{SourceQueue: "orders"})
-			acquire(t, st, task.ID, "runner")
+			acquire(t, db, task.ID, "runner")
 			_, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "claim-1", Lease: 60e9, IDs: ids, MaxReplays: 5})
 			require.NoError(t, err)
 
 			// The other transaction holds the middle row, changed, while the
 			// settlement starts.
-			other, err := st.Pool().Begin(ctx)
+			other, err := db.Begin(ctx)
 			require.NoError(t, err)
 			defer other.Rollback(ctx) //nolint:errcheck // committed below
 			var otherPID int
@@ -143,7 +145,7 @@ func TestSettlementWaitsForAConcurrentChange(t *testing.T) {
 			}()
 			dlqtest.Eventually(t, 10e9, func() bool {
 				var waiting bool
-				err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, otherPID).Scan(&waiting)
+				err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, otherPID).Scan(&waiting)
 				return err == nil && waiting
 			}, "the settlement should wait for the other transaction's row")
 			require.NoError(t, other.Commit(ctx))
@@ -153,10 +155,10 @@ func TestSettlementWaitsForAConcurrentChange(t *testing.T) {
 
 			var status string
 			var owner *string
-			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status, claim_owner FROM dead_messages WHERE id = $1`, ids[1]).Scan(&status, &owner))
+			require.NoError(t, db.QueryRow(ctx, `SELECT status, claim_owner FROM dead_messages WHERE id = $1`, ids[1]).Scan(&status, &owner))
 			require.Equal(t, tc.want, status)
 			require.Nil(t, owner)
-			require.Equal(t, 2, count(t, st, "status = 'replayed' AND id <> $1", ids[1]))
+			require.Equal(t, 2, count(t, db, "status = 'replayed' AND id <> $1", ids[1]))
 		})
 	}
 }
