@@ -116,6 +116,8 @@ func Store(t testing.TB) (*store.Store, string) {
 // than on every query: each call opens connections of its own.
 func DB(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
+	// An empty URL would parse as libpq's defaults: some other database.
+	require.NotEmpty(t, dsn, "dlqtest.DB needs the test schema's database URL (from Schema or Store)")
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err, "parse test database URL")
 	// Enough for a test that holds a transaction open while it watches
