@@ -205,7 +205,7 @@ func TestAuditMatchesMutations(t *testing.T) {
 		require.Less(t, r.status, 500, "%s", r.body)
 	}
 
-	rows, err := b.st.Pool().Query(t.Context(), `SELECT request_id, action, actor, count, scope FROM audit_log ORDER BY id`)
+	rows, err := b.db.Query(t.Context(), `SELECT request_id, action, actor, count, scope FROM audit_log ORDER BY id`)
 	require.NoError(t, err)
 	type row struct {
 		action, actor string

@@ -42,8 +42,8 @@ func newCron(t *testing.T, st *store.Store) *cron.Service {
 // unknown query parameter and an unknown body field, naming them.
 func TestAuthMatrix(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
-	b := setup(t, func(o *setupOpts) { o.store = st; o.realReplayer = true; o.cron = newCron(t, st) })
+	st, dsn := dlqtest.Store(t)
+	b := setup(t, func(o *setupOpts) { o.store, o.dsn = st, dsn; o.realReplayer = true; o.cron = newCron(t, st) })
 	rep := newReplayer(t, st)
 	orders := b.seed(t, many("orders", 3)...)
 	billing := b.seed(t, many("billing", 2)...)

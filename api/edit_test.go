@@ -47,8 +47,8 @@ func setupEdit(t *testing.T) *editBundle {
 	t.Cleanup(conn.Close)
 	var svc *replay.Service
 	e.bundle = setup(t, func(o *setupOpts) {
-		st, _ := dlqtest.Store(t)
-		o.store = st
+		st, dsn := dlqtest.Store(t)
+		o.store, o.dsn = st, dsn
 		svc, err = replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
 		o.replayer = svc
@@ -182,7 +182,7 @@ func TestEditReplayPublishesTheCopy(t *testing.T) {
 
 	// The diff, without the body.
 	var detail string
-	require.NoError(t, e.st.Pool().QueryRow(t.Context(), `SELECT detail::text FROM audit_log WHERE action = 'edit_replay'`).Scan(&detail))
+	require.NoError(t, e.db.QueryRow(t.Context(), `SELECT detail::text FROM audit_log WHERE action = 'edit_replay'`).Scan(&detail))
 	require.Contains(t, detail, `"x-fixed-by": "ops"`)
 	require.Contains(t, detail, `"headers_removed": ["tenant"]`)
 	require.Contains(t, detail, `"sha256_after"`)

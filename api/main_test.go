@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -49,6 +50,7 @@ const scopedQueue = "orders"
 type bundle struct {
 	st     *store.Store
 	dsn    string
+	db     *pgxpool.Pool // the test's own pool on st's schema, for SQL (dlqtest.DB)
 	srv    *httptest.Server
 	router routers.Router
 	// seq makes fingerprints unique within the bundle.
@@ -56,8 +58,10 @@ type bundle struct {
 }
 
 type setupOpts struct {
-	// store, when set, is the store to serve (its schema already migrated).
+	// store, when set, is the store to serve (its schema already migrated),
+	// and dsn its database URL.
 	store *store.Store
+	dsn   string
 	// replayer serves the replay routes; realReplayer gives the replay
 	// service over the bundle's store.
 	replayer     ops.Replays
@@ -114,7 +118,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	for _, f := range opts {
 		f(&o)
 	}
-	st, dsn := o.store, ""
+	st, dsn := o.store, o.dsn
 	if st == nil {
 		st, dsn = dlqtest.Store(t)
 	}
@@ -144,7 +148,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 
-	return &bundle{st: st, dsn: dsn, srv: srv, router: openAPIRouter(t, srv.URL)}
+	return &bundle{st: st, dsn: dsn, db: dlqtest.DB(t, dsn), srv: srv, router: openAPIRouter(t, srv.URL)}
 }
 
 // openAPIDoc loads and validates api/openapi.yaml.
@@ -333,10 +337,10 @@ func (b *bundle) seed(t *testing.T, ms ...msg) []int64 {
 	}
 	ctx := context.Background()
 	var before int64
-	require.NoError(t, b.st.Pool().QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dead_messages`).Scan(&before))
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dead_messages`).Scan(&before))
 	_, err := b.st.IngestBatch(ctx, batch)
 	require.NoError(t, err)
-	rows, err := b.st.Pool().Query(ctx, `SELECT id FROM dead_messages WHERE id > $1 ORDER BY id`, before)
+	rows, err := b.db.Query(ctx, `SELECT id FROM dead_messages WHERE id > $1 ORDER BY id`, before)
 	require.NoError(t, err)
 	var ids []int64
 	for rows.Next() {
@@ -366,14 +370,14 @@ func many(queue string, n int) []msg {
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
-	_, err := b.st.Pool().Exec(context.Background(), sql, args...)
+	_, err := b.db.Exec(context.Background(), sql, args...)
 	require.NoError(t, err)
 }
 
 func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), sql, args...).Scan(&n))
+	require.NoError(t, b.db.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
 }
 

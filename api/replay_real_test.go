@@ -36,8 +36,8 @@ func TestReplayThroughRealService(t *testing.T) {
 
 	var svc *replay.Service
 	b := setup(t, func(o *setupOpts) {
-		st, _ := dlqtest.Store(t)
-		o.store = st
+		st, dsn := dlqtest.Store(t)
+		o.store, o.dsn = st, dsn
 		svc, err = replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
 		o.replayer = svc
@@ -96,8 +96,8 @@ func TestReplayScopeAndConfirm(t *testing.T) {
 
 	var svc *replay.Service
 	b := setup(t, func(o *setupOpts) {
-		st, _ := dlqtest.Store(t)
-		o.store = st
+		st, dsn := dlqtest.Store(t)
+		o.store, o.dsn = st, dsn
 		o.confirmAbove = 2
 		svc, err = replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
@@ -158,7 +158,7 @@ func TestReplayScopeAndConfirm(t *testing.T) {
 	require.Equal(t, 4, dlqtest.QueueDepth(t, app, target))
 
 	// One audit row per replay, with request id and scope.
-	rows, err := b.st.Pool().Query(t.Context(), `SELECT request_id, actor, scope, count FROM audit_log WHERE action = 'replay' ORDER BY id`)
+	rows, err := b.db.Query(t.Context(), `SELECT request_id, actor, scope, count FROM audit_log WHERE action = 'replay' ORDER BY id`)
 	require.NoError(t, err)
 	type audit struct {
 		rid, actor string

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -109,7 +110,7 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 	t.Cleanup(st.Close)
 	_, err = st.Migrate(ctx, nil)
 	require.NoError(t, err)
-	b := setup(t, func(o *setupOpts) { o.store = st })
+	b := setup(t, func(o *setupOpts) { o.store, o.dsn = st, dsn })
 
 	// Enough rows, and enough failure groups (a real store has hundreds),
 	// that the planner's choices are those of a large table; a few rare
@@ -165,7 +166,7 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 				continue
 			}
 			explained++
-			plan := explainJSON(t, st, sql, s.Args)
+			plan := explainJSON(t, b.db, sql, s.Args)
 			require.Empty(t, unindexedScans(plan), "q=%q: a statement reads dead_messages without an index:\n%s", c.q, sql)
 			require.LessOrEqual(t, rowsRead(plan), 50.0, "q=%q: a statement reads more of dead_messages than its matches:\n%s", c.q, sql)
 		}
@@ -195,7 +196,7 @@ WHERE id = ANY($1)`, ledger)
 			if !strings.HasPrefix(sql, "SELECT") || !strings.Contains(sql, "dead_messages") {
 				continue
 			}
-			plan := explainJSON(t, st, sql, s.Args)
+			plan := explainJSON(t, b.db, sql, s.Args)
 			// Reading a claim index whole is reading the replaying rows,
 			// a replay window's worth per running task.
 			scans := slices.DeleteFunc(unindexedScans(plan), func(s string) bool {
@@ -210,11 +211,11 @@ WHERE id = ANY($1)`, ledger)
 // plan. Sequential page reads are priced as a table of millions of rows
 // would make them, so that the plans are those of a large store rather
 // than of this small one.
-func explainJSON(t *testing.T, st *store.Store, sql string, args []any) map[string]any {
+func explainJSON(t *testing.T, db *pgxpool.Pool, sql string, args []any) map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tx, err := st.Pool().BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	for _, set := range []string{`SET LOCAL seq_page_cost = 1000`} {
