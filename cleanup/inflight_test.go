@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -13,7 +14,7 @@ import (
 
 // inflightRow writes a one-message batch as consumer, dated age ago in
 // ingest_inflight, and returns its id.
-func inflightRow(t *testing.T, st *store.Store, consumer string, age time.Duration) int64 {
+func inflightRow(t *testing.T, st *store.Store, db *pgxpool.Pool, consumer string, age time.Duration) int64 {
 	t.Helper()
 	ctx := ctxT(t)
 	now := time.Now()
@@ -24,14 +25,14 @@ func inflightRow(t *testing.T, st *store.Store, consumer string, age time.Durati
 		FirstFailedAt: now, FailedAt: now, Fingerprint: id,
 	}}})
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `UPDATE ingest_inflight SET committed_at = now() - $2::interval WHERE batch_id = $1`, id, age.String())
+	_, err = db.Exec(ctx, `UPDATE ingest_inflight SET committed_at = now() - $2::interval WHERE batch_id = $1`, id, age.String())
 	require.NoError(t, err)
 	return id
 }
 
-func inflightIDs(t *testing.T, st *store.Store) []int64 {
+func inflightIDs(t *testing.T, db *pgxpool.Pool) []int64 {
 	t.Helper()
-	rows, err := st.Pool().Query(ctxT(t), `SELECT batch_id FROM ingest_inflight ORDER BY batch_id`)
+	rows, err := db.Query(ctxT(t), `SELECT batch_id FROM ingest_inflight ORDER BY batch_id`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []int64
@@ -48,15 +49,16 @@ func inflightIDs(t *testing.T, st *store.Store) []int64 {
 // no ingest_inflight row, and a negative TTL keeps them forever.
 func TestInflightExpiryWithoutIngest(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
-	old := inflightRow(t, st, "dlq-killed-1-dlq-0", 48*time.Hour)
+	old := inflightRow(t, st, db, "dlq-killed-1-dlq-0", 48*time.Hour)
 	l := testLease(t, st, "inflight-expiry-test")
 
 	n, err := inflightExpiry(st, nil, time.Hour, time.Now).Delete(ctx, l, time.Now().Add(-time.Hour), 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.Equal(t, []int64{old}, inflightIDs(t, st))
+	require.Equal(t, []int64{old}, inflightIDs(t, db))
 
 	var c Config
 	c.setDefaults()

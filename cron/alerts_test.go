@@ -138,7 +138,8 @@ func webhookNotifiers(t testing.TB, url string) []alerts.Notifier {
 // retried, the alerts hold without repeats, and they resolve.
 func TestAlertsFireHoldResolve(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
 	hook := newReceiver(t, http.StatusInternalServerError, http.StatusOK)
 	slack := newReceiver(t)
@@ -179,12 +180,12 @@ alertmanagers: [{url: %q, generator_url: "http://dlq.test/api/v1/alerts"}]
 	// two pending in quiet, whose pending_count rule is off. Set up before
 	// the jobs start: an evaluation while one message is out for replay
 	// would see four pending.
-	ids := ingest(t, st, "orders", 5, 10)
+	ids := ingest(t, st, db, "orders", 5, 10)
 	for range 3 {
 		replayIDs(t, st, ids[:1], store.OutcomePublished, false)
-		returnIDs(t, st, ids[:1])
+		returnIDs(t, st, db, ids[:1])
 	}
-	quiet := ingest(t, st, "quiet", 4, 10)
+	quiet := ingest(t, st, db, "quiet", 4, 10)
 	for _, svc := range svcs {
 		svc.Start()
 	}
@@ -203,16 +204,16 @@ alertmanagers: [{url: %q, generator_url: "http://dlq.test/api/v1/alerts"}]
 	require.Equal(t, http.StatusInternalServerError, hook.all()[0].Status, "the first delivery failed")
 
 	// Hold: many more evaluations, on any instance, and nothing new.
-	runs := countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'alerts'`)
+	runs := countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'alerts'`)
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'alerts' AND outcome = 'success'`) >= runs+8
+		return countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'alerts' AND outcome = 'success'`) >= runs+8
 	}, "alert job stopped running")
 	require.Equal(t, map[string]int{
 		"pending_count/orders/firing": 1, "repeat_failures/orders/firing": 1,
 		"depth_nonzero/orders/firing": 1, "depth_nonzero/quiet/firing": 1,
 	}, hook.notes(t))
 	require.Len(t, slack.delivered(), len(hook.delivered()), "Slack hears each transition exactly when the webhook does")
-	instances := countWhere(t, st, `SELECT count(DISTINCT instance) FROM job_runs WHERE job = 'alerts'`)
+	instances := countWhere(t, db, `SELECT count(DISTINCT instance) FROM job_runs WHERE job = 'alerts'`)
 	t.Logf("alert evaluations ran on %d instances", instances)
 
 	view, err := svcs[0].Alerts(ctx)
@@ -258,9 +259,9 @@ alertmanagers: [{url: %q, generator_url: "http://dlq.test/api/v1/alerts"}]
 	hook.waitAlert(t, "repeat_failures", "resolved")
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return hook.notes(t)["depth_nonzero/quiet/resolved"] == 1 },
 		"depth_nonzero for quiet did not resolve")
-	runs = countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'alerts'`)
+	runs = countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'alerts'`)
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'alerts' AND outcome = 'success'`) >= runs+5
+		return countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'alerts' AND outcome = 'success'`) >= runs+5
 	}, "alert job stopped running")
 	for k, n := range hook.notes(t) {
 		require.Equal(t, 1, n, "%s delivered %d times", k, n)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -15,10 +16,10 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-func remainingIDs(t testing.TB, st *store.Store) []int64 {
+func remainingIDs(t testing.TB, db *pgxpool.Pool) []int64 {
 	t.Helper()
 	var out []int64
-	for _, ids := range idsByStatus(t, st) {
+	for _, ids := range idsByStatus(t, db) {
 		out = append(out, ids...)
 	}
 	slices.Sort(out)
@@ -72,30 +73,31 @@ func waitJob(t testing.TB, st *store.Store, job string, n int) store.JobRun {
 // touched. Expired bookkeeping records go too.
 func TestRetentionDeletesExactlyTheEligible(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
 
-	pendingOld := ingest(t, st, "orders", 5, 10)
-	_, err := st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '400 days' WHERE id = ANY($1)`, pendingOld)
+	pendingOld := ingest(t, st, db, "orders", 5, 10)
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '400 days' WHERE id = ANY($1)`, pendingOld)
 	require.NoError(t, err)
-	pendingNew := ingest(t, st, "orders", 5, 10)
-	replaying := ingest(t, st, "orders", 4, 10)
+	pendingNew := ingest(t, st, db, "orders", 5, 10)
+	replaying := ingest(t, st, db, "orders", 4, 10)
 	replayIDs(t, st, replaying, "", true)
-	replayedOld := ingest(t, st, "orders", 13, 20)
+	replayedOld := ingest(t, st, db, "orders", 13, 20)
 	replayIDs(t, st, replayedOld, store.OutcomePublished, false)
-	backdate(t, st, replayedOld, 31*24*time.Hour)
-	replayedNew := ingest(t, st, "billing", 6, 20)
+	backdate(t, db, replayedOld, 31*24*time.Hour)
+	replayedNew := ingest(t, st, db, "billing", 6, 20)
 	replayIDs(t, st, replayedNew, store.OutcomePublished, false)
-	backdate(t, st, replayedNew, 29*24*time.Hour)
-	ackedOld := ingest(t, st, "billing", 9, 30)
+	backdate(t, db, replayedNew, 29*24*time.Hour)
+	ackedOld := ingest(t, st, db, "billing", 9, 30)
 	ackIDs(t, st, ackedOld)
-	backdate(t, st, ackedOld, 40*24*time.Hour)
-	ackedNew := ingest(t, st, "billing", 3, 30)
+	backdate(t, db, ackedOld, 40*24*time.Hour)
+	ackedNew := ingest(t, st, db, "billing", 3, 30)
 	ackIDs(t, st, ackedNew)
-	before := remainingIDs(t, st)
+	before := remainingIDs(t, db)
 
 	// Bookkeeping past its time, and some that is not.
-	_, err = st.Pool().Exec(ctx, `
+	_, err = db.Exec(ctx, `
 INSERT INTO control_commands (command_id, command, principal, answer, reserved_until, created_at) VALUES
     ('old', 'ack', 'ops', '{}', now() - interval '2 days', now() - interval '2 days'),
     ('new', 'ack', 'ops', '{}', now(), now());
@@ -124,29 +126,29 @@ SELECT t.id, g FROM replay_tasks t, generate_series(1, 3) g WHERE t.created_at <
 	require.NoError(t, svc.Stop(ctx))
 	require.Equal(t, store.JobSuccess, run.Outcome, run.Error)
 
-	require.Equal(t, without(before, replayedOld, ackedOld), remainingIDs(t, st))
-	require.Equal(t, trueCounts(t, st), summaryCounts(t, st))
+	require.Equal(t, without(before, replayedOld, ackedOld), remainingIDs(t, db))
+	require.Equal(t, trueCounts(t, db), summaryCounts(t, db))
 	require.Equal(t, 13.0, metricValue(t, reg, "dlq_cleanup_deleted_total", map[string]string{"status": "replayed"}))
 	require.Equal(t, 9.0, metricValue(t, reg, "dlq_cleanup_deleted_total", map[string]string{"status": "acknowledged"}))
 	// One audit row per batch: 4+4+4+1 replayed, 4+4+1 acknowledged.
-	require.Equal(t, int64(7), countWhere(t, st, `SELECT count(*) FROM audit_log WHERE action = 'retention' AND actor = 'cleanup' AND via = 'cron'`))
-	require.Equal(t, int64(22), countWhere(t, st, `SELECT coalesce(sum(count), 0)::bigint FROM audit_log WHERE action = 'retention'`))
+	require.Equal(t, int64(7), countWhere(t, db, `SELECT count(*) FROM audit_log WHERE action = 'retention' AND actor = 'cleanup' AND via = 'cron'`))
+	require.Equal(t, int64(22), countWhere(t, db, `SELECT coalesce(sum(count), 0)::bigint FROM audit_log WHERE action = 'retention'`))
 	// The failure groups lost the deleted messages too.
 	require.Equal(t, int64(len(pendingOld)+len(pendingNew)+len(replaying)+len(replayedNew)+len(ackedNew)),
-		countWhere(t, st, `SELECT coalesce(sum(pending + replaying + replayed + acknowledged), 0)::bigint FROM failure_groups`))
+		countWhere(t, db, `SELECT coalesce(sum(pending + replaying + replayed + acknowledged), 0)::bigint FROM failure_groups`))
 
-	require.Equal(t, int64(1), countWhere(t, st, `SELECT count(*) FROM control_commands`))
-	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM replay_tasks WHERE status = 'completed' AND created_at < now() - interval '59 days'`))
-	require.Equal(t, int64(1), countWhere(t, st, `SELECT count(*) FROM replay_tasks WHERE status = 'running'`))
+	require.Equal(t, int64(1), countWhere(t, db, `SELECT count(*) FROM control_commands`))
+	require.Zero(t, countWhere(t, db, `SELECT count(*) FROM replay_tasks WHERE status = 'completed' AND created_at < now() - interval '59 days'`))
+	require.Equal(t, int64(1), countWhere(t, db, `SELECT count(*) FROM replay_tasks WHERE status = 'running'`))
 	// A deleted task's items went with it (they have no foreign key); the
 	// running task keeps its own.
-	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM replay_task_items i WHERE NOT EXISTS (SELECT 1 FROM replay_tasks t WHERE t.id = i.task_id)`))
-	require.Equal(t, int64(3), countWhere(t, st, `SELECT count(*) FROM replay_task_items i JOIN replay_tasks t ON t.id = i.task_id
+	require.Zero(t, countWhere(t, db, `SELECT count(*) FROM replay_task_items i WHERE NOT EXISTS (SELECT 1 FROM replay_tasks t WHERE t.id = i.task_id)`))
+	require.Equal(t, int64(3), countWhere(t, db, `SELECT count(*) FROM replay_task_items i JOIN replay_tasks t ON t.id = i.task_id
 WHERE t.status = 'running' AND t.created_at < now() - interval '59 days'`))
 	// The older run went; the newest run of a job is kept however old, so
 	// its last outcome stays visible.
-	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM job_runs WHERE instance = 'gone' AND tick < now() - interval '29 days 12 hours'`))
-	require.Equal(t, int64(1), countWhere(t, st, `SELECT count(*) FROM job_runs WHERE instance = 'gone'`))
+	require.Zero(t, countWhere(t, db, `SELECT count(*) FROM job_runs WHERE instance = 'gone' AND tick < now() - interval '29 days 12 hours'`))
+	require.Equal(t, int64(1), countWhere(t, db, `SELECT count(*) FROM job_runs WHERE instance = 'gone'`))
 }
 
 // TestCapacityEvictsInOrder fills the store past max_messages and checks
@@ -156,21 +158,22 @@ WHERE t.status = 'running' AND t.created_at < now() - interval '59 days'`))
 // may go.
 func TestCapacityEvictsInOrder(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
 	hook := newReceiver(t)
 
-	pending := ingest(t, st, "orders", 6, 10)
-	acked := ingest(t, st, "orders", 4, 10)
+	pending := ingest(t, st, db, "orders", 6, 10)
+	acked := ingest(t, st, db, "orders", 4, 10)
 	ackIDs(t, st, acked)
-	replayed := ingest(t, st, "billing", 4, 10)
+	replayed := ingest(t, st, db, "billing", 4, 10)
 	replayIDs(t, st, replayed, store.OutcomePublished, false)
 	// Resolution times, interleaved across the two statuses: oldest first
 	// is acked[0], replayed[0], acked[1], replayed[1], ...
 	var order []int64
 	for i := range 4 {
 		for _, id := range []int64{acked[i], replayed[i]} {
-			_, err := st.Pool().Exec(ctx, `
+			_, err := db.Exec(ctx, `
 UPDATE dead_messages SET acknowledged_at = CASE WHEN status = 'acknowledged' THEN now() - $2 * interval '1 minute' END,
     replayed_at = CASE WHEN status = 'replayed' THEN now() - $2 * interval '1 minute' ELSE replayed_at END
 WHERE id = $1`, id, 100-len(order))
@@ -200,11 +203,11 @@ rules:
 	svc := newSvc(cleanup.Capacity{MaxMessages: 9})
 	svc.Start()
 	waitJob(t, st, JobCapacity, 1)
-	require.Equal(t, without(append(append([]int64{}, pending...), order...), order[:5]), remainingIDs(t, st))
+	require.Equal(t, without(append(append([]int64{}, pending...), order...), order[:5]), remainingIDs(t, db))
 	require.Equal(t, 5.0, metricValue(t, reg, "dlq_capacity_evicted_total", nil))
-	require.Equal(t, int64(3), countWhere(t, st, `SELECT count(*) FROM audit_log WHERE action = 'evict'`), "batches of 2, 2, 1")
-	require.Equal(t, int64(5), countWhere(t, st, `SELECT sum(count)::bigint FROM audit_log WHERE action = 'evict'`))
-	require.Equal(t, trueCounts(t, st), summaryCounts(t, st))
+	require.Equal(t, int64(3), countWhere(t, db, `SELECT count(*) FROM audit_log WHERE action = 'evict'`), "batches of 2, 2, 1")
+	require.Equal(t, int64(5), countWhere(t, db, `SELECT sum(count)::bigint FROM audit_log WHERE action = 'evict'`))
+	require.Equal(t, trueCounts(t, db), summaryCounts(t, db))
 	// At the cap the capacity alert fires: evictions are never silent.
 	firing := hook.waitAlert(t, "capacity", "firing")
 	require.GreaterOrEqual(t, firing.Value, 100.0, "evaluated at the cap or before the eviction")
@@ -212,28 +215,28 @@ rules:
 
 	// Cap 4: the three resolved left go, then it is stuck: pending may not
 	// be evicted. The run fails, the pending messages stay.
-	done := int(countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'capacity' AND outcome <> 'running'`))
+	done := int(countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'capacity' AND outcome <> 'running'`))
 	svc = newSvc(cleanup.Capacity{MaxMessages: 4})
 	svc.Start()
 	run := waitJob(t, st, JobCapacity, done+1)
 	require.NoError(t, svc.Stop(ctx))
 	require.Equal(t, store.JobFailure, run.Outcome)
 	require.Contains(t, run.Error, "over capacity and nothing may be evicted")
-	require.Equal(t, pending, remainingIDs(t, st))
+	require.Equal(t, pending, remainingIDs(t, db))
 	require.Equal(t, 8.0, metricValue(t, reg, "dlq_capacity_evicted_total", nil))
 
 	// Allowed now: pending go in arrival order until the cap holds.
 	svc = newSvc(cleanup.Capacity{MaxMessages: 4, AllowEvictPending: true})
 	svc.Start()
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return len(remainingIDs(t, st)) == 4 }, "pending not evicted")
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return len(remainingIDs(t, db)) == 4 }, "pending not evicted")
 	require.NoError(t, svc.Stop(ctx))
-	require.Equal(t, pending[2:], remainingIDs(t, st))
+	require.Equal(t, pending[2:], remainingIDs(t, db))
 	require.Equal(t, 10.0, metricValue(t, reg, "dlq_capacity_evicted_total", nil))
 	var detail []byte
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT detail FROM audit_log WHERE action = 'evict' ORDER BY id DESC LIMIT 1`).Scan(&detail))
+	require.NoError(t, db.QueryRow(ctx, `SELECT detail FROM audit_log WHERE action = 'evict' ORDER BY id DESC LIMIT 1`).Scan(&detail))
 	var d map[string]any
 	require.NoError(t, json.Unmarshal(detail, &d))
 	require.EqualValues(t, 4, d["max_messages"])
 	require.Contains(t, d["by_status"], "pending")
-	require.Equal(t, trueCounts(t, st), summaryCounts(t, st))
+	require.Equal(t, trueCounts(t, db), summaryCounts(t, db))
 }

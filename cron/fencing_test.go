@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -96,19 +97,19 @@ func startJobProc(t *testing.T, dsn, instance string) *exec.Cmd {
 
 // seedExpired stores n replayed messages resolved two hours ago: work for
 // a cleanup job with a one-hour retention.
-func seedExpired(t *testing.T, st *store.Store, n int) {
+func seedExpired(t *testing.T, st *store.Store, db *pgxpool.Pool, n int) {
 	t.Helper()
 	for n > 0 {
 		k := min(n, 100)
-		ids := ingest(t, st, "orders", k, 10)
+		ids := ingest(t, st, db, "orders", k, 10)
 		replayIDs(t, st, ids, store.OutcomePublished, false)
-		backdate(t, st, ids, 2*time.Hour)
+		backdate(t, db, ids, 2*time.Hour)
 		n -= k
 	}
 }
 
-func auditCount(t *testing.T, st *store.Store, holder string) int64 {
-	return countWhere(t, st, `SELECT count(*) FROM audit_log WHERE action = 'retention' AND detail->>'holder' = $1`, holder)
+func auditCount(t *testing.T, db *pgxpool.Pool, holder string) int64 {
+	return countWhere(t, db, `SELECT count(*) FROM audit_log WHERE action = 'retention' AND detail->>'holder' = $1`, holder)
 }
 
 func leaseOf(t *testing.T, st *store.Store, job string) store.JobLease {
@@ -147,11 +148,12 @@ func newCleanupService(t *testing.T, st *store.Store, instance string) *Service 
 func TestFencingPausedHolder(t *testing.T) {
 	t.Parallel()
 	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	const total = 300
-	seedExpired(t, st, total)
+	seedExpired(t, st, db, total)
 
 	a := startJobProc(t, dsn, "A")
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return auditCount(t, st, "A") >= 3 }, "A did not start deleting")
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return auditCount(t, db, "A") >= 3 }, "A did not start deleting")
 	require.NoError(t, a.Process.Signal(syscall.SIGSTOP))
 	aLease := leaseOf(t, st, JobCleanup)
 	require.Equal(t, "A", aLease.Holder)
@@ -165,13 +167,13 @@ func TestFencingPausedHolder(t *testing.T) {
 	// Lease TTL 1s, plus up to 5s for PostgreSQL to end A's session if A
 	// was paused inside a transaction, plus a tick.
 	require.Less(t, time.Since(stoppedAt), 8*time.Second, "takeover took too long")
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return auditCount(t, st, "B") >= 2 }, "B did not delete")
-	aBatches := auditCount(t, st, "A")
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return auditCount(t, db, "B") >= 2 }, "B did not delete")
+	aBatches := auditCount(t, db, "A")
 
 	require.NoError(t, a.Process.Signal(syscall.SIGCONT))
 	var outcome, errText string
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		err := st.Pool().QueryRow(ctxT(t), `
+		err := db.QueryRow(ctxT(t), `
 SELECT outcome, coalesce(error, '') FROM job_runs WHERE instance = 'A' AND token = $1 ORDER BY id DESC LIMIT 1`, aLease.Token).
 			Scan(&outcome, &errText)
 		require.NoError(t, err)
@@ -181,20 +183,20 @@ SELECT outcome, coalesce(error, '') FROM job_runs WHERE instance = 'A' AND token
 	t.Logf("A's run ended %s: %s", outcome, errText)
 
 	// Nothing A did landed after B took over.
-	require.Equal(t, aBatches, auditCount(t, st, "A"), "A wrote after resuming")
-	require.Zero(t, countWhere(t, st, `
+	require.Equal(t, aBatches, auditCount(t, db, "A"), "A wrote after resuming")
+	require.Zero(t, countWhere(t, db, `
 SELECT count(*) FROM audit_log WHERE detail->>'holder' = 'A' AND at >= $1`, bLease.AcquiredAt))
-	require.Zero(t, countWhere(t, st, `
+	require.Zero(t, countWhere(t, db, `
 SELECT count(*) FROM audit_log WHERE detail->>'holder' = 'A' AND (detail->>'token')::bigint <> $1`, aLease.Token))
 	// A, resumed, cannot take the job back while B holds it.
 	require.Equal(t, "B", leaseOf(t, st, JobCleanup).Holder)
 
 	dlqtest.Eventually(t, 60*time.Second, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM dead_messages`) == 0
+		return countWhere(t, db, `SELECT count(*) FROM dead_messages`) == 0
 	}, "the job never finished")
-	require.Equal(t, int64(total), countWhere(t, st, `SELECT sum(count)::bigint FROM audit_log WHERE action = 'retention'`),
+	require.Equal(t, int64(total), countWhere(t, db, `SELECT sum(count)::bigint FROM audit_log WHERE action = 'retention'`),
 		"every message deleted exactly once")
-	require.Empty(t, summaryCounts(t, st))
+	require.Empty(t, summaryCounts(t, db))
 }
 
 // TestFencingKilledHolder kills (SIGKILL) the process that holds the job.
@@ -203,10 +205,11 @@ SELECT count(*) FROM audit_log WHERE detail->>'holder' = 'A' AND (detail->>'toke
 func TestFencingKilledHolder(t *testing.T) {
 	t.Parallel()
 	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	const total = 200
-	seedExpired(t, st, total)
+	seedExpired(t, st, db, total)
 	a := startJobProc(t, dsn, "A")
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return auditCount(t, st, "A") >= 2 }, "A did not start deleting")
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return auditCount(t, db, "A") >= 2 }, "A did not start deleting")
 	b := newCleanupService(t, st, "B")
 	b.Start()
 	require.Equal(t, "A", leaseOf(t, st, JobCleanup).Holder, "B took the job from a live holder")
@@ -218,14 +221,14 @@ func TestFencingKilledHolder(t *testing.T) {
 	// TTL 1s + one 200ms tick, with slack for a loaded machine.
 	require.Less(t, time.Since(killedAt), 3*time.Second)
 	dlqtest.Eventually(t, 60*time.Second, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM dead_messages`) == 0
+		return countWhere(t, db, `SELECT count(*) FROM dead_messages`) == 0
 	}, "the job never finished")
-	require.Equal(t, int64(total), countWhere(t, st, `SELECT sum(count)::bigint FROM audit_log WHERE action = 'retention'`))
-	require.Empty(t, summaryCounts(t, st))
+	require.Equal(t, int64(total), countWhere(t, db, `SELECT sum(count)::bigint FROM audit_log WHERE action = 'retention'`))
+	require.Empty(t, summaryCounts(t, db))
 	// A's last run could not record its end; B's takeover closed it.
 	var errText string
-	require.NoError(t, st.Pool().QueryRow(ctxT(t),
+	require.NoError(t, db.QueryRow(ctxT(t),
 		`SELECT error FROM job_runs WHERE instance = 'A' ORDER BY id DESC LIMIT 1`).Scan(&errText))
 	require.Contains(t, errText, "abandoned")
-	require.Zero(t, countWhere(t, st, `SELECT count(*) FROM job_runs WHERE instance = 'A' AND outcome = 'running'`))
+	require.Zero(t, countWhere(t, db, `SELECT count(*) FROM job_runs WHERE instance = 'A' AND outcome = 'running'`))
 }

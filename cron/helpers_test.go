@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 // ingest stores n pending messages of queue, each body bodySize bytes, and
 // returns their ids.
-func ingest(t testing.TB, st *store.Store, queue string, n, bodySize int) []int64 {
+func ingest(t testing.TB, st *store.Store, db *pgxpool.Pool, queue string, n, bodySize int) []int64 {
 	t.Helper()
 	ctx := ctxT(t)
 	b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
@@ -69,7 +70,7 @@ func ingest(t testing.TB, st *store.Store, queue string, n, bodySize int) []int6
 	_, err := st.IngestBatch(ctx, b)
 	require.NoError(t, err)
 	var ids []int64
-	rows, err := st.Pool().Query(ctx, `SELECT id FROM dead_messages WHERE ingest_batch = $1 ORDER BY id`, b.ID)
+	rows, err := db.Query(ctx, `SELECT id FROM dead_messages WHERE ingest_batch = $1 ORDER BY id`, b.ID)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64
@@ -135,9 +136,9 @@ func replayIDs(t testing.TB, st *store.Store, ids []int64, result string, leave 
 
 // backdate moves the resolution time (replayed_at or acknowledged_at) of
 // ids into the past. It changes no status, so no counter moves.
-func backdate(t testing.TB, st *store.Store, ids []int64, age time.Duration) {
+func backdate(t testing.TB, db *pgxpool.Pool, ids []int64, age time.Duration) {
 	t.Helper()
-	_, err := st.Pool().Exec(ctxT(t), `
+	_, err := db.Exec(ctxT(t), `
 UPDATE dead_messages SET
     replayed_at = CASE WHEN status = 'replayed' THEN now() - $2 * interval '1 second' ELSE replayed_at END,
     acknowledged_at = CASE WHEN status = 'acknowledged' THEN now() - $2 * interval '1 second' ELSE acknowledged_at END
@@ -149,9 +150,9 @@ type qs struct{ queue, status string }
 
 // trueCounts counts dead_messages by queue and status (the full GROUP BY
 // that production code never runs).
-func trueCounts(t testing.TB, st *store.Store) map[qs]store.StatusCount {
+func trueCounts(t testing.TB, db *pgxpool.Pool) map[qs]store.StatusCount {
 	t.Helper()
-	rows, err := st.Pool().Query(ctxT(t), `
+	rows, err := db.Query(ctxT(t), `
 SELECT source_queue, status, count(*), coalesce(sum(body_size), 0)::bigint FROM dead_messages GROUP BY 1, 2`)
 	require.NoError(t, err)
 	out := map[qs]store.StatusCount{}
@@ -166,9 +167,9 @@ SELECT source_queue, status, count(*), coalesce(sum(body_size), 0)::bigint FROM 
 }
 
 // summaryCounts reads queue_summary, leaving out zero rows.
-func summaryCounts(t testing.TB, st *store.Store) map[qs]store.StatusCount {
+func summaryCounts(t testing.TB, db *pgxpool.Pool) map[qs]store.StatusCount {
 	t.Helper()
-	rows, err := st.Pool().Query(ctxT(t), `SELECT source_queue, status, messages, bytes FROM queue_summary`)
+	rows, err := db.Query(ctxT(t), `SELECT source_queue, status, messages, bytes FROM queue_summary`)
 	require.NoError(t, err)
 	out := map[qs]store.StatusCount{}
 	for rows.Next() {
@@ -183,10 +184,10 @@ func summaryCounts(t testing.TB, st *store.Store) map[qs]store.StatusCount {
 	return out
 }
 
-func countWhere(t testing.TB, st *store.Store, q string, args ...any) int64 {
+func countWhere(t testing.TB, db *pgxpool.Pool, q string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	require.NoError(t, st.Pool().QueryRow(ctxT(t), q, args...).Scan(&n))
+	require.NoError(t, db.QueryRow(ctxT(t), q, args...).Scan(&n))
 	return n
 }
 

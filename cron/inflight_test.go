@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -42,7 +43,7 @@ func (f *fakeIngest) set(since time.Time) {
 
 // inflightRow writes a one-message batch as consumer, dated age ago in
 // ingest_inflight, and returns its id.
-func inflightRow(t *testing.T, st *store.Store, consumer string, age time.Duration) int64 {
+func inflightRow(t *testing.T, st *store.Store, db *pgxpool.Pool, consumer string, age time.Duration) int64 {
 	t.Helper()
 	ctx := ctxT(t)
 	now := time.Now()
@@ -53,14 +54,14 @@ func inflightRow(t *testing.T, st *store.Store, consumer string, age time.Durati
 		FirstFailedAt: now, FailedAt: now, Fingerprint: id,
 	}}})
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `UPDATE ingest_inflight SET committed_at = now() - $2::interval WHERE batch_id = $1`, id, age.String())
+	_, err = db.Exec(ctx, `UPDATE ingest_inflight SET committed_at = now() - $2::interval WHERE batch_id = $1`, id, age.String())
 	require.NoError(t, err)
 	return id
 }
 
-func inflightIDs(t *testing.T, st *store.Store) []int64 {
+func inflightIDs(t *testing.T, db *pgxpool.Pool) []int64 {
 	t.Helper()
-	rows, err := st.Pool().Query(ctxT(t), `SELECT batch_id FROM ingest_inflight ORDER BY batch_id`)
+	rows, err := db.Query(ctxT(t), `SELECT batch_id FROM ingest_inflight ORDER BY batch_id`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []int64
@@ -80,19 +81,20 @@ func inflightIDs(t *testing.T, st *store.Store) []int64 {
 // process's own consumers' rows and recent rows stay.
 func TestCleanupExpiresStaleInflight(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
 
 	own := []string{"dlq-me-1-dlq-0", "dlq-me-1-dlq-1"}
 	ing := &fakeIngest{tags: own, since: time.Now().Add(-10 * time.Minute)}
 	stale := []int64{
-		inflightRow(t, st, "dlq-killed-9-dlq-0", 2*time.Hour),
-		inflightRow(t, st, "dlq-killed-9-dlq-1", 26*time.Hour),
-		inflightRow(t, st, "dlq-other-3-dlq-0", 61*time.Minute),
+		inflightRow(t, st, db, "dlq-killed-9-dlq-0", 2*time.Hour),
+		inflightRow(t, st, db, "dlq-killed-9-dlq-1", 26*time.Hour),
+		inflightRow(t, st, db, "dlq-other-3-dlq-0", 61*time.Minute),
 	}
 	keep := []int64{
-		inflightRow(t, st, own[0], 5*time.Hour),
-		inflightRow(t, st, "dlq-killed-9-dlq-0", 50*time.Minute),
+		inflightRow(t, st, db, own[0], 5*time.Hour),
+		inflightRow(t, st, db, "dlq-killed-9-dlq-0", 50*time.Minute),
 	}
 	all := append(append([]int64{}, stale...), keep...)
 	sorted := func(ids []int64) []int64 {
@@ -122,27 +124,27 @@ func TestCleanupExpiresStaleInflight(t *testing.T) {
 	run := waitJob(t, st, JobCleanup, 1)
 	require.NoError(t, svc.Stop(ctx))
 	require.Equal(t, store.JobSuccess, run.Outcome, run.Error)
-	require.Equal(t, sorted(all), inflightIDs(t, st))
+	require.Equal(t, sorted(all), inflightIDs(t, db))
 
 	// Working for two hours: the stale rows of other consumers go.
 	ing.set(time.Now().Add(-2 * time.Hour))
-	done := int(countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'cleanup' AND outcome <> 'running'`))
+	done := int(countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'cleanup' AND outcome <> 'running'`))
 	svc = newSvc()
 	svc.Start()
 	run = waitJob(t, st, JobCleanup, done+1)
 	require.NoError(t, svc.Stop(ctx))
 	require.Equal(t, store.JobSuccess, run.Outcome, run.Error)
-	require.Equal(t, sorted(keep), inflightIDs(t, st))
+	require.Equal(t, sorted(keep), inflightIDs(t, db))
 	require.GreaterOrEqual(t, run.RowsAffected, int64(len(stale)))
 
 	// Not working now (a consumer lost its channel, or cannot write):
 	// nothing goes, however old.
-	old := inflightRow(t, st, "dlq-killed-10-dlq-0", 3*time.Hour)
+	old := inflightRow(t, st, db, "dlq-killed-10-dlq-0", 3*time.Hour)
 	ing.set(time.Time{})
-	done = int(countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'cleanup' AND outcome <> 'running'`))
+	done = int(countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'cleanup' AND outcome <> 'running'`))
 	svc = newSvc()
 	svc.Start()
 	waitJob(t, st, JobCleanup, done+1)
 	require.NoError(t, svc.Stop(ctx))
-	require.Equal(t, sorted(append(keep, old)), inflightIDs(t, st))
+	require.Equal(t, sorted(append(keep, old)), inflightIDs(t, db))
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -82,9 +83,9 @@ type jobRunRow struct {
 	errText    string
 }
 
-func jobRunRows(t *testing.T, st *store.Store, job string) map[time.Time]jobRunRow {
+func jobRunRows(t *testing.T, db *pgxpool.Pool, job string) map[time.Time]jobRunRow {
 	t.Helper()
-	rows, err := st.Pool().Query(ctxT(t), `
+	rows, err := db.Query(ctxT(t), `
 SELECT id, tick, instance, finished_at, outcome, coalesce(error, '') FROM job_runs WHERE job = $1`, job)
 	require.NoError(t, err)
 	out := map[time.Time]jobRunRow{}
@@ -135,7 +136,8 @@ func checkSkipped(t *testing.T, job string, r jobRunRow, byID map[int64]jobRunRo
 // the runs' finish times), so it holds however slow the machine is.
 func TestSchedulerExactlyOncePerTick(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	const every = 200 * time.Millisecond
 	const ttl = 600 * time.Millisecond
 	var log execLog
@@ -209,7 +211,7 @@ func TestSchedulerExactlyOncePerTick(t *testing.T) {
 	require.Nil(t, overlap.Load(), "two runs of one job overlapped")
 
 	for _, job := range []string{"alpha", "beta"} {
-		rows := jobRunRows(t, st, job)
+		rows := jobRunRows(t, db, job)
 		byID := map[int64]jobRunRow{}
 		var ticks []time.Time
 		for tick, r := range rows {
@@ -256,7 +258,7 @@ func TestSchedulerExactlyOncePerTick(t *testing.T) {
 	}
 	// Alpha really changed hands, with a new token.
 	var instances, tokens int64
-	require.NoError(t, st.Pool().QueryRow(ctxT(t),
+	require.NoError(t, db.QueryRow(ctxT(t),
 		`SELECT count(DISTINCT instance), count(DISTINCT token) FROM job_runs WHERE job = 'alpha'`).Scan(&instances, &tokens))
 	require.GreaterOrEqual(t, instances, int64(2))
 	require.GreaterOrEqual(t, tokens, int64(2))
@@ -269,7 +271,8 @@ func TestSchedulerExactlyOncePerTick(t *testing.T) {
 // and counted; the other instance runs none of them.
 func TestSchedulerOverrunWaitsThenSkips(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	release := make(chan struct{})
 	var first atomic.Bool
 	var runs atomic.Int32
@@ -304,19 +307,19 @@ func TestSchedulerOverrunWaitsThenSkips(t *testing.T) {
 		t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	}
 	dlqtest.Eventually(t, time.Minute, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'slow' AND outcome = 'skipped'`) >= 3
+		return countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'slow' AND outcome = 'skipped'`) >= 3
 	}, "no ticks were skipped while the first run was going")
 	require.Equal(t, int32(1), runs.Load(), "a tick ran while the first run was going")
 	close(release)
 	dlqtest.Eventually(t, time.Minute, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'slow' AND outcome = 'success'`) >= 3
+		return countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'slow' AND outcome = 'success'`) >= 3
 	}, "the job did not carry on after the long run")
 	for _, s := range scheds {
 		require.NoError(t, s.Stop(ctxT(t)))
 	}
 	require.False(t, overlap.Load(), "two runs of one job overlapped")
 
-	rows := jobRunRows(t, st, "slow")
+	rows := jobRunRows(t, db, "slow")
 	byID := map[int64]jobRunRow{}
 	var long jobRunRow
 	for _, r := range rows {
@@ -345,8 +348,8 @@ func TestSchedulerOverrunWaitsThenSkips(t *testing.T) {
 	require.NotNil(t, next)
 	require.Equal(t, long.instance, next.instance)
 	var nextStart, longEnd time.Time
-	require.NoError(t, st.Pool().QueryRow(ctxT(t), `SELECT started_at FROM job_runs WHERE id = $1`, next.id).Scan(&nextStart))
-	require.NoError(t, st.Pool().QueryRow(ctxT(t), `SELECT finished_at FROM job_runs WHERE id = $1`, long.id).Scan(&longEnd))
+	require.NoError(t, db.QueryRow(ctxT(t), `SELECT started_at FROM job_runs WHERE id = $1`, next.id).Scan(&nextStart))
+	require.NoError(t, db.QueryRow(ctxT(t), `SELECT finished_at FROM job_runs WHERE id = $1`, long.id).Scan(&longEnd))
 	require.False(t, nextStart.Before(longEnd), "the waiting tick started at %s, before the long run ended at %s", nextStart, longEnd)
 	for _, r := range rows {
 		if r.tick.After(long.tick) && r.tick.Before(next.tick) {
@@ -361,7 +364,8 @@ func TestSchedulerOverrunWaitsThenSkips(t *testing.T) {
 // carries on with the next ticks.
 func TestSchedulerPanic(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	reg := prometheus.NewRegistry()
 	var calls atomic.Int32
 	s, err := NewScheduler(SchedulerConfig{
@@ -378,11 +382,11 @@ func TestSchedulerPanic(t *testing.T) {
 	s.Start()
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	dlqtest.Eventually(t, 20*time.Second, func() bool {
-		return countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'boom' AND outcome = 'success'`) >= 3
+		return countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'boom' AND outcome = 'success'`) >= 3
 	}, "job did not keep running after its panic")
 	require.NoError(t, s.Stop(ctxT(t)))
 	var errText string
-	require.NoError(t, st.Pool().QueryRow(ctxT(t),
+	require.NoError(t, db.QueryRow(ctxT(t),
 		`SELECT error FROM job_runs WHERE job = 'boom' AND outcome = 'failure'`).Scan(&errText))
 	require.Contains(t, errText, "panicked")
 	require.Contains(t, errText, "assignment to entry in nil map")
@@ -442,12 +446,13 @@ func TestLeaseFencing(t *testing.T) {
 // than wait), and what the holder commits lands before any takeover.
 func TestFencedWriteBlocksTakeover(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
 	a, ok, err := st.BeginJobRun(ctx, "j", "A", time.Unix(1, 0), 50*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, ok)
-	conn, err := st.Pool().Acquire(ctx)
+	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	tx, err := conn.Begin(ctx)

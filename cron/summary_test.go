@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -19,9 +20,9 @@ import (
 )
 
 // idsByStatus returns every stored id by status.
-func idsByStatus(t testing.TB, st *store.Store) map[string][]int64 {
+func idsByStatus(t testing.TB, db *pgxpool.Pool) map[string][]int64 {
 	t.Helper()
-	rows, err := st.Pool().Query(ctxT(t), `SELECT id, status FROM dead_messages ORDER BY id`)
+	rows, err := db.Query(ctxT(t), `SELECT id, status FROM dead_messages ORDER BY id`)
 	require.NoError(t, err)
 	out := map[string][]int64{}
 	for rows.Next() {
@@ -49,7 +50,7 @@ func pick(r *rand.Rand, ids []int64, max int) []int64 {
 
 // returnIDs makes replayed messages die again: each comes back through
 // ingest to its own row (x-dlq-id), pending once more.
-func returnIDs(t testing.TB, st *store.Store, ids []int64) {
+func returnIDs(t testing.TB, st *store.Store, db *pgxpool.Pool, ids []int64) {
 	t.Helper()
 	ctx := ctxT(t)
 	b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
@@ -57,7 +58,7 @@ func returnIDs(t testing.TB, st *store.Store, ids []int64) {
 		var queue string
 		var body []byte
 		var count int64
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT source_queue, body, replay_count FROM dead_messages WHERE id = $1`, id).
+		require.NoError(t, db.QueryRow(ctx, `SELECT source_queue, body, replay_count FROM dead_messages WHERE id = $1`, id).
 			Scan(&queue, &body, &count))
 		now := time.Now()
 		b.Messages = append(b.Messages, store.NewMessage{
@@ -82,20 +83,21 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
 			t.Parallel()
-			st, _ := dlqtest.Store(t)
+			st, dsn := dlqtest.Store(t)
+			db := dlqtest.DB(t, dsn)
 			r := rand.New(rand.NewPCG(seed, 42))
 			queues := []string{"orders", "billing", "emails"}
 			lease := testLease(t, st, "property")
 			ctx := ctxT(t)
 			var trail []string
 			for step := range 30 {
-				ids := idsByStatus(t, st)
+				ids := idsByStatus(t, db)
 				op := r.IntN(9)
 				switch op {
 				case 0, 1:
 					q := queues[r.IntN(len(queues))]
 					n := 1 + r.IntN(20)
-					ingest(t, st, q, n, r.IntN(200))
+					ingest(t, st, db, q, n, r.IntN(200))
 					trail = append(trail, fmt.Sprintf("ingest %d into %s", n, q))
 				case 2:
 					sel := pick(r, ids[store.StatusPending], 10)
@@ -109,7 +111,7 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 					trail = append(trail, fmt.Sprintf("replay %d %s leave=%t", len(sel), res, leave))
 				case 4:
 					sel := pick(r, ids[store.StatusReplayed], 5)
-					returnIDs(t, st, sel)
+					returnIDs(t, st, db, sel)
 					trail = append(trail, fmt.Sprintf("return %d", len(sel)))
 				case 5:
 					sel := pick(r, append(ids[store.StatusPending], ids[store.StatusReplayed]...), 10)
@@ -121,7 +123,7 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 					trail = append(trail, fmt.Sprintf("delete %d", len(sel)))
 				case 7:
 					sel := pick(r, append(ids[store.StatusReplayed], ids[store.StatusAcknowledged]...), 10)
-					backdate(t, st, sel, 48*time.Hour)
+					backdate(t, db, sel, 48*time.Hour)
 					for _, s := range store.RetentionStatuses {
 						res, err := st.DeleteResolvedBefore(ctx, lease, s, time.Now().Add(-24*time.Hour), 3)
 						require.NoError(t, err)
@@ -136,7 +138,7 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 					require.NoError(t, err)
 					trail = append(trail, fmt.Sprintf("evict %s %d", class, res.Messages))
 				}
-				require.Equal(t, trueCounts(t, st), summaryCounts(t, st), "summary drifted after step %d; steps: %v", step, trail)
+				require.Equal(t, trueCounts(t, db), summaryCounts(t, db), "summary drifted after step %d; steps: %v", step, trail)
 			}
 			queuesNow, err := st.SourceQueues(ctx)
 			require.NoError(t, err)
@@ -154,10 +156,11 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 // count must never look like drift, and nothing they write is lost.
 func TestReconcileWhileIngesting(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
 	lease := testLease(t, st, "reconcile")
-	ingest(t, st, "busy", 500, 10)
+	ingest(t, st, db, "busy", 500, 10)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var writes atomic.Int64
@@ -168,7 +171,7 @@ func TestReconcileWhileIngesting(t *testing.T) {
 				return
 			default:
 			}
-			ids := ingest(t, st, "busy", 20, 10)
+			ids := ingest(t, st, db, "busy", 20, 10)
 			ackIDs(t, st, ids[:5])
 			deleteIDs(t, st, ids[5:8])
 			writes.Add(1)
@@ -182,7 +185,7 @@ func TestReconcileWhileIngesting(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	require.Positive(t, writes.Load())
-	require.Equal(t, trueCounts(t, st), summaryCounts(t, st))
+	require.Equal(t, trueCounts(t, db), summaryCounts(t, db))
 }
 
 // TestSummaryDriftRepairedAndBootstrap runs the summary job through the
@@ -191,14 +194,15 @@ func TestReconcileWhileIngesting(t *testing.T) {
 // whole table emptied. Each is found, repaired and counted.
 func TestSummaryDriftRepairedAndBootstrap(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
-	ingest(t, st, "a", 30, 5)
-	ids := ingest(t, st, "b", 20, 7)
+	ingest(t, st, db, "a", 30, 5)
+	ids := ingest(t, st, db, "b", 20, 7)
 	ackIDs(t, st, ids[:4])
-	truth := trueCounts(t, st)
+	truth := trueCounts(t, db)
 
-	_, err := st.Pool().Exec(ctx, `
+	_, err := db.Exec(ctx, `
 UPDATE queue_summary SET messages = messages + 7, bytes = bytes - 3 WHERE source_queue = 'a' AND status = 'pending';
 DELETE FROM queue_summary WHERE source_queue = 'b' AND status = 'acknowledged';
 INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('ghost', 'pending', 5, 50);`)
@@ -221,19 +225,19 @@ INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('ghost
 		require.NoError(t, err)
 		return s.BootstrappedAt != nil
 	}, "summary never bootstrapped")
-	require.Equal(t, truth, summaryCounts(t, st), "the ghost row is zeroed, the others match")
-	require.GreaterOrEqual(t, countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'summary'`), int64(3),
+	require.Equal(t, truth, summaryCounts(t, db), "the ghost row is zeroed, the others match")
+	require.GreaterOrEqual(t, countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'summary'`), int64(3),
 		"the bootstrap pass took one run per queue")
 	require.Equal(t, 3.0, metricValue(t, reg, "dlq_summary_repairs_total", nil))
 	var repairs int64
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT repairs FROM summary_state`).Scan(&repairs))
+	require.NoError(t, db.QueryRow(ctx, `SELECT repairs FROM summary_state`).Scan(&repairs))
 	require.Equal(t, int64(3), repairs)
 
 	// Someone empties the summary: the next run notices and rebuilds it.
-	_, err = st.Pool().Exec(ctx, `DELETE FROM queue_summary`)
+	_, err = db.Exec(ctx, `DELETE FROM queue_summary`)
 	require.NoError(t, err)
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		got := summaryCounts(t, st)
+		got := summaryCounts(t, db)
 		return len(got) == len(truth) && fmt.Sprint(got) == fmt.Sprint(truth)
 	}, "summary not rebuilt after being emptied")
 	require.Equal(t, float64(3+len(truth)), metricValue(t, reg, "dlq_summary_repairs_total", nil))
@@ -247,12 +251,13 @@ INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('ghost
 // data, including the age of the oldest pending message per queue.
 func TestStatusAndGauges(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
-	old := ingest(t, st, "q1", 3, 10)
-	_, err := st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '2 hours' WHERE id = $1`, old[0])
+	old := ingest(t, st, db, "q1", 3, 10)
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '2 hours' WHERE id = $1`, old[0])
 	require.NoError(t, err)
-	ids := ingest(t, st, "q2", 4, 100)
+	ids := ingest(t, st, db, "q2", 4, 100)
 	ackIDs(t, st, ids[:4])
 
 	rep, err := st.QueueStatus(ctx, nil)
