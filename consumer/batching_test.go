@@ -29,7 +29,7 @@ func (b *bundle) holdSummary(t *testing.T) *heldSummary {
 	ctx := context.Background()
 	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("warm-up")})
 	b.waitRows(t, 1, "true")
-	tx, err := b.st.Pool().Begin(ctx)
+	tx, err := b.db.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	h := &heldSummary{t: t, b: b, tx: tx}
@@ -42,7 +42,7 @@ func (b *bundle) holdSummary(t *testing.T) *heldSummary {
 // waiters counts the sessions waiting on the held row.
 func (h *heldSummary) waiters() int {
 	var n int
-	require.NoError(h.t, h.b.st.Pool().QueryRow(context.Background(),
+	require.NoError(h.t, h.b.db.QueryRow(context.Background(),
 		`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, h.holder).Scan(&n))
 	return n
 }
@@ -73,7 +73,7 @@ func TestBatchFillsWhileWriterIsBusy(t *testing.T) {
 	b.waitRows(t, 22, "true")
 
 	var batches int
-	require.NoError(t, b.st.Pool().QueryRow(ctx,
+	require.NoError(t, b.db.QueryRow(ctx,
 		`SELECT count(DISTINCT ingest_batch) FROM dead_messages WHERE substring(body from 1 for 5) = 'wave-'::bytea`).Scan(&batches))
 	require.Equal(t, 1, batches, "both waves arrived while the writer was busy, so they form one batch")
 }

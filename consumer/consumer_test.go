@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -20,6 +21,7 @@ import (
 type bundle struct {
 	st       *store.Store
 	dsn      string
+	db       *pgxpool.Pool // the test's own pool on st's schema, for SQL (dlqtest.DB)
 	app      *amqp.Connection
 	ch       *amqp.Channel
 	exchange string
@@ -47,6 +49,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	b := &bundle{
 		st:       st,
 		dsn:      dsn,
+		db:       dlqtest.DB(t, dsn),
 		exchange: dlqtest.Name(t, "dlx"),
 		queue:    dlqtest.Name(t, "dlq"),
 		reg:      prometheus.NewRegistry(),
@@ -145,7 +148,7 @@ func (b *bundle) rejectAll(t *testing.T, queue string, n int) {
 func (b *bundle) count(t *testing.T, where string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
+	require.NoError(t, b.db.QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
 	return n
 }
 
@@ -167,7 +170,7 @@ type storedRow struct {
 
 func (b *bundle) rows(t *testing.T, where string, args ...any) []storedRow {
 	t.Helper()
-	rs, err := b.st.Pool().Query(context.Background(), `
+	rs, err := b.db.Query(context.Background(), `
 SELECT source_queue, source_exchange, source_routing_key, dead_letter_queue, reason, status,
        death_count, message_id, body, headers::text, properties::text, failure_type, failure_message, failure::text
 FROM dead_messages WHERE `+where+` ORDER BY id`, args...)

@@ -141,7 +141,8 @@ func randomDeathHeaders(r *rand.Rand, cases map[string]amqp.Table) amqp.Table {
 // both are what the API answered before the record was stored.
 func TestDeathRecordSQLMatchesIngest(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	check := func(name string, h amqp.Table) {
 		t.Helper()
@@ -150,7 +151,7 @@ func TestDeathRecordSQLMatchesIngest(t *testing.T) {
 		require.Empty(t, m.ConversionError, name)
 		var fromSQL string
 		var before json.RawMessage
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT dlq_x_death($1::json)::text, $1::json -> 'x-death'`,
+		require.NoError(t, db.QueryRow(ctx, `SELECT dlq_x_death($1::json)::text, $1::json -> 'x-death'`,
 			string(m.Headers)).Scan(&fromSQL, &before), name)
 		require.Equal(t, string(m.XDeath), fromSQL, "%s: headers %s", name, m.Headers)
 		if _, unsafeKey := h["bad\xfekey"]; unsafeKey {
@@ -179,6 +180,7 @@ func TestDeathRecordSQLMatchesIngest(t *testing.T) {
 func TestDeathRecordOfRowsStoredBeforeTheMigration(t *testing.T) {
 	t.Parallel()
 	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	batch := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
 	want := map[string]string{}
@@ -202,7 +204,7 @@ func TestDeathRecordOfRowsStoredBeforeTheMigration(t *testing.T) {
 	}
 	require.Equal(t, want, got(), "as ingest stored them")
 	var unfilled int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE x_death IS NULL`).Scan(&unfilled))
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE x_death IS NULL`).Scan(&unfilled))
 	require.Zero(t, unfilled, "ingest stores every record")
 
 	// Back to the schema before 00070, with its own Down section.
@@ -241,7 +243,8 @@ func TestDeathRecordOfRowsStoredBeforeTheMigration(t *testing.T) {
 // death, and its death record follows.
 func TestDeathRecordFollowsAReturn(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	death := func(queue, reason string, n int64) amqp.Table {
@@ -252,7 +255,7 @@ func TestDeathRecordFollowsAReturn(t *testing.T) {
 	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{m}})
 	require.NoError(t, err)
 	var id int64
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
+	require.NoError(t, db.QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
 
 	again := amqp.Delivery{Body: []byte("order 7"), Headers: amqp.Table{
 		"x-death":                []any{death("orders", "expired", 1), death("orders", "rejected", 1)},
@@ -272,6 +275,6 @@ func TestDeathRecordFollowsAReturn(t *testing.T) {
 	require.Len(t, deaths, 2)
 	require.Equal(t, "expired", deaths[0].Reason, "most recent first")
 	var stored bool
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT x_death IS NOT NULL FROM dead_messages WHERE id = $1`, id).Scan(&stored))
+	require.NoError(t, db.QueryRow(ctx, `SELECT x_death IS NOT NULL FROM dead_messages WHERE id = $1`, id).Scan(&stored))
 	require.True(t, stored, "stored with the return, not derived when read")
 }

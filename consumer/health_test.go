@@ -65,7 +65,7 @@ func (b *bundle) writeErrors(t *testing.T) float64 {
 func TestWriteErrorEndsWithItsSession(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.consumers = 1 })
 	ctx := context.Background()
-	pool := b.st.Pool()
+	pool := b.db
 	// Every insert fails with an error that is not about the data, as when
 	// PostgreSQL refuses all writes.
 	_, err := pool.Exec(ctx, `

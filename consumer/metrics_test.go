@@ -149,7 +149,8 @@ func publishDead(t *testing.T, ch *amqp.Channel, exchange, tag string, n int) {
 // duplicates as stored, and the store must hold fifteen rows.
 func TestIngestMetrics(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	app := dlqtest.Dial(t)
 	ch := dlqtest.Channel(t, app)
 	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
@@ -166,7 +167,7 @@ func TestIngestMetrics(t *testing.T) {
 	}
 	rows := func() int {
 		var n int
-		require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
+		require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
 		return n
 	}
 	require.Equal(t, 10, rows())

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -29,10 +30,10 @@ type rawRow struct {
 	hasFailure      bool
 }
 
-func readRaw(t *testing.T, st *store.Store, where string, args ...any) rawRow {
+func readRaw(t *testing.T, db *pgxpool.Pool, where string, args ...any) rawRow {
 	t.Helper()
 	var r rawRow
-	require.NoError(t, st.Pool().QueryRow(context.Background(), `
+	require.NoError(t, db.QueryRow(context.Background(), `
 SELECT body, conversion_error, headers::text, source_queue, failure IS NOT NULL
 FROM dead_messages WHERE `+where, args...).Scan(&r.body, &r.conversionError, &r.headers, &r.sourceQueue, &r.hasFailure))
 	return r
@@ -79,7 +80,7 @@ func TestUndecodableHeadersAreStoredRaw(t *testing.T) {
 	b.waitRows(t, 3, "true")
 
 	for id, body := range bodies {
-		r := readRaw(t, b.st, "message_id = $1", id)
+		r := readRaw(t, b.db, "message_id = $1", id)
 		require.Equal(t, sha256.Sum256(body), sha256.Sum256(r.body), "%s: body byte for byte", id)
 		if id == "normal" {
 			require.Nil(t, r.conversionError, "the next dead letter is converted as usual")
@@ -120,7 +121,7 @@ func TestForgedDeathQueueIsCut(t *testing.T) {
 		"x-death": []any{amqp.Table{"queue": string(long), "reason": "rejected", "count": int64(1)}},
 	}})
 	b.waitRows(t, 1, "message_id = 'forged'")
-	r := readRaw(t, b.st, "message_id = 'forged'")
+	r := readRaw(t, b.db, "message_id = 'forged'")
 	require.Nil(t, r.conversionError)
 	require.Equal(t, string(long[:255]), r.sourceQueue)
 	require.Contains(t, r.headers, string(long), "the headers keep the whole value")
@@ -151,7 +152,8 @@ func (s *refusingStore) IngestBatch(ctx context.Context, b store.IngestBatch) (s
 // flagged with the refusal, never retried forever, never dropped.
 func TestRefusedMessageIsStoredRaw(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	app := dlqtest.Dial(t)
 	ch := dlqtest.Channel(t, app)
 	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
@@ -187,7 +189,7 @@ func TestRefusedMessageIsStoredRaw(t *testing.T) {
 	p := startPipeline(t, rs, exchange, queue, 4, 10, 5*time.Second)
 	count := func() int {
 		var n int
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&n))
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&n))
 		return n
 	}
 	dlqtest.Eventually(t, 20*time.Second, func() bool { return count() == 4 }, "stored %d of 4", count())
@@ -195,11 +197,11 @@ func TestRefusedMessageIsStoredRaw(t *testing.T) {
 	p.stop()
 
 	for _, id := range []string{"ok-1", "ok-2"} {
-		r := readRaw(t, st, "message_id = $1", id)
+		r := readRaw(t, db, "message_id = $1", id)
 		require.Nil(t, r.conversionError, "%s: its neighbours' refusal does not touch it", id)
 		require.True(t, r.hasFailure)
 	}
-	once := readRaw(t, st, "message_id = 'refused-once'")
+	once := readRaw(t, db, "message_id = 'refused-once'")
 	require.NotNil(t, once.conversionError)
 	require.True(t, strings.HasPrefix(*once.conversionError, "stored raw: PostgreSQL refused the converted message"), *once.conversionError)
 	require.Contains(t, *once.conversionError, "54000")
@@ -208,7 +210,7 @@ func TestRefusedMessageIsStoredRaw(t *testing.T) {
 	require.Equal(t, "orders.work", once.sourceQueue)
 	require.Equal(t, []byte("body of refused-once\x00\xff"), once.body)
 
-	twice := readRaw(t, st, "body = $1", []byte("body of refused-twice\x00\xff"))
+	twice := readRaw(t, db, "body = $1", []byte("body of refused-twice\x00\xff"))
 	require.NotNil(t, twice.conversionError)
 	require.True(t, strings.HasPrefix(*twice.conversionError, "stored raw (body only): "), *twice.conversionError)
 	require.Equal(t, "{}", twice.headers)

@@ -175,7 +175,7 @@ func TestIngestBodies(t *testing.T) {
 	}
 	require.Equal(t, want, got, "stored bodies are byte-identical (by sha256)")
 	var sizes []int
-	require.NoError(t, b.st.Pool().QueryRow(t.Context(),
+	require.NoError(t, b.db.QueryRow(t.Context(),
 		`SELECT array_agg(body_size ORDER BY body_size) FROM dead_messages WHERE source_queue = $1`, src).Scan(&sizes))
 	require.Equal(t, []int{0, 8, 14, 14, len(bodies["unicode"]), 16 << 20}, sizes)
 }

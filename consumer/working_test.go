@@ -29,7 +29,7 @@ func TestWorkingSince(t *testing.T) {
 	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("working since")})
 	b.waitRows(t, 1, "true")
 	var consumer string
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT consumer FROM ingest_inflight LIMIT 1`).Scan(&consumer))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT consumer FROM ingest_inflight LIMIT 1`).Scan(&consumer))
 	require.Contains(t, tags, consumer, "ingest_inflight names batches by these tags")
 	require.Equal(t, since, b.cons.WorkingSince(), "unchanged while nothing stops")
 
@@ -46,12 +46,12 @@ func TestConfirmedBatchStaysInflight(t *testing.T) {
 	b.publish(t, b.exchange, "k", amqp.Publishing{Body: []byte("held")})
 	b.waitRows(t, 1, "true")
 	var batch int64
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT batch_id FROM ingest_inflight`).Scan(&batch))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT batch_id FROM ingest_inflight`).Scan(&batch))
 	seen := time.Now()
 
 	inflight := func() bool {
 		var n int
-		require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+		require.NoError(t, b.db.QueryRow(context.Background(),
 			`SELECT count(*) FROM ingest_inflight WHERE batch_id = $1`, batch).Scan(&n))
 		return n == 1
 	}
