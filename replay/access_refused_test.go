@@ -98,7 +98,7 @@ func TestReplayAccessRefusedTarget(t *testing.T) {
 	require.Equal(t, int(refused.Failed), b.count(t, "id = ANY($1) AND last_replay_error LIKE 'not sent: channel closed: 403 ACCESS_REFUSED%'", refusedIDs),
 		"a publish the closed channel could not send names the refusal that closed it")
 	var why string
-	require.NoError(t, b.st.Pool().QueryRow(ctx, `SELECT last_replay_error FROM dead_messages WHERE id = $1`, refusedIDs[0]).Scan(&why))
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT last_replay_error FROM dead_messages WHERE id = $1`, refusedIDs[0]).Scan(&why))
 	require.Contains(t, why, "access to exchange '"+forbidden+"'", "the first publish names what was refused")
 	require.Zero(t, dlqtest.QueueDepth(t, b.app, behind), "nothing got through the forbidden exchange")
 

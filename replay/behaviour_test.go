@@ -154,7 +154,7 @@ func TestReplayDryRun(t *testing.T) {
 	b := setup(t)
 	q := b.targetQueue(t)
 	ids := b.seed(t, q, 20)
-	_, err := b.st.Pool().Exec(context.Background(), `UPDATE dead_messages SET replay_count = 5 WHERE id = ANY($1)`, ids[:3])
+	_, err := b.db.Exec(context.Background(), `UPDATE dead_messages SET replay_count = 5 WHERE id = ANY($1)`, ids[:3])
 	require.NoError(t, err)
 	task, err := b.svc.Start(context.Background(), replay.Request{Filter: &store.Filter{SourceQueue: q}, DryRun: true}, operator)
 	require.NoError(t, err)
@@ -258,7 +258,7 @@ func TestReplayLoopGuard(t *testing.T) {
 	b := setup(t, func(o *setupOpts) { o.maxReplays = 3 })
 	q := b.targetQueue(t)
 	ids := b.seed(t, q, 4)
-	_, err := b.st.Pool().Exec(context.Background(), `UPDATE dead_messages SET replay_count = 3 WHERE id = ANY($1)`, ids[:2])
+	_, err := b.db.Exec(context.Background(), `UPDATE dead_messages SET replay_count = 3 WHERE id = ANY($1)`, ids[:2])
 	require.NoError(t, err)
 	task, err := b.svc.Start(context.Background(), replay.Request{IDs: ids}, operator)
 	require.NoError(t, err)
@@ -266,7 +266,7 @@ func TestReplayLoopGuard(t *testing.T) {
 	require.Equal(t, int64(2), task.Skipped)
 	require.Equal(t, int64(2), task.Published)
 	var detail string
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+	require.NoError(t, b.db.QueryRow(context.Background(),
 		`SELECT detail FROM replay_task_items WHERE task_id = $1 AND message_id = $2`, task.ID, ids[0]).Scan(&detail))
 	require.Contains(t, detail, "loop guard")
 

@@ -82,7 +82,7 @@ func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 	require.Zero(t, b.count(t, "status = 'replaying'"), "no row is left claimed")
 	require.Equal(t, n, b.count(t, "status = 'pending' AND replay_count = 0 AND last_replay_error LIKE 'outcome unknown:%'"))
 	var why string
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+	require.NoError(t, b.db.QueryRow(context.Background(),
 		`SELECT last_replay_error FROM dead_messages WHERE id = $1`, ids[0]).Scan(&why))
 	t.Logf("last_replay_error: %s", why)
 	require.Contains(t, why, "no confirm within the confirm timeout (1s)")

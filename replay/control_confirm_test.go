@@ -68,7 +68,7 @@ func TestControlAuditCarriesTheTokenScope(t *testing.T) {
 	read := func(action string) row {
 		t.Helper()
 		var r row
-		require.NoError(t, b.st.Pool().QueryRow(context.Background(), `
+		require.NoError(t, b.db.QueryRow(context.Background(), `
 SELECT actor, role, via, request_id, scope FROM audit_log WHERE action = $1`, action).Scan(&r.actor, &r.role, &r.via, &r.requestID, &r.scope))
 		return r
 	}

@@ -135,7 +135,7 @@ func taskOf(t *testing.T, a control.Answer) replay.Task {
 func (b *bundle) tableCount(t *testing.T, table string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	require.NoError(t, b.db.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
 	return n
 }
 

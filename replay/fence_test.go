@@ -17,7 +17,8 @@ import (
 // back (its lease ran out, recovery gave its rows to others) is lost, and
 // a late heartbeat renewal does not revive it.
 func TestRunnerFencesLostClaims(t *testing.T) {
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	var msgs []store.NewMessage
@@ -60,9 +61,9 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	require.True(t, a.deadline.After(time.Now()), "with a new deadline")
 
 	// b's holder stalled: its lease ran out and recovery took its rows back.
-	_, err = st.Pool().Exec(ctx, `UPDATE replay_claims SET expires_at = now() - interval '1 second' WHERE token = 'b'`)
+	_, err = db.Exec(ctx, `UPDATE replay_claims SET expires_at = now() - interval '1 second' WHERE token = 'b'`)
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = 'b'`)
+	_, err = db.Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = 'b'`)
 	require.NoError(t, err)
 	taken, _, err := st.RecoverExpiredReplayClaims(ctx, 100)
 	require.NoError(t, err)

@@ -97,7 +97,7 @@ func TestReplayRoundTrip(t *testing.T) {
 	var status string
 	var count int
 	var replayedAt *time.Time
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+	require.NoError(t, b.db.QueryRow(context.Background(),
 		`SELECT status, replay_count, replayed_at FROM dead_messages WHERE id = $1`, id).Scan(&status, &count, &replayedAt))
 	require.Equal(t, store.StatusReplayed, status)
 	require.Equal(t, 1, count)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -24,6 +25,7 @@ import (
 type bundle struct {
 	st       *store.Store
 	dsn      string
+	db       *pgxpool.Pool // the test's own pool on st's schema, for SQL (dlqtest.DB)
 	conn     *broker.Conn
 	app      *amqp.Connection
 	ch       *amqp.Channel
@@ -58,7 +60,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	}
 	st, dsn := dlqtest.Store(t)
 	b := &bundle{
-		st: st, dsn: dsn,
+		st: st, dsn: dsn, db: dlqtest.DB(t, dsn),
 		exchange: dlqtest.Name(t, "dlx"),
 		queue:    dlqtest.Name(t, "dlq"),
 		reg:      prometheus.NewRegistry(),
@@ -189,13 +191,13 @@ func (b *bundle) deadLetter(t *testing.T, n int) (string, []int64) {
 func (b *bundle) count(t *testing.T, where string, args ...any) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
+	require.NoError(t, b.db.QueryRow(context.Background(), "SELECT count(*) FROM dead_messages WHERE "+where, args...).Scan(&n))
 	return n
 }
 
 func (b *bundle) ids(t *testing.T, where string, args ...any) []int64 {
 	t.Helper()
-	rows, err := b.st.Pool().Query(context.Background(), "SELECT id FROM dead_messages WHERE "+where+" ORDER BY id", args...)
+	rows, err := b.db.Query(context.Background(), "SELECT id FROM dead_messages WHERE "+where+" ORDER BY id", args...)
 	require.NoError(t, err)
 	var ids []int64
 	for rows.Next() {
@@ -235,7 +237,7 @@ func (b *bundle) waitTask(t *testing.T, id int64, timeout time.Duration, statuse
 func (b *bundle) summary(t *testing.T, queue, status string) int64 {
 	t.Helper()
 	var n int64
-	err := b.st.Pool().QueryRow(context.Background(),
+	err := b.db.QueryRow(context.Background(),
 		`SELECT coalesce(sum(messages), 0) FROM queue_summary WHERE source_queue = $1 AND status = $2`, queue, status).Scan(&n)
 	require.NoError(t, err)
 	return n
@@ -245,7 +247,7 @@ func (b *bundle) summary(t *testing.T, queue, status string) int64 {
 // of dead_messages for every queue and status.
 func (b *bundle) requireSummaryExact(t *testing.T) {
 	t.Helper()
-	rows, err := b.st.Pool().Query(context.Background(), `
+	rows, err := b.db.Query(context.Background(), `
 SELECT coalesce(a.source_queue, s.source_queue), coalesce(a.status, s.status), coalesce(a.n, 0), coalesce(s.messages, 0),
        coalesce(a.bytes, 0), coalesce(s.bytes, 0)
 FROM (SELECT source_queue, status, count(*) AS n, sum(body_size) AS bytes FROM dead_messages GROUP BY 1, 2) a
@@ -261,7 +263,7 @@ WHERE coalesce(a.n, 0) <> coalesce(s.messages, 0) OR coalesce(a.bytes, 0) <> coa
 	}
 	require.NoError(t, rows.Err())
 	var drift int
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `
+	require.NoError(t, b.db.QueryRow(context.Background(), `
 WITH a AS (
   SELECT group_id,
     count(*) FILTER (WHERE status = 'pending') AS p, count(*) FILTER (WHERE status = 'replaying') AS rg,

@@ -23,7 +23,7 @@ func TestReplaySkipReasons(t *testing.T) {
 	q := b.targetQueue(t)
 	ids := b.seed(t, q, 5)
 	ctx := context.Background()
-	_, err := b.st.Pool().Exec(ctx, `UPDATE dead_messages SET replay_count = 5 WHERE id = $1`, ids[0])
+	_, err := b.db.Exec(ctx, `UPDATE dead_messages SET replay_count = 5 WHERE id = $1`, ids[0])
 	require.NoError(t, err)
 	_, err = b.st.Acknowledge(ctx, store.Filter{IDs: ids[1:2]}, operator, store.ActionOptions{})
 	require.NoError(t, err)
