@@ -75,10 +75,10 @@ func TestSignIn(t *testing.T) {
 
 	var name string
 	hash := sha256.Sum256([]byte(ck.Value))
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT token_name FROM console_sessions WHERE id_hash = $1`, hash[:]).Scan(&name))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT token_name FROM console_sessions WHERE id_hash = $1`, hash[:]).Scan(&name))
 	require.Equal(t, "ops", name)
 	var raw int
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE id_hash = $1`, []byte(ck.Value)).Scan(&raw))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE id_hash = $1`, []byte(ck.Value)).Scan(&raw))
 	require.Zero(t, raw, "the id itself is not stored")
 
 	r = c.get(t, "/ui/")
@@ -236,7 +236,7 @@ func TestCSRF(t *testing.T) {
 
 	// One audit row, naming the console as the door and the request id.
 	var actor, via, reqID string
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT actor, via, request_id FROM audit_log WHERE action = 'acknowledge'`).Scan(&actor, &via, &reqID))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT actor, via, request_id FROM audit_log WHERE action = 'acknowledge'`).Scan(&actor, &via, &reqID))
 	require.Equal(t, "admin", actor)
 	require.Equal(t, "console", via)
 	require.Equal(t, r.Header.Get("X-Request-Id"), reqID)
@@ -260,7 +260,7 @@ func TestSignOut(t *testing.T) {
 	r = replay.get(t, "/ui/messages")
 	require.Equal(t, http.StatusSeeOther, r.StatusCode, "the old cookie signs nobody in")
 	var n int
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM console_sessions`).Scan(&n))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions`).Scan(&n))
 	require.Zero(t, n)
 }
 
@@ -271,7 +271,7 @@ func TestRemovedTokenEndsSession(t *testing.T) {
 	t.Parallel()
 	a := setup(t)
 	c := a.signIn(t, tokOp)
-	other := setup(t, func(o *setupOpts) { o.store = a.st; o.tokens = testTokens[1:] }) // no "ops"
+	other := setup(t, func(o *setupOpts) { o.store, o.dsn = a.st, a.dsn; o.tokens = testTokens[1:] }) // no "ops"
 	u, _ := url.Parse(a.srv.URL + "/ui/")
 	moved := other.client()
 	moved.http.Jar.SetCookies(mustURL(t, other.srv.URL+"/ui/"), c.http.Jar.Cookies(u))

@@ -43,7 +43,7 @@ func TestScreenshot(t *testing.T) {
 			"emails":   2 + h%4,
 			"invoices": h % 3,
 		} {
-			_, err := b.st.Pool().Exec(ctx, `INSERT INTO queue_activity (source_queue, hour, new) VALUES ($1, $2, $3)
+			_, err := b.db.Exec(ctx, `INSERT INTO queue_activity (source_queue, hour, new) VALUES ($1, $2, $3)
 ON CONFLICT (source_queue, hour) DO UPDATE SET new = queue_activity.new + EXCLUDED.new`, q, now.Add(-time.Duration(h)*time.Hour), n)
 			require.NoError(t, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,7 @@ var testTokens = []auth.Token{
 type bundle struct {
 	st    *store.Store
 	dsn   string
+	db    *pgxpool.Pool // the test's own pool on st's schema, for SQL (dlqtest.DB)
 	srv   *httptest.Server
 	ops   *ops.Service
 	authn *auth.Authenticator
@@ -65,7 +67,9 @@ type setupOpts struct {
 	tokens       []auth.Token
 	failureRate  float64
 	failureBurst int
+	// store, when set, is the store to serve, and dsn its database URL.
 	store        *store.Store
+	dsn          string
 	replayer     *replay.Service
 	confirmAbove int64
 	// approvalAbove is ops.Config.ApprovalAbove (0: off).
@@ -81,10 +85,11 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	for _, f := range opts {
 		f(&o)
 	}
-	b := &bundle{st: o.store}
+	b := &bundle{st: o.store, dsn: o.dsn}
 	if b.st == nil {
 		b.st, b.dsn = dlqtest.Store(t)
 	}
+	b.db = dlqtest.DB(t, b.dsn)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rp := o.replayer
 	if rp == nil {
@@ -168,7 +173,7 @@ func (b *bundle) seed(t *testing.T, msgs ...msg) []int64 {
 	}
 	_, err := b.st.IngestBatch(context.Background(), store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: batch})
 	require.NoError(t, err)
-	rows, err := b.st.Pool().Query(context.Background(), `SELECT id FROM dead_messages ORDER BY id DESC LIMIT $1`, len(msgs))
+	rows, err := b.db.Query(context.Background(), `SELECT id FROM dead_messages ORDER BY id DESC LIMIT $1`, len(msgs))
 	require.NoError(t, err)
 	var ids []int64
 	for rows.Next() {
@@ -272,7 +277,7 @@ func (b *bundle) statuses(t *testing.T, ids []int64) map[int64]string {
 	out := map[int64]string{}
 	for _, id := range ids {
 		var s string
-		err := b.st.Pool().QueryRow(context.Background(), `SELECT status FROM dead_messages WHERE id = $1`, id).Scan(&s)
+		err := b.db.QueryRow(context.Background(), `SELECT status FROM dead_messages WHERE id = $1`, id).Scan(&s)
 		if err != nil {
 			s = "gone"
 		}
