@@ -70,7 +70,7 @@ func execDLQ(t *testing.T, bin, url, token string, args ...string) (int, string,
 func TestCLIBinary(t *testing.T) {
 	t.Parallel()
 	bin := dlqBinary(t)
-	url, _, ids := clitest.Server(t)
+	url, _, _, ids := clitest.Server(t)
 	const admin = "cli-admin-token"
 	id := fmt.Sprint(ids[0])
 

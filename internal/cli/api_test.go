@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
 
@@ -36,7 +37,8 @@ func cli(t *testing.T, url, token string, run func([]string, cliEnv) int, args .
 
 func TestCLIAgainstLiveServer(t *testing.T) {
 	t.Parallel()
-	url, st, ids := clitest.Server(t)
+	url, _, dsn, ids := clitest.Server(t)
+	db := dlqtest.DB(t, dsn)
 	const admin = "cli-admin-token"
 
 	code, out, _ := cli(t, url, admin, runLs)
@@ -99,7 +101,7 @@ func TestCLIAgainstLiveServer(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.Contains(t, out, "6 messages deleted")
 	var left int
-	require.NoError(t, st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&left))
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&left))
 	require.Zero(t, left)
 
 	// Exit codes that mean something.

@@ -17,7 +17,7 @@ func dataLines(out string) int { return strings.Count(out, "\n") - 1 }
 
 func TestAuditAgainstLiveServer(t *testing.T) {
 	t.Parallel()
-	url, _, ids := clitest.Server(t)
+	url, _, _, ids := clitest.Server(t)
 	const admin = clitest.AdminToken
 
 	// Two actions to read back: an acknowledge by id, a delete by filter.

@@ -24,7 +24,7 @@ import (
 // alert fires and orders' does not.
 func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
 	t.Parallel()
-	st, _ := clitest.Seeded(t)
+	st, _, _ := clitest.Seeded(t)
 	var rules alerts.Config
 	rules.Rules = []alerts.Rule{{Name: "pending_count", Kind: alerts.KindPendingCount, Threshold: 0}}
 	ten := 10.0
@@ -121,7 +121,7 @@ func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
 // unavailable.
 func TestJobsAndAlertsWithoutCron(t *testing.T) {
 	t.Parallel()
-	url, _, _ := clitest.Server(t)
+	url, _, _, _ := clitest.Server(t)
 	for _, run := range []func([]string, cliEnv) int{runJobs, runAlerts} {
 		code, out, errOut := cli(t, url, clitest.AdminToken, run)
 		require.Equal(t, ExitUnavailable, code)

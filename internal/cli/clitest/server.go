@@ -30,12 +30,12 @@ const (
 )
 
 // Server runs the real API on a loopback port over a fresh schema with
-// a few dead messages (Seeded), and returns its URL, its store and the
-// stored ids.
-func Server(t *testing.T) (string, *store.Store, []int64) {
+// a few dead messages (Seeded), and returns its URL, its store, the
+// schema's database URL (for dlqtest.DB) and the stored ids.
+func Server(t *testing.T) (url string, st *store.Store, dsn string, ids []int64) {
 	t.Helper()
-	st, ids := Seeded(t)
-	return Serve(t, st, nil), st, ids
+	st, dsn, ids = Seeded(t)
+	return Serve(t, st, nil), st, dsn, ids
 }
 
 // Serve runs the real API over st on a loopback port until the test ends,
@@ -67,10 +67,11 @@ func Serve(t *testing.T, st *store.Store, cron ops.CronViews) string {
 
 // Seeded opens a store on a fresh schema holding six pending dead
 // messages, m-0 to m-5 (TimeoutError: "upstream took <n>ms"): four died
-// in orders, two in billing. It returns their ids, oldest first.
-func Seeded(t *testing.T) (*store.Store, []int64) {
+// in orders, two in billing. It returns the store, the schema's database
+// URL (for dlqtest.DB) and the messages' ids, oldest first.
+func Seeded(t *testing.T) (*store.Store, string, []int64) {
 	t.Helper()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
 	var batch store.IngestBatch
 	batch.ID, batch.Consumer = store.NewBatchID(), "test"
 	for i := range 6 {
@@ -98,5 +99,5 @@ func Seeded(t *testing.T) (*store.Store, []int64) {
 	for i, m := range page.Messages {
 		ids[len(ids)-1-i] = m.ID // oldest first
 	}
-	return st, ids
+	return st, dsn, ids
 }
