@@ -106,7 +106,7 @@ func TestDeathHistoryEndToEnd(t *testing.T) {
 
 	var id int64
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		return h.st.Pool().QueryRow(ctx, `SELECT id FROM dead_messages WHERE message_id = $1`, msgID).Scan(&id) == nil
+		return h.db.QueryRow(ctx, `SELECT id FROM dead_messages WHERE message_id = $1`, msgID).Scan(&id) == nil
 	}, "the rejected message was never stored")
 
 	get := func() apiMessage {
@@ -147,7 +147,7 @@ func TestDeathHistoryEndToEnd(t *testing.T) {
 	}
 
 	var n int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&n))
+	require.NoError(t, h.db.QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&n))
 	require.Equal(t, 1, n, "one record, however often it died")
 	got, err := base64.StdEncoding.DecodeString(get().Body)
 	require.NoError(t, err)

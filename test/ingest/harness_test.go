@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -63,6 +64,7 @@ type harness struct {
 	t        *testing.T
 	st       *store.Store
 	dsn      string
+	db       *pgxpool.Pool // the test's own pool on st's schema, for SQL (dlqtest.DB)
 	exchange string
 	queue    string
 	control  string
@@ -91,6 +93,7 @@ func newHarness(t *testing.T) *harness {
 		t:           t,
 		st:          st,
 		dsn:         dsn,
+		db:          dlqtest.DB(t, dsn),
 		exchange:    dlqtest.Name(t, "dlx"),
 		queue:       dlqtest.Name(t, "dlq"),
 		control:     dlqtest.Name(t, "ctl"),
@@ -684,7 +687,7 @@ func (h *harness) rowCount() int {
 	h.t.Helper()
 	var n int
 	h.query(func(ctx context.Context) error {
-		return h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&n)
+		return h.db.QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&n)
 	})
 	return n
 }
@@ -693,7 +696,7 @@ func (h *harness) inflightCount() int {
 	h.t.Helper()
 	var n int
 	h.query(func(ctx context.Context) error {
-		return h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM ingest_inflight`).Scan(&n)
+		return h.db.QueryRow(ctx, `SELECT count(*) FROM ingest_inflight`).Scan(&n)
 	})
 	return n
 }
@@ -707,7 +710,7 @@ func (h *harness) check() tally {
 	h.query(func(ctx context.Context) error {
 		seen = map[string]int{}
 		c = tally{}
-		rows, err := h.st.Pool().Query(ctx, `SELECT message_id, substring(body FROM 1 FOR 64), conversion_error IS NOT NULL FROM dead_messages`)
+		rows, err := h.db.Query(ctx, `SELECT message_id, substring(body FROM 1 FOR 64), conversion_error IS NOT NULL FROM dead_messages`)
 		if err != nil {
 			return err
 		}
@@ -931,7 +934,7 @@ func (h *harness) bound() bool {
 func (h *harness) explainDuplicates(limit int) {
 	h.t.Helper()
 	h.query(func(ctx context.Context) error {
-		rows, err := h.st.Pool().Query(ctx, `
+		rows, err := h.db.Query(ctx, `
 WITH r AS (
     SELECT id, split_part(convert_from(substring(body FROM 1 FOR 64), 'UTF8'), '|', 1) AS key,
            ingest_batch, failed_at

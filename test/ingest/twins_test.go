@@ -79,7 +79,7 @@ func TestFaultKill9Twins(t *testing.T) {
 	require.LessOrEqual(t, extra, k*2*prefetch, "more extra rows than deliveries in flight at the kills")
 	var n0 int
 	h.query(func(ctx context.Context) error {
-		return h.st.Pool().QueryRow(ctx, `SELECT count(DISTINCT fingerprint) FROM dead_messages`).Scan(&n0)
+		return h.db.QueryRow(ctx, `SELECT count(DISTINCT fingerprint) FROM dead_messages`).Scan(&n0)
 	})
 	require.Equal(t, 1, n0, "every twin has the same fingerprint; otherwise this test proves nothing")
 }
