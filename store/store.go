@@ -91,8 +91,3 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the pool, waiting for borrowed connections to come back.
 func (s *Store) Close() { s.pool.Close() }
-
-// Pool exposes the pool to tests in this module that need raw access.
-// Runtime code uses Store's methods, and the benchmarks its benchmark
-// support (bench.go).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
