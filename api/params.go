@@ -115,6 +115,7 @@ func decodeBody(r *http.Request, v any) error {
 			mbe *http.MaxBytesError
 			se  *json.SyntaxError
 			te  *json.UnmarshalTypeError
+			tpe *time.ParseError
 		)
 		switch {
 		case errors.As(err, &mbe):
@@ -125,6 +126,9 @@ func decodeBody(r *http.Request, v any) error {
 			return badParam("body", "invalid JSON at byte %d: %v", se.Offset, err)
 		case errors.As(err, &te):
 			return badParam(cmp.Or(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
+		case errors.As(err, &tpe):
+			// encoding/json does not say which field held the time.
+			return badParam("body", "%q is not an RFC 3339 time such as 2024-05-01T12:00:00Z", tpe.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badParam(name, msgUnknownField)
