@@ -70,6 +70,8 @@ type setupOpts struct {
 	failureBurst int
 	maxBody      int64
 	confirmAbove int64
+	// countCap is ops.Config.CountCap: past it a total is an estimate.
+	countCap int64
 	// log receives the server's log. Optional.
 	log io.Writer
 }
@@ -119,8 +121,15 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		FailureBurst:  o.failureBurst,
 	})
 	require.NoError(t, err)
+	layer := newOps(t, st, o.replayer, o.cron, o.confirmAbove)
+	if o.countCap > 0 {
+		var err error
+		layer, err = ops.New(ops.Config{Store: st, Replays: o.replayer, Cron: o.cron, ConfirmAbove: o.confirmAbove,
+			CountCap: o.countCap, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+	}
 	s, err := api.New(api.Config{
-		Addr: "127.0.0.1:0", Ops: newOps(t, st, o.replayer, o.cron, o.confirmAbove), Auth: authn,
+		Addr: "127.0.0.1:0", Ops: layer, Auth: authn,
 		MaxBodyBytes: o.maxBody,
 		Logger:       slog.New(slog.NewTextHandler(o.log, nil)),
 		Gatherer:     prometheus.NewRegistry(),

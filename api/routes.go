@@ -45,7 +45,7 @@ func (rt route) role() string {
 var (
 	// filterParams are the listing filters taken from the URL.
 	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
-	messageParams = append([]string{"limit", "cursor", "include_body"}, filterParams...)
+	messageParams = append([]string{"limit", "cursor", "include_body", "total"}, filterParams...)
 )
 
 // routeTable is every route dlq serves, one line each: the operation it

@@ -23,6 +23,9 @@ type ListRequest struct {
 	// IncludeBody returns bodies: refused for a token that may not see
 	// them.
 	IncludeBody bool
+	// Total adds how many messages the filter selects (all pages), exact
+	// or estimated (store.CountMessages).
+	Total bool
 }
 
 // MessagePage is one page of a listing, newest first. Its JSON form is
@@ -31,6 +34,9 @@ type MessagePage struct {
 	Messages   []store.Message `json:"messages"`
 	NextCursor *string         `json:"next_cursor"`
 	HasMore    bool            `json:"has_more"`
+	// Total is there when asked for: how many messages the filter selects
+	// over every page, and whether that is exact.
+	Total *store.Total `json:"total,omitempty"`
 }
 
 // ListMessages returns one page of the messages the filter selects within
@@ -81,6 +87,15 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
 		out.NextCursor = &next
+	}
+	if r.Total {
+		total, err := s.st.CountMessages(ctx, f, store.CountOptions{
+			NoBodySearch: !p.Bodies, Budget: s.cfg.CountBudget, Cap: s.cfg.CountCap,
+		})
+		if err != nil {
+			return MessagePage{}, err
+		}
+		out.Total = &total
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/cleanup"
@@ -50,6 +51,11 @@ type Config struct {
 	// ConfirmAbove is the largest selection by filter that a replay,
 	// acknowledge or delete runs without Confirm. Optional; 0 never asks.
 	ConfirmAbove int64
+	// CountBudget and CountCap bound the count behind a listing's total:
+	// past either, the total is an estimate. Optional; default
+	// store.CountBudgetDefault and store.CountCapDefault.
+	CountBudget time.Duration
+	CountCap    int64
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 }
@@ -60,6 +66,8 @@ func (c *Config) validate() error {
 		return errors.New("ops: Store is required")
 	case c.ConfirmAbove < 0:
 		return fmt.Errorf("ops: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
+	case c.CountBudget < 0 || c.CountCap < 0:
+		return fmt.Errorf("ops: CountBudget (%s) and CountCap (%d) must be >= 0", c.CountBudget, c.CountCap)
 	}
 	return nil
 }

@@ -166,6 +166,12 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
 // appending its arguments. Every value travels as an argument, never as
 // SQL text.
 func (f Filter) where(args *sqlArgs) (string, error) {
+	return f.whereFor(args, false)
+}
+
+// whereFor is where; noBodySearch keeps q away from bodies (see
+// ListOptions.NoBodySearch).
+func (f Filter) whereFor(args *sqlArgs, noBodySearch bool) (string, error) {
 	if err := f.Validate(); err != nil {
 		return "", err
 	}
@@ -176,7 +182,7 @@ func (f Filter) where(args *sqlArgs) (string, error) {
 	}
 	conds = f.appendKeyConds(conds, "m", args)
 	conds = f.appendRowConds(conds, args)
-	extra, err := f.searchConds(args)
+	extra, err := f.searchConds(args, noBodySearch)
 	if err != nil {
 		return "", err
 	}
