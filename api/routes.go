@@ -44,7 +44,7 @@ func (rt route) role() string {
 // Query parameter lists shared by several routes.
 var (
 	// filterParams are the listing filters taken from the URL.
-	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
+	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "field"}
 	messageParams = append([]string{"limit", "cursor", "include_body", "total"}, filterParams...)
 )
 

@@ -30,6 +30,9 @@ type Filter struct {
 	Group string `json:"group,omitempty"`
 	// IDs restricts to these message ids.
 	IDs []int64 `json:"ids,omitempty"`
+	// Fields are conditions on JSON bodies (ParseField), all of which a
+	// message must meet.
+	Fields []string `json:"fields,omitempty"`
 	// Scope restricts to these source queues: the caller's permission, not
 	// a user filter. Nil means every queue.
 	Scope []string `json:"-"`
@@ -81,6 +84,9 @@ func (f Filter) Validate() error {
 	}
 	if len(f.Query) > 1000 {
 		return fmt.Errorf("%w: q is %d bytes; at most 1000", ErrInvalidFilter, len(f.Query))
+	}
+	if _, err := parseFields(f.Fields); err != nil {
+		return err
 	}
 	return nil
 }
@@ -147,9 +153,10 @@ func (f Filter) appendKeyConds(conds []string, alias string, args *sqlArgs) []st
 	return conds
 }
 
-// appendRowConds appends the conditions on a row's own failure time and id,
-// which every listing and search arm applies as they are.
-func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
+// appendRowConds appends the conditions on a row's own failure time, id
+// and body fields, which every listing and search arm applies as they
+// are.
+func (f Filter) appendRowConds(conds []string, args *sqlArgs) ([]string, error) {
 	if f.FailedAfter != nil {
 		conds = append(conds, "m.failed_at >= "+args.add(*f.FailedAfter))
 	}
@@ -159,7 +166,14 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
 	if len(f.IDs) > 0 {
 		conds = append(conds, "m.id = ANY("+args.add(f.IDs)+")")
 	}
-	return conds
+	if len(f.Fields) > 0 {
+		fields, err := parseFields(f.Fields)
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, fieldsCond(fields, args))
+	}
+	return conds, nil
 }
 
 // where renders the filter as SQL conditions over dead_messages aliased m,
@@ -181,7 +195,10 @@ func (f Filter) whereFor(args *sqlArgs, noBodySearch bool) (string, error) {
 		conds = append(conds, statusIn("m", statuses))
 	}
 	conds = f.appendKeyConds(conds, "m", args)
-	conds = f.appendRowConds(conds, args)
+	conds, err := f.appendRowConds(conds, args)
+	if err != nil {
+		return "", err
+	}
 	extra, err := f.searchConds(args, noBodySearch)
 	if err != nil {
 		return "", err

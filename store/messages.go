@@ -348,7 +348,10 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 	if before != "" {
 		rowConds = append(rowConds, strings.TrimPrefix(before, " AND "))
 	}
-	rowConds = base.appendRowConds(rowConds, args)
+	rowConds, err := base.appendRowConds(rowConds, args)
+	if err != nil {
+		return nil, err
+	}
 	// Conditions on the group: its key holds the queue and the reason.
 	groupConds := base.appendKeyConds([]string{"TRUE"}, "g", args)
 	if base.Group != "" {
