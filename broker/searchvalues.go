@@ -18,6 +18,10 @@ const maxSearchValueLen = 256
 // ingest does not parse the headers' JSON a second time (that parse was a
 // quarter of the consumer's CPU). It returns a non-nil slice, which tells
 // store.SearchKeys the values were computed here.
+// HeaderSearchValues is headerSearchValues, for messages that arrive as
+// an export's typed headers (ops' import) rather than as a delivery.
+func HeaderSearchValues(t amqp.Table) []string { return headerSearchValues(t) }
+
 func headerSearchValues(t amqp.Table) []string {
 	vals := make([]string, 0, len(t))
 	return appendSearchValues(vals, t, 0)

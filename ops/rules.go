@@ -28,6 +28,8 @@ const (
 	ActCancelReplay Action = "cancel_replay"
 	ActDelete       Action = "delete"
 	ActAudit        Action = "audit"
+	ActExport       Action = "export_messages"
+	ActImport       Action = "import_messages"
 )
 
 // permissions is the permission table: the least role each action needs.
@@ -48,6 +50,11 @@ var permissions = map[Action]string{
 	ActCancelReplay: auth.RoleOperator,
 	ActDelete:       auth.RoleAdmin,
 	ActAudit:        auth.RoleAdmin,
+	// An export is a listing with bodies: a viewer allowed to see bodies
+	// may read it. An import creates messages from outside, which only an
+	// admin may do.
+	ActExport: auth.RoleViewer,
+	ActImport: auth.RoleAdmin,
 }
 
 // Actions lists every action, for tables and tests.
