@@ -37,8 +37,8 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 # Its folder is read-only, so its result files go here (tmp/ is ignored by git).
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
-.PHONY: build services run test fuzz soak clean \
-	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session bench-replay-rounds
+.PHONY: build services run test fuzz soak clean screenshot \
+	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds
 
 build:
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
@@ -75,6 +75,10 @@ fuzz:
 		done; \
 	done <<< "$$targets"
 
+# The README's screenshot of the web console, taken by a browser test (headless Chromium).
+screenshot: services
+	DLQ_TEST_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run '^TestScreenshot$$' ./console/
+
 soak: services
 	$(GO) test -tags soak -run Soak -timeout 60m $(PKGS)
 
@@ -82,7 +86,7 @@ soak: services
 # ARGS='-dead-letter ttl'). They run in their own database, `bench`
 # (BENCH_DATABASE_URL), never in the test database: each run creates a schema there,
 # and a benchmark must not compete with, or be disturbed by, a test suite.
-bench-ingest bench-replay bench-api bench-cleanup:
+bench-ingest bench-replay bench-api bench-cleanup bench-console:
 	scripts/services.sh --database bench
 	env -u TEST_DATABASE_URL BENCH_DATABASE_URL='$(BENCH_DATABASE_URL)' DLQ_AMQP_URL='$(BENCH_AMQP_URL)' \
 		$(GO) run ./cmd/dlq-bench $(@:bench-%=%) $(ARGS)

@@ -31,6 +31,10 @@ const (
 const (
 	AnnotationSummary     = "summary"
 	AnnotationDescription = "description"
+	// AnnotationRunbookURL links to the alert's section of the runbook
+	// (RuleSet.RunbookBaseURL), under the name Prometheus rules and
+	// Alertmanager templates use for it.
+	AnnotationRunbookURL = "runbook_url"
 )
 
 func reservedLabel(k string) bool {
@@ -60,7 +64,8 @@ type Alert struct {
 	// Labels hold alertname, service, severity, source_queue (when set) and
 	// the rule's own labels.
 	Labels map[string]string `json:"labels"`
-	// Annotations hold summary and description, written for people.
+	// Annotations hold summary and description, written for people, and
+	// runbook_url when the rule set has a runbook.
 	Annotations map[string]string `json:"annotations"`
 }
 
@@ -81,11 +86,14 @@ func newAlert(a AlertState) Alert {
 		delete(labels, LabelSourceQueue)
 	}
 	summary, description := describe(a.Kind, a.SourceQueue, status, a.Value, a.Threshold)
+	annotations := map[string]string{AnnotationSummary: summary, AnnotationDescription: description}
+	if a.RunbookURL != "" {
+		annotations[AnnotationRunbookURL] = a.RunbookURL
+	}
 	return Alert{
 		Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Status: status, Severity: a.Severity,
 		Value: a.Value, Threshold: a.Threshold, StartsAt: a.FiredAt.UTC(), EndsAt: endsAt,
-		Labels:      labels,
-		Annotations: map[string]string{AnnotationSummary: summary, AnnotationDescription: description},
+		Labels: labels, Annotations: annotations,
 	}
 }
 

@@ -1,6 +1,7 @@
 package alerts
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 //	    orders:
 //	      pending_count: {threshold: 1000}
 //	      depth_nonzero: {disabled: true}
+//	  runbook_base_url: https://docs.example.internal/dlq/RUNBOOK.md
 //	  webhooks:
 //	    - url: https://hooks.example.internal/dlq
 //	      headers: {Authorization: "Bearer ..."}
@@ -44,6 +46,10 @@ type Config struct {
 	Rules []Rule `yaml:"rules"`
 	// Overrides change rules per source queue. Optional.
 	Overrides Overrides `yaml:"overrides"`
+	// RunbookBaseURL is the address of docs/RUNBOOK.md as on-call engineers
+	// reach it; each alert's runbook_url points at its section there.
+	// Optional, default RunbookBaseURLDefault.
+	RunbookBaseURL string `yaml:"runbook_base_url"`
 	// Webhooks, Slack and Alertmanagers are the receivers besides the log.
 	// Optional.
 	Webhooks      []WebhookConfig      `yaml:"webhooks"`
@@ -54,7 +60,10 @@ type Config struct {
 // RuleSet returns the rules Evaluate should run, defaults filled in. Call
 // Validate first.
 func (c Config) RuleSet() RuleSet {
-	rs := RuleSet{Rules: DefaultRules(), Overrides: c.Overrides, RepeatInterval: RepeatIntervalDefault}
+	rs := RuleSet{
+		Rules: DefaultRules(), Overrides: c.Overrides, RepeatInterval: RepeatIntervalDefault,
+		RunbookBaseURL: cmp.Or(c.RunbookBaseURL, RunbookBaseURLDefault),
+	}
 	if c.Rules != nil {
 		rs.Rules = make([]Rule, len(c.Rules))
 		for i, r := range c.Rules {

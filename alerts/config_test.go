@@ -159,6 +159,8 @@ overrides:
 				"alerts.overrides.orders.depth_nonzero.for: must be >= 0, got -5s",
 			}},
 		{"repeat interval", `repeat_interval: -1h`, []string{"alerts.repeat_interval: must be >= 0 (0 never repeats), got -1h0m0s"}},
+		{"runbook relative", `runbook_base_url: docs/RUNBOOK.md`, []string{`alerts.runbook_base_url: must be an absolute http:// or https:// URL of the runbook`}},
+		{"runbook fragment", `runbook_base_url: "https://wiki.example/dlq#alerts"`, []string{"alerts.runbook_base_url: must not have a #fragment"}},
 		{"receivers", `
 webhooks:
   - {}

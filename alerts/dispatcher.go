@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/internal/promreg"
 )
 
 // Retry defaults of the Dispatcher. With these a delivery is tried for about
@@ -126,19 +128,19 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		max:         cfg.MaxBackoff,
 		ruleNames:   map[string]bool{},
 	}
-	d.firing, err = register(cfg.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	d.firing, err = promreg.Register(cfg.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dlq_alerts_firing",
 		Help: "Alerts currently firing, by rule (one per source queue, one for global rules).",
 	}, []string{"rule"}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("alerts: register metrics: %w", err)
 	}
-	d.notifications, err = register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+	d.notifications, err = promreg.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dlq_alert_notifications_total",
 		Help: "Alert deliveries by notifier and result: success, retry (a failed attempt that will be tried again) or failure (given up).",
 	}, []string{"notifier", "result"}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("alerts: register metrics: %w", err)
 	}
 	for _, name := range cfg.RuleNames {
 		d.firing.WithLabelValues(name)
@@ -150,18 +152,6 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		}
 	}
 	return d, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("alerts: register metrics: %w", err)
-	}
-	return c, nil
 }
 
 // SetFiring sets dlq_alerts_firing{rule} from s: the number of firing pairs

@@ -10,7 +10,9 @@
 // against a threshold: "value > Threshold". DefaultRules holds the defaults;
 // Overrides change threshold, hold time or enablement for one source queue,
 // because a queue that legitimately holds a thousand dead messages must not
-// drown the alerts of one that should hold none. The numbers come in a
+// drown the alerts of one that should hold none. Every alert links to the
+// runbook section for its kind (RuleSet.RunbookBaseURL, RunbookAnchor), so
+// whoever is paged lands on what to do. The numbers come in a
 // Snapshot the caller reads from the summary table, so a check costs
 // O(source queues) whatever the number of stored messages. The package never
 // touches the database itself: SnapshotSource and StateStore are the seams.

@@ -45,6 +45,9 @@ func (n *LogNotifier) Notify(ctx context.Context, alerts ...Alert) (bool, error)
 		if !a.EndsAt.IsZero() {
 			attrs = append(attrs, slog.Time("ends_at", a.EndsAt))
 		}
+		if u := a.Annotations[AnnotationRunbookURL]; u != "" {
+			attrs = append(attrs, slog.String("runbook_url", u))
+		}
 		n.logger.LogAttrs(ctx, level, "alert "+string(a.Status)+": "+a.Annotations[AnnotationSummary], attrs...)
 	}
 	return false, nil

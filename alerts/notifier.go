@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/dlq/dlq/internal/redact"
 )
 
 // Notifier delivers alerts to one receiver.
@@ -59,7 +61,7 @@ func httpClient(c *http.Client, timeout time.Duration) *http.Client {
 // contract. Errors name the receiver by scheme and host only: webhook URLs
 // (Slack's above all) carry their secret in the path.
 func postJSON(ctx context.Context, client *http.Client, target string, headers map[string]string, body any) (retryable bool, err error) {
-	where := redactURL(target)
+	where := redact.Webhook(target)
 	b, err := json.Marshal(body)
 	if err != nil {
 		return false, fmt.Errorf("encode payload for %s: %w", where, err)
@@ -97,21 +99,13 @@ func postJSON(ctx context.Context, client *http.Client, target string, headers m
 	return resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests, err
 }
 
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return "<invalid url>"
-	}
-	return u.Scheme + "://" + u.Host
-}
-
 func checkHTTPURL(s string) error {
 	if s == "" {
 		return errors.New("required")
 	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("must be an absolute http:// or https:// URL, got %q", redactURL(s))
+		return fmt.Errorf("must be an absolute http:// or https:// URL, got %q", redact.Webhook(s))
 	}
 	return nil
 }

@@ -132,12 +132,16 @@ type RuleSet struct {
 	// RepeatInterval re-notifies a still-firing alert after this long since
 	// its last notification. 0 never re-notifies (only fire and resolve).
 	RepeatInterval time.Duration
+	// RunbookBaseURL is the address of docs/RUNBOOK.md; every alert carries
+	// the annotation runbook_url, RunbookBaseURL#RunbookAnchor(kind).
+	// Optional: empty adds no runbook_url.
+	RunbookBaseURL string
 }
 
-// DefaultRuleSet returns DefaultRules with the default repeat interval and no
-// overrides.
+// DefaultRuleSet returns DefaultRules with the default repeat interval, the
+// default runbook and no overrides.
 func DefaultRuleSet() RuleSet {
-	return RuleSet{Rules: DefaultRules(), RepeatInterval: RepeatIntervalDefault}
+	return RuleSet{Rules: DefaultRules(), RepeatInterval: RepeatIntervalDefault, RunbookBaseURL: RunbookBaseURLDefault}
 }
 
 // effective applies the override for queue, if any, to r.
@@ -168,6 +172,11 @@ func (rs RuleSet) Validate() error {
 	}
 	if rs.RepeatInterval < 0 {
 		bad("repeat_interval", "must be >= 0 (0 never repeats), got %s", rs.RepeatInterval)
+	}
+	if rs.RunbookBaseURL != "" {
+		if err := checkRunbookBaseURL(rs.RunbookBaseURL); err != nil {
+			bad("runbook_base_url", "%v", err)
+		}
 	}
 	byName := make(map[string]Rule, len(rs.Rules))
 	for i, r := range rs.Rules {

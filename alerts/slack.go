@@ -64,11 +64,13 @@ type SlackMessage struct {
 
 // SlackAttachment is one alert.
 type SlackAttachment struct {
-	Color    string       `json:"color"`
-	Fallback string       `json:"fallback"`
-	Title    string       `json:"title"`
-	Text     string       `json:"text"`
-	Fields   []SlackField `json:"fields"`
+	Color    string `json:"color"`
+	Fallback string `json:"fallback"`
+	Title    string `json:"title"`
+	// TitleLink makes the title a link to the alert's runbook section.
+	TitleLink string       `json:"title_link,omitempty"`
+	Text      string       `json:"text"`
+	Fields    []SlackField `json:"fields"`
 	// Ts is when the alert started (firing) or ended (resolved), Unix seconds.
 	Ts int64 `json:"ts"`
 }
@@ -155,7 +157,7 @@ func slackAttachment(a Alert) SlackAttachment {
 		fields = append(fields, SlackField{Title: "Source queue", Value: a.SourceQueue, Short: true})
 	}
 	return SlackAttachment{
-		Color: color, Fallback: title, Title: title, Text: a.Annotations[AnnotationDescription],
-		Fields: fields, Ts: ts.Unix(),
+		Color: color, Fallback: title, Title: title, TitleLink: a.Annotations[AnnotationRunbookURL],
+		Text: a.Annotations[AnnotationDescription], Fields: fields, Ts: ts.Unix(),
 	}
 }

@@ -46,10 +46,12 @@ type AlertState struct {
 	// SourceQueue is empty for global rules (capacity).
 	SourceQueue string `json:"source_queue,omitempty"`
 	Phase       Phase  `json:"state"`
-	// Severity and Labels are kept so that an alert whose rule was removed
-	// from the configuration can still be resolved with the same labels.
-	Severity string            `json:"severity"`
-	Labels   map[string]string `json:"labels,omitempty"`
+	// Severity, Labels and RunbookURL are kept so that an alert whose rule
+	// was removed from the configuration can still be resolved as it fired,
+	// and so that State.Firing, which has no RuleSet, can rebuild alerts.
+	Severity   string            `json:"severity"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	RunbookURL string            `json:"runbook_url,omitempty"`
 	// Value and Threshold are from the last evaluation.
 	Value     float64 `json:"value"`
 	Threshold float64 `json:"threshold"`

@@ -9,13 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -23,12 +24,12 @@ import (
 
 // newCron is the real cron service over st with every job off: it serves
 // the jobs and alerts views from PostgreSQL and runs nothing.
-func newCron(t *testing.T, st *store.Store) *cleanup.Service {
+func newCron(t *testing.T, st *store.Store) *cron.Service {
 	t.Helper()
-	off := cleanup.ScheduleOff
-	c, err := cleanup.New(cleanup.Config{
+	off := cron.ScheduleOff
+	c, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-		Instance: "api-test", Schedules: cleanup.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off},
+		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off},
 	})
 	require.NoError(t, err)
 	return c
@@ -54,6 +55,17 @@ func TestAuthMatrix(t *testing.T) {
 	billingTask, err := rep.Start(t.Context(), replay.Request{Filter: &store.Filter{SourceQueue: "billing"}},
 		store.Actor{Name: "admin", Via: "api"})
 	require.NoError(t, err)
+	// Two requests waiting for approval, to acknowledge orders messages:
+	// one by the operator, one by the admin (approval is off in this
+	// server, so they are made here).
+	approval := func(by store.Actor) store.Approval {
+		a, err := b.st.CreateApproval(t.Context(), store.NewApproval{Action: store.ActionAcknowledge, Request: []byte(`{}`),
+			Selection: store.Filter{SourceQueue: "orders"}, TTL: time.Hour, Actor: by})
+		require.NoError(t, err)
+		return a
+	}
+	byOperator := approval(store.Actor{Name: "ops", Role: auth.RoleOperator, Via: "api"})
+	byAdmin := approval(store.Actor{Name: "admin", Role: auth.RoleAdmin, Via: "api"})
 	groups, err := b.st.Groups(t.Context(), store.GroupQuery{SourceQueue: "orders"})
 	require.NoError(t, err)
 	require.NotEmpty(t, groups)
@@ -111,6 +123,10 @@ func TestAuthMatrix(t *testing.T) {
 			{fmt.Sprintf("/api/v1/messages/%d", billing[1]), nil, [6]int{u, u, f, f, f, ok}},
 			{fmt.Sprintf("/api/v1/messages/%d", deletable[0]), nil, [6]int{u, u, f, f, f, ok}},
 		},
+		"POST /api/v1/messages/{id}/edit-replay": {
+			{fmt.Sprintf("/api/v1/messages/%d/edit-replay", orders[0]), map[string]any{"set_headers": map[string]any{"x-note": "fixed"}, "dry_run": true}, [6]int{u, u, f, ok, ok, ok}},
+			{fmt.Sprintf("/api/v1/messages/%d/edit-replay", billing[0]), map[string]any{"set_headers": map[string]any{"x-note": "fixed"}, "dry_run": true}, [6]int{u, u, f, ok, nf, ok}},
+		},
 		"POST /api/v1/messages/acknowledge": {
 			{"/api/v1/messages/acknowledge", map[string]any{"ids": []int64{orders[1]}}, [6]int{u, u, f, ok, ok, ok}},
 			{"/api/v1/messages/acknowledge", map[string]any{"filter": map[string]any{"source_queue": "billing"}, "dry_run": true}, [6]int{u, u, f, ok, f, ok}},
@@ -133,6 +149,18 @@ func TestAuthMatrix(t *testing.T) {
 			// Cancelling a cancelled task is a no-op that answers the task.
 			{fmt.Sprintf("/api/v1/replays/%d/cancel", scopedTask.ID), nil, [6]int{u, u, f, ok, ok, ok}},
 			{fmt.Sprintf("/api/v1/replays/%d/cancel", billingTask.ID), nil, [6]int{u, u, f, ok, nf, ok}},
+		},
+		"GET /api/v1/approvals": {{"/api/v1/approvals", nil, read}},
+		"GET /api/v1/approvals/{id}": {
+			{fmt.Sprintf("/api/v1/approvals/%d", byOperator.ID), nil, [6]int{u, u, ok, ok, nf, ok}},
+		},
+		// Never the requester; the scoped operator cannot see a request
+		// made without scope.
+		"POST /api/v1/approvals/{id}/approve": {
+			{fmt.Sprintf("/api/v1/approvals/%d/approve", byOperator.ID), nil, [6]int{u, u, f, f, nf, ok}},
+		},
+		"POST /api/v1/approvals/{id}/reject": {
+			{fmt.Sprintf("/api/v1/approvals/%d/reject", byAdmin.ID), nil, [6]int{u, u, f, ok, nf, f}},
 		},
 		"GET /api/v1/groups": {
 			{"/api/v1/groups", nil, read},

@@ -17,7 +17,7 @@ import (
 	"github.com/dlq/dlq/alerts"
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
@@ -69,14 +69,14 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 	th := 10.0
 	rules.Overrides = alerts.Overrides{"orders": {"pending_count": {Threshold: &th}}, "billing": {"pending_count": {Threshold: &th}}}
 	require.NoError(t, rules.Validate())
-	cron, err := cleanup.New(cleanup.Config{
+	svc, err := cron.New(cron.Config{
 		Store: st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "api-test",
-		Schedules: cleanup.Schedules{Summary: "@every 200ms", Cleanup: cleanup.ScheduleOff, Capacity: cleanup.ScheduleOff, Alerts: "@every 200ms"},
-		Alerts:    cleanup.AlertsConfig{Rules: rules.RuleSet()},
+		Schedules: cron.Schedules{Summary: "@every 200ms", Cleanup: cron.ScheduleOff, Capacity: cron.ScheduleOff, Alerts: "@every 200ms"},
+		Alerts:    cron.AlertsConfig{Rules: rules.RuleSet()},
 	})
 	require.NoError(t, err)
-	cron.Start()
-	t.Cleanup(func() { _ = cron.Stop(context.Background()) })
+	svc.Start()
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
 
 	for _, q := range []string{"orders", "billing"} {
 		b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
@@ -98,9 +98,9 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	url := newServer(cron)
+	url := newServer(svc)
 
-	var view cleanup.AlertsView
+	var view cron.AlertsView
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		require.Equal(t, http.StatusOK, cronGet(t, url+"/api/v1/alerts", tokViewer, &view))
 		return len(view.Alerts) == 2
@@ -115,33 +115,33 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 		require.Equal(t, 12.0, a.Value)
 	}
 
-	var scoped cleanup.AlertsView
+	var scoped cron.AlertsView
 	require.Equal(t, http.StatusOK, cronGet(t, url+"/api/v1/alerts", tokScoped, &scoped))
 	require.Len(t, scoped.Alerts, 1)
 	require.Equal(t, "orders", scoped.Alerts[0].SourceQueue)
 	require.Len(t, scoped.Rules[0].Overrides, 1)
 	require.Contains(t, scoped.Rules[0].Overrides, "orders")
 
-	var jobs cleanup.JobsView
+	var jobs cron.JobsView
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		require.Equal(t, http.StatusOK, cronGet(t, url+"/api/v1/jobs", tokViewer, &jobs))
 		return jobs.Jobs[0].LastSuccessAt != nil
 	}, "summary job never succeeded")
 	require.Equal(t, "api-test", jobs.Instance)
-	byName := map[string]cleanup.JobView{}
+	byName := map[string]cron.JobView{}
 	for _, j := range jobs.Jobs {
 		byName[j.Name] = j
 	}
 	require.Len(t, byName, 4)
-	summary := byName[cleanup.JobSummary]
+	summary := byName[cron.JobSummary]
 	require.NotNil(t, summary.Lease)
 	require.Equal(t, "api-test", summary.Lease.Holder)
 	require.Positive(t, summary.Lease.Token)
 	require.NotEmpty(t, summary.Runs)
 	require.Equal(t, "api-test", summary.Runs[0].Instance)
-	require.Equal(t, cleanup.ScheduleOff, byName[cleanup.JobCleanup].Schedule)
-	require.Nil(t, byName[cleanup.JobCleanup].Lease)
-	require.Empty(t, byName[cleanup.JobCleanup].Runs)
+	require.Equal(t, cron.ScheduleOff, byName[cron.JobCleanup].Schedule)
+	require.Nil(t, byName[cron.JobCleanup].Lease)
+	require.Empty(t, byName[cron.JobCleanup].Runs)
 
 	require.Equal(t, http.StatusUnauthorized, cronGet(t, url+"/api/v1/jobs", "", nil))
 	require.Equal(t, http.StatusUnauthorized, cronGet(t, url+"/api/v1/alerts", tokWrong, nil))

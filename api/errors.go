@@ -32,8 +32,14 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		pe  *paramError
 		mbe *http.MaxBytesError
+		pa  *ops.PendingApproval
 	)
 	switch {
+	case errors.As(err, &pa):
+		// Not a failure: the request was recorded for a second principal's
+		// approval instead of run.
+		writeJSON(w, r, http.StatusAccepted, map[string]any{"approval": pa.Approval})
+		return
 	case errors.As(err, &pe):
 		writeError(w, r, http.StatusBadRequest, "invalid_parameter", pe.Error())
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -72,7 +73,7 @@ func (b *bundle) seedRich(t *testing.T, queue string, n int) {
 	for from := 0; from < n; from += per {
 		batch := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
 		for i := from; i < min(n, from+per); i++ {
-			m := broker.Convert(richDelivery(queue, i), "dlq", time.Now().UTC())
+			m := consumer.Convert(richDelivery(queue, i), "dlq", time.Now().UTC())
 			b.seq++
 			m.Fingerprint = b.seq
 			batch.Messages = append(batch.Messages, m)

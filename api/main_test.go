@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,7 +24,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
@@ -70,8 +71,8 @@ type setupOpts struct {
 	failureBurst int
 	maxBody      int64
 	confirmAbove int64
-	// countCap is ops.Config.CountCap: past it a total is an estimate.
-	countCap int64
+	// ops tweaks the operations layer's configuration. Optional.
+	ops func(*ops.Config)
 	// log receives the server's log. Optional.
 	log io.Writer
 }
@@ -86,13 +87,25 @@ func newReplayer(t *testing.T, st *store.Store) *replay.Service {
 	return svc
 }
 
-// newOps is the operations layer over st, as dlq serve wires it.
-func newOps(t *testing.T, st *store.Store, replays ops.Replays, cron ops.CronViews, confirmAbove int64) *ops.Service {
+// newOps is the operations layer over st, as dlq serve wires it, with
+// tweaks applied.
+func newOps(t *testing.T, st *store.Store, replays ops.Replays, cron ops.CronViews, confirmAbove int64, tweaks ...func(*ops.Config)) *ops.Service {
 	t.Helper()
-	o, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: confirmAbove,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: confirmAbove,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, tw := range tweaks {
+		tw(&cfg)
+	}
+	o, err := ops.New(cfg)
 	require.NoError(t, err)
 	return o
+}
+
+func opsTweaks(o setupOpts) []func(*ops.Config) {
+	if o.ops == nil {
+		return nil
+	}
+	return []func(*ops.Config){o.ops}
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
@@ -121,15 +134,8 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		FailureBurst:  o.failureBurst,
 	})
 	require.NoError(t, err)
-	layer := newOps(t, st, o.replayer, o.cron, o.confirmAbove)
-	if o.countCap > 0 {
-		var err error
-		layer, err = ops.New(ops.Config{Store: st, Replays: o.replayer, Cron: o.cron, ConfirmAbove: o.confirmAbove,
-			CountCap: o.countCap, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		require.NoError(t, err)
-	}
 	s, err := api.New(api.Config{
-		Addr: "127.0.0.1:0", Ops: layer, Auth: authn,
+		Addr: "127.0.0.1:0", Ops: newOps(t, st, o.replayer, o.cron, o.confirmAbove, opsTweaks(o)...), Auth: authn,
 		MaxBodyBytes: o.maxBody,
 		Logger:       slog.New(slog.NewTextHandler(o.log, nil)),
 		Gatherer:     prometheus.NewRegistry(),
@@ -270,7 +276,10 @@ func conform(t *testing.T, router routers.Router, req *http.Request, reqBody []b
 
 // msg describes a dead message to seed.
 type msg struct {
-	queue, reason      string
+	queue, reason string
+	// exchange is the exchange the message was first published to;
+	// default "app".
+	exchange           string
 	failType, failText string
 	messageID          string
 	body               string
@@ -289,11 +298,12 @@ func delivery(m msg) *amqp.Delivery {
 	if reason == "" {
 		reason = "rejected"
 	}
+	exchange := cmp.Or(m.exchange, "app")
 	h["x-death"] = []any{amqp.Table{
-		"queue": m.queue, "reason": reason, "exchange": "app", "routing-keys": []any{m.queue + ".key"},
+		"queue": m.queue, "reason": reason, "exchange": exchange, "routing-keys": []any{m.queue + ".key"},
 		"count": int64(1), "time": time.Now().UTC().Truncate(time.Second),
 	}}
-	h["x-first-death-queue"], h["x-first-death-reason"], h["x-first-death-exchange"] = m.queue, reason, "app"
+	h["x-first-death-queue"], h["x-first-death-reason"], h["x-first-death-exchange"] = m.queue, reason, exchange
 	if m.failType != "" {
 		h["x-exception-type"] = m.failType
 	}
@@ -316,7 +326,7 @@ func (b *bundle) seed(t *testing.T, ms ...msg) []int64 {
 		if at.IsZero() {
 			at = time.Now().UTC()
 		}
-		nm := broker.Convert(delivery(m), "dlq", at)
+		nm := consumer.Convert(delivery(m), "dlq", at)
 		b.seq++
 		nm.Fingerprint = b.seq
 		batch.Messages = append(batch.Messages, nm)

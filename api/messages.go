@@ -72,3 +72,29 @@ func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
 func caller(r *http.Request) ops.Caller {
 	return ops.Caller{Principal: PrincipalFrom(r.Context()), Via: ops.ViaAPI, RequestID: RequestID(r.Context())}
 }
+
+// handleEditReplay serves POST /api/v1/messages/{id}/edit-replay: 202
+// with the task that publishes the corrected copy, or 200 with a dry
+// run's copy.
+func (s *Server) handleEditReplay(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	var body ops.EditRequest
+	if err := decodeBody(r, &body); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	res, err := s.cfg.Ops.EditReplay(r.Context(), caller(r), id, body)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if res.DryRun {
+		status = http.StatusOK
+	}
+	writeJSON(w, r, status, res)
+}

@@ -10,19 +10,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 )
 
 // panickingCron is a cron view with a bug: it panics.
 type panickingCron struct{}
 
-func (panickingCron) Jobs(context.Context) (cleanup.JobsView, error) {
-	var views map[string]cleanup.JobsView
-	views["x"] = cleanup.JobsView{} // assignment to a nil map: a real runtime panic
+func (panickingCron) Jobs(context.Context) (cron.JobsView, error) {
+	var views map[string]cron.JobsView
+	views["x"] = cron.JobsView{} // assignment to a nil map: a real runtime panic
 	return views["x"], nil
 }
 
-func (panickingCron) Alerts(context.Context) (cleanup.AlertsView, error) {
+func (panickingCron) Alerts(context.Context) (cron.AlertsView, error) {
 	panic("alerts view exploded")
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -16,7 +17,7 @@ import (
 // as one. Without it there is no total.
 func TestListTotal(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.countCap = 10 })
+	b := setup(t, func(o *setupOpts) { o.ops = func(c *ops.Config) { c.CountCap = 10 } })
 	b.seed(t, many("orders", 30)...)
 	b.seed(t, many("billing", 5)...)
 	since := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))

@@ -97,6 +97,9 @@ var (
 // AnonymousName is the principal name used when no token is configured.
 const AnonymousName = "anonymous"
 
+// anonymousAdmin is every caller when no token is configured.
+var anonymousAdmin = Principal{Name: AnonymousName, Role: RoleAdmin, Bodies: true}
+
 type entry struct {
 	digest    [sha256.Size]byte
 	principal Principal
@@ -180,7 +183,7 @@ func (a *Authenticator) Open() bool { return len(a.entries) == 0 }
 // configured it returns the anonymous admin whatever it is given.
 func (a *Authenticator) Authenticate(token string) (Principal, error) {
 	if a.Open() {
-		return Principal{Name: AnonymousName, Role: RoleAdmin, Bodies: true}, nil
+		return anonymousAdmin, nil
 	}
 	if token == "" {
 		return Principal{}, ErrNoToken
@@ -220,6 +223,27 @@ func (a *Authenticator) AuthenticateFrom(addr, token string) (Principal, error) 
 		a.failures.fail(client, now)
 	}
 	return p, err
+}
+
+// Lookup returns the principal of the token named name as the
+// configuration now has it (its role, scope and bodies), or false when no
+// token has that name. The web console keeps only a token's name in a
+// session and looks it up on every request, so a token removed from the
+// configuration ends its sessions. With no token configured the only name
+// is AnonymousName.
+func (a *Authenticator) Lookup(name string) (Principal, bool) {
+	if a.Open() {
+		if name == AnonymousName {
+			return anonymousAdmin, true
+		}
+		return Principal{}, false
+	}
+	for i := range a.entries {
+		if a.entries[i].principal.Name == name {
+			return a.entries[i].principal, true
+		}
+	}
+	return Principal{}, false
 }
 
 // Allow takes one request from p's rate limit and reports whether it may

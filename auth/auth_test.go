@@ -184,3 +184,33 @@ func TestFailureThrottleIsBounded(t *testing.T) {
 	f.fail("another", later)
 	require.Len(t, f.clients, 1)
 }
+
+// TestLookup: a name resolves to the token's principal as configured, an
+// unknown name to nothing; with no token only the anonymous admin exists.
+func TestLookup(t *testing.T) {
+	t.Parallel()
+	a, err := New(Config{AdminToken: "admin-secret", Tokens: []Token{
+		{Name: "ops", Token: "ops-secret", Role: RoleOperator, Queues: []string{"orders"}},
+	}})
+	require.NoError(t, err)
+	p, ok := a.Lookup("ops")
+	require.True(t, ok)
+	byToken, err := a.Authenticate("ops-secret")
+	require.NoError(t, err)
+	require.Equal(t, byToken, p)
+	p, ok = a.Lookup("admin")
+	require.True(t, ok)
+	require.Equal(t, RoleAdmin, p.Role)
+	_, ok = a.Lookup("gone")
+	require.False(t, ok)
+	_, ok = a.Lookup(AnonymousName)
+	require.False(t, ok, "no anonymous caller while tokens are configured")
+
+	open, err := New(Config{})
+	require.NoError(t, err)
+	p, ok = open.Lookup(AnonymousName)
+	require.True(t, ok)
+	require.Equal(t, RoleAdmin, p.Role)
+	_, ok = open.Lookup("ops")
+	require.False(t, ok)
+}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/internal/redact"
 )
 
 // ConnConfig configures a Conn.
@@ -49,6 +51,9 @@ type Conn struct {
 	log  *slog.Logger
 	done chan struct{}
 	wg   sync.WaitGroup
+	// undecodable holds the header tables the frame filters of this Conn's
+	// connections replaced, until their consumers take them.
+	undecodable *undecodableTables
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
@@ -62,7 +67,7 @@ type Conn struct {
 func NewConn(cfg ConnConfig) (*Conn, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-		return nil, fmt.Errorf("broker: URL %q must be an amqp:// or amqps:// URL", redactURL(cfg.URL))
+		return nil, fmt.Errorf("broker: URL %q must be an amqp:// or amqps:// URL", redact.URL(cfg.URL))
 	}
 	cfg.Name = cmp.Or(cfg.Name, "dlq")
 	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, 100*time.Millisecond)
@@ -72,6 +77,8 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "amqp"),
 		done:  make(chan struct{}),
 		ready: make(chan struct{}),
+
+		undecodable: newUndecodableTables(),
 	}
 	c.wg.Add(1)
 	go c.loop()
@@ -86,10 +93,10 @@ func (c *Conn) loop() {
 			Heartbeat:  10 * time.Second,
 			Locale:     "en_US",
 			Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
-		})
+		}, c.undecodable)
 		if err != nil {
 			c.setErr(err)
-			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redactURL(c.cfg.URL), "retry_in", backoff, "error", err)
+			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redact.URL(c.cfg.URL), "retry_in", backoff, "error", err)
 			select {
 			case <-c.done:
 				return
@@ -104,7 +111,7 @@ func (c *Conn) loop() {
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 8))
 		c.set(conn)
-		c.log.Info("connected to RabbitMQ", "url", redactURL(c.cfg.URL), "server_version", conn.Properties["version"])
+		c.log.Info("connected to RabbitMQ", "url", redact.URL(c.cfg.URL), "server_version", conn.Properties["version"])
 	watch:
 		for {
 			select {
@@ -253,12 +260,4 @@ func (c *Conn) Close() {
 	c.mu.Unlock()
 	close(c.done)
 	c.wg.Wait()
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }

@@ -23,6 +23,51 @@ type Death struct {
 	OriginalExpiration string    `json:"original_expiration,omitempty"`
 }
 
+// AppendDeathsJSON appends deaths as encoding/json writes them (the API's
+// x_death field), without reflection: ingest writes it for every message.
+func AppendDeathsJSON(dst []byte, deaths []Death) []byte {
+	if deaths == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '[')
+	for i, d := range deaths {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"queue":`...)
+		dst = appendEscaped(dst, d.Queue)
+		dst = append(dst, `,"reason":`...)
+		dst = appendEscaped(dst, d.Reason)
+		dst = append(dst, `,"exchange":`...)
+		dst = appendEscaped(dst, d.Exchange)
+		dst = append(dst, `,"routing_keys":`...)
+		if d.RoutingKeys == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = append(dst, '[')
+			for j, k := range d.RoutingKeys {
+				if j > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendEscaped(dst, k)
+			}
+			dst = append(dst, ']')
+		}
+		dst = append(dst, `,"count":`...)
+		dst = strconv.AppendInt(dst, d.Count, 10)
+		// time.Time's MarshalJSON, for the years 0–9999 it accepts.
+		dst = append(dst, `,"time":"`...)
+		dst = d.Time.AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+		if d.OriginalExpiration != "" {
+			dst = append(dst, `,"original_expiration":`...)
+			dst = appendEscaped(dst, d.OriginalExpiration)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
 // DeathInfo is what dlq stores about how a message died.
 type DeathInfo struct {
 	// Reason of the most recent death, one of rejected, expired, maxlen,

@@ -216,3 +216,30 @@ func BenchmarkExtractDeath(b *testing.B) {
 		_ = ExtractDeath(h)
 	}
 }
+
+// The death record ingest writes by hand is exactly what encoding/json
+// writes for the same entries (the API showed json.Marshal's output).
+func TestAppendDeathsJSONMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	texts := []string{"", "orders", "caf\xe9", "a\x00b", "<a>&\"\\", "\u2028\u2029", "\t\n\r\b\f\x01\x1f\x7f",
+		"\ufffd", "日本語 🙂", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf"}
+	times := []time.Time{{}, utc("2024-03-05T14:07:09Z"), time.Unix(0, 0).UTC(), utc("9999-12-31T23:59:59Z"),
+		time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)}
+	var cases [][]Death
+	cases = append(cases, nil, []Death{})
+	for i, s := range texts {
+		d := Death{Queue: s, Reason: texts[(i+1)%len(texts)], Exchange: texts[(i+2)%len(texts)],
+			RoutingKeys: []string{s, texts[(i+3)%len(texts)]}, Count: int64(i*i*1000003 - 7),
+			Time: times[i%len(times)], OriginalExpiration: texts[(i+4)%len(texts)]}
+		cases = append(cases, []Death{d})
+		d.RoutingKeys = nil
+		d.Count = -1 << 63
+		cases = append(cases, []Death{d, {RoutingKeys: []string{}, Count: 1<<63 - 1, Time: times[(i+1)%len(times)]}})
+	}
+	for _, deaths := range cases {
+		want, err := json.Marshal(deaths)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(AppendDeathsJSON(nil, deaths)))
+		require.Equal(t, "x"+string(want), string(AppendDeathsJSON([]byte("x"), deaths)), "appends")
+	}
+}

@@ -1,9 +1,11 @@
 // Package broker is dlq's side of RabbitMQ: the one connection that
 // recovers (Conn), the topology dlq declares and the rules it refuses to
 // break (topology.go), the check that no RabbitMQ policy can drop messages
-// from dlq's own queues (PolicyCheck, through the management API), and the
-// conversion between an AMQP delivery and a
-// stored dead message (headers, properties, death record, failure details).
+// from dlq's own queues (PolicyCheck, through the management API),
+// publishing, and reading a delivery into broker-level types: the header
+// codec, properties, the death record, failure details and dlq's own replay
+// marks. It knows AMQP, not dlq's schema: package consumer turns a delivery
+// into a stored row, package replay a stored row into a publishing.
 //
 // # One reconnect layer
 //
@@ -18,8 +20,11 @@
 // amqp091-go closes the whole connection on a header table it cannot
 // decode (nested deeper than 32 levels, more than 8192 entries), so one
 // such dead letter would take every consumer and publisher down on each
-// redelivery. The filter replaces such a table with one naming it, and
-// Convert stores the message raw, flagged, with the table's bytes.
+// redelivery. The filter replaces such a table with one naming it and keeps
+// the table's bytes in its Conn, which hands them to the consumer
+// (Conn.UndecodableHeaders); the consumer stores the message raw, flagged,
+// with those bytes. No package-level state is involved: each Conn keeps its
+// own.
 //
 // Over both sits a write gatherer (coalesce.go): amqp091-go flushes after
 // every publish, and at replay rates a system call and a TCP segment per

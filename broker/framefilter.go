@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -32,13 +33,15 @@ import (
 // {HeaderUndecodable: token}, plus the broker's return counts
 // (x-delivery-count, x-acquired-count) when the original had them, and the
 // original table's bytes (without those counts, so a redelivery has the
-// same bytes) are kept under the token for Convert, which stores the
-// message raw and flagged, with those bytes. The rewritten table is always
-// shorter than one amqp091-go refuses, so the frame still fits frame_max.
+// same bytes) are kept under the token in the undecodable tables of the
+// Conn that dialled the connection. The consumer takes them back from that
+// Conn (Conn.UndecodableHeaders) and stores the message raw and flagged,
+// with those bytes. The rewritten table is always shorter than one
+// amqp091-go refuses, so the frame still fits frame_max.
 
 // HeaderUndecodable replaces a header table amqp091-go cannot decode; its
 // value is the AMQP encoding of the original table (in a stored message)
-// or, on the wire between frameFilter and Convert, a token for it.
+// or, between frameFilter and Conn.UndecodableHeaders, a token for it.
 const HeaderUndecodable = "x-dlq-undecodable-headers"
 
 // amqp091-go's limits (read.go: maxFieldDepth, maxContainerElements).
@@ -59,13 +62,13 @@ const (
 	flagHeaders      = 0x2000
 )
 
-// undecodableStore holds the original header tables between frameFilter
-// and Convert, by token. Entries a delivery never collected (its channel
-// died first) expire.
-var undecodableStore = struct {
-	sync.Mutex
-	m map[int64]undecodableEntry
-}{m: map[int64]undecodableEntry{}}
+// undecodableTables holds the original header tables a Conn's frame
+// filters replaced, by token, until the delivery's consumer takes them.
+// Entries a delivery never collected (its channel died first) expire.
+type undecodableTables struct {
+	mu sync.Mutex
+	m  map[int64]undecodableEntry
+}
 
 type undecodableEntry struct {
 	table []byte
@@ -74,32 +77,58 @@ type undecodableEntry struct {
 
 const undecodableTTL = time.Hour
 
-func keepUndecodable(table []byte) int64 {
-	undecodableStore.Lock()
-	defer undecodableStore.Unlock()
+func newUndecodableTables() *undecodableTables {
+	return &undecodableTables{m: map[int64]undecodableEntry{}}
+}
+
+func (u *undecodableTables) keep(table []byte) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	now := time.Now()
-	for k, e := range undecodableStore.m {
+	for k, e := range u.m {
 		if now.Sub(e.at) > undecodableTTL {
-			delete(undecodableStore.m, k)
+			delete(u.m, k)
 		}
 	}
 	token := rand.Int64()
-	undecodableStore.m[token] = undecodableEntry{table: table, at: now}
+	u.m[token] = undecodableEntry{table: table, at: now}
 	return token
 }
 
-// takeUndecodable returns and forgets the table kept under token.
-func takeUndecodable(token int64) ([]byte, bool) {
-	undecodableStore.Lock()
-	defer undecodableStore.Unlock()
-	e, ok := undecodableStore.m[token]
-	delete(undecodableStore.m, token)
+// take returns and forgets the table kept under token.
+func (u *undecodableTables) take(token int64) ([]byte, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	e, ok := u.m[token]
+	delete(u.m, token)
 	return e.table, ok
+}
+
+// UndecodableHeaders returns, and forgets, the original header table (its
+// AMQP encoding) of a delivery received on c whose table the frame filter
+// replaced because amqp091-go cannot decode it. ok is false for any other
+// delivery, including one that carries a HeaderUndecodable header of its
+// own: only a token this Conn handed out is found.
+func (c *Conn) UndecodableHeaders(d *amqp.Delivery) (table []byte, ok bool) {
+	token, isToken := d.Headers[HeaderUndecodable].(int64)
+	if !isToken {
+		return nil, false
+	}
+	return c.undecodable.take(token)
+}
+
+// UndecodableError is the conversion error of a message stored raw because
+// amqp091-go cannot decode its header table of n bytes.
+func UndecodableError(n int) error {
+	return fmt.Errorf("the AMQP client cannot decode this message's headers "+
+		"(tables or arrays nested deeper than %d levels, more than %d entries in one, or an unknown field type); "+
+		"stored raw: their AMQP encoding (%d bytes) is kept, base64, in header %s", clientMaxDepth, clientMaxElements, n, HeaderUndecodable)
 }
 
 // frameFilter wraps an AMQP connection's socket (after TLS); see above.
 type frameFilter struct {
 	net.Conn
+	tables  *undecodableTables // where replaced tables are kept
 	r       *bufio.Reader
 	started bool
 	raw     bool   // not AMQP frames (a protocol mismatch): pass everything
@@ -108,8 +137,8 @@ type frameFilter struct {
 	buf     []byte // reused for header frames
 }
 
-func newFrameFilter(c net.Conn) *frameFilter {
-	return &frameFilter{Conn: c, r: bufio.NewReaderSize(c, 64<<10)}
+func newFrameFilter(c net.Conn, tables *undecodableTables) *frameFilter {
+	return &frameFilter{Conn: c, tables: tables, r: bufio.NewReaderSize(c, 64<<10)}
 }
 
 func (f *frameFilter) Read(p []byte) (int, error) {
@@ -163,7 +192,7 @@ func (f *frameFilter) next() error {
 	if _, err := io.ReadFull(f.r, frame[7:]); err != nil {
 		return err
 	}
-	if out, ok := rewriteHeaderFrame(frame); ok {
+	if out, ok := rewriteHeaderFrame(frame, f.tables); ok {
 		frame = out
 	}
 	f.pending = frame
@@ -171,9 +200,10 @@ func (f *frameFilter) next() error {
 }
 
 // rewriteHeaderFrame returns frame with its header table replaced when
-// amqp091-go could not decode it; ok is false when it can stay as it is
-// (or is malformed in a way the filter leaves for amqp091-go to report).
-func rewriteHeaderFrame(frame []byte) (out []byte, ok bool) {
+// amqp091-go could not decode it, the original kept in tables; ok is false
+// when it can stay as it is (or is malformed in a way the filter leaves for
+// amqp091-go to report).
+func rewriteHeaderFrame(frame []byte, tables *undecodableTables) (out []byte, ok bool) {
 	if frame[len(frame)-1] != frameEndByte {
 		return nil, false
 	}
@@ -207,7 +237,7 @@ func rewriteHeaderFrame(frame []byte) (out []byte, ok bool) {
 		return nil, false
 	}
 	kept, counts := splitReturnCounts(table)
-	token := keepUndecodable(kept)
+	token := tables.keep(kept)
 
 	repl := make([]byte, 0, 64+len(counts))
 	repl = append(repl, byte(len(HeaderUndecodable)))
@@ -371,8 +401,9 @@ func skipFieldShallow(b []byte) ([]byte, error) {
 // writes. For amqps it does the TLS handshake itself, so the filter reads
 // plain frames; an amqps URL with TLS parameters
 // (cacertfile, certfile, keyfile, server_name_indication) is dialled by
-// amqp091-go unfiltered, since only it reads those.
-func dialFiltered(rawURL string, cfg amqp.Config) (*amqp.Connection, error) {
+// amqp091-go unfiltered, since only it reads those. The filter keeps the
+// tables it replaces in tables.
+func dialFiltered(rawURL string, cfg amqp.Config, tables *undecodableTables) (*amqp.Connection, error) {
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
 		return nil, err
@@ -417,7 +448,7 @@ func dialFiltered(rawURL string, cfg amqp.Config) (*amqp.Connection, error) {
 			}
 			c = tc
 		}
-		return newCoalescingConn(newFrameFilter(c), coalesceDelay), nil
+		return newCoalescingConn(newFrameFilter(c, tables), coalesceDelay), nil
 	}
 	return amqp.DialConfig(dialURL, cfg)
 }

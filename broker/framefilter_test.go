@@ -68,8 +68,9 @@ func TestTableDecodableMatchesTheClientLimits(t *testing.T) {
 }
 
 func TestRewriteHeaderFrame(t *testing.T) {
+	tables := newUndecodableTables()
 	ok := headerFrame(tableEnc(entry("tenant", append(binary.BigEndian.AppendUint32([]byte{'S'}, 4), "acme"...))))
-	_, changed := rewriteHeaderFrame(ok)
+	_, changed := rewriteHeaderFrame(ok, tables)
 	require.False(t, changed, "a decodable table passes untouched")
 
 	deep := nested(40)
@@ -78,7 +79,7 @@ func TestRewriteHeaderFrame(t *testing.T) {
 	again := headerFrame(tableEnc(entry("x-delivery-count", fieldLong(2)), deep))
 	var kept [][]byte
 	for i, f := range [][]byte{first, again} {
-		out, changed := rewriteHeaderFrame(f)
+		out, changed := rewriteHeaderFrame(f, tables)
 		require.True(t, changed)
 		require.Less(t, len(out), len(f), "the rewritten frame is shorter, so it fits frame_max")
 		props := out[7+14:]
@@ -91,7 +92,7 @@ func TestRewriteHeaderFrame(t *testing.T) {
 		require.True(t, tableDecodable(table, 0))
 		require.True(t, bytes.HasPrefix(table, shortstrEnc(HeaderUndecodable)))
 		tok := int64(binary.BigEndian.Uint64(table[1+len(HeaderUndecodable)+1:]))
-		raw, found := takeUndecodable(tok)
+		raw, found := tables.take(tok)
 		require.True(t, found)
 		kept = append(kept, raw)
 		if i == 1 {
@@ -119,7 +120,8 @@ func TestFrameFilterStream(t *testing.T) {
 		_, _ = server.Write(in.Bytes())
 		_ = server.Close()
 	}()
-	f := newFrameFilter(client)
+	tables := newUndecodableTables()
+	f := newFrameFilter(client, tables)
 	require.NoError(t, f.SetReadDeadline(time.Now().Add(10*time.Second)))
 	var out bytes.Buffer
 	buf := make([]byte, 5) // small reads split every frame
@@ -131,7 +133,7 @@ func TestFrameFilterStream(t *testing.T) {
 		}
 		require.NoError(t, err)
 	}
-	rewritten, _ := rewriteHeaderFrame(bad)
+	rewritten, _ := rewriteHeaderFrame(bad, newUndecodableTables())
 	var want bytes.Buffer
 	for _, fr := range [][]byte{method, good, body, heartbeat, method} {
 		want.Write(fr)

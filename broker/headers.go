@@ -191,6 +191,23 @@ func appendTable(dst []byte, t amqp.Table, depth int) ([]byte, error) {
 	return dst, nil
 }
 
+// PlainJSONTable reports whether AppendHeadersJSON writes t as a plain JSON
+// object with its keys as they are. It wraps a table whose keys need base64
+// and one that would be mistaken for a typed value (see appendTable).
+func PlainJSONTable(t amqp.Table) bool {
+	lookalike := true
+	for k := range t {
+		if !isSafeText(k) {
+			return false
+		}
+		if k != "type" && k != "value" && k != "encoding" {
+			lookalike = false
+		}
+	}
+	_, hasType := t["type"]
+	return !hasType || !lookalike
+}
+
 // sortEntries is an insertion sort: header tables are small, and unlike
 // slices.SortFunc it keeps the stack buffer from escaping.
 func sortEntries(e []tableEntry) {

@@ -142,7 +142,9 @@ func NewPolicyCheck(cfg PolicyCheckConfig) (*PolicyCheck, error) {
 	cfg.Vhost = cmp.Or(cfg.Vhost, "/")
 	cfg.Interval = cmp.Or(cfg.Interval, time.Minute)
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 10 * time.Second}
+		// A transport of its own, so that Run can close its idle
+		// connections when it ends, without touching anyone else's.
+		cfg.Client = &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	p := &PolicyCheck{
 		cfg: cfg,
@@ -168,6 +170,7 @@ func NewPolicyCheck(cfg PolicyCheckConfig) (*PolicyCheck, error) {
 func (p *PolicyCheck) Run(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
+	defer p.cfg.Client.CloseIdleConnections()
 	for {
 		p.checkOnce(ctx)
 		select {

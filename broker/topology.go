@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -179,18 +180,11 @@ func (t Topology) Validate() error {
 		default:
 			if next, ok := sources[target]; ok {
 				bad("source queue %q dead-letters into %q, which itself dead-letters to %q: dead-letter chains are not allowed (point both at %q)",
-					s.Name, target, orDefault(next.dlx(t.Exchange)), t.Exchange)
+					s.Name, target, cmp.Or(next.dlx(t.Exchange), "(default exchange)"), t.Exchange)
 			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func orDefault(x string) string {
-	if x == "" {
-		return "(default exchange)"
-	}
-	return x
 }
 
 // OwnQueueArgs are the arguments of dlq's own dead-letter queues: durable

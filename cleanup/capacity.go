@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"log/slog"
 
 	"github.com/dlq/dlq/store"
 )
@@ -23,98 +23,89 @@ type Capacity struct {
 
 func (c Capacity) enabled() bool { return c.MaxMessages > 0 || c.MaxBytes > 0 }
 
-// capacityJob enforces Capacity. Over a cap it evicts, oldest first:
+// ErrOverCapacity means the store is over a cap and the policy may not
+// evict anything more.
+var ErrOverCapacity = errors.New("over capacity and nothing may be evicted")
+
+// EnforceCapacity is the capacity job's work: it keeps the store within
+// Capacity. Over a cap it evicts, oldest first:
 //
 //  1. resolved messages (replayed, acknowledged), by the time they were
 //     resolved;
 //  2. pending messages, in arrival order, only with AllowEvictPending.
 //
-// Replaying messages are never evicted. Each batch is one transaction that
-// also adjusts queue_summary and writes an audit row (action "evict"); each
-// evicted message is counted in dlq_capacity_evicted_total and logged. When
-// the store is over a cap and nothing may be evicted, the job logs an error
-// and fails its run; the capacity alert rule (the fill level, which is then
-// at or above 100%) fires on the next alert evaluation, as it does whenever
-// evictions keep the store at its cap. Nothing is dropped silently.
-type capacityJob struct {
-	st           *store.Store
-	metrics      *workMetrics
-	cap          Capacity
-	batchSize    int
-	batchTimeout time.Duration
-	pause        time.Duration
-}
-
-// ErrOverCapacity means the store is over a cap and the policy may not
-// evict anything more.
-var ErrOverCapacity = errors.New("over capacity and nothing may be evicted")
-
-func (j *capacityJob) run(ctx context.Context, r *Run) (int64, error) {
-	if !j.cap.enabled() {
+// Replaying messages are never evicted. Each batch is one transaction,
+// fenced by lease, that also adjusts queue_summary and writes an audit row
+// (action "evict"); each evicted message is counted in
+// dlq_capacity_evicted_total and logged. When the store is over a cap and
+// nothing may be evicted, it logs an error and returns ErrOverCapacity; the
+// capacity alert rule (the fill level, which is then at or above 100%)
+// fires on the next alert evaluation, as it does whenever evictions keep
+// the store at its cap. Nothing is dropped silently. It returns the
+// messages evicted.
+func (c *Cleaner) EnforceCapacity(ctx context.Context, lease store.Lease, log *slog.Logger) (int64, error) {
+	cp := c.cfg.Capacity
+	if !cp.enabled() {
 		return 0, nil
 	}
 	var evicted int64
 	for {
-		totals, err := j.st.SummaryTotals(ctx)
+		totals, err := c.cfg.Store.SummaryTotals(ctx)
 		if err != nil {
 			return evicted, err
 		}
 		overMsgs := int64(0)
-		if j.cap.MaxMessages > 0 {
-			overMsgs = totals.Messages - j.cap.MaxMessages
+		if cp.MaxMessages > 0 {
+			overMsgs = totals.Messages - cp.MaxMessages
 		}
 		overBytes := int64(0)
-		if j.cap.MaxBytes > 0 {
-			overBytes = totals.Bytes - j.cap.MaxBytes
+		if cp.MaxBytes > 0 {
+			overBytes = totals.Bytes - cp.MaxBytes
 		}
 		if overMsgs <= 0 && overBytes <= 0 {
 			return evicted, nil
 		}
 		// Over the message cap only: evict exactly the excess. Over the
 		// byte cap: whole batches, checking again after each.
-		limit := j.batchSize
+		limit := c.cfg.BatchSize
 		if overBytes <= 0 {
-			limit = int(min(int64(j.batchSize), overMsgs))
+			limit = int(min(int64(c.cfg.BatchSize), overMsgs))
 		}
 		reason := map[string]any{
 			"messages": totals.Messages, "bytes": totals.Bytes,
-			"max_messages": j.cap.MaxMessages, "max_bytes": j.cap.MaxBytes,
+			"max_messages": cp.MaxMessages, "max_bytes": cp.MaxBytes,
 		}
-		res, err := j.evict(ctx, r, store.EvictResolved, limit, reason)
-		if err == nil && res.Messages == 0 && j.cap.AllowEvictPending {
-			res, err = j.evict(ctx, r, store.EvictPending, limit, reason)
+		res, err := c.evict(ctx, lease, log, store.EvictResolved, limit, reason)
+		if err == nil && res.Messages == 0 && cp.AllowEvictPending {
+			res, err = c.evict(ctx, lease, log, store.EvictPending, limit, reason)
 		}
 		evicted += res.Messages
 		if err != nil {
 			return evicted, err
 		}
 		if res.Messages == 0 {
-			r.Logger.Error("store over capacity and nothing may be evicted; new dead messages are still stored",
-				"messages", totals.Messages, "max_messages", j.cap.MaxMessages,
-				"bytes", totals.Bytes, "max_bytes", j.cap.MaxBytes,
-				"allow_evict_pending", j.cap.AllowEvictPending)
+			log.Error("store over capacity and nothing may be evicted; new dead messages are still stored",
+				"messages", totals.Messages, "max_messages", cp.MaxMessages,
+				"bytes", totals.Bytes, "max_bytes", cp.MaxBytes,
+				"allow_evict_pending", cp.AllowEvictPending)
 			return evicted, fmt.Errorf("%w: %d messages (max %d), %d bytes (max %d), allow_evict_pending=%t",
-				ErrOverCapacity, totals.Messages, j.cap.MaxMessages, totals.Bytes, j.cap.MaxBytes, j.cap.AllowEvictPending)
+				ErrOverCapacity, totals.Messages, cp.MaxMessages, totals.Bytes, cp.MaxBytes, cp.AllowEvictPending)
 		}
-		if j.pause > 0 {
-			t := time.NewTimer(j.pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return evicted, ctx.Err()
-			case <-t.C:
+		if c.cfg.Pause > 0 {
+			if err := c.pause(ctx); err != nil {
+				return evicted, err
 			}
 		}
 	}
 }
 
-func (j *capacityJob) evict(ctx context.Context, r *Run, class string, limit int, reason map[string]any) (store.DeleteResult, error) {
-	bctx, cancel := context.WithTimeout(ctx, j.batchTimeout)
+func (c *Cleaner) evict(ctx context.Context, lease store.Lease, log *slog.Logger, class string, limit int, reason map[string]any) (store.DeleteResult, error) {
+	bctx, cancel := context.WithTimeout(ctx, c.cfg.BatchTimeout)
 	defer cancel()
-	res, err := j.st.EvictOldest(bctx, r.Lease, class, limit, reason)
+	res, err := c.cfg.Store.EvictOldest(bctx, lease, class, limit, reason)
 	if res.Messages > 0 {
-		j.metrics.evicted.Add(float64(res.Messages))
-		r.Logger.Warn("capacity policy evicted messages", "class", class, "evicted", res.Messages,
+		c.metrics.evicted.Add(float64(res.Messages))
+		log.Warn("capacity policy evicted messages", "class", class, "evicted", res.Messages,
 			"bytes", res.Bytes, "by_status", fmt.Sprint(res.ByStatus))
 	}
 	return res, err

@@ -1,122 +1,31 @@
-// Package cleanup runs dlq's cron jobs: summary reconciliation, retention
-// cleanup, capacity enforcement and alert evaluation, each on exactly one
-// instance per tick however many `dlq serve` instances share the database.
+// Package cleanup decides what dlq stops keeping: resolved messages past
+// their retention, messages over the capacity caps, and bookkeeping records
+// past their expiry. It is the work of two cron jobs, cleanup
+// (Cleaner.DeleteExpired) and capacity (Cleaner.EnforceCapacity); package
+// cron schedules them, on one instance per tick, and passes each call the
+// run's lease. Every write here is fenced by that lease (see package cron),
+// so an instance that lost the job deletes nothing.
 //
-// # Ticks, leases and fencing
+// # Retention and expiry
 //
-// Every instance schedules every job (robfig/cron, with panic recovery), so
-// a job does not depend on any one instance staying up. A tick is a job's
-// scheduled time slot: the activation time of its schedule, which every
-// instance computes alike (cron expressions in UTC, and "@every d" aligned to
-// multiples of d since the Unix epoch rather than to process start). The
-// cron library is only the clock: it hands each activation, in order, to the
-// job's claim loop on this instance, which claims the ticks one after the
-// other and passes the claimed ones to the job's run loop. A tick is named by
-// the activation itself, never by reading the clock later, so a loaded
-// machine cannot make an instance claim the wrong tick. At each tick every
-// instance tries to claim it:
+// DeleteExpired deletes replayed and acknowledged messages older than their
+// retention (30 days by default; pending and replaying never), in batches
+// of 1,000, each its own transaction with its own timeout, adjusting the
+// summary and failure-group counters and writing an audit row in the same
+// transaction, until a batch comes back short. Then it expires
+// control-command answers, finished replay tasks, old job runs,
+// ingest_inflight batches that no delivery can come back to any more
+// (store.DeleteStaleInflight; ingest_inflight_ttl) and, if configured, old
+// audit rows. Deletions are counted in dlq_cleanup_deleted_total{status}.
 //
-//  1. it first looks, locking nothing: if the tick is already claimed, or
-//     the job's lease (job_leases: holder, token, expires_at) is live in
-//     another instance's hands, it stops there. Instances that were only
-//     going to give up therefore never queue on the lease row, where under
-//     load they used to make the holder's own claim time out;
-//  2. the holder of a live lease claims the tick under its token: INSERT
-//     INTO job_runs (job, tick) ON CONFLICT DO NOTHING, checked against the
-//     lease in the same statement, without waiting for the lease row (its
-//     run in progress may hold it); the lease is extended when its row is
-//     free;
-//  3. otherwise the lease is free or expired, and is taken under the row
-//     lock in one transaction with the claim, by whichever instance locks
-//     it first. The token grows by one whenever the lease changes hands.
+// An age of 0 in the configuration keeps records forever; KeepForever and
+// ConfiguredTTL are the one place that decides how a Config says so.
 //
-// (job, tick) is unique in job_runs, so a tick is claimed at most once in the
-// cluster; only the claimant runs it. A run starts by renewing the lease (if
-// it is already lost, the run is recorded as lease_lost and does not start)
-// and renews it every TTL/3 while it runs. Every write the job makes is fenced: the store runs
-// it in a transaction that first locks the lease row FOR SHARE where token =
-// the run's token, so an acquisition by another instance waits for the
-// write to commit, and a write after the token moved on finds no row and
-// fails with store.ErrLeaseLost. A paused (SIGSTOP) or partitioned former
-// holder therefore cannot write after losing the lease; if it was paused
-// inside a fenced transaction, PostgreSQL ends its session after a few
-// idle seconds (idle_in_transaction_session_timeout), which releases the
-// row. A holder that dies stops renewing; its lease expires after the TTL
-// (by default the job's interval, at most 30 s) and the first tick after
-// that runs on another instance. The ticks in between are not claimed by
-// anyone: nobody can tell a dead holder from a slow one before its lease
-// expires. (Nor is a tick at which no instance's cron loop woke at all: a
-// process that gets no CPU for a whole interval misses that activation in
-// the cron library itself.)
+// # Capacity
 //
-// # A run still going at the next tick
-//
-// Only one run of a job is in progress at a time: the lease is live while
-// it runs, so only its instance can claim the next tick, and that instance's
-// run loop runs its claimed ticks one at a time, in order. Every tick is
-// therefore run exactly once, or skipped for one reason only, and then
-// recorded:
-//
-//   - A tick claimed while the previous run is still going waits for it and
-//     runs as soon as it ends: a run that overruns its interval delays the
-//     next tick, it does not lose it.
-//   - At most one tick waits. When a later tick comes while the run still
-//     goes on, the waiting tick is skipped: recorded in job_runs with
-//     outcome "skipped" and the error "skipped: run N (tick T) was still
-//     running on INSTANCE when tick U came", counted in
-//     dlq_job_runs_total{outcome="skipped"} and logged at warn. The latest
-//     tick is the one that runs when the long run ends.
-//   - A tick claimed or waiting when its instance stops is recorded as
-//     skipped too ("the instance stopped ...").
-//
-// Claims are not held up by runs, and a slow claim only delays the next
-// claim (the activations queue): before, one flag covered claim and run, so
-// an instance whose claim of the previous tick was merely slow under load
-// dropped the next tick as "still running", and when every instance did,
-// that tick ran nowhere. A run's started_at is when it began; for a tick
-// that waited, that is when the previous run ended.
-//
-// A panic inside a job is recovered by the scheduler, recorded as a failed
-// run with its stack, and the process carries on.
-//
-// Runs are recorded in job_runs (tick, instance, token, start, end, outcome
-// running | success | failure | lease_lost | skipped, rows affected, error), listed by GET /api/v1/jobs and counted in
-// dlq_job_runs_total{job,outcome}, dlq_job_duration_seconds{job} and
-// dlq_job_last_success_timestamp_seconds{job} (read from job_runs, so every
-// instance exports the cluster-wide value).
-//
-// # The jobs
-//
-//   - summary: queue_summary is maintained by every writer in its own
-//     transaction; this job proves it and repairs drift, counting repairs in
-//     dlq_summary_repairs_total. A pass recounts each source queue in one
-//     snapshot and applies the difference as an increment (see
-//     store.ReconcileQueue), so it never locks writers out. The first pass
-//     is the bootstrap of an existing table; passes repeat every
-//     ReconcileInterval and spread over ticks within a time budget.
-//   - cleanup: deletes replayed and acknowledged messages older than their
-//     retention (30 days by default; pending and replaying never), in
-//     batches of 1,000, each its own transaction with its own timeout,
-//     adjusting the summary and failure-group counters and writing an
-//     audit row in the same transaction, until a batch comes back short.
-//     Then it expires control-command answers, finished replay tasks, old
-//     job runs, ingest_inflight batches that no delivery can come back to
-//     any more (store.DeleteStaleInflight; ingest_inflight_ttl) and, if
-//     configured, old audit rows.
-//   - capacity: keeps the store under max_messages and max_bytes by
-//     evicting the oldest resolved messages first, pending ones only when
-//     allowed; every eviction is counted, audited and logged, and the
-//     capacity alert rule fires while the store is at its cap.
-//   - alerts: loads the saved alert state, reads a snapshot from the
-//     summary, evaluates the rules (package alerts), saves the new state
-//     under the lease and then notifies, so an instance that lost the lease
-//     sends nothing.
-//
-// # Metrics read on scrape
-//
-// dlq_dead_messages{source_queue,status}, dlq_dead_message_bytes,
-// dlq_oldest_pending_age_seconds{source_queue} and dlq_capacity_used_ratio
-// come from a collector that reads queue_summary and one index probe per
-// queue on each scrape: O(queues), never a scan of dead_messages, and the
-// same on every instance.
+// EnforceCapacity keeps the store under max_messages and max_bytes by
+// evicting the oldest resolved messages first, pending ones only when
+// allowed; every eviction is counted in dlq_capacity_evicted_total,
+// audited and logged, and the capacity alert rule fires while the store is
+// at its cap.
 package cleanup

@@ -7,11 +7,6 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-// IngestInflightTTLDefault is how old an ingest_inflight row must be
-// before the cleanup job may delete it: far longer than any redelivery
-// takes (see package store, "Stale ingest batches").
-const IngestInflightTTLDefault = time.Hour
-
 // Ingest is what the ingest_inflight expiry must know about this process's
 // own ingest (a *consumer.Consumer).
 type Ingest interface {

@@ -4,68 +4,37 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/dlq/dlq/store"
 )
 
-// Cleanup defaults.
-const (
-	RetentionDefault    = 30 * 24 * time.Hour
-	BatchSizeDefault    = 1000
-	BatchTimeoutDefault = 30 * time.Second
-	JobRunTTLDefault    = 7 * 24 * time.Hour
-)
-
-// Expiry is one kind of record the cleanup job deletes once it is older than
-// TTL, besides messages: job runs, audit rows, and records other features
-// keep (control-command answers, finished replay tasks).
-type Expiry struct {
-	// Name is used in logs ("job_runs", "control_commands").
-	Name string
-	// TTL is the age past which records go. 0 or less keeps them forever.
-	TTL time.Duration
-	// BatchSize overrides the job's batch size for this kind. Optional.
-	BatchSize int
-	// Delete deletes up to limit records older than before, under lease,
-	// and returns how many it deleted.
-	Delete func(ctx context.Context, lease store.Lease, before time.Time, limit int) (int64, error)
-}
-
-// cleanupJob deletes what has outlived its retention: resolved messages
+// DeleteExpired deletes what has outlived its retention: resolved messages
 // (per status, adjusting queue_summary and auditing in the same
 // transaction), then every Expiry. Deletion goes in batches, each its own
 // short transaction with its own timeout, until a batch comes back short,
 // so ingest never waits behind it for more than one batch; Pause between
-// batches gives ingest more room still.
-type cleanupJob struct {
-	st           *store.Store
-	metrics      *workMetrics
-	retention    map[string]time.Duration
-	expiries     []Expiry
-	batchSize    int
-	batchTimeout time.Duration
-	pause        time.Duration
-}
-
-func (j *cleanupJob) run(ctx context.Context, r *Run) (int64, error) {
+// batches gives ingest more room still. Every batch is fenced by lease. It
+// returns the rows deleted.
+func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slog.Logger) (int64, error) {
 	now := time.Now()
 	var total int64
 	var errs []error
 	for _, status := range store.RetentionStatuses {
-		ttl := j.retention[status]
-		if ttl <= 0 {
+		ttl := c.cfg.Retention[status]
+		if keptForever(ttl) {
 			continue
 		}
 		cutoff := now.Add(-ttl)
-		n, err := batches(ctx, j.batchSize, j.batchTimeout, j.pause, func(ctx context.Context) (int64, error) {
-			res, err := j.st.DeleteResolvedBefore(ctx, r.Lease, status, cutoff, j.batchSize)
-			j.metrics.deleted.WithLabelValues(status).Add(float64(res.Messages))
+		n, err := c.batches(ctx, c.cfg.BatchSize, func(ctx context.Context) (int64, error) {
+			res, err := c.cfg.Store.DeleteResolvedBefore(ctx, lease, status, cutoff, c.cfg.BatchSize)
+			c.metrics.deleted.WithLabelValues(status).Add(float64(res.Messages))
 			return res.Messages, err
 		})
 		total += n
 		if n > 0 {
-			r.Logger.Info("retention deleted messages", "status", status, "deleted", n, "resolved_before", cutoff)
+			log.Info("retention deleted messages", "status", status, "deleted", n, "resolved_before", cutoff)
 		}
 		if err != nil {
 			if stop(ctx, err) {
@@ -74,18 +43,45 @@ func (j *cleanupJob) run(ctx context.Context, r *Run) (int64, error) {
 			errs = append(errs, err)
 		}
 	}
-	for _, e := range j.expiries {
-		if e.TTL <= 0 || e.Delete == nil {
+	for _, e := range c.expiries {
+		if keptForever(e.TTL) || e.Delete == nil {
 			continue
 		}
 		cutoff := now.Add(-e.TTL)
-		size := cmp.Or(e.BatchSize, j.batchSize)
-		n, err := batches(ctx, size, j.batchTimeout, j.pause, func(ctx context.Context) (int64, error) {
-			return e.Delete(ctx, r.Lease, cutoff, size)
+		size := cmp.Or(e.BatchSize, c.cfg.BatchSize)
+		n, err := c.batches(ctx, size, func(ctx context.Context) (int64, error) {
+			return e.Delete(ctx, lease, cutoff, size)
 		})
 		total += n
 		if n > 0 {
-			r.Logger.Info("expired records deleted", "records", e.Name, "deleted", n, "older_than", cutoff)
+			log.Info("expired records deleted", "records", e.Name, "deleted", n, "older_than", cutoff)
+		}
+		if err != nil {
+			if stop(ctx, err) {
+				return total, err
+			}
+			errs = append(errs, err)
+		}
+	}
+	// Records that carry their own expiry, so no TTL of the cleanup's:
+	// approval requests past theirs read as expired already (this writes it
+	// down, with an audit row each, and frees their snapshots); console
+	// sessions past theirs are refused already (this deletes them).
+	for _, own := range []struct {
+		name string
+		run  func(ctx context.Context) (int64, error)
+	}{
+		{"approval requests", func(ctx context.Context) (int64, error) {
+			return c.cfg.Store.ExpireApprovals(ctx, lease, c.cfg.BatchSize)
+		}},
+		{"console sessions", func(ctx context.Context) (int64, error) {
+			return c.cfg.Store.DeleteExpiredConsoleSessions(ctx, time.Now(), c.cfg.BatchSize)
+		}},
+	} {
+		n, err := c.batches(ctx, c.cfg.BatchSize, own.run)
+		total += n
+		if n > 0 {
+			log.Info("expired records handled", "records", own.name, "count", n)
 		}
 		if err != nil {
 			if stop(ctx, err) {
@@ -104,11 +100,11 @@ func stop(ctx context.Context, err error) bool {
 }
 
 // batches calls batch until it returns fewer than size, an error, or ctx
-// ends. Each call gets its own timeout; pause waits between calls.
-func batches(ctx context.Context, size int, timeout, pause time.Duration, batch func(context.Context) (int64, error)) (int64, error) {
+// ends. Each call gets BatchTimeout; Pause waits between calls.
+func (c *Cleaner) batches(ctx context.Context, size int, batch func(context.Context) (int64, error)) (int64, error) {
 	var total int64
 	for {
-		bctx, cancel := context.WithTimeout(ctx, timeout)
+		bctx, cancel := context.WithTimeout(ctx, c.cfg.BatchTimeout)
 		n, err := batch(bctx)
 		cancel()
 		total += n
@@ -118,16 +114,24 @@ func batches(ctx context.Context, size int, timeout, pause time.Duration, batch 
 		if n < int64(size) {
 			return total, nil
 		}
-		if pause > 0 {
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return total, ctx.Err()
-			case <-t.C:
-			}
-		} else if err := ctx.Err(); err != nil {
+		if err := c.pause(ctx); err != nil {
 			return total, err
 		}
+	}
+}
+
+// pause waits Pause between two batches, or returns ctx's error if it ends
+// first.
+func (c *Cleaner) pause(ctx context.Context) error {
+	if c.cfg.Pause <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(c.cfg.Pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }

@@ -150,6 +150,10 @@ func badValues() []badValue {
 		e("cleanup.audit_ttl", "DLQ_AUDIT_TTL", "forever", `"forever"`, "duration"),
 		e("cleanup.ingest_inflight_ttl", "DLQ_INGEST_INFLIGHT_TTL", "30s", "cleanup.ingest_inflight_ttl", "30s", "at least 1m0s"),
 
+		// The runbook alerts link to.
+		e("alerts.runbook_base_url", "DLQ_RUNBOOK_BASE_URL", "docs/RUNBOOK.md", "alerts.runbook_base_url", `"docs/RUNBOOK.md"`, "http:// or https://"),
+		e("alerts.runbook_base_url", "DLQ_RUNBOOK_BASE_URL", "https://wiki.example/dlq#top", "alerts.runbook_base_url", "#fragment"),
+
 		// Alerts receivers from the environment.
 		// Receiver URLs carry secrets (a Slack hook's path is its token), so
 		// the alerts package does not quote a value it cannot parse.
@@ -162,6 +166,12 @@ func badValues() []badValue {
 		y("management.url", "management:\n  url: 'http://:secret@'\n", "management.url", "http:// or https://"),
 		e("management.interval", "DLQ_MANAGEMENT_INTERVAL", "10ms", "management.interval", "10ms", "between 1s and 24h"),
 		e("management.interval", "DLQ_MANAGEMENT_INTERVAL", "often", `"often"`, "duration", "management.interval"),
+
+		// Web console.
+		e("ui.enabled", "DLQ_UI", "off", "ui.enabled", `"off"`, "true or false"),
+		y("ui.enabled", "ui:\n  enabled: maybe\n", "ui.enabled", `"maybe"`, "true or false"),
+		e("ui.session_ttl", "DLQ_UI_SESSION_TTL", "10s", "ui.session_ttl", "10s", "between 1m0s and 720h0m0s"),
+		e("ui.session_ttl", "DLQ_UI_SESSION_TTL", "a day", `"a day"`, "duration"),
 	}
 }
 

@@ -7,12 +7,13 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/dlq/dlq/internal/redact"
 )
 
 // Defaults for the public settings.
@@ -48,6 +49,9 @@ type Config struct {
 
 	// Management is RabbitMQ's management API, for the queue policy check.
 	Management Management `yaml:"management"`
+
+	// UI is the web console.
+	UI UI `yaml:"ui"`
 
 	// NoMigrate skips applying migrations at serve start (flag --no-migrate).
 	NoMigrate bool `yaml:"no_migrate"`
@@ -134,6 +138,7 @@ func Default() Config {
 	c.Cleanup = defaultCleanup()
 	c.Alerts = defaultAlerts()
 	c.Management = defaultManagement()
+	c.UI = defaultUI()
 	return c
 }
 
@@ -307,10 +312,10 @@ func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config: "+format, a...)) }
 	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		bad("amqp_url / DLQ_AMQP_URL / --amqp-url %q must be an amqp:// or amqps:// URL with a host (e.g. %s)", redactURL(c.AMQPURL), AMQPURLDefault)
+		bad("amqp_url / DLQ_AMQP_URL / --amqp-url %q must be an amqp:// or amqps:// URL with a host (e.g. %s)", redact.URL(c.AMQPURL), AMQPURLDefault)
 	}
 	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
-		bad("database_url / DLQ_DATABASE_URL / --database-url %q %v (e.g. %s)", redactURL(c.DatabaseURL), err, DatabaseURLDefault)
+		bad("database_url / DLQ_DATABASE_URL / --database-url %q %v (e.g. %s)", redact.URL(c.DatabaseURL), err, DatabaseURLDefault)
 	}
 	if err := checkListenAddr(c.HTTPAddr); err != nil {
 		bad("http_addr / DLQ_HTTP_ADDR / --http-addr %q must be host:port with a port from 0 to 65535 (e.g. %s, or :8080 for every interface): %v", c.HTTPAddr, HTTPAddrDefault, err)
@@ -418,22 +423,4 @@ func checkListenAddr(s string) error {
 		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
-}
-
-var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-
-// redactURL hides the password of a URL or keyword=value connection string,
-// so that an error quoting it can be logged.
-func redactURL(s string) string {
-	if !strings.Contains(s, "://") {
-		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if _, has := u.User.Password(); !has {
-		return s
-	}
-	return u.Redacted()
 }

@@ -19,10 +19,11 @@ import (
 var envRe = regexp.MustCompile(`DLQ_[A-Z0-9_]*[A-Z0-9]`)
 
 // notSettings are DLQ_* variables the docs mention that are not dlq's
-// configuration: the CLI's, the tests', the scripts' and the build's.
+// configuration: the CLI's, the tests', the scripts', the build's and
+// docker-compose.yml's.
 func notSetting(name string) bool {
 	switch {
-	case name == "DLQ_URL", name == "DLQ_TOKEN", name == "DLQ_VERSION",
+	case name == "DLQ_URL", name == "DLQ_TOKEN", name == "DLQ_VERSION", name == "DLQ_PUBLISH_ADDR",
 		strings.HasPrefix(name, "DLQ_TEST_"), strings.HasPrefix(name, "DLQ_SERVICES_"):
 		return true
 	}
@@ -80,6 +81,7 @@ func TestConfigurationDocDefaults(t *testing.T) {
 	require.Equal(t, def.Replay, doc.Replay)
 	require.Equal(t, def.Cleanup, doc.Cleanup)
 	require.Equal(t, def.Management, doc.Management)
+	require.Equal(t, def.UI, doc.UI)
 	// The cron block leaves lease_ttl, instance and disabled to a comment.
 	cron := def.Cron
 	cron.LeaseTTL, cron.Instance, cron.Disabled = doc.Cron.LeaseTTL, doc.Cron.Instance, doc.Cron.Disabled

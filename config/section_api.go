@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlq/dlq/auth"
 )
@@ -24,6 +25,8 @@ import (
 //	  auth_failure_burst: 10
 //	  max_body_bytes: 1048576
 //	  confirm_above: 1000
+//	  approval_above: 0        # 0: off; above it a bulk action waits for a second principal
+//	  approval_ttl: 24h
 type API struct {
 	// Tokens besides DLQ_ADMIN_TOKEN.
 	Tokens []auth.Token `yaml:"tokens"`
@@ -45,6 +48,13 @@ type API struct {
 	// ConfirmAbove is the largest acknowledge or delete by filter that runs
 	// without confirm: true. Env DLQ_API_CONFIRM_ABOVE.
 	ConfirmAbove int64 `yaml:"confirm_above"`
+	// ApprovalAbove is the largest bulk replay, acknowledge or delete that
+	// runs without a second principal's approval; above it the request
+	// waits for one. 0 turns approval off. Env DLQ_APPROVAL_ABOVE.
+	ApprovalAbove int64 `yaml:"approval_above"`
+	// ApprovalTTL is how long a request waits for approval before it
+	// expires. Env DLQ_APPROVAL_TTL.
+	ApprovalTTL Duration `yaml:"approval_ttl"`
 }
 
 // API defaults.
@@ -55,6 +65,7 @@ const (
 	APIAuthFailureBurst    = auth.FailureBurstDefault
 	APIMaxBodyBytesDefault = 1 << 20
 	APIConfirmAboveDefault = 1000
+	APIApprovalTTLDefault  = Duration(24 * time.Hour)
 )
 
 func defaultAPI() API {
@@ -65,6 +76,7 @@ func defaultAPI() API {
 		AuthFailureBurst: APIAuthFailureBurst,
 		MaxBodyBytes:     APIMaxBodyBytesDefault,
 		ConfirmAbove:     APIConfirmAboveDefault,
+		ApprovalTTL:      APIApprovalTTLDefault,
 	}
 }
 
@@ -91,6 +103,8 @@ func apiEnvVars() []envVar {
 		{"DLQ_API_AUTH_FAILURE_BURST", intVar("DLQ_API_AUTH_FAILURE_BURST", func(c *Config) *int { return &c.API.AuthFailureBurst })},
 		{"DLQ_API_MAX_BODY_BYTES", int64Var("DLQ_API_MAX_BODY_BYTES", func(c *Config) *int64 { return &c.API.MaxBodyBytes })},
 		{"DLQ_API_CONFIRM_ABOVE", int64Var("DLQ_API_CONFIRM_ABOVE", func(c *Config) *int64 { return &c.API.ConfirmAbove })},
+		{"DLQ_APPROVAL_ABOVE", int64Var("DLQ_APPROVAL_ABOVE", func(c *Config) *int64 { return &c.API.ApprovalAbove })},
+		{"DLQ_APPROVAL_TTL", durVar("DLQ_APPROVAL_TTL", func(c *Config) *Duration { return &c.API.ApprovalTTL })},
 	}
 }
 
@@ -135,6 +149,12 @@ func (c *Config) validateAPI() []error {
 	}
 	if a.ConfirmAbove < 0 {
 		errs = append(errs, fmt.Errorf("config: api.confirm_above / DLQ_API_CONFIRM_ABOVE %d must be >= 0 (0: never ask)", a.ConfirmAbove))
+	}
+	if a.ApprovalAbove < 0 {
+		errs = append(errs, fmt.Errorf("config: api.approval_above / DLQ_APPROVAL_ABOVE %d must be >= 0 (0: no approval)", a.ApprovalAbove))
+	}
+	if a.ApprovalTTL < Duration(time.Minute) {
+		errs = append(errs, fmt.Errorf("config: api.approval_ttl / DLQ_APPROVAL_TTL %s must be at least 1m", a.ApprovalTTL.D()))
 	}
 	if _, err := auth.New(c.AuthConfig()); err != nil {
 		errs = append(errs, fmt.Errorf("config: api.tokens: %w", err))

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +18,7 @@ func TestAPISection(t *testing.T) {
 	c, err := config.Load(config.Flags{}, env(nil))
 	require.NoError(t, err)
 	require.Equal(t, config.API{RatePerSecond: 50, RateBurst: 100, MaxBodyBytes: 1 << 20, ConfirmAbove: 1000,
-		AuthFailureRate: 0.1, AuthFailureBurst: 10}, c.API)
+		AuthFailureRate: 0.1, AuthFailureBurst: 10, ApprovalTTL: config.Duration(24 * time.Hour)}, c.API)
 
 	file := filepath.Join(t.TempDir(), "dlq.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(`

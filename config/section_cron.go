@@ -109,7 +109,7 @@ func (c *Config) validateCron() []error {
 	return errs
 }
 
-// checkSchedule accepts what the cleanup package's ParseSchedule accepts:
+// checkSchedule accepts what the cron package's ParseSchedule accepts:
 // "off", "@every <duration>" (at least 10ms), or a standard cron expression
 // or descriptor.
 func checkSchedule(spec string) error {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/internal/redact"
 )
 
 // Management points dlq at RabbitMQ's management HTTP API, which it uses
@@ -53,7 +55,7 @@ func (c *Config) validateManagement() []error {
 		u, err := url.Parse(m.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("config: management.url / DLQ_MANAGEMENT_URL %q must be an http:// or https:// URL of RabbitMQ's management API (e.g. http://guest:guest@127.0.0.1:15672/), or empty to turn the policy check off",
-				redactURL(m.URL)))
+				redact.URL(m.URL)))
 		}
 	}
 	if d := m.Interval.D(); d < ManagementIntervalMin || d > ManagementIntervalMax {

@@ -21,6 +21,8 @@ import (
 //	  keep_user_id: false        # republish the user_id property (see KeepUserID)
 //	  control_consumers: 1       # control commands handled at once
 //	  control_max_bytes: 1048576 # largest control command
+//	  edit_locked_headers: []    # headers an edit-then-replay may never change
+//	  edit_sensitive_headers: [] # headers an edit-then-replay changes only with force: true
 type Replay struct {
 	// MaxReplays skips messages already replayed this many times, unless
 	// a request says force. Env DLQ_REPLAY_MAX_REPLAYS.
@@ -62,6 +64,13 @@ type Replay struct {
 	// ControlMaxBytes bounds a control command's size. Env
 	// DLQ_CONTROL_MAX_BYTES.
 	ControlMaxBytes int `yaml:"control_max_bytes"`
+	// EditLockedHeaders may never be changed by an edit-then-replay, besides
+	// dlq's own (x-dlq-*) and the broker's death headers, which never may.
+	// Env DLQ_EDIT_LOCKED_HEADERS (comma list).
+	EditLockedHeaders []string `yaml:"edit_locked_headers"`
+	// EditSensitiveHeaders are changed by an edit-then-replay only with
+	// force: true. Env DLQ_EDIT_SENSITIVE_HEADERS (comma list).
+	EditSensitiveHeaders []string `yaml:"edit_sensitive_headers"`
 }
 
 // Replay defaults.
@@ -96,6 +105,8 @@ func defaultReplay() Replay {
 // replayEnvVars lists the environment variables of the replay section.
 func replayEnvVars() []envVar {
 	return []envVar{
+		{"DLQ_EDIT_LOCKED_HEADERS", listVar(func(c *Config) *[]string { return &c.Replay.EditLockedHeaders })},
+		{"DLQ_EDIT_SENSITIVE_HEADERS", listVar(func(c *Config) *[]string { return &c.Replay.EditSensitiveHeaders })},
 		{"DLQ_REPLAY_MAX_REPLAYS", intVar("DLQ_REPLAY_MAX_REPLAYS", func(c *Config) *int { return &c.Replay.MaxReplays })},
 		{"DLQ_REPLAY_LEASE", durVar("DLQ_REPLAY_LEASE", func(c *Config) *Duration { return &c.Replay.Lease })},
 		{"DLQ_REPLAY_BATCH_SIZE", intVar("DLQ_REPLAY_BATCH_SIZE", func(c *Config) *int { return &c.Replay.BatchSize })},

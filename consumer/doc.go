@@ -17,6 +17,14 @@
 // next batch meanwhile. With the prefetch at twice the batch size the broker
 // never waits on us.
 //
+// # Conversion
+//
+// Converting a delivery into a row happens here, at the consumer's edge
+// (convert.go): package broker reads the headers into its own types (the
+// typed header JSON, the death record, failure details, dlq's replay
+// marks) and knows nothing of the schema. The row carries the parsed death
+// record next to the headers, so reads never parse x-death again.
+//
 // # Why not Watermill here
 //
 // Watermill's AMQP subscriber holds one message in flight per subscription
@@ -44,9 +52,10 @@
 //     from the number of rows it wrote (store.CommittedRows), so its
 //     duplicates count as duplicates, not as stored.
 //   - Headers the AMQP client library cannot decode arrive rewritten by
-//     package broker (framefilter.go) and are stored raw and flagged, with
-//     their AMQP encoding; before, such a message closed the connection on
-//     every delivery.
+//     package broker (framefilter.go), which keeps the original table with
+//     the Conn until the reader takes it (Conn.UndecodableHeaders); such a
+//     message is stored raw and flagged, with their AMQP encoding. Before,
+//     it closed the connection on every delivery.
 //   - Channel or connection lost: everything received on it is abandoned.
 //     Its delivery tags mean nothing on another channel, so nothing received
 //     before a reconnect is ever acknowledged. RabbitMQ redelivers those

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dlq/dlq/internal/promreg"
 	"github.com/dlq/dlq/store"
 )
 
@@ -48,17 +49,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Batches PostgreSQL refused for their data; they are split and the offending message stored raw.",
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.ingested, m.duplicates, m.batch, m.batchSize, m.writeErrors, m.dataErrors} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			return nil, fmt.Errorf("consumer: register metrics: %w", err)
-		}
+	var errs [6]error
+	m.ingested, errs[0] = promreg.Register(reg, m.ingested)
+	m.duplicates, errs[1] = promreg.Register(reg, m.duplicates)
+	m.batch, errs[2] = promreg.Register(reg, m.batch)
+	m.batchSize, errs[3] = promreg.Register(reg, m.batchSize)
+	m.writeErrors, errs[4] = promreg.Register(reg, m.writeErrors)
+	m.dataErrors, errs[5] = promreg.Register(reg, m.dataErrors)
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("consumer: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -213,7 +213,7 @@ func (w *worker) session(ctx context.Context) error {
 					return errors.New("subscription cancelled by the broker (queue deleted?)")
 				}
 			}
-			m := broker.Convert(&d, w.queue, cfg.Now())
+			m := convert(&d, w.queue, cfg.Now(), cfg.Conn.UndecodableHeaders)
 			if len(cur.batch.Messages) == 0 {
 				linger.Reset(cfg.Linger)
 				due = false

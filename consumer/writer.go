@@ -252,6 +252,7 @@ func rawForm(m store.NewMessage, cause error) (store.NewMessage, bool) {
 		DeathCount:       m.DeathCount,
 		Properties:       m.Properties,
 		Headers:          m.Headers,
+		XDeath:           m.XDeath,
 		Body:             m.Body,
 		FirstFailedAt:    m.FirstFailedAt,
 		FailedAt:         m.FailedAt,
@@ -264,7 +265,7 @@ func rawForm(m store.NewMessage, cause error) (store.NewMessage, bool) {
 		return m, false
 	case strings.HasPrefix(m.ConversionError, rawPrefix):
 		r.MessageID, r.SourceQueue, r.SourceExchange, r.SourceRoutingKey, r.Reason = "", "", "", "", "unknown"
-		r.Properties, r.Headers = []byte(`{}`), []byte(`{}`)
+		r.Properties, r.Headers, r.XDeath = []byte(`{}`), []byte(`{}`), []byte(noDeaths)
 		r.ConversionError = fmt.Sprintf("%sPostgreSQL refused the message and its raw form (%v); only the body, the dead-letter queue and the times are kept: %s",
 			rawMinimalPrefix, cause, strings.TrimPrefix(m.ConversionError, rawPrefix))
 	default:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -15,17 +16,27 @@ import (
 )
 
 // Control-queue commands. The first four are PRODUCT.md's contract; the
-// read-only ones serve the CLI's progress display and listings.
+// read-only ones serve the CLI's progress display and listings; the last
+// three decide requests waiting for approval.
 const (
-	CmdReplay       = "replay"
-	CmdAcknowledge  = "acknowledge"
-	CmdDelete       = "delete"
-	CmdCancelReplay = "cancel_replay"
-	CmdReplayStatus = "replay_status"
-	CmdListReplays  = "list_replays"
+	CmdReplay        = "replay"
+	CmdAcknowledge   = "acknowledge"
+	CmdDelete        = "delete"
+	CmdCancelReplay  = "cancel_replay"
+	CmdReplayStatus  = "replay_status"
+	CmdListReplays   = "list_replays"
+	CmdListApprovals = "list_approvals"
+	CmdApprove       = "approve"
+	CmdReject        = "reject"
+	CmdEditReplay    = "edit_replay"
 )
 
-var commandNames = []string{CmdReplay, CmdAcknowledge, CmdDelete, CmdCancelReplay, CmdReplayStatus, CmdListReplays}
+var commandNames = []string{CmdReplay, CmdAcknowledge, CmdDelete, CmdCancelReplay, CmdReplayStatus, CmdListReplays,
+	CmdListApprovals, CmdApprove, CmdReject, CmdEditReplay}
+
+// ResultApprovalPending is the result label (dlq_control_commands_total)
+// of a command answered ok: true with a request waiting for approval.
+const ResultApprovalPending = "approval_pending"
 
 // TokenHeader carries a control command's token.
 const TokenHeader = "x-dlq-token"
@@ -58,8 +69,17 @@ type Command struct {
 	// The fields of POST /api/v1/replays; ids, filter and limit also serve
 	// acknowledge, delete and list_replays.
 	replay.Request
-	// ID names a replay task (cancel_replay, replay_status).
+	// ID names a replay task (cancel_replay, replay_status) or an approval
+	// request (approve, reject).
 	ID int64 `json:"id,omitempty"`
+	// Reason says why a request is rejected (reject). Optional.
+	Reason string `json:"reason,omitempty"`
+	// The edit of edit_replay (id names the message; dry_run and force
+	// come with the replay fields).
+	BodyBase64    *string         `json:"body_base64,omitempty"`
+	Body          *string         `json:"body,omitempty"`
+	SetHeaders    json.RawMessage `json:"set_headers,omitempty"`
+	RemoveHeaders []string        `json:"remove_headers,omitempty"`
 	// Confirm lets a replay, acknowledge or delete by filter select more
 	// messages than the confirmation threshold (ControlConfig.ConfirmAbove).
 	Confirm bool `json:"confirm,omitempty"`
@@ -93,6 +113,13 @@ func ParseCommand(body []byte, maxBytes int) (Command, *CommandError) {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return salvage(body), cmdErr(CodeInvalidJSON, "command has data after its JSON object")
+	}
+	if len(c.SetHeaders) > 0 {
+		// As it is re-encoded: a command reads the same however spaced.
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, c.SetHeaders); err == nil {
+			c.SetHeaders = compact.Bytes()
+		}
 	}
 	if e := checkCommandID(c.CommandID); e != nil {
 		c.CommandID = ""
@@ -163,13 +190,45 @@ func (c Command) checkFields() *CommandError {
 		if c.ID <= 0 {
 			return cmdErr(CodeInvalidRequest, "%s needs id, the replay task's id (a positive number)", c.Command)
 		}
-	case CmdListReplays:
+	case CmdListReplays, CmdListApprovals:
 		replayOnly()
 		add(len(r.IDs) > 0, "ids")
 		add(r.Filter != nil, "filter")
 		add(r.DryRun, "dry_run")
 		add(c.ID != 0, "id")
 		add(c.Confirm, "confirm")
+	case CmdEditReplay:
+		add(r.RatePerSecond != 0, "rate_per_second")
+		add(r.DelaySeconds != 0, "delay_seconds")
+		add(r.Target != nil, "target")
+		add(r.Canary != nil, "canary")
+		add(len(r.IDs) > 0, "ids")
+		add(r.Filter != nil, "filter")
+		add(r.Limit != 0, "limit")
+		add(c.Confirm, "confirm")
+		if c.ID <= 0 {
+			return cmdErr(CodeInvalidRequest, "%s needs id, the message's id (a positive number)", c.Command)
+		}
+	case CmdApprove, CmdReject:
+		replayOnly()
+		add(len(r.IDs) > 0, "ids")
+		add(r.Filter != nil, "filter")
+		add(r.Limit != 0, "limit")
+		add(r.DryRun, "dry_run")
+		add(c.Confirm, "confirm")
+		add(c.Command == CmdApprove && c.Reason != "", "reason")
+		if c.ID <= 0 {
+			return cmdErr(CodeInvalidRequest, "%s needs id, the approval request's id (a positive number)", c.Command)
+		}
+	}
+	if c.Command != CmdReject && c.Reason != "" && !slices.Contains(extra, "reason") {
+		extra = append(extra, "reason")
+	}
+	if c.Command != CmdEditReplay {
+		add(c.BodyBase64 != nil, "body_base64")
+		add(c.Body != nil, "body")
+		add(len(c.SetHeaders) > 0, "set_headers")
+		add(len(c.RemoveHeaders) > 0, "remove_headers")
 	}
 	if len(extra) > 0 {
 		return cmdErr(CodeInvalidRequest, "%s does not take %s", c.Command, strings.Join(extra, ", "))
@@ -247,4 +306,9 @@ var actionOf = map[string]ops.Action{
 	CmdCancelReplay: ops.ActCancelReplay,
 	CmdReplayStatus: ops.ActGetReplay,
 	CmdListReplays:  ops.ActListReplays,
+
+	CmdListApprovals: ops.ActListApprovals,
+	CmdApprove:       ops.ActDecideApproval,
+	CmdReject:        ops.ActDecideApproval,
+	CmdEditReplay:    ops.ActEditReplay,
 }

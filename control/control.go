@@ -42,6 +42,10 @@ type Operations interface {
 	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 	Delete(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
+	ListApprovals(ctx context.Context, c ops.Caller, limit int) ([]store.Approval, error)
+	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
+	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
+	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 }
 
 // CommandStore remembers commands by command_id. *store.Store implements it.
@@ -223,6 +227,9 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 	case CmdListReplays:
 		ts, err := c.cfg.Ops.ListReplays(ctx, caller, cmd.Limit)
 		return c.answer(cmd, map[string]any{"replays": ts}, err)
+	case CmdListApprovals:
+		as, err := c.cfg.Ops.ListApprovals(ctx, caller, cmd.Limit)
+		return c.answer(cmd, map[string]any{"approvals": as}, err)
 	}
 
 	res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
@@ -318,6 +325,16 @@ func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (
 		}
 		res, err := act(ctx, caller, r)
 		return c.answer(cmd, res, err)
+	case CmdEditReplay:
+		res, err := c.cfg.Ops.EditReplay(ctx, caller, cmd.ID, ops.EditRequest{BodyBase64: cmd.BodyBase64, Body: cmd.Body,
+			SetHeaders: cmd.SetHeaders, RemoveHeaders: cmd.RemoveHeaders, Force: cmd.Force, DryRun: cmd.DryRun})
+		return c.answer(cmd, res, err)
+	case CmdApprove:
+		a, err := c.cfg.Ops.Approve(ctx, caller, cmd.ID)
+		return c.answer(cmd, a, err)
+	case CmdReject:
+		a, err := c.cfg.Ops.Reject(ctx, caller, cmd.ID, cmd.Reason)
+		return c.answer(cmd, a, err)
 	}
 	return c.answer(cmd, nil, cmdErr(CodeUnknownCommand, "command %q is not handled", cmd.Command))
 }
@@ -325,6 +342,18 @@ func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (
 // answer builds the answer of an executed command, mapping errors to
 // their public codes.
 func (c *Control) answer(cmd Command, result any, err error) (string, string, string) {
+	var pa *ops.PendingApproval
+	if errors.As(err, &pa) {
+		// Not a failure: the request waits for a second principal's
+		// approval; the answer says which request. It has its own result
+		// label, so that it is recorded like any answer (a replay's "ok"
+		// is recorded with its task, and no task was made).
+		a, merr := okAnswer(cmd.CommandID, map[string]any{"approval": pa.Approval})
+		if merr == nil {
+			return a, cmd.Command, ResultApprovalPending
+		}
+		err = merr
+	}
 	if err == nil {
 		a, merr := okAnswer(cmd.CommandID, result)
 		if merr == nil {

@@ -29,6 +29,10 @@ func FuzzParseCommand(f *testing.F) {
 		`{"command":"replay","command_id":"x","ids":["1 OR 1=1"]}`,
 		`{"command":"replay","command_id":"x","ids":[1e999]}`,
 		`{"command":"purge"}`,
+		`{"command":"edit_replay","command_id":"e1","id":7,"body":"{\"ok\":true}","set_headers":{ "a" : {"type":"int32","value":1} },"remove_headers":["b"],"dry_run":true}`,
+		`{"command":"approve","command_id":"a1","id":3}`,
+		`{"command":"reject","command_id":"r1","id":3,"reason":"too many"}`,
+		`{"command":"list_approvals","command_id":"l1","limit":5}`,
 		`[1,2,3]`, `null`, `{`, ``, "\x00\xff",
 		`{"command":"list_replays","command_id":"a"} trailing`,
 	} {

@@ -58,6 +58,8 @@ const (
 	CodeCanceled        = "canceled"
 	CodeTimeout         = "timeout"
 	CodeInternal        = "internal"
+	// CodeApprovalPending is not a failure: the request waits for approval.
+	CodeApprovalPending = "approval_pending"
 )
 
 // Classify maps an error of the layer to its public code. Doors render
@@ -69,6 +71,8 @@ func Classify(err error) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, ErrApprovalPending):
+		return CodeApprovalPending
 	case errors.Is(err, ErrForbidden):
 		return CodeForbidden
 	case errors.As(err, &ce):

@@ -98,7 +98,6 @@ func (s *Service) ExportMessages(ctx context.Context, c Caller, r ExportRequest,
 	for {
 		more, last, err := s.st.EachMessage(ctx, f, store.ListOptions{Limit: exportPage, Before: before, IncludeBody: true},
 			func(m store.Message) error {
-				fillDeath(&m)
 				if err := sink.Line(ExportLine{Message: m, Origin: origin}); err != nil {
 					return err
 				}

@@ -59,6 +59,7 @@ type importLine struct {
 	FirstFailedAt    *time.Time          `json:"first_failed_at"`
 	FailedAt         *time.Time          `json:"failed_at"`
 	DeathHistory     json.RawMessage     `json:"death_history"`
+	XDeath           json.RawMessage     `json:"x_death"`
 	ConversionError  *string             `json:"conversion_error"`
 	// Export is the ExportEnd line's one member.
 	Export json.RawMessage `json:"export"`
@@ -195,8 +196,7 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	if l.Headers[0] != '{' {
 		return store.ImportMessage{}, false, errors.New("headers are not a JSON object")
 	}
-	headers, err := broker.DecodeHeadersJSON(l.Headers)
-	if err != nil {
+	if _, err := broker.DecodeHeadersJSON(l.Headers); err != nil {
 		return store.ImportMessage{}, false, fmt.Errorf("headers are not the typed headers of an export: %w", err)
 	}
 	var fail struct {
@@ -219,8 +219,11 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 		Failure: l.Failure, FailureType: fail.Type, FailureMessage: fail.Message,
 		Properties: l.Properties, Headers: l.Headers, Body: *l.Body,
 		FirstFailedAt: *l.FirstFailedAt, FailedAt: *l.FailedAt,
-		// The search keys come from the decoded table, as at ingest.
-		HeaderValues: broker.HeaderSearchValues(headers),
+	}
+	if len(l.XDeath) > 0 && l.XDeath[0] == '[' {
+		// The death record as the exporting dlq parsed it; without it,
+		// reads derive it from the headers (migration 00070).
+		m.XDeath = l.XDeath
 	}
 	if l.MessageID != nil {
 		m.MessageID = *l.MessageID

@@ -2,13 +2,11 @@ package ops
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -85,9 +83,6 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if out.Messages == nil {
 		out.Messages = []store.Message{}
 	}
-	for i := range out.Messages {
-		fillDeath(&out.Messages[i])
-	}
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
 		out.NextCursor = &next
@@ -118,7 +113,13 @@ func (s *Service) GetMessage(ctx context.Context, c Caller, id int64) (store.Mes
 	if !p.Bodies {
 		m.Body = nil
 	}
-	fillDeath(&m)
+	e, edited, err := s.st.GetMessageEdit(ctx, id)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if edited {
+		m.Edited = &e
+	}
 	return m, nil
 }
 
@@ -166,9 +167,28 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 	if f, err = scoped(c.Principal, f); err != nil {
 		return store.ActionResult{}, err
 	}
-	return do(ctx, f, c.actor(), store.ActionOptions{
-		DryRun: r.DryRun, Confirm: r.Confirm, ConfirmAbove: s.cfg.ConfirmAbove, Limit: r.Limit,
-	})
+	if len(f.IDs) > 0 && f.Status == "" {
+		// Ids name messages whatever their status.
+		f.Status = "all"
+	}
+	opt := store.ActionOptions{DryRun: r.DryRun, Confirm: r.Confirm, ConfirmAbove: s.cfg.ConfirmAbove, Limit: r.Limit}
+	if !r.DryRun && s.cfg.ApprovalAbove > 0 {
+		dry := opt
+		dry.DryRun = true
+		res, err := do(ctx, f, c.actor(), dry)
+		if err != nil {
+			return store.ActionResult{}, err
+		}
+		if len(f.IDs) == 0 {
+			if err := needsConfirm(res.Matched, s.cfg.ConfirmAbove, r.Confirm); err != nil {
+				return store.ActionResult{}, err
+			}
+		}
+		if err := s.needsApproval(ctx, c, string(a), res.Matched, r, f, r.Limit); err != nil {
+			return store.ActionResult{}, err
+		}
+	}
+	return do(ctx, f, c.actor(), opt)
 }
 
 // DeleteMessage deletes one message within the caller's scope (admin).
@@ -262,28 +282,4 @@ func canonical(f store.Filter) string {
 	}
 	return strings.Join(append([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group},
 		f.Fields...), "\x00")
-}
-
-// fillDeath derives x_death from the stored x-death header: the parsed
-// entries, most recent first ([] when there is none).
-func fillDeath(m *store.Message) {
-	m.XDeath = json.RawMessage("[]")
-	if len(m.DeathHeader) == 0 || string(m.DeathHeader) == "null" {
-		return
-	}
-	buf := make([]byte, 0, len(m.DeathHeader)+16)
-	buf = append(buf, `{"x-death":`...)
-	buf = append(buf, m.DeathHeader...)
-	buf = append(buf, '}')
-	h, err := broker.DecodeHeadersJSON(buf)
-	if err != nil {
-		return
-	}
-	deaths := broker.ExtractDeath(h).Deaths
-	if len(deaths) == 0 {
-		return
-	}
-	if b, err := json.Marshal(deaths); err == nil {
-		m.XDeath = b
-	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/auth"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -31,11 +31,11 @@ type Replays interface {
 	Cancel(ctx context.Context, id int64, actor store.Actor, allow func(replay.Task) error) (replay.Task, error)
 }
 
-// CronViews is what the cron service shows; *cleanup.Service implements
+// CronViews is what the cron service shows; *cron.Service implements
 // it.
 type CronViews interface {
-	Jobs(ctx context.Context) (cleanup.JobsView, error)
-	Alerts(ctx context.Context) (cleanup.AlertsView, error)
+	Jobs(ctx context.Context) (cron.JobsView, error)
+	Alerts(ctx context.Context) (cron.AlertsView, error)
 }
 
 // Config configures a Service.
@@ -56,6 +56,21 @@ type Config struct {
 	// store.CountBudgetDefault and store.CountCapDefault.
 	CountBudget time.Duration
 	CountCap    int64
+	// ApprovalAbove is the largest bulk replay, acknowledge or delete that
+	// runs without a second principal's approval. Optional; 0 turns
+	// approval off.
+	ApprovalAbove int64
+	// ApprovalTTL is how long a request waits for a decision. Optional;
+	// default ApprovalTTLDefault.
+	ApprovalTTL time.Duration
+	// EditLockedHeaders may never be changed by an edit-then-replay,
+	// besides dlq's own and the broker's. Optional.
+	EditLockedHeaders []string
+	// EditSensitiveHeaders need force to be changed. Optional.
+	EditSensitiveHeaders []string
+	// KeepUserID shows an edit's copy with its user_id, as the replay
+	// service publishes it (replay.keep_user_id). Optional.
+	KeepUserID bool
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 }
@@ -68,6 +83,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("ops: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
 	case c.CountBudget < 0 || c.CountCap < 0:
 		return fmt.Errorf("ops: CountBudget (%s) and CountCap (%d) must be >= 0", c.CountBudget, c.CountCap)
+	case c.ApprovalAbove < 0 || c.ApprovalTTL < 0:
+		return fmt.Errorf("ops: ApprovalAbove (%d) and ApprovalTTL (%s) must be >= 0", c.ApprovalAbove, c.ApprovalTTL)
 	}
 	return nil
 }

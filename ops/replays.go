@@ -68,16 +68,28 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 		}
 	}
 	actor := c.actor()
-	if req.Filter != nil && !req.DryRun && !r.Confirm && s.cfg.ConfirmAbove > 0 &&
-		(req.Limit == 0 || int64(req.Limit) > s.cfg.ConfirmAbove) {
+	confirm := req.Filter != nil && !r.Confirm && s.cfg.ConfirmAbove > 0 &&
+		(req.Limit == 0 || int64(req.Limit) > s.cfg.ConfirmAbove)
+	approval := s.cfg.ApprovalAbove > 0 && req.Approval == 0
+	if !req.DryRun && (confirm || approval) {
 		dry := req
 		dry.DryRun = true
 		t, err := s.cfg.Replays.Start(ctx, dry, actor)
 		if err != nil {
 			return replay.Task{}, err
 		}
-		if t.Error == "" {
+		if t.Error == "" && confirm {
 			if err := needsConfirm(t.Remaining, s.cfg.ConfirmAbove, false); err != nil {
+				return replay.Task{}, err
+			}
+		}
+		if t.Error == "" && approval {
+			sel := store.Filter{IDs: req.IDs, Status: "all", Scope: req.Scope}
+			if req.Filter != nil {
+				sel = *req.Filter
+				sel.Scope = req.Scope
+			}
+			if err := s.needsApproval(ctx, c, "replay", t.Remaining, r, sel, req.Limit); err != nil {
 				return replay.Task{}, err
 			}
 		}

@@ -26,10 +26,16 @@ const (
 	ActAcknowledge  Action = "acknowledge"
 	ActStartReplay  Action = "start_replay"
 	ActCancelReplay Action = "cancel_replay"
+	ActEditReplay   Action = "edit_replay"
 	ActDelete       Action = "delete"
 	ActAudit        Action = "audit"
 	ActExport       Action = "export_messages"
 	ActImport       Action = "import_messages"
+	// Approvals: anyone may see the requests within their scope; deciding
+	// one needs at least operator, and then the role of what it carries
+	// out (ops.Approve checks both).
+	ActListApprovals  Action = "list_approvals"
+	ActDecideApproval Action = "decide_approval"
 )
 
 // permissions is the permission table: the least role each action needs.
@@ -48,6 +54,7 @@ var permissions = map[Action]string{
 	ActAcknowledge:  auth.RoleOperator,
 	ActStartReplay:  auth.RoleOperator,
 	ActCancelReplay: auth.RoleOperator,
+	ActEditReplay:   auth.RoleOperator,
 	ActDelete:       auth.RoleAdmin,
 	ActAudit:        auth.RoleAdmin,
 	// An export is a listing with bodies: a viewer allowed to see bodies
@@ -55,6 +62,9 @@ var permissions = map[Action]string{
 	// admin may do.
 	ActExport: auth.RoleViewer,
 	ActImport: auth.RoleAdmin,
+
+	ActListApprovals:  auth.RoleViewer,
+	ActDecideApproval: auth.RoleOperator,
 }
 
 // Actions lists every action, for tables and tests.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/alerts"
-	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
 )
 
@@ -126,12 +126,12 @@ func (s *Service) Audit(ctx context.Context, c Caller, r AuditRequest) (AuditPag
 
 // Jobs shows every cron job: schedule, lease holder, last success, recent
 // runs.
-func (s *Service) Jobs(ctx context.Context, c Caller) (cleanup.JobsView, error) {
+func (s *Service) Jobs(ctx context.Context, c Caller) (cron.JobsView, error) {
 	if err := Authorize(c.Principal, ActJobs); err != nil {
-		return cleanup.JobsView{}, err
+		return cron.JobsView{}, err
 	}
 	if s.cfg.Cron == nil {
-		return cleanup.JobsView{}, unavailable("cron jobs are not available on this instance")
+		return cron.JobsView{}, unavailable("cron jobs are not available on this instance")
 	}
 	return s.cfg.Cron.Jobs(ctx)
 }
@@ -139,17 +139,17 @@ func (s *Service) Jobs(ctx context.Context, c Caller) (cleanup.JobsView, error) 
 // Alerts shows the rules and the alerts pending, firing or just resolved.
 // A scoped caller sees only its queues' alerts and overrides, plus the
 // store-wide ones (capacity).
-func (s *Service) Alerts(ctx context.Context, c Caller) (cleanup.AlertsView, error) {
+func (s *Service) Alerts(ctx context.Context, c Caller) (cron.AlertsView, error) {
 	p := c.Principal
 	if err := Authorize(p, ActAlerts); err != nil {
-		return cleanup.AlertsView{}, err
+		return cron.AlertsView{}, err
 	}
 	if s.cfg.Cron == nil {
-		return cleanup.AlertsView{}, unavailable("alerts are not available on this instance")
+		return cron.AlertsView{}, unavailable("alerts are not available on this instance")
 	}
 	v, err := s.cfg.Cron.Alerts(ctx)
 	if err != nil {
-		return cleanup.AlertsView{}, err
+		return cron.AlertsView{}, err
 	}
 	if p.Queues != nil {
 		visible := make([]alerts.AlertView, 0, len(v.Alerts))
@@ -172,4 +172,14 @@ func (s *Service) Alerts(ctx context.Context, c Caller) (cleanup.AlertsView, err
 		v.Alerts = []alerts.AlertView{}
 	}
 	return v, nil
+}
+
+// Arrivals is each source queue's dead messages per hour over the last
+// day within the caller's scope, from the hourly counters (the console's
+// overview chart).
+func (s *Service) Arrivals(ctx context.Context, c Caller) (store.HourlyArrivals, error) {
+	if err := Authorize(c.Principal, ActStatus); err != nil {
+		return store.HourlyArrivals{}, err
+	}
+	return s.st.Arrivals(ctx, c.Principal.Queues)
 }

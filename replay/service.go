@@ -226,6 +226,17 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		Actor:          actor,
 		AuditSelection: auditSelection(req),
 		CommandID:      commandID,
+		Approval:       req.Approval,
+	}
+	if req.Edit != nil {
+		if len(req.IDs) != 1 {
+			return Task{}, invalid("an edit replays exactly one message, not %d", len(req.IDs))
+		}
+		b, err := json.Marshal(req.Edit)
+		if err != nil {
+			return Task{}, fmt.Errorf("replay: encode edit: %w", err)
+		}
+		n.Edit = &store.NewEdit{MessageID: req.IDs[0], Edit: b, CopyReplayID: req.Edit.ReplayID, AuditDetail: req.EditAudit}
 	}
 	if req.Target != nil {
 		ex := req.Target.Exchange

@@ -39,6 +39,15 @@ type Request struct {
 	// permission (auth.Principal.Queues), never user input. Nil means every
 	// queue.
 	Scope []string `json:"-"`
+	// Approval is the approval request this replay carries out (its filter
+	// then selects the request's snapshot): approved in the task's own
+	// transaction. Set by the operations layer, never user input.
+	Approval int64 `json:"-"`
+	// Edit makes this an edit-then-replay of the one message IDs names.
+	// Set by the operations layer, never decoded from a request.
+	Edit *Edit `json:"-"`
+	// EditAudit is the edit's diff for the audit row.
+	EditAudit map[string]any `json:"-"`
 }
 
 // Target is an exchange and routing key to publish to.

@@ -13,6 +13,14 @@
 #   2. the native Debian package: started without systemd (none runs here);
 #   3. apt-get install of that package first, when it is missing (root only).
 # "Running" is always decided by probing the port, never by asking an init system.
+# It also installs Chromium (Debian's chromium) for the web console's browser tests when
+# it is missing (root only; elsewhere those tests are skipped, saying why).
+#
+# Also, optionally: promtool and amtool, which the deploy tests use to check the Prometheus
+# rules and the Alertmanager configuration (they skip those checks without them). When
+# missing they are installed from the Debian packages prometheus and
+# prometheus-alertmanager (root only); their daemons are not started. A package that
+# cannot be installed is only a note, never a failure.
 #
 # Usage: scripts/services.sh [--database NAME]...   (extra databases to create)
 # Environment:
@@ -59,8 +67,11 @@ show_out() { if [ -s "$OUT" ]; then sed 's/^/    | /' "$OUT" | tail -n 25 >&2; f
 # descriptor (epmd even from a plain rabbitmqctl) and hold the lock for their lifetime.
 LOCK=${TMPDIR:-/tmp}/dlq-services.$(id -u).lock
 LOCKED=""
+POLICY_RC=/usr/sbin/policy-rc.d
+OUR_POLICY_RC=""
 cleanup() {
 	rm -rf "$WORK"
+	if [ -n "$OUR_POLICY_RC" ]; then rm -f "$POLICY_RC"; fi
 	if [ -n "$LOCKED" ]; then rm -rf "$LOCK"; fi
 }
 trap cleanup EXIT
@@ -481,4 +492,76 @@ for ep in "${PG_EPS[@]}"; do
 		[ ${#EXTRA_DBS[@]} -eq 0 ] || warn "not creating ${EXTRA_DBS[*]} on $host:$port: it is not local"
 	fi
 done
+# ---------------------------------------------------------------------------------------
+# Rule checkers (optional): promtool and amtool
+
+# apt_try_install package: like apt_install, but never fatal (returns 1 instead), never
+# pulls in recommended packages (prometheus recommends node-exporter, another daemon),
+# and never starts the package's daemon: a policy-rc.d that forbids every start is put in
+# place for the install when the machine has none (the mechanism invoke-rc.d and
+# deb-systemd-invoke ask), and on a systemd machine the unit is disabled afterwards so it
+# does not start at the next boot either.
+apt_try_install() { # package unit
+	is_root || return 1
+	have apt-get || return 1
+	if [ -z "$APT_UPDATED" ]; then
+		log "apt-get update"
+		if ! DEBIAN_FRONTEND=noninteractive apt-get update </dev/null >"$OUT" 2>&1; then
+			show_out
+			warn "apt-get update failed; not installing $1"
+			return 1
+		fi
+		APT_UPDATED=1
+	fi
+	if ! apt-cache show "$1" >/dev/null 2>&1; then
+		log "no package $1 in this machine's apt sources"
+		return 1
+	fi
+	if [ ! -e "$POLICY_RC" ]; then
+		printf '#!/bin/sh\n# written by dlq scripts/services.sh while it installs %s; removed when it ends\nexit 101\n' "$1" >"$POLICY_RC"
+		chmod 755 "$POLICY_RC"
+		OUR_POLICY_RC=1
+	fi
+	log "installing $1 without starting its daemon (apt-get install -y --no-install-recommends $1)"
+	local ok=0
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$1" </dev/null >"$OUT" 2>&1 || ok=1
+	if [ -n "$OUR_POLICY_RC" ]; then
+		rm -f "$POLICY_RC"
+		OUR_POLICY_RC=""
+	fi
+	if [ $ok -ne 0 ]; then
+		show_out
+		warn "apt-get install -y $1 failed (see above)"
+		return 1
+	fi
+	if [ -d /run/systemd/system ] && have systemctl; then
+		systemctl disable "$2" </dev/null >/dev/null 2>&1 || true
+	fi
+	return 0
+}
+
+ensure_checker() { # command package unit
+	if have "$1"; then
+		log "$1 already installed"
+	elif apt_try_install "$2" "$3" && have "$1"; then
+		log "$1 installed (package $2; its daemon $3 not started)"
+	elif is_root; then
+		log "$1 not installed: the deploy tests skip its checks"
+	else
+		log "$1 not installed (as root this script installs package $2): the deploy tests skip its checks"
+	fi
+}
+ensure_checker promtool prometheus prometheus.service
+ensure_checker amtool prometheus-alertmanager prometheus-alertmanager.service
+
+# Chromium, for the web console's browser tests (package console); optional like the
+# checkers: without it those tests are skipped, saying why.
+if have chromium || have chromium-browser || have google-chrome; then
+	log "chromium already installed"
+elif apt_try_install chromium chromium.service && have chromium; then
+	log "chromium installed"
+else
+	log "chromium not installed (as root this script installs package chromium): the console's browser tests are skipped"
+fi
+
 log "ready"

@@ -21,6 +21,10 @@ type ActionOptions struct {
 	// Limit caps how many messages a filter selects, oldest first.
 	// Optional; 0 means no cap.
 	Limit int
+	// Approval, when set, is the approval request this action carries out:
+	// it is approved in the action's own transaction (ErrConflict when it
+	// is no longer pending), and records the result.
+	Approval int64
 }
 
 // ActionResult reports a bulk acknowledge or delete.
@@ -128,6 +132,11 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
+	if !opt.DryRun {
+		if err := approvedInTx(ctx, tx, opt.Approval, actor); err != nil {
+			return res, err
+		}
+	}
 	if byIDs {
 		found, err := s.checkIDs(ctx, tx, action, f, where, args, &res)
 		if err != nil {
@@ -207,8 +216,14 @@ FROM chg GROUP BY 1, 2, 3, 4`, args...)
 	if len(res.NotFound) > 0 {
 		detail["not_found"] = res.NotFound
 	}
+	if opt.Approval > 0 {
+		detail["approval_id"] = opt.Approval
+	}
 	if err := insertAudit(ctx, tx, actor, action, f, res.Changed, detail); err != nil {
 		return res, fmt.Errorf("store: %s: %w", action, err)
+	}
+	if err := approvalResult(ctx, tx, opt.Approval, res); err != nil {
+		return res, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("store: %s: commit: %w", action, err)

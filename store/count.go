@@ -92,7 +92,8 @@ func (s *Store) CountMessages(ctx context.Context, f Filter, opt CountOptions) (
 
 // countedByTables reports whether the counter tables answer f exactly.
 func (f Filter) countedByTables() bool {
-	return f.FailedAfter == nil && f.FailedBefore == nil && f.Query == "" && len(f.IDs) == 0 && len(f.Fields) == 0
+	return f.FailedAfter == nil && f.FailedBefore == nil && f.Query == "" && len(f.IDs) == 0 && len(f.Fields) == 0 &&
+		f.MaxID <= 0 && f.Approval <= 0
 }
 
 // statusColumns maps a status to its column in failure_groups.

@@ -33,9 +33,18 @@ type Filter struct {
 	// Fields are conditions on JSON bodies (ParseField), all of which a
 	// message must meet.
 	Fields []string `json:"fields,omitempty"`
+	// MaxID, when positive, selects only messages with an id up to it: a
+	// snapshot bound. Ids follow arrival, so a selection the operator
+	// confirmed (the web console's "all N matching") leaves out every
+	// message stored after it was counted.
+	MaxID int64 `json:"max_id,omitempty"`
 	// Scope restricts to these source queues: the caller's permission, not
 	// a user filter. Nil means every queue.
 	Scope []string `json:"-"`
+	// Approval restricts to the snapshot of an approval request: the ids
+	// its selection matched when it was made. Set by the operations layer
+	// when it carries out an approved request, never from user input.
+	Approval int64 `json:"-"`
 }
 
 // ErrInvalidFilter wraps every filter validation error; the message names
@@ -76,6 +85,9 @@ func (f Filter) Validate() error {
 	}
 	if len(f.IDs) > MaxFilterIDs {
 		return fmt.Errorf("%w: ids lists %d ids; at most %d per request", ErrInvalidFilter, len(f.IDs), MaxFilterIDs)
+	}
+	if f.MaxID < 0 {
+		return fmt.Errorf("%w: max_id: %d must be a message id (or 0 for no bound)", ErrInvalidFilter, f.MaxID)
 	}
 	for _, id := range f.IDs {
 		if id <= 0 {
@@ -165,6 +177,12 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) ([]string, error) 
 	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, "m.id = ANY("+args.add(f.IDs)+")")
+	}
+	if f.MaxID > 0 {
+		conds = append(conds, "m.id <= "+args.add(f.MaxID))
+	}
+	if f.Approval > 0 {
+		conds = append(conds, "m.id IN (SELECT a.message_id FROM approval_items a WHERE a.approval_id = "+args.add(f.Approval)+")")
 	}
 	if len(f.Fields) > 0 {
 		fields, err := parseFields(f.Fields)

@@ -24,7 +24,7 @@ const (
 	JobLeaseLost = "lease_lost"
 	// JobSkipped: the tick was claimed by the instance holding the job
 	// while its previous run was still going, and a later tick came before
-	// that run ended (or the instance stopped). See package cleanup.
+	// that run ended (or the instance stopped). See package cron.
 	JobSkipped       = "skipped"
 	jobErrorMaxBytes = 2000
 )
@@ -67,7 +67,7 @@ const fenceIdleTimeout = 5 * time.Second
 // holder's own claim, so that the tick ran nowhere. The holder of a live
 // lease claims the tick without locking the lease row either: that row may be
 // held FOR SHARE for a while by the fenced writes of its run in progress (a
-// tick claimed then waits for that run; see package cleanup). Only a free or
+// tick claimed then waits for that run; see package cron). Only a free or
 // expired lease is taken under the row lock, by whichever instance locks it
 // first.
 func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {

@@ -21,8 +21,8 @@ var Statuses = []string{StatusPending, StatusReplaying, StatusReplayed, StatusAc
 // ReturnsUnknown is NewMessage.Returns when the broker gave no count.
 const ReturnsUnknown = -1
 
-// NewMessage is one dead message on its way in. The broker package builds it
-// from a delivery; JSON fields hold broker.AppendHeadersJSON output.
+// NewMessage is one dead message on its way in. The consumer builds it from
+// a delivery; Properties and Headers hold broker.AppendHeadersJSON output.
 type NewMessage struct {
 	MessageID        string
 	SourceQueue      string
@@ -37,9 +37,13 @@ type NewMessage struct {
 	FailureMessage string
 	Properties     json.RawMessage
 	Headers        json.RawMessage
-	Body           []byte
-	FirstFailedAt  time.Time
-	FailedAt       time.Time
+	// XDeath is the parsed x-death header as the API shows it (x_death):
+	// the entries, most recent first, [] when there are none. nil leaves
+	// it to be derived from Headers when the row is read (migration 00070).
+	XDeath        json.RawMessage
+	Body          []byte
+	FirstFailedAt time.Time
+	FailedAt      time.Time
 	// Fingerprint identifies the delivery's content for redelivery matching.
 	Fingerprint int64
 	// ConversionError is set when the delivery could not be converted; the

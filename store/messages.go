@@ -29,10 +29,10 @@ type Message struct {
 	// through as they are.
 	Properties json.RawMessage `json:"properties"`
 	Headers    json.RawMessage `json:"headers"`
-	// XDeath is filled by the API from DeathHeader.
+	// XDeath is the parsed x-death header, most recent entry first, []
+	// when none: stored at ingest (NewMessage.XDeath), derived from the
+	// headers in SQL for rows stored otherwise (migration 00070).
 	XDeath json.RawMessage `json:"x_death"`
-	// DeathHeader is the stored x-death header (typed JSON), nil when none.
-	DeathHeader json.RawMessage `json:"-"`
 	// Body is nil unless asked for.
 	Body           *[]byte    `json:"body,omitempty"`
 	BodySize       int64      `json:"body_size"`
@@ -52,12 +52,15 @@ type Message struct {
 	// ImportedFrom is where an imported message was first stored; absent
 	// for a message this dlq received itself.
 	ImportedFrom *ImportOrigin `json:"imported_from,omitempty"`
+	// Edited is the message's latest edit-then-replay, when it has one
+	// (single-message reads only).
+	Edited *MessageEdit `json:"edited,omitempty"`
 }
 
 // messageColumns are read in the order scanMessage expects; the body is
 // appended only when asked for, so lists never read TOASTed bodies.
 const messageColumns = `m.id, m.message_id, m.source_queue, m.source_exchange, m.source_routing_key,
-    m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, m.headers -> 'x-death',
+    m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, coalesce(m.x_death, dlq_x_death(m.headers)),
     m.body_size, m.status, m.replay_count, m.first_failed_at, m.failed_at, m.replayed_at, m.acknowledged_at,
     m.group_id, m.last_replay_error, m.conversion_error, m.death_history, m.imported_origin::text, m.imported_id`
 
@@ -70,7 +73,7 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 		importedFromID *int64
 	)
 	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
-		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.DeathHeader,
+		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.XDeath,
 		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
 		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID}
 	if withBody {
@@ -106,6 +109,9 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	}
 	if len(m.DeathHistory) == 0 {
 		m.DeathHistory = json.RawMessage("[]")
+	}
+	if len(m.XDeath) == 0 {
+		m.XDeath = json.RawMessage("[]")
 	}
 	return m, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -29,7 +30,16 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (MigrationResult,
 }
 
 func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (MigrationResult, error) {
-	locker, err := lock.NewPostgresSessionLocker()
+	// The lock is the schema's, not the database's: dlq instances sharing a
+	// schema take turns, while dlq's in other schemas of the same database
+	// (a test suite makes one per test) migrate side by side instead of
+	// queueing behind one database-wide lock. Nothing in the migrations
+	// reaches outside the schema.
+	var schema string
+	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return MigrationResult{}, fmt.Errorf("store: read the current schema: %w", err)
+	}
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(schemaLockID(schema)))
 	if err != nil {
 		return MigrationResult{}, fmt.Errorf("store: migration lock: %w", err)
 	}
@@ -64,4 +74,17 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) (MigrationResult
 		log.Info("migrations applied", "from_version", res.From, "to_version", res.To, "applied", res.Applied)
 	}
 	return res, nil
+}
+
+// schemaLockID is the advisory lock id of a schema's migrations: goose's
+// own id for the default schema, so that a dlq from before this change and
+// one after it still exclude each other there, and a hash of the name for
+// any other.
+func schemaLockID(schema string) int64 {
+	if schema == "public" {
+		return lock.DefaultLockID
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("dlq migrations " + schema))
+	return int64(h.Sum64())
 }

@@ -85,3 +85,40 @@ func TestSearchHashMigrationFillsExistingRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Messages, 1, "the migrated row is found through its hashed key")
 }
+
+// Instances sharing a schema take turns migrating it: started at once on
+// an empty schema, each finishes, one applies everything and the others
+// find nothing left. (Other schemas of the database are not held up: the
+// lock is the schema's.)
+func TestMigrateConcurrentlyOnOneSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := dlqtest.Schema(t)
+	const instances = 3
+	results := make(chan store.MigrationResult, instances)
+	errs := make(chan error, instances)
+	for range instances {
+		go func() {
+			st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2})
+			if err != nil {
+				errs <- err
+				results <- store.MigrationResult{}
+				return
+			}
+			defer st.Close()
+			res, err := st.Migrate(ctx, nil)
+			errs <- err
+			results <- res
+		}()
+	}
+	applied := 0
+	for range instances {
+		require.NoError(t, <-errs)
+	}
+	for range instances {
+		if len((<-results).Applied) > 0 {
+			applied++
+		}
+	}
+	require.Equal(t, 1, applied, "one instance applied the migrations, the others waited and found none")
+}

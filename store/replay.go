@@ -83,6 +83,9 @@ type ReplayTask struct {
 	UpdatedAt         time.Time
 	RunnerOwner       string
 	RunnerExpiresAt   *time.Time
+	// Edit is the edit an edit-then-replay task applies to its message
+	// (package replay's form); nil for every other task.
+	Edit json.RawMessage
 }
 
 // Remaining is how many selected messages are not settled yet.
@@ -94,7 +97,7 @@ const replayTaskColumns = `id, status, request, scope, target_exchange, target_r
     canary_count, canary_wait_seconds, canary_started_at, canary_until, canary_ids, canary_passed,
     requested, claimed, published, failed, skipped, unknown, coalesce(error, ''),
     created_by, created_role, created_via, request_id, created_at, start_at, started_at, finished_at, updated_at,
-    coalesce(runner_owner, ''), runner_expires_at`
+    coalesce(runner_owner, ''), runner_expires_at, edit`
 
 func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 	var t ReplayTask
@@ -102,7 +105,7 @@ func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 		&t.RatePerSecond, &t.Force, &t.CanaryCount, &t.CanaryWaitSeconds, &t.CanaryStartedAt, &t.CanaryUntil,
 		&t.CanaryIDs, &t.CanaryPassed, &t.Requested, &t.Claimed, &t.Published, &t.Failed, &t.Skipped, &t.Unknown,
 		&t.Error, &t.CreatedBy, &t.CreatedRole, &t.CreatedVia, &t.RequestID, &t.CreatedAt, &t.StartAt,
-		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt)
+		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt, &t.Edit)
 	return t, err
 }
 
@@ -135,6 +138,28 @@ type NewReplayTask struct {
 	// command can never create a second task.
 	CommandID string
 	Answer    func(ReplayTask) (string, error)
+	// Approval, when set, is the approval request this task carries out:
+	// approved in the task's own transaction (ErrConflict when it is no
+	// longer pending), with the task's id as its result.
+	Approval int64
+	// Edit, when set, makes this the task of an edit-then-replay of the one
+	// message its selection names: the edit rides on the task (never in
+	// its request), and the message's edit is recorded in the same
+	// transaction; ErrConflict when the message is already edited or being
+	// edited.
+	Edit *NewEdit
+}
+
+// NewEdit is an edit-then-replay's record.
+type NewEdit struct {
+	// MessageID is the edited message.
+	MessageID int64
+	// Edit is what the runner applies, in the replay package's form.
+	Edit json.RawMessage
+	// CopyReplayID is the copy's x-dlq-replay-id.
+	CopyReplayID string
+	// AuditDetail is added to the task's audit row (the diff).
+	AuditDetail map[string]any
 }
 
 // CreateReplayTask records a task and its snapshot (the ids of the
@@ -151,6 +176,9 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
+	if err := approvedInTx(ctx, tx, n.Approval, n.Actor); err != nil {
+		return ReplayTask{}, err
+	}
 	var scope any
 	if n.Selection.Scope != nil {
 		scope = n.Selection.Scope
@@ -159,17 +187,28 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	if startAt.IsZero() {
 		startAt = time.Now()
 	}
-	var id int64
+	var (
+		id   int64
+		edit []byte
+	)
+	if n.Edit != nil {
+		edit = n.Edit.Edit
+	}
 	err = tx.QueryRow(ctx, `
 INSERT INTO replay_tasks (status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
-    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at)
-VALUES ('scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()))
+    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit)
+VALUES ('scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14)
 RETURNING id`,
 		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
 		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
-		cleanText(n.Actor.RequestID), startAt).Scan(&id)
+		cleanText(n.Actor.RequestID), startAt, edit).Scan(&id)
 	if err != nil {
 		return ReplayTask{}, fmt.Errorf("store: insert replay task: %w", err)
+	}
+	if n.Edit != nil {
+		if err := recordEdit(ctx, tx, id, *n.Edit, n.Actor); err != nil {
+			return ReplayTask{}, err
+		}
 	}
 
 	limit := n.Limit
@@ -215,7 +254,20 @@ UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColum
 	if n.CanaryCount > 0 {
 		detail["canary"] = map[string]any{"count": n.CanaryCount, "wait_seconds": int(n.CanaryWait / time.Second)}
 	}
-	if err := insertAudit(ctx, tx, n.Actor, "replay", n.AuditSelection, requested, detail); err != nil {
+	if n.Approval > 0 {
+		detail["approval_id"] = n.Approval
+	}
+	action := "replay"
+	if n.Edit != nil {
+		action = ActionEditReplay
+		for k, v := range n.Edit.AuditDetail {
+			detail[k] = v
+		}
+	}
+	if err := insertAudit(ctx, tx, n.Actor, action, n.AuditSelection, requested, detail); err != nil {
+		return ReplayTask{}, err
+	}
+	if err := approvalResult(ctx, tx, n.Approval, map[string]any{"task_id": id, "requested": requested}); err != nil {
 		return ReplayTask{}, err
 	}
 	if n.CommandID != "" && n.Answer != nil {

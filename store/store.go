@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/internal/redact"
 )
 
 // Config configures a Store.
@@ -28,6 +30,9 @@ type Config struct {
 	// and tests that check the plans of the queries really sent).
 	// Optional.
 	Tracer pgx.QueryTracer
+	// Up, when set, is told by Watch whether PostgreSQL answers (the
+	// dlq_up gauge). Optional.
+	Up prometheus.Gauge
 }
 
 const maxConnsDefault = 10
@@ -46,6 +51,7 @@ func (c *Config) validate() error {
 type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+	up   prometheus.Gauge // nil: not reported
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
@@ -68,9 +74,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pcfg.HealthCheckPeriod = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("store: create pool for %s: %w", redact(cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("store: create pool for %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
-	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default())}, nil
+	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up}, nil
 }
 
 // Ping checks that PostgreSQL answers.
@@ -86,16 +92,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the pool, waiting for borrowed connections to come back.
 func (s *Store) Close() { s.pool.Close() }
 
-// Pool exposes the pool to tests and tools in this module that need raw
-// access (the benchmark generator). Runtime code uses Store's methods.
+// Pool exposes the pool to tests in this module that need raw access.
+// Runtime code uses Store's methods, and the benchmarks its benchmark
+// support (bench.go).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// redact hides a password in a connection string for error messages.
-func redact(dsn string) string {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return "(unparseable database URL)"
-	}
-	c := cfg.ConnConfig
-	return fmt.Sprintf("postgres://%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
-}

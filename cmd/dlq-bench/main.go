@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/dlq/dlq/internal/bench"
 )
 
 // benchmark is one entry of the dispatch table: run gets the arguments after
@@ -17,10 +19,11 @@ type benchmark struct {
 // benchmarks is the dispatch table: one line per benchmark, kept sorted by name.
 func benchmarks() map[string]benchmark {
 	return map[string]benchmark{
-		"api":     {"load 10M messages via COPY, measure p50/p99 of API pages, search, stats, status; ingest cost of the search index", benchAPI},
-		"cleanup": {"delete 1M expired messages while ingest runs (throughput drop, delete rate); status and gauge reads at 10M rows", benchCleanup},
-		"ingest":  {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", benchIngest},
-		"replay":  {"replay N stored 1 KiB messages with claims and confirms; msgs/s and CPU split", benchReplay},
+		"api":     {"load 10M messages via COPY, measure p50/p99 of API pages, search, stats, status; ingest cost of the search index", bench.API},
+		"cleanup": {"delete 1M expired messages while ingest runs (throughput drop, delete rate); status and gauge reads at 10M rows", bench.Cleanup},
+		"console": {"sign in to the web console on the api benchmark's schema (10M messages) and measure p50/p99 and weight of each page", bench.Console},
+		"ingest":  {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", bench.Ingest},
+		"replay":  {"replay N stored 1 KiB messages with claims and confirms; msgs/s and CPU split", bench.Replay},
 	}
 }
 

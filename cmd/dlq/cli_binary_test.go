@@ -20,6 +20,8 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/internal/cli"
+	"github.com/dlq/dlq/internal/cli/clitest"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
 )
@@ -68,7 +70,7 @@ func execDLQ(t *testing.T, bin, url, token string, args ...string) (int, string,
 func TestCLIBinary(t *testing.T) {
 	t.Parallel()
 	bin := dlqBinary(t)
-	url, _, ids := cliServer(t)
+	url, _, ids := clitest.Server(t)
 	const admin = "cli-admin-token"
 	id := fmt.Sprint(ids[0])
 
@@ -80,15 +82,16 @@ func TestCLIBinary(t *testing.T) {
 		"QUEUE":          {"status"},
 		"dry run: 1 messages would be acknowledged": {"ack", "--dry-run", id},
 		"dry run: 6 messages would be deleted":      {"rm", "--dry-run", "--status", "all"},
+		"ACTION":                                    {"audit", "--since", "1h"},
 	}
 	for want, args := range tables {
 		code, out, errOut := execDLQ(t, bin, url, admin, args...)
-		require.Equal(t, exitOK, code, "dlq %v: %s", args, errOut)
+		require.Equal(t, cli.ExitOK, code, "dlq %v: %s", args, errOut)
 		require.Contains(t, out, want, "dlq %v", args)
 		require.False(t, json.Valid([]byte(out)), "dlq %v prints a table, not JSON", args)
 
 		code, out, errOut = execDLQ(t, bin, url, admin, append([]string{args[0], "--json"}, args[1:]...)...)
-		require.Equal(t, exitOK, code, "dlq %v --json: %s", args, errOut)
+		require.Equal(t, cli.ExitOK, code, "dlq %v --json: %s", args, errOut)
 		require.True(t, json.Valid([]byte(out)), "dlq %v --json: %s", args, out)
 	}
 
@@ -98,15 +101,20 @@ func TestCLIBinary(t *testing.T) {
 		args  []string
 		say   string
 	}{
-		{exitUsage, admin, []string{"ls", "--staus", "pending"}, "flag provided but not defined"},
-		{exitUsage, admin, []string{"ls", "--status", "bogus"}, "status"},
-		{exitUsage, admin, []string{"rm", "--status", "all"}, "--yes"},
-		{exitUsage, admin, []string{"show", "x"}, "not a message id"},
-		{exitUsage, admin, []string{"no-such-command"}, "unknown command"},
-		{exitNotFound, admin, []string{"show", "999999"}, "not_found"},
-		{exitDenied, "", []string{"status"}, "DLQ_TOKEN"},
-		{exitDenied, "wrong-token", []string{"stats", "--json"}, "invalid_token"},
-		{exitDenied, "cli-viewer-token", []string{"ack", id}, "forbidden"},
+		{cli.ExitUsage, admin, []string{"ls", "--staus", "pending"}, "flag provided but not defined"},
+		{cli.ExitUsage, admin, []string{"ls", "--status", "bogus"}, "status"},
+		{cli.ExitUsage, admin, []string{"rm", "--status", "all"}, "--yes"},
+		{cli.ExitUsage, admin, []string{"show", "x"}, "not a message id"},
+		{cli.ExitUsage, admin, []string{"no-such-command"}, "unknown command"},
+		{cli.ExitNotFound, admin, []string{"show", "999999"}, "not_found"},
+		{cli.ExitDenied, "", []string{"status"}, "DLQ_TOKEN"},
+		{cli.ExitDenied, "wrong-token", []string{"stats", "--json"}, "invalid_token"},
+		{cli.ExitDenied, "cli-viewer-token", []string{"ack", id}, "forbidden"},
+		{cli.ExitDenied, "cli-viewer-token", []string{"audit"}, "forbidden"},
+		{cli.ExitUsage, admin, []string{"audit", "--since", "yesterday"}, "--since"},
+		// This server runs no cron service.
+		{cli.ExitUnavailable, admin, []string{"jobs"}, "unavailable (HTTP 503)"},
+		{cli.ExitUnavailable, admin, []string{"alerts", "--json"}, "unavailable (HTTP 503)"},
 	} {
 		code, out, errOut := execDLQ(t, bin, url, c.token, c.args...)
 		require.Equal(t, c.code, code, "dlq %v: %s%s", c.args, out, errOut)
@@ -115,11 +123,11 @@ func TestCLIBinary(t *testing.T) {
 
 	// Nothing listening, and a server that fails (its database is gone).
 	code, _, errOut := execDLQ(t, bin, "http://127.0.0.1:1", admin, "status")
-	require.Equal(t, exitUnavailable, code)
+	require.Equal(t, cli.ExitUnavailable, code)
 	require.Contains(t, errOut, "cannot reach dlq")
 	broken := brokenServer(t)
 	code, _, errOut = execDLQ(t, bin, broken, admin, "status")
-	require.Equal(t, exitUnavailable, code, errOut)
+	require.Equal(t, cli.ExitUnavailable, code, errOut)
 	require.Contains(t, errOut, "internal (HTTP 500)")
 }
 

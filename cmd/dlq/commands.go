@@ -4,16 +4,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
-)
 
-// Exit codes, the same for every subcommand.
-const (
-	exitOK          = 0
-	exitFailure     = 1 // the operation failed (see stderr)
-	exitUsage       = 2 // bad command line or configuration
-	exitUnavailable = 3 // a dependency (RabbitMQ, PostgreSQL, the API) is unreachable
-	exitNotFound    = 4 // the thing asked for does not exist
-	exitDenied      = 5 // authentication or permission refused
+	"github.com/dlq/dlq/internal/cli"
 )
 
 type command struct {
@@ -22,22 +14,26 @@ type command struct {
 	run     func(args []string) int
 }
 
-// commands lists every subcommand; each lives in its own file.
+// commands lists every subcommand. Running dlq lives in this package
+// (serve.go, migrate.go, topology.go); operating it is package cli.
 func commands() []command {
 	return []command{
 		{"serve", "run dlq: ingest, replay, cron jobs and the HTTP API", cmdServe},
 		{"migrate", "apply database migrations and exit", cmdMigrate},
 		{"topology", "declare the dead-letter exchange, queues and configured source queues", cmdTopology},
-		{"replay", "replay messages by id or filter, at a rate, after a delay, with a canary", cmdReplay},
-		{"replays", "list replay tasks, or show one", cmdReplays},
-		{"cancel", "cancel a replay task", cmdCancel},
-		{"ls", "list dead messages (filters, search, pages) through the HTTP API", cmdLs},
-		{"show", "show one dead message with headers, death record and body", cmdShow},
-		{"groups", "list failure groups, largest first", cmdGroups},
-		{"stats", "overview: counts by status, queue, reason; oldest pending; top groups", cmdStats},
-		{"status", "per source queue counts", cmdStatus},
-		{"ack", "acknowledge messages by id or filter", cmdAck},
-		{"rm", "delete messages by id or filter", cmdRm},
+		{"replay", "replay messages by id or filter, at a rate, after a delay, with a canary", cli.Replay},
+		{"replays", "list replay tasks, or show one", cli.Replays},
+		{"cancel", "cancel a replay task", cli.Cancel},
+		{"ls", "list dead messages (filters, search, pages) through the HTTP API", cli.Ls},
+		{"show", "show one dead message with headers, death record and body", cli.Show},
+		{"groups", "list failure groups, largest first", cli.Groups},
+		{"stats", "overview: counts by status, queue, reason; oldest pending; top groups", cli.Stats},
+		{"status", "per source queue counts", cli.Status},
+		{"ack", "acknowledge messages by id or filter", cli.Ack},
+		{"rm", "delete messages by id or filter", cli.Rm},
+		{"audit", "who did what: the audit log, newest first (filters, pages)", cli.Audit},
+		{"jobs", "cron jobs: schedule, lease, last success and recent runs", cli.Jobs},
+		{"alerts", "alerts pending, firing or just resolved, and the rules", cli.Alerts},
 		{"version", "print the version", cmdVersion},
 	}
 }
@@ -86,5 +82,5 @@ func versionString() string {
 
 func cmdVersion([]string) int {
 	fmt.Println("dlq", versionString())
-	return exitOK
+	return cli.ExitOK
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/dlq/dlq/alerts"
 	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
 )
 
@@ -17,9 +18,9 @@ import (
 // jobs) from the configuration. Every instance builds it; the jobs' leases
 // decide which instance runs each tick. ingest is this process's consumer,
 // which the expiry of ingest_inflight rows asks about its own consumers.
-func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slog.Logger, reg prometheus.Registerer) (*cleanup.Service, error) {
+func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slog.Logger, reg prometheus.Registerer) (*cron.Service, error) {
 	notifiers, err := cfg.Alerts.Notifiers(alerts.NotifierDeps{
-		EvalInterval: cleanup.ScheduleInterval(cfg.Cron.Alerts),
+		EvalInterval: cron.ScheduleInterval(cfg.Cron.Alerts),
 	})
 	if err != nil {
 		return nil, err
@@ -28,50 +29,44 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slo
 	for status, d := range cfg.Cleanup.Retention {
 		retention[status] = d.D()
 	}
-	// In the configuration 0 keeps records forever; in cleanup.Config a
-	// negative TTL does (0 there means "the default").
-	keep := func(d config.Duration) time.Duration {
-		if d == 0 {
-			return -1
-		}
-		return d.D()
-	}
-	return cleanup.New(cleanup.Config{
+	return cron.New(cron.Config{
 		Store:      st,
 		Logger:     log,
 		Registerer: reg,
 		Instance:   cfg.Cron.Instance,
 		LeaseTTL:   cfg.Cron.LeaseTTL.D(),
 		Disabled:   cfg.Cron.Disabled,
-		Schedules: cleanup.Schedules{
+		Schedules: cron.Schedules{
 			Summary:  cfg.Cron.Summary,
 			Cleanup:  cfg.Cron.Cleanup,
 			Capacity: cfg.Cron.Capacity,
 			Alerts:   cfg.Cron.Alerts,
 		},
-		Summary:      cleanup.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
-		Retention:    retention,
-		BatchSize:    cfg.Cleanup.BatchSize,
-		BatchTimeout: cfg.Cleanup.BatchTimeout.D(),
-		Pause:        cfg.Cleanup.Pause.D(),
-		Capacity: cleanup.Capacity{
-			MaxMessages:       cfg.Cleanup.MaxMessages,
-			MaxBytes:          cfg.Cleanup.MaxBytes,
-			AllowEvictPending: cfg.Cleanup.AllowEvictPending,
+		Summary: cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
+		Cleanup: cleanup.Config{
+			Retention:    retention,
+			BatchSize:    cfg.Cleanup.BatchSize,
+			BatchTimeout: cfg.Cleanup.BatchTimeout.D(),
+			Pause:        cfg.Cleanup.Pause.D(),
+			Capacity: cleanup.Capacity{
+				MaxMessages:       cfg.Cleanup.MaxMessages,
+				MaxBytes:          cfg.Cleanup.MaxBytes,
+				AllowEvictPending: cfg.Cleanup.AllowEvictPending,
+			},
+			ControlCommandTTL: cleanup.ConfiguredTTL(cfg.Cleanup.ControlCommandTTL.D()),
+			ReplayTaskTTL:     cleanup.ConfiguredTTL(cfg.Cleanup.ReplayTaskTTL.D()),
+			JobRunTTL:         cleanup.ConfiguredTTL(cfg.Cleanup.JobRunTTL.D()),
+			AuditTTL:          cleanup.ConfiguredTTL(cfg.Cleanup.AuditTTL.D()),
+			IngestInflightTTL: cleanup.ConfiguredTTL(cfg.Cleanup.IngestInflightTTL.D()),
+			Ingest:            ingest,
 		},
-		ControlCommandTTL: keep(cfg.Cleanup.ControlCommandTTL),
-		ReplayTaskTTL:     keep(cfg.Cleanup.ReplayTaskTTL),
-		JobRunTTL:         keep(cfg.Cleanup.JobRunTTL),
-		AuditTTL:          keep(cfg.Cleanup.AuditTTL),
-		IngestInflightTTL: keep(cfg.Cleanup.IngestInflightTTL),
-		Ingest:            ingest,
-		Alerts:            cleanup.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
+		Alerts: cron.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
 	})
 }
 
 // stopCron is shutdown step 3: no new ticks; runs in progress stop at their
 // next statement (what they committed stays) and record their end.
-func stopCron(c *cleanup.Service, log *slog.Logger) {
+func stopCron(c *cron.Service, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := c.Stop(ctx); err != nil {

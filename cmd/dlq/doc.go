@@ -10,16 +10,18 @@
 //	               queue and the configured source queues, and exit
 //	dlq version    print the version (also dlq --version)
 //
-// Operating it: ls, show, groups, stats, status, ack and rm call the HTTP
-// API (DLQ_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN); replay, replays and cancel send commands to the
-// control queue (DLQ_AMQP_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN).
+// Operating it (package internal/cli): ls, show, groups, stats, status,
+// ack, rm, audit, jobs and alerts call the HTTP API (DLQ_URL, DLQ_TOKEN or
+// DLQ_ADMIN_TOKEN);
+// replay, replays and cancel send commands to the control queue
+// (DLQ_AMQP_URL, DLQ_TOKEN or DLQ_ADMIN_TOKEN).
 //
 // Configuration comes from package config: defaults, an optional YAML file
 // (--config), DLQ_* environment variables and the flags --amqp-url,
 // --database-url, --http-addr and --no-migrate. A wrong value stops the
 // command before it does anything, with exit code 2.
 //
-// Every subcommand uses the same exit codes (commands.go): 0 done, 1 the
+// Every subcommand uses the same exit codes (internal/cli): 0 done, 1 the
 // operation failed, 2 bad command line or configuration (including a
 // topology RabbitMQ refuses), 3 a dependency is unreachable, 4 not found,
 // 5 denied.

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/dlq/dlq/internal/cli"
 )
 
 func main() {
@@ -12,7 +14,7 @@ func main() {
 func run(args []string) int {
 	if len(args) == 0 {
 		usage(os.Stderr)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	name, rest := args[0], args[1:]
 	for _, c := range commands() {
@@ -23,11 +25,11 @@ func run(args []string) int {
 	switch name {
 	case "help", "-h", "--help":
 		usage(os.Stdout)
-		return exitOK
+		return cli.ExitOK
 	case "--version", "-version":
 		return cmdVersion(rest)
 	}
 	fmt.Fprintf(os.Stderr, "dlq: unknown command %q\n\n", name)
 	usage(os.Stderr)
-	return exitUsage
+	return cli.ExitUsage
 }

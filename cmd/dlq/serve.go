@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -18,14 +16,16 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/console"
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
 func cmdServe(args []string) int {
-	cfg, log, _, code := loadConfig("serve", args, nil)
+	cfg, log, _, code := cli.LoadConfig("serve", args, nil)
 	if code >= 0 {
 		return code
 	}
@@ -34,9 +34,9 @@ func cmdServe(args []string) int {
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("dlq serve stopped", "error", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // serve wires the components together and runs them until ctx ends.
@@ -60,14 +60,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, []string{"component"})
 	reg.MustRegister(up)
 
-	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues) + replayConns(cfg)), Logger: log, Registerer: reg})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues) + replayConns(cfg)),
+		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres")})
 	if err != nil {
 		return err
 	}
 	defer st.Close() // 6.
 
 	if !cfg.NoMigrate {
-		if err := migrateWhenReachable(ctx, st, log); err != nil {
+		if _, err := st.MigrateWhenReachable(ctx); err != nil {
 			return err
 		}
 	}
@@ -92,14 +93,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		go func() { _ = pc.Run(ctx) }()
 	}
 
-	topo := cfg.BrokerTopology()
-	// Consumers start after the first attempt, so a fresh broker does not
-	// greet them with "no queue"; a refusal does not hold them back.
-	firstTry := make(chan struct{})
-	var firstOnce sync.Once
-	go declareTopology(ctx, conn, topo, cfg.Topology.DeclareSources, log, func() { firstOnce.Do(func() { close(firstTry) }) })
+	declarer, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: conn, Topology: cfg.BrokerTopology(),
+		Sources: cfg.Topology.DeclareSources, Logger: log})
+	if err != nil {
+		return err
+	}
+	// Retried in the background until declared; it needs no place in the
+	// shutdown order. Consumers start after the first attempt.
+	go func() { _ = declarer.Run(ctx) }()
 	select {
-	case <-firstTry:
+	case <-declarer.Tried():
 	case <-time.After(15 * time.Second):
 	case <-ctx.Done():
 	}
@@ -140,7 +143,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 
 	// The operations layer: every rule of every front door, once.
-	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove, Logger: log})
+	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
+		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(),
+		EditLockedHeaders: cfg.Replay.EditLockedHeaders, EditSensitiveHeaders: cfg.Replay.EditSensitiveHeaders,
+		KeepUserID: cfg.Replay.KeepUserID, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -149,8 +155,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	// The web console, beside the API on its port (DLQ_UI=false: none).
+	mount := map[string]http.Handler{}
+	if cfg.UI.Enabled {
+		ui, err := console.New(console.Config{Ops: operations, Auth: authn, Sessions: st, SessionTTL: cfg.UI.SessionTTL.D(),
+			RequestID: api.RequestID, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		mount[console.Path] = ui
+	}
+
 	srv, err := api.New(api.Config{
 		Addr:         cfg.HTTPAddr,
+		Mount:        mount,
 		Gatherer:     reg,
 		Registerer:   reg,
 		Logger:       log,
@@ -178,7 +196,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
 
-	go watchDatabase(ctx, st, up.WithLabelValues("postgres"), log)
+	go func() { _ = st.Watch(ctx) }()
 	consumeDone := make(chan error, 1)
 	go func() { consumeDone <- cons.Run(ctx) }()
 	controlDone := make(chan error, 1)
@@ -216,96 +234,4 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("shutdown complete")
 	return nil
-}
-
-// watchDatabase keeps dlq_up{component="postgres"} current even when no
-// message flows, and logs the transitions.
-func watchDatabase(ctx context.Context, st *store.Store, g prometheus.Gauge, log *slog.Logger) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	up := true
-	for {
-		err := st.Ping(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil && up:
-			log.Warn("PostgreSQL unreachable", "error", err)
-		case err == nil && !up:
-			log.Info("PostgreSQL reachable again")
-		}
-		up = err == nil
-		if up {
-			g.Set(1)
-		} else {
-			g.Set(0)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// migrateWhenReachable applies migrations, waiting for PostgreSQL if it is
-// not up yet: dlq may start before its database.
-func migrateWhenReachable(ctx context.Context, st *store.Store, log *slog.Logger) error {
-	backoff := 500 * time.Millisecond
-	for {
-		_, err := st.Migrate(ctx, log)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("migrations not applied: %w", err)
-		}
-		if st.Ping(ctx) == nil {
-			// PostgreSQL answers, so the migration itself is wrong: retrying
-			// cannot help.
-			return err
-		}
-		log.Warn("PostgreSQL unreachable; migrations wait for it", "error", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-// declareTopology declares dlq's exchange and queues, retrying while
-// RabbitMQ is unreachable. A refusal (for example a queue that exists with
-// other arguments) is logged with its explanation and retried slowly, so an
-// operator's fix takes effect without a restart and dlq never crash-loops.
-func declareTopology(ctx context.Context, conn *broker.Conn, t broker.Topology, sources bool, log *slog.Logger, tried func()) {
-	backoff := time.Second
-	defer tried()
-	for ctx.Err() == nil {
-		err := broker.DeclareOwn(ctx, conn, t)
-		if err == nil && sources && len(t.Sources) > 0 {
-			err = broker.DeclareSources(ctx, conn, t, log)
-		}
-		// The first attempt is over, whatever its outcome: serve goes on
-		// starting while a refusal is retried.
-		tried()
-		if err == nil {
-			log.Info("topology declared", "exchange", t.Exchange, "queues", t.Queues, "control_queue", t.ControlQueue)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, broker.ErrPrecondition) || errors.Is(err, broker.ErrInvalidTopology) {
-			backoff = 30 * time.Second
-		}
-		log.Error("cannot declare topology; retrying", "error", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
 }

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/cli"
 )
 
 func cmdTopology(args []string) int {
-	cfg, log, _, code := loadConfig("topology", args, nil)
+	cfg, log, _, code := cli.LoadConfig("topology", args, nil)
 	if code >= 0 {
 		return code
 	}
@@ -22,7 +23,7 @@ func cmdTopology(args []string) int {
 	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Name: "dlq topology", Logger: log})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq topology: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -34,7 +35,7 @@ func cmdTopology(args []string) int {
 	}
 	fmt.Printf("declared exchange %q (topic), queues %v bound with #, control queue %q\n", t.Exchange, t.Queues, t.ControlQueue)
 	if len(t.Sources) == 0 {
-		return exitOK
+		return cli.ExitOK
 	}
 	if err := broker.DeclareSources(ctx, conn, t, log); err != nil {
 		fmt.Fprintf(os.Stderr, "dlq topology: %v\n", err)
@@ -43,15 +44,15 @@ func cmdTopology(args []string) int {
 	for _, s := range t.Sources {
 		fmt.Printf("declared source queue %q\n", s.Name)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func topologyExit(err error) int {
 	switch {
 	case errors.Is(err, broker.ErrInvalidTopology), errors.Is(err, broker.ErrPrecondition):
-		return exitUsage
+		return cli.ExitUsage
 	case errors.Is(err, context.DeadlineExceeded):
-		return exitUnavailable
+		return cli.ExitUnavailable
 	}
-	return exitFailure
+	return cli.ExitFailure
 }

@@ -3,6 +3,7 @@ package doors_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +32,7 @@ import (
 // the other).
 var tokens = []auth.Token{
 	{Name: "op", Token: "op-token-0123456789", Role: auth.RoleOperator},
+	{Name: "admin-2", Token: "admin-2-token-0123456789", Role: auth.RoleAdmin},
 	{Name: "viewer", Token: "viewer-token-0123456789", Role: auth.RoleViewer},
 	{Name: "orders-ops", Token: "orders-ops-token-0123456789", Role: auth.RoleOperator, Queues: []string{"orders"}},
 	{Name: "orders-ops-2", Token: "orders-ops-2-token-0123456789", Role: auth.RoleOperator, Queues: []string{"orders"}},
@@ -65,33 +67,35 @@ const confirmAbove = 5
 //	task 4: admin, ids [orders]                   (hidden from scoped tokens: it could have touched any queue)
 type fixture struct {
 	st      *store.Store
+	dsn     string
 	ops     *ops.Service
 	msgs    []int64 // ids, orders first
 	tasks   []int64 // ids of tasks 1-4
 	replays *replay.Service
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, tweak ...func(*ops.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := replay.New(replay.Config{Store: st, Logger: discard, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	o, err := ops.New(ops.Config{Store: st, Replays: svc, ConfirmAbove: confirmAbove, Logger: discard})
+	cfg := ops.Config{Store: st, Replays: svc, ConfirmAbove: confirmAbove, Logger: discard}
+	// The content is made with the default rules; the doors get the
+	// tweaked ones.
+	o, err := ops.New(cfg)
 	require.NoError(t, err)
-	f := &fixture{st: st, ops: o, replays: svc}
-	for _, q := range []string{"orders", "billing"} {
-		b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
-		for i := range 8 {
-			b.Messages = append(b.Messages, store.NewMessage{
-				SourceQueue: q, DeadLetterQueue: "dlq", Reason: "rejected", Properties: []byte(`{}`), Headers: []byte(`{}`),
-				Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), FirstFailedAt: time.Now(), FailedAt: time.Now(), Fingerprint: int64(i + 1),
-			})
+	f := &fixture{st: st, dsn: dsn, ops: o, replays: svc}
+	defer func() {
+		for _, tw := range tweak {
+			tw(&cfg)
 		}
-		_, err := st.IngestBatch(ctx, b)
+		f.ops, err = ops.New(cfg)
 		require.NoError(t, err)
-	}
+	}()
+	f.deadLetters(t, "orders", 8)
+	f.deadLetters(t, "billing", 8)
 	page, err := o.ListMessages(ctx, caller("admin"), ops.ListRequest{Filter: store.Filter{Status: "all"}, Limit: 100})
 	require.NoError(t, err)
 	for _, m := range page.Messages {
@@ -114,6 +118,20 @@ func newFixture(t *testing.T) *fixture {
 		f.tasks = append(f.tasks, task.ID)
 	}
 	return f
+}
+
+// deadLetters stores n pending messages of queue.
+func (f *fixture) deadLetters(t *testing.T, queue string, n int) {
+	t.Helper()
+	b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
+	for i := range n {
+		b.Messages = append(b.Messages, store.NewMessage{
+			SourceQueue: queue, DeadLetterQueue: "dlq", Reason: "rejected", Properties: []byte(`{}`), Headers: []byte(`{}`),
+			Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), FirstFailedAt: time.Now(), FailedAt: time.Now(), Fingerprint: int64(i + 1),
+		})
+	}
+	_, err := f.st.IngestBatch(context.Background(), b)
+	require.NoError(t, err)
 }
 
 func (f *fixture) orders(i int) int64  { return f.msgs[i] }
@@ -148,6 +166,8 @@ type outcome struct {
 	Status           string
 	Matched, Changed int64
 	Requested        int64
+	// Count of an approval request shown or decided.
+	Count int64
 }
 
 // door sends one request as the named token, with requestID as the id the
@@ -160,13 +180,14 @@ type door interface {
 
 // request is one row's action, with ids resolved against a fixture.
 type request struct {
-	action  string // list_replays, get_replay, cancel_replay, replay, acknowledge, delete
-	id      int64  // a task id
+	action  string // list_replays, get_replay, cancel_replay, replay, acknowledge, delete, edit_replay, ...
+	id      int64  // a task, message or approval id
 	ids     []int64
 	filter  *store.Filter
 	limit   int
 	dryRun  bool
 	confirm bool
+	body    string // edit_replay's new body (sent base64: the fixture's messages have no content type)
 }
 
 type row struct {
@@ -247,6 +268,18 @@ func TestEveryDoorAnswersAlike(t *testing.T) {
 		{who: "admin", req: func(*fixture) request {
 			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
 		}, expect: outcome{Code: "ok", Matched: 5}}, // 8 billing, 2 acknowledged, 1 deleted
+		// Edit-then-replay: role, scope, one edit at a time.
+		{who: "viewer", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
+			expect: outcome{Code: ops.CodeForbidden}},
+		{who: "orders-ops", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
+			expect: outcome{Code: ops.CodeNotFound}},
+		{who: "op", req: func(f *fixture) request {
+			return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`, dryRun: true}
+		}, expect: outcome{Code: "ok", Status: "dry_run"}},
+		{who: "op", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
+			expect: outcome{Code: "ok", Status: replay.StatusScheduled, Requested: 1}, mutates: true},
+		{who: "admin", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":41}`} },
+			expect: outcome{Code: ops.CodeConflict}},
 	}
 
 	httpDoor := newHTTPDoor(t)
@@ -309,9 +342,9 @@ type httpDoor struct {
 	url string
 }
 
-func newHTTPDoor(t *testing.T) *httpDoor {
+func newHTTPDoor(t *testing.T, tweak ...func(*ops.Config)) *httpDoor {
 	t.Helper()
-	f := newFixture(t)
+	f := newFixture(t, tweak...)
 	s, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: f.ops, Auth: authenticator(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gatherer: prometheus.NewRegistry()})
 	require.NoError(t, err)
@@ -340,6 +373,13 @@ func (d *httpDoor) do(t *testing.T, who, requestID string, r request) outcome {
 	case "acknowledge", "delete":
 		method, path = http.MethodPost, "/api/v1/messages/"+r.action
 		body = map[string]any{"ids": r.ids, "filter": r.filter, "limit": r.limit, "dry_run": r.dryRun, "confirm": r.confirm}
+	case "edit_replay":
+		method, path = http.MethodPost, fmt.Sprintf("/api/v1/messages/%d/edit-replay", r.id)
+		body = map[string]any{"body_base64": base64.StdEncoding.EncodeToString([]byte(r.body)), "dry_run": r.dryRun}
+	case "list_approvals":
+		path = "/api/v1/approvals"
+	case "approve", "reject":
+		method, path = http.MethodPost, fmt.Sprintf("/api/v1/approvals/%d/%s", r.id, r.action)
 	}
 	var rd io.Reader
 	if body != nil {
@@ -372,7 +412,27 @@ func (d *httpDoor) do(t *testing.T, who, requestID string, r request) outcome {
 
 func decodeResult(t *testing.T, f *fixture, action string, raw []byte) outcome {
 	t.Helper()
+	var pending struct{ Approval *store.Approval }
+	require.NoError(t, json.Unmarshal(raw, &pending), "%s", raw)
+	if pending.Approval != nil {
+		return outcome{Code: ops.CodeApprovalPending, Status: pending.Approval.Status, Count: pending.Approval.Count}
+	}
 	switch action {
+	case "edit_replay":
+		var res ops.EditResult
+		require.NoError(t, json.Unmarshal(raw, &res), "%s", raw)
+		if res.Task == nil {
+			return outcome{Code: "ok", Status: "dry_run"}
+		}
+		return outcome{Code: "ok", Status: res.Task.Status, Requested: res.Task.Requested}
+	case "approve", "reject":
+		var a store.Approval
+		require.NoError(t, json.Unmarshal(raw, &a), "%s", raw)
+		return outcome{Code: "ok", Status: a.Status, Count: a.Count}
+	case "list_approvals":
+		var v struct{ Approvals []store.Approval }
+		require.NoError(t, json.Unmarshal(raw, &v), "%s", raw)
+		return outcome{Code: "ok", Count: int64(len(v.Approvals))}
 	case "list_replays":
 		var v struct{ Replays []replay.Task }
 		require.NoError(t, json.Unmarshal(raw, &v), "%s", raw)
@@ -393,9 +453,9 @@ type controlDoor struct {
 	clients map[string]*control.Client
 }
 
-func newControlDoor(t *testing.T) *controlDoor {
+func newControlDoor(t *testing.T, tweak ...func(*ops.Config)) *controlDoor {
 	t.Helper()
-	f := newFixture(t)
+	f := newFixture(t, tweak...)
 	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "doors-test"})
 	require.NoError(t, err)
 	t.Cleanup(conn.Close)
@@ -413,7 +473,7 @@ func newControlDoor(t *testing.T) *controlDoor {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	d := &controlDoor{f: f, clients: map[string]*control.Client{}}
-	for _, who := range []string{"admin", "op", "viewer", "orders-ops", "orders-ops-2"} {
+	for _, who := range []string{"admin", "admin-2", "op", "viewer", "orders-ops", "orders-ops-2"} {
 		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		cl, err := control.Dial(dctx, dlqtest.AMQPURL(), queue, tokenOf(who))
 		dcancel()
@@ -451,6 +511,15 @@ func (d *controlDoor) do(t *testing.T, who, requestID string, r request) outcome
 		cmd.Command = control.CmdAcknowledge
 	case "delete":
 		cmd.Command = control.CmdDelete
+	case "edit_replay":
+		b64 := base64.StdEncoding.EncodeToString([]byte(r.body))
+		cmd.Command, cmd.BodyBase64 = control.CmdEditReplay, &b64
+	case "list_approvals":
+		cmd.Command = control.CmdListApprovals
+	case "approve":
+		cmd.Command = control.CmdApprove
+	case "reject":
+		cmd.Command = control.CmdReject
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -1,0 +1,93 @@
+package broker_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/dlqtest"
+)
+
+func TestDeclarerDeclaresAndReturns(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	app := dlqtest.Dial(t)
+	top := broker.Topology{Exchange: dlqtest.Name(t, "dlx"), Queues: []string{dlqtest.Name(t, "dlq")}, ControlQueue: dlqtest.Name(t, "ctl")}
+	dlqtest.DeleteQueues(t, app, top.Queues[0], top.ControlQueue)
+	dlqtest.DeleteExchanges(t, app, top.Exchange)
+	var logs syncBuffer
+	d, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: c, Topology: top, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	require.NoError(t, d.Run(ctx))
+	select {
+	case <-d.Tried():
+	default:
+		t.Fatal("Tried is not closed after Run returned")
+	}
+	require.Equal(t, 1, logs.lines("topology declared"))
+	ok, err := broker.ExchangeExists(ctx, c, top.Exchange)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Zero(t, dlqtest.QueueDepth(t, app, top.Queues[0]), "dlq's queue exists")
+}
+
+// A refusal does not end Run: the first attempt counts as tried (serve
+// goes on starting), the explanation is logged, and Run retries until
+// its context ends.
+func TestDeclarerRetriesARefusal(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	app := dlqtest.Dial(t)
+	q := dlqtest.Name(t, "dlq")
+	top := broker.Topology{Exchange: dlqtest.Name(t, "dlx"), Queues: []string{q}}
+	dlqtest.DeleteQueues(t, app, q)
+	dlqtest.DeleteExchanges(t, app, top.Exchange)
+	ch := dlqtest.Channel(t, app)
+	_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic", "x-dead-letter-exchange": "elsewhere"})
+	require.NoError(t, err)
+
+	var logs syncBuffer
+	d, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: c, Topology: top, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	select {
+	case <-d.Tried():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt did not end")
+	}
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		return logs.lines("cannot declare topology; retrying", "declared with other arguments") == 1
+	}, "the refusal is not logged with its explanation")
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned after a refusal: %v", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return when its context ended")
+	}
+}
+
+func TestDeclarerConfigNamesTheMissingField(t *testing.T) {
+	t.Parallel()
+	_, err := broker.NewDeclarer(broker.DeclarerConfig{Topology: broker.Topology{Exchange: "x"}})
+	require.ErrorContains(t, err, "Conn")
+	_, err = broker.NewDeclarer(broker.DeclarerConfig{Conn: newConn(t)})
+	require.ErrorContains(t, err, "Topology.Exchange")
+}

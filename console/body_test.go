@@ -1,0 +1,165 @@
+package console
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/store"
+)
+
+func TestViewBody(t *testing.T) {
+	t.Parallel()
+	b := func(s string) *[]byte { x := []byte(s); return &x }
+
+	v := viewBody(nil, 42, "")
+	require.True(t, v.Hidden)
+	require.EqualValues(t, 42, v.Size)
+
+	v = viewBody(b(`{"a":[1,2],"b":"<script>"}`), 0, "")
+	require.Equal(t, "json", v.Kind)
+	require.Equal(t, "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": \"<script>\"\n}", v.Text)
+	require.False(t, v.Truncated())
+
+	v = viewBody(b("plain text\nline two\ttab"), 0, "")
+	require.Equal(t, "text", v.Kind)
+	require.Equal(t, "plain text\nline two\ttab", v.Text)
+
+	v = viewBody(b("\x00\x01binary\xff"), 0, "")
+	require.Equal(t, "binary", v.Kind)
+	require.Contains(t, v.Text, "00 01 62 69 6e 61 72 79  ff")
+
+	v = viewBody(b(`{"gzip":"bytes"}`), 0, "gzip")
+	require.Equal(t, "binary", v.Kind, "encoded bytes are not the text they encode")
+
+	deep := `[` + strings.Repeat(`[1,`, 2000) + `1` + strings.Repeat(`]`, 2000) + `]`
+	v = viewBody(b(deep), 0, "")
+	require.Equal(t, "text", v.Kind, "JSON whose formatting would pass the cap is shown as it is")
+
+	big := strings.Repeat("é", bodyTextCap) // two bytes each
+	v = viewBody(b(big), 0, "")
+	require.Equal(t, "text", v.Kind)
+	require.True(t, v.Truncated())
+	require.EqualValues(t, bodyTextCap, v.Shown, "cut on a rune boundary")
+	require.EqualValues(t, 2*bodyTextCap, v.Size)
+
+	bin := make([]byte, 3*bodyHexCap)
+	v = viewBody(&bin, 0, "")
+	require.EqualValues(t, bodyHexCap, v.Shown)
+	require.Less(t, len(v.Text), 40*1024, "a capped hex dump keeps the page small")
+}
+
+func TestViewFields(t *testing.T) {
+	t.Parallel()
+	rows := viewFields(json.RawMessage(`{
+		"s": "<img src=x onerror=alert(1)>", "b": true, "nil": null, "n": {"type": "int32", "value": 7},
+		"ts": {"type": "timestamp", "value": "2024-05-01T00:00:00Z"}, "dec": {"type": "decimal", "value": {"scale": 2, "value": 1234}},
+		"tbl": {"a": 1}, "arr": [1, "x"], "raw": {"type": "int32", "value": 1, "extra": 2}}`))
+	got := map[string]field{}
+	for _, r := range rows {
+		got[r.Name] = r
+	}
+	require.Equal(t, field{"s", "string", "<img src=x onerror=alert(1)>"}, got["s"])
+	require.Equal(t, field{"b", "boolean", "true"}, got["b"])
+	require.Equal(t, field{"nil", "void", "null"}, got["nil"])
+	require.Equal(t, field{"n", "int32", "7"}, got["n"])
+	require.Equal(t, field{"ts", "timestamp", "2024-05-01T00:00:00Z"}, got["ts"])
+	require.Equal(t, field{"dec", "decimal", `{"scale":2,"value":1234}`}, got["dec"])
+	require.Equal(t, field{"tbl", "table", `{"a":1}`}, got["tbl"])
+	require.Equal(t, field{"arr", "array", `[1,"x"]`}, got["arr"])
+	require.Equal(t, "table", got["raw"].Type, "an object with other keys is a table")
+	require.Equal(t, "arr", rows[0].Name, "sorted by name")
+	require.Nil(t, viewFields(nil))
+}
+
+func TestViewTimeline(t *testing.T) {
+	t.Parallel()
+	m := store.Message{FailedAt: time.Date(2024, 5, 2, 0, 0, 0, 0, time.UTC), Reason: "rejected", DeadLetterQueue: "dlq", DeathCount: 1,
+		Failure:      json.RawMessage(`{"type":"E","message":"now"}`),
+		DeathHistory: json.RawMessage(`[{"failed_at":"2024-05-01T00:00:00Z","reason":"expired","death_count":3,"dead_letter_queue":"dlq","failure_type":"E","failure_message":"then"}]`)}
+	tl := viewTimeline(m)
+	require.Len(t, tl, 2)
+	require.Equal(t, "expired", tl[0].Reason)
+	require.Equal(t, "then", tl[0].FailureMessage)
+	require.False(t, tl[0].Current)
+	require.True(t, tl[1].Current)
+	require.Equal(t, "now", tl[1].FailureMessage)
+}
+
+func TestArrivalsChart(t *testing.T) {
+	t.Parallel()
+	var counts [store.ArrivalHours]int64
+	counts[0], counts[10], counts[23] = 1, 1000, 500
+	c := arrivalsChart(counts, time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC))
+	require.EqualValues(t, 1501, c.Total)
+	require.EqualValues(t, 1000, c.Peak)
+	require.Len(t, c.Bars, store.ArrivalHours)
+	require.Equal(t, chartHeight, c.Bars[10].H, "the peak fills the height")
+	require.Equal(t, 1, c.Bars[0].H, "an hour with arrivals never looks empty")
+	require.Equal(t, 0, c.Bars[1].H)
+	require.Equal(t, chartHeight/2, c.Bars[23].H)
+	require.Equal(t, "May 1 10:00: 1,000", c.Bars[10].Label)
+	require.Equal(t, "May 1 10:00: 1,000", c.PeakLabel)
+	require.Equal(t, "M0 31h6v1h-6zM70 0h6v32h-6zM161 16h6v16h-6z", c.Path)
+	empty := arrivalsChart([store.ArrivalHours]int64{}, time.Now())
+	require.Zero(t, empty.Bars[5].H)
+}
+
+func TestSafeNext(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"/ui/messages?x=1": "/ui/messages?x=1", "": "/ui/", "/api/v1/messages": "/ui/",
+		"//evil": "/ui/", "/ui//evil": "/ui/", "https://evil/ui/": "/ui/", "/ui/\\evil": "/ui/"} {
+		require.Equal(t, want, safeNext(in), in)
+	}
+}
+
+func TestCSRFToken(t *testing.T) {
+	t.Parallel()
+	a, b := csrfToken("session-a"), csrfToken("session-b")
+	require.NotEqual(t, a, b)
+	require.Equal(t, a, csrfToken("session-a"), "every instance derives the same token")
+	require.NotContains(t, a, "session-a")
+	id, err := newSessionID()
+	require.NoError(t, err)
+	require.True(t, validSessionID(id))
+	require.False(t, validSessionID("short"))
+}
+
+func TestParseTime(t *testing.T) {
+	t.Parallel()
+	want := time.Date(2024, 5, 1, 12, 30, 0, 0, time.UTC)
+	for _, s := range []string{"2024-05-01T12:30", "2024-05-01T12:30:00", "2024-05-01T14:30:00+02:00"} {
+		got, err := parseTime("failed_after", s)
+		require.NoError(t, err, s)
+		require.Equal(t, want, *got, s)
+	}
+	_, err := parseTime("failed_after", "yesterday")
+	require.ErrorContains(t, err, "failed_after")
+}
+
+// TestVendoredHTMX: the vendored script is the one its README names.
+func TestVendoredHTMX(t *testing.T) {
+	t.Parallel()
+	js, err := os.ReadFile("static/vendor/htmx.min.js")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("static/vendor/README.md")
+	require.NoError(t, err)
+	sum := sha256.Sum256(js)
+	require.Contains(t, string(readme), hex.EncodeToString(sum[:]))
+	require.Contains(t, string(js), `version:"2.0.4"`)
+}
+
+func TestViewDeaths(t *testing.T) {
+	t.Parallel()
+	m := store.Message{XDeath: json.RawMessage(`[{"queue":"orders","reason":"rejected","exchange":"","routing_keys":["orders"],"count":3,"time":"2024-05-01T00:00:00Z"}]`)}
+	d := viewDeaths(m)
+	require.Len(t, d, 1)
+	require.Equal(t, xDeath{Queue: "orders", Reason: "rejected", RoutingKeys: []string{"orders"}, Count: 3, Time: time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)}, d[0])
+	require.Empty(t, viewDeaths(store.Message{}))
+}

@@ -1,0 +1,111 @@
+package console
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlq/dlq/store"
+)
+
+// filterParams are the listing filters, named as in the API.
+var filterParams = []string{"status", "source_queue", "reason", "group", "failed_after", "failed_before", "q"}
+
+// filterForm is a listing filter as the page's form holds it: the raw
+// text of each field, shown back as typed.
+type filterForm struct {
+	Status, SourceQueue, Reason, Group, FailedAfter, FailedBefore, Q string
+}
+
+func readFilterForm(v url.Values, prefix string) filterForm {
+	g := func(k string) string { return strings.TrimSpace(v.Get(prefix + k)) }
+	return filterForm{Status: g("status"), SourceQueue: g("source_queue"), Reason: g("reason"), Group: g("group"),
+		FailedAfter: g("failed_after"), FailedBefore: g("failed_before"), Q: g("q")}
+}
+
+// values renders the form as query parameters (empty fields left out),
+// each name with prefix.
+func (f filterForm) values(prefix string) url.Values {
+	v := url.Values{}
+	for _, kv := range [][2]string{{"status", f.Status}, {"source_queue", f.SourceQueue}, {"reason", f.Reason},
+		{"group", f.Group}, {"failed_after", f.FailedAfter}, {"failed_before", f.FailedBefore}, {"q", f.Q}} {
+		if kv[1] != "" {
+			v.Set(prefix+kv[0], kv[1])
+		}
+	}
+	return v
+}
+
+// Fields lists the form's non-empty fields, for hidden inputs.
+func (f filterForm) Fields() [][2]string {
+	var out [][2]string
+	v := f.values("")
+	for _, k := range filterParams {
+		if s := v.Get(k); s != "" {
+			out = append(out, [2]string{k, s})
+		}
+	}
+	return out
+}
+
+// Empty reports whether no field is set.
+func (f filterForm) Empty() bool { return len(f.values("")) == 0 }
+
+// filter turns the form into a store filter; an error names the field.
+// Times are RFC 3339, or a datetime-local input's value read as UTC.
+func (f filterForm) filter() (store.Filter, error) {
+	sf := store.Filter{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Group: f.Group, Query: f.Q}
+	var err error
+	if sf.FailedAfter, err = parseTime("failed_after", f.FailedAfter); err != nil {
+		return store.Filter{}, err
+	}
+	if sf.FailedBefore, err = parseTime("failed_before", f.FailedBefore); err != nil {
+		return store.Filter{}, err
+	}
+	return sf, nil
+}
+
+func parseTime(name, s string) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			t = t.UTC()
+			return &t, nil
+		}
+	}
+	return nil, &formError{field: name, msg: "must be a time such as 2024-05-01T12:00 (UTC) or RFC 3339"}
+}
+
+// formError is a form field the console itself could not read.
+type formError struct{ field, msg string }
+
+func (e *formError) Error() string { return e.field + ": " + e.msg }
+
+// formInt reads a whole number field; empty is def.
+func formInt(v url.Values, name string, def, lo, hi int64) (int64, error) {
+	s := strings.TrimSpace(v.Get(name))
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, &formError{field: name, msg: "must be a whole number from " + strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)}
+	}
+	return n, nil
+}
+
+// formIDs reads the repeated id field.
+func formIDs(v url.Values) ([]int64, error) {
+	var ids []int64
+	for _, s := range v["id"] {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || n <= 0 {
+			return nil, &formError{field: "id", msg: "must be message ids"}
+		}
+		ids = append(ids, n)
+	}
+	return ids, nil
+}

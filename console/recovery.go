@@ -1,0 +1,173 @@
+package console
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/store"
+)
+
+// The recovery screens: requests waiting for a second principal's
+// approval, and edit-then-replay of one message. Like every page, they
+// only show what the layer answers and post what the operator asked for;
+// ops decides who may approve what (never the requester) and what an edit
+// may change.
+
+// approvalsData is the approvals page.
+type approvalsData struct {
+	Approvals []approvalView
+}
+
+type approvalView struct {
+	store.Approval
+	// Decidable says whether to show approve and reject: pending, and not
+	// the viewer's own request. The layer checks the role and the rest.
+	Decidable bool
+}
+
+// handleApprovals lists the requests the caller may see, newest first.
+func (c *Console) handleApprovals(w http.ResponseWriter, r *http.Request) {
+	caller := c.caller(r)
+	list, err := c.cfg.Ops.ListApprovals(r.Context(), caller, 100)
+	if err != nil {
+		c.renderFailure(w, r, "list approval requests", err)
+		return
+	}
+	d := approvalsData{}
+	for _, a := range list {
+		d.Approvals = append(d.Approvals, approvalView{Approval: a,
+			Decidable: a.Status == store.ApprovalPending && a.RequestedBy != caller.Principal.Name &&
+				ops.Authorize(caller.Principal, ops.ActDecideApproval) == nil})
+	}
+	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), "Approvals", d)
+}
+
+// handleDecide approves or rejects a request, as the form's button says.
+func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return
+	}
+	caller := c.caller(r)
+	var (
+		a   store.Approval
+		err error
+	)
+	switch r.PostForm.Get("decision") {
+	case "approve":
+		a, err = c.cfg.Ops.Approve(r.Context(), caller, id)
+	case "reject":
+		a, err = c.cfg.Ops.Reject(r.Context(), caller, id, strings.TrimSpace(r.PostForm.Get("reason")))
+	default:
+		c.renderFailure(w, r, "decide the request", &formError{field: "decision", msg: "must be approve or reject"})
+		return
+	}
+	if err != nil {
+		c.renderFailure(w, r, "decide approval "+strconv.FormatInt(id, 10), err)
+		return
+	}
+	c.renderResult(w, r, "/ui/approvals", &flash{Text: fmt.Sprintf("Approval %d is %s: %s of %s messages.", a.ID, a.Status, a.Action, num(a.Count))})
+}
+
+// editData is the edit form and, after a preview, the copy it would send.
+type editData struct {
+	M store.Message
+	// Body is the new body as typed (text) or as base64 (binary).
+	Body       string
+	Binary     bool
+	SetHeaders string
+	Remove     string
+	Force      bool
+	Preview    *ops.EditResult
+	Back       string
+}
+
+// handleEditForm shows the edit form of a pending message, its body as
+// text when it is text, else as base64.
+func (c *Console) handleEditForm(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return
+	}
+	m, err := c.cfg.Ops.GetMessage(r.Context(), c.caller(r), id)
+	if err != nil {
+		c.renderFailure(w, r, "read the message", err)
+		return
+	}
+	d := editData{M: m, Back: "/ui/messages/" + strconv.FormatInt(id, 10), SetHeaders: "{}"}
+	if m.Body != nil {
+		d.Body, d.Binary = editableBody(*m.Body)
+	}
+	c.render(w, r, http.StatusOK, "edit", sessionFrom(r.Context()), "Edit and replay message "+strconv.FormatInt(id, 10), d)
+}
+
+// editableBody is a body as the form shows it: text when it is UTF-8
+// without control characters other than white space, else base64.
+func editableBody(b []byte) (string, bool) {
+	s := string(b)
+	if strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsFunc(s, func(r rune) bool {
+		return r < 0x20 && r != '\n' && r != '\r' && r != '\t'
+	}) {
+		return s, false
+	}
+	return base64.StdEncoding.EncodeToString(b), true
+}
+
+// handleEdit previews (the form's preview button: a dry run showing
+// exactly what would be sent) or sends the corrected copy.
+func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return
+	}
+	f := r.PostForm
+	d := editData{Body: f.Get("body"), Binary: f.Get("binary") == "1", SetHeaders: strings.TrimSpace(f.Get("set_headers")),
+		Remove: f.Get("remove_headers"), Force: f.Get("force") == "1", Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
+	req := ops.EditRequest{Force: d.Force, DryRun: f.Get("send") != "1"}
+	if d.Binary {
+		req.BodyBase64 = &d.Body
+	} else {
+		req.Body = &d.Body
+	}
+	if d.SetHeaders != "" && d.SetHeaders != "{}" {
+		req.SetHeaders = []byte(d.SetHeaders)
+	}
+	for _, h := range strings.Split(d.Remove, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			req.RemoveHeaders = append(req.RemoveHeaders, h)
+		}
+	}
+	caller := c.caller(r)
+	m, err := c.cfg.Ops.GetMessage(r.Context(), caller, id)
+	if err != nil {
+		c.renderFailure(w, r, "read the message", err)
+		return
+	}
+	d.M = m
+	if m.Body != nil && !d.Binary && d.Body == string(*m.Body) {
+		req.Body = nil // the body was left as it was: change headers only
+	}
+	res, err := c.cfg.Ops.EditReplay(r.Context(), caller, id, req)
+	if err != nil {
+		// The form comes back as it was sent, with what was wrong.
+		status, msg := failure(err)
+		if status == http.StatusInternalServerError {
+			msg = c.internal(r, "edit the message", err)
+		}
+		v := c.newView(sessionFrom(r.Context()), "edit", "Edit and replay message "+strconv.FormatInt(id, 10), d)
+		v.Flash = &flash{Error: true, Text: msg}
+		c.renderView(w, r, status, "edit", "layout", v)
+		return
+	}
+	if req.DryRun {
+		d.Preview = &res
+		c.render(w, r, http.StatusOK, "edit", sessionFrom(r.Context()), "Edit and replay message "+strconv.FormatInt(id, 10), d)
+		return
+	}
+	c.renderResult(w, r, d.Back, &flash{Text: fmt.Sprintf("The corrected copy of message %d is on its way (replay %d, copy %s).",
+		id, res.Task.ID, res.Copy.ReplayID)})
+}

@@ -1,0 +1,104 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/store"
+)
+
+// The approvals page: a request waiting for approval is listed with its
+// count; its requester sees no decision buttons and is refused if it
+// posts one anyway; another principal approves it, and exactly its
+// snapshot is acknowledged.
+func TestApprovalsPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 2 })
+	ids := b.seed(t, many(3, "orders")...)
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
+		"max_id": {strconv.FormatInt(ids[2], 10)}})
+	require.Equal(t, http.StatusAccepted, r.StatusCode, r.text)
+	require.Contains(t, r.text, "Approvals page")
+	later := b.seed(t, many(1, "orders")...)
+
+	r = op.get(t, "/ui/approvals")
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	m := regexp.MustCompile(`data-test="approval-row" data-id="(\d+)"`).FindStringSubmatch(r.text)
+	require.NotNil(t, m, r.text)
+	id := m[1]
+	require.NotContains(t, r.text, `data-test="approve"`, "no buttons on one's own request")
+	r = op.act(t, "/ui/approvals/"+id, url.Values{"decision": {"approve"}})
+	require.Equal(t, http.StatusForbidden, r.StatusCode, "the requester cannot approve: %s", r.text)
+
+	viewer := b.signIn(t, tokViewer)
+	r = viewer.get(t, "/ui/approvals")
+	require.NotContains(t, r.text, `data-test="approve"`)
+	r = viewer.act(t, "/ui/approvals/"+id, url.Values{"decision": {"approve"}})
+	require.Equal(t, http.StatusForbidden, r.StatusCode)
+
+	admin := b.signIn(t, tokAdmin)
+	r = admin.get(t, "/ui/approvals")
+	require.Contains(t, r.text, `data-test="approve"`)
+	r = admin.act(t, "/ui/approvals/"+id, url.Values{"decision": {"approve"}})
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.Contains(t, r.text, "is approved")
+	st := b.statuses(t, append(ids, later...))
+	for _, x := range ids {
+		require.Equal(t, store.StatusAcknowledged, st[x])
+	}
+	require.Equal(t, store.StatusPending, st[later[0]], "a message that arrived after the request is not included")
+}
+
+// The edit page: the form shows the body; a preview shows exactly the copy
+// and changes nothing; an invalid edit comes back with the problem; the
+// copy is sent on confirmation and the message page then links to it.
+func TestEditPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t, msg{queue: "orders", body: []byte(`{"sku":"A"}`), headers: `{"tenant":"t1"}`})
+	id := strconv.FormatInt(ids[0], 10)
+	op := b.signIn(t, tokOp)
+	r := op.get(t, "/ui/messages/"+id)
+	require.Contains(t, r.text, `data-test="action-edit"`)
+	r = op.get(t, "/ui/messages/"+id+"/edit")
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.Contains(t, r.text, `{&#34;sku&#34;:&#34;A&#34;}`)
+
+	form := url.Values{"binary": {"0"}, "body": {`{"sku":"B"}`}, "set_headers": {`{"x-fixed-by":"ops"}`}, "send": {"0"}}
+	r = op.act(t, "/ui/messages/"+id+"/edit", form)
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.Contains(t, r.text, "What would be sent")
+	require.Contains(t, r.text, `{&#34;sku&#34;:&#34;B&#34;}`)
+	require.Contains(t, r.text, "x-dlq-edited-from")
+	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[0]], "a preview changes nothing")
+
+	bad := url.Values{"binary": {"0"}, "body": {`{"sku":}`}, "send": {"0"}}
+	r = op.act(t, "/ui/messages/"+id+"/edit", bad)
+	require.Equal(t, http.StatusBadRequest, r.StatusCode, r.text)
+	require.Contains(t, r.text, "line 1, column")
+	locked := url.Values{"binary": {"0"}, "body": {`{"sku":"A"}`}, "remove_headers": {"x-death"}, "send": {"0"}}
+	r = op.act(t, "/ui/messages/"+id+"/edit", locked)
+	require.Equal(t, http.StatusBadRequest, r.StatusCode, r.text)
+	require.Contains(t, r.text, "cannot be edited")
+
+	form.Set("send", "1")
+	r = op.act(t, "/ui/messages/"+id+"/edit", form)
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.Contains(t, r.text, "corrected copy")
+	r = op.get(t, "/ui/messages/"+id)
+	require.Contains(t, r.text, "Edited by ops")
+	r = op.act(t, "/ui/messages/"+id+"/edit", form)
+	require.Equal(t, http.StatusConflict, r.StatusCode, "one edit at a time: %s", r.text)
+
+	viewer := b.signIn(t, tokViewer)
+	r = viewer.get(t, "/ui/messages/"+id)
+	require.NotContains(t, r.text, `data-test="action-edit"`)
+	r = viewer.act(t, "/ui/messages/"+id+"/edit", form)
+	require.Equal(t, http.StatusForbidden, r.StatusCode)
+}

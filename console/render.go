@@ -1,0 +1,256 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/store"
+)
+
+// pages holds every page's template: the layout plus the page's own file.
+type pages struct {
+	byName map[string]*template.Template
+}
+
+// pageFiles are the page templates under templates/, each parsed with
+// layout.html and partials.html.
+var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm", "result",
+	"groups", "replays", "jobs", "audit", "approvals", "edit"}
+
+func parsePages() (*pages, error) {
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: parse layout: %w", err)
+	}
+	p := &pages{byName: map[string]*template.Template{}}
+	for _, name := range pageFiles {
+		t, err := template.Must(base.Clone()).ParseFS(assets, "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: parse page %s: %w", name, err)
+		}
+		p.byName[name] = t
+	}
+	return p, nil
+}
+
+// view is what every page's template receives.
+type view struct {
+	Title string
+	// Page is the page's template name, which the navigation marks.
+	Page string
+	// Signed is true with a session; Name and Role are its token's.
+	Signed     bool
+	Name, Role string
+	// Scope lists the queues a scoped token sees; nil: every queue.
+	Scope []string
+	CSRF  string
+	Can   can
+	Flash *flash
+	Data  any
+}
+
+// can says which controls to show: what ops.Authorize allows the
+// principal. The layer checks again whatever the page showed.
+type can struct {
+	Acknowledge, Replay, Cancel, Delete, Audit, Bodies, Edit bool
+}
+
+// flash is the result or error of an action, shown at the top of a page.
+type flash struct {
+	// Error marks a refusal or failure (shown with an icon and the word
+	// "Error", not by colour alone).
+	Error bool
+	Text  string
+}
+
+func (c *Console) newView(s *session, page, title string, data any) view {
+	v := view{Title: title, Page: page, Data: data}
+	if s != nil {
+		p := s.principal
+		v.Signed, v.Name, v.Role, v.Scope, v.CSRF = true, p.Name, p.Role, p.Queues, s.csrf
+		v.Can = can{
+			Acknowledge: ops.Authorize(p, ops.ActAcknowledge) == nil,
+			Replay:      ops.Authorize(p, ops.ActStartReplay) == nil,
+			Cancel:      ops.Authorize(p, ops.ActCancelReplay) == nil,
+			Delete:      ops.Authorize(p, ops.ActDelete) == nil,
+			Audit:       ops.Authorize(p, ops.ActAudit) == nil,
+			Bodies:      p.Bodies,
+			Edit:        ops.Authorize(p, ops.ActEditReplay) == nil,
+		}
+	}
+	return v
+}
+
+// render writes a whole page. The page is rendered into a buffer first,
+// so a template error becomes a clean 500, not half a page.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, s *session, title string, data any) {
+	c.renderView(w, r, status, page, "layout", c.newView(s, page, title, data))
+}
+
+// renderFragment writes one named template of a page with data, for htmx
+// to swap in (a live replay row).
+func (c *Console) renderFragment(w http.ResponseWriter, r *http.Request, page, name string, data any) {
+	c.execute(w, r, http.StatusOK, page, name, data)
+}
+
+func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int, page, name string, v view) {
+	c.execute(w, r, status, page, name, v)
+}
+
+func (c *Console) execute(w http.ResponseWriter, r *http.Request, status int, page, name string, data any) {
+	t := c.pages.byName[page]
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
+		c.log.Error("console: render page", "page", page, "error", err, "request_id", c.cfg.RequestID(r.Context()))
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	writeBody(w, r, status, buf.Bytes())
+}
+
+// renderError writes the error page with msg as its flash.
+func (c *Console) renderError(w http.ResponseWriter, r *http.Request, s *session, status int, msg string) {
+	v := c.newView(s, "error", http.StatusText(status), nil)
+	v.Flash = &flash{Error: true, Text: msg}
+	c.renderView(w, r, status, "error", "layout", v)
+}
+
+// renderFailure renders an error of the operations layer with its status.
+func (c *Console) renderFailure(w http.ResponseWriter, r *http.Request, what string, err error) {
+	s := sessionFrom(r.Context())
+	status, msg := failure(err)
+	if status == http.StatusInternalServerError {
+		msg = c.internal(r, what, err)
+	}
+	c.renderError(w, r, s, status, msg)
+}
+
+// failure maps an error of the layer to a status and a message.
+func failure(err error) (int, string) {
+	var fe *formError
+	if errors.As(err, &fe) {
+		return http.StatusBadRequest, "Invalid: " + fe.Error()
+	}
+	switch ops.Classify(err) {
+	case ops.CodeForbidden:
+		return http.StatusForbidden, "Refused: " + ops.Message(err)
+	case ops.CodeNotFound:
+		return http.StatusNotFound, "Not found: " + ops.Message(err)
+	case ops.CodeInvalid, ops.CodeConfirmRequired:
+		return http.StatusBadRequest, "Invalid: " + ops.Message(err)
+	case ops.CodeConflict:
+		return http.StatusConflict, "Conflict: " + ops.Message(err)
+	case ops.CodeUnavailable:
+		return http.StatusServiceUnavailable, "Unavailable: " + ops.Message(err)
+	}
+	return http.StatusInternalServerError, ""
+}
+
+var funcs = template.FuncMap{
+	"when":      fmtTime,
+	"whenp":     fmtTimePtr,
+	"ago":       ago,
+	"age":       func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
+	"num":       num,
+	"bytes":     fmtBytes,
+	"join":      strings.Join,
+	"list":      func(s ...string) []string { return s },
+	"add64":     func(a, b int64) int64 { return a + b },
+	"len64":     func(m []store.Message) int64 { return int64(len(m)) },
+	"max1":      func(n int64) int64 { return max(n, 1) },
+	"lower":     strings.ToLower,
+	"short":     short,
+	"failureOf": viewFailure,
+	"row": func(v view, t taskView) rowData {
+		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel}
+	},
+}
+
+// rowData is one replay row: the task and what its cancel form needs.
+type rowData struct {
+	T         taskView
+	CSRF      string
+	CanCancel bool
+}
+
+// short cuts s to at most n runes, marking the cut.
+func short(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+func fmtTimePtr(t *time.Time) string {
+	if t == nil {
+		return "–"
+	}
+	return fmtTime(*t)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return fmtDuration(time.Since(t)) + " ago"
+}
+
+// fmtDuration renders a duration to its two largest units ("3h 12m").
+func fmtDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return strconv.FormatInt(s, 10) + "s"
+	case s < 3600:
+		return fmt.Sprintf("%dm %ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh %dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd %dh", s/86400, s%86400/3600)
+}
+
+// num renders an integer with thin separators between thousands.
+func num(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(ch)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func fmtBytes(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	exp := min(int(math.Log(float64(n))/math.Log(1024)), 4)
+	return fmt.Sprintf("%.1f %ciB", float64(n)/math.Pow(1024, float64(exp)), "KMGT"[exp-1])
+}

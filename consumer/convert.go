@@ -1,0 +1,169 @@
+package consumer
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/store"
+)
+
+// Conversion is the consumer's edge: package broker reads a delivery's
+// headers (codec, death record, failure details, dlq's replay marks) into
+// its own types, and only here do they become a store row.
+
+// Convert turns a delivery from dlq's queue into a row to store. It never
+// fails: a delivery whose headers cannot be encoded is kept with its body
+// and properties and the error recorded, so nothing is dropped and nothing
+// loops.
+func Convert(d *amqp.Delivery, queue string, now time.Time) store.NewMessage {
+	return convert(d, queue, now, nil)
+}
+
+// convert is Convert for a delivery that may have come through a frame
+// filter: undecodable, when set, gives back the original header table of
+// a delivery whose table the filter replaced (broker.Conn.UndecodableHeaders).
+func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*amqp.Delivery) ([]byte, bool)) (m store.NewMessage) {
+	defer func() {
+		if r := recover(); r != nil {
+			m = raw(d, queue, now, fmt.Errorf("panic while converting: %v", r))
+		}
+	}()
+	if undecodable != nil {
+		if table, ok := undecodable(d); ok {
+			return undecodableRow(d, queue, now, table)
+		}
+	}
+	// Our own quorum queue adds the return counts on redelivery; storing
+	// them would make a redelivery look different from the first delivery.
+	headers := broker.WithoutReturnCounts(d.Headers)
+	hj, err := broker.AppendHeadersJSON(make([]byte, 0, 256+64*len(headers)), headers)
+	if err != nil {
+		return raw(d, queue, now, err)
+	}
+	props := broker.PropertiesOf(d)
+	pj := props.AppendJSON(make([]byte, 0, 128))
+	death := broker.ExtractDeath(headers)
+	fail := broker.ExtractFailure(headers, props)
+
+	m = store.NewMessage{
+		MessageID:        d.MessageId,
+		SourceQueue:      broker.ShortStr(death.SourceQueue),
+		SourceExchange:   broker.ShortStr(death.SourceExchange),
+		SourceRoutingKey: broker.ShortStr(death.SourceRoutingKey),
+		DeadLetterQueue:  queue,
+		Reason:           death.Reason,
+		DeathCount:       death.Count,
+		FailureType:      fail.Type,
+		FailureMessage:   fail.Message,
+		Properties:       pj,
+		Headers:          hj,
+		XDeath:           deathRecord(death.Deaths),
+		Body:             d.Body,
+		FirstFailedAt:    death.FirstTime,
+		FailedAt:         now,
+		Redelivered:      d.Redelivered,
+		Returns:          returns(d),
+		HeaderValues:     headerSearchValues(headers),
+	}
+	if m.SourceQueue == "" && death.Reason == "unknown" {
+		// Published straight to the dead-letter exchange, not dead-lettered:
+		// the routing key is the best description of where it came from.
+		m.SourceRoutingKey = d.RoutingKey
+		m.SourceExchange = d.Exchange
+	}
+	if m.FirstFailedAt.IsZero() || m.FirstFailedAt.After(now) {
+		m.FirstFailedAt = now
+	}
+	if fail.Type != "" || fail.Message != "" || fail.Stack != "" || fail.Origin != "" || len(fail.Extra) > 0 || fail.At != nil {
+		if fj, err := json.Marshal(fail); err == nil {
+			m.Failure = fj
+		}
+	}
+	m.DLQID, m.ReplayID, m.ReplayCount = broker.ReplayMarks(d.Headers)
+	m.Fingerprint = fingerprint(d, pj, hj)
+	return m
+}
+
+// noDeaths is the death record of a message without x-death entries.
+const noDeaths = `[]`
+
+// deathRecord is the x-death entries as the API shows them (x_death): most
+// recent first, [] when there are none. It is stored with the row, so a
+// read never parses the headers again.
+func deathRecord(deaths []broker.Death) json.RawMessage {
+	if len(deaths) == 0 {
+		return json.RawMessage(noDeaths)
+	}
+	return broker.AppendDeathsJSON(make([]byte, 0, 192*len(deaths)), deaths)
+}
+
+// returns is how many times the broker had returned d to dlq's queue
+// before this delivery (broker.ReturnCount), store.ReturnsUnknown when the
+// broker did not say.
+func returns(d *amqp.Delivery) int {
+	n, known := broker.ReturnCount(d)
+	if !known {
+		return store.ReturnsUnknown
+	}
+	return n
+}
+
+// raw keeps what can always be kept when conversion failed.
+func raw(d *amqp.Delivery, queue string, now time.Time, cause error) store.NewMessage {
+	m := store.NewMessage{
+		MessageID:        d.MessageId,
+		DeadLetterQueue:  queue,
+		Reason:           "unknown",
+		Properties:       json.RawMessage(`{}`),
+		Headers:          json.RawMessage(`{}`),
+		XDeath:           json.RawMessage(noDeaths),
+		Body:             d.Body,
+		FirstFailedAt:    now,
+		FailedAt:         now,
+		Redelivered:      d.Redelivered,
+		Returns:          returns(d),
+		ConversionError:  cause.Error(),
+		SourceExchange:   d.Exchange,
+		SourceRoutingKey: d.RoutingKey,
+	}
+	func() {
+		defer func() { _ = recover() }()
+		m.Properties = broker.PropertiesOf(d).AppendJSON(nil)
+	}()
+	m.Fingerprint = fingerprint(d, m.Properties, nil)
+	return m
+}
+
+// undecodableRow keeps a delivery whose header table amqp091-go could not
+// decode (broker/framefilter.go): body and properties as always, and the
+// table's AMQP encoding, byte for byte, as the one header
+// broker.HeaderUndecodable.
+func undecodableRow(d *amqp.Delivery, queue string, now time.Time, table []byte) store.NewMessage {
+	m := raw(d, queue, now, broker.UndecodableError(len(table)))
+	if hj, err := broker.AppendHeadersJSON(nil, amqp.Table{broker.HeaderUndecodable: table}); err == nil {
+		m.Headers = hj
+	}
+	m.Fingerprint = fingerprint(d, m.Properties, m.Headers)
+	return m
+}
+
+// fingerprint identifies a delivery's content: everything RabbitMQ carries
+// for it except what changes on redelivery. It is only ever compared among
+// the rows of unconfirmed batches (a few thousand at most), so a fast 64-bit
+// non-cryptographic hash is plenty; it runs for every message.
+func fingerprint(d *amqp.Delivery, props, headers []byte) int64 {
+	h := xxhash.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(d.Exchange), []byte(d.RoutingKey), props, headers, d.Body} {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
+		_, _ = h.Write(n[:])
+		_, _ = h.Write(part)
+	}
+	return int64(h.Sum64())
+}

@@ -1,0 +1,282 @@
+package cron
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/cleanup"
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// idsByStatus returns every stored id by status.
+func idsByStatus(t testing.TB, st *store.Store) map[string][]int64 {
+	t.Helper()
+	rows, err := st.Pool().Query(ctxT(t), `SELECT id, status FROM dead_messages ORDER BY id`)
+	require.NoError(t, err)
+	out := map[string][]int64{}
+	for rows.Next() {
+		var id int64
+		var s string
+		require.NoError(t, rows.Scan(&id, &s))
+		out[s] = append(out[s], id)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func pick(r *rand.Rand, ids []int64, max int) []int64 {
+	if len(ids) == 0 || max == 0 {
+		return nil
+	}
+	n := 1 + r.IntN(min(len(ids), max))
+	p := r.Perm(len(ids))[:n]
+	out := make([]int64, n)
+	for i, k := range p {
+		out[i] = ids[k]
+	}
+	return out
+}
+
+// returnIDs makes replayed messages die again: each comes back through
+// ingest to its own row (x-dlq-id), pending once more.
+func returnIDs(t testing.TB, st *store.Store, ids []int64) {
+	t.Helper()
+	ctx := ctxT(t)
+	b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
+	for _, id := range ids {
+		var queue string
+		var body []byte
+		var count int64
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT source_queue, body, replay_count FROM dead_messages WHERE id = $1`, id).
+			Scan(&queue, &body, &count))
+		now := time.Now()
+		b.Messages = append(b.Messages, store.NewMessage{
+			SourceQueue: queue, DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 2,
+			Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{}`), Body: body,
+			FirstFailedAt: now, FailedAt: now, Fingerprint: rand.Int64(),
+			DLQID: id, ReplayID: fmt.Sprintf("r-%d-%d", id, rand.Int64()), ReplayCount: count,
+		})
+	}
+	_, err := st.IngestBatch(ctx, b)
+	require.NoError(t, err)
+	require.NoError(t, st.ConfirmBatches(ctx, []int64{b.ID}))
+}
+
+// TestSummaryExactUnderRandomMix applies random mixes of every writer that
+// exists (ingest, replay claim/settle, a replayed message dying again,
+// acknowledge, delete, retention, eviction) over many seeds, and checks
+// after each that queue_summary equals the true counts and that
+// reconciliation finds nothing to repair.
+func TestSummaryExactUnderRandomMix(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
+			t.Parallel()
+			st, _ := dlqtest.Store(t)
+			r := rand.New(rand.NewPCG(seed, 42))
+			queues := []string{"orders", "billing", "emails"}
+			lease := testLease(t, st, "property")
+			ctx := ctxT(t)
+			var trail []string
+			for step := range 30 {
+				ids := idsByStatus(t, st)
+				op := r.IntN(9)
+				switch op {
+				case 0, 1:
+					q := queues[r.IntN(len(queues))]
+					n := 1 + r.IntN(20)
+					ingest(t, st, q, n, r.IntN(200))
+					trail = append(trail, fmt.Sprintf("ingest %d into %s", n, q))
+				case 2:
+					sel := pick(r, ids[store.StatusPending], 10)
+					replayIDs(t, st, sel, store.OutcomePublished, false)
+					trail = append(trail, fmt.Sprintf("replay %d published", len(sel)))
+				case 3:
+					sel := pick(r, ids[store.StatusPending], 5)
+					res := []string{store.OutcomeFailed, store.OutcomeUnknown, store.OutcomeReleased}[r.IntN(3)]
+					leave := r.IntN(3) == 0
+					replayIDs(t, st, sel, res, leave)
+					trail = append(trail, fmt.Sprintf("replay %d %s leave=%t", len(sel), res, leave))
+				case 4:
+					sel := pick(r, ids[store.StatusReplayed], 5)
+					returnIDs(t, st, sel)
+					trail = append(trail, fmt.Sprintf("return %d", len(sel)))
+				case 5:
+					sel := pick(r, append(ids[store.StatusPending], ids[store.StatusReplayed]...), 10)
+					ackIDs(t, st, sel)
+					trail = append(trail, fmt.Sprintf("ack %d", len(sel)))
+				case 6:
+					sel := pick(r, append(ids[store.StatusPending], ids[store.StatusAcknowledged]...), 10)
+					deleteIDs(t, st, sel)
+					trail = append(trail, fmt.Sprintf("delete %d", len(sel)))
+				case 7:
+					sel := pick(r, append(ids[store.StatusReplayed], ids[store.StatusAcknowledged]...), 10)
+					backdate(t, st, sel, 48*time.Hour)
+					for _, s := range store.RetentionStatuses {
+						res, err := st.DeleteResolvedBefore(ctx, lease, s, time.Now().Add(-24*time.Hour), 3)
+						require.NoError(t, err)
+						trail = append(trail, fmt.Sprintf("retention %s %d", s, res.Messages))
+					}
+				case 8:
+					class := store.EvictResolved
+					if r.IntN(3) == 0 {
+						class = store.EvictPending
+					}
+					res, err := st.EvictOldest(ctx, lease, class, 1+r.IntN(5), nil)
+					require.NoError(t, err)
+					trail = append(trail, fmt.Sprintf("evict %s %d", class, res.Messages))
+				}
+				require.Equal(t, trueCounts(t, st), summaryCounts(t, st), "summary drifted after step %d; steps: %v", step, trail)
+			}
+			queuesNow, err := st.SourceQueues(ctx)
+			require.NoError(t, err)
+			for _, q := range queuesNow {
+				rep, err := st.ReconcileQueue(ctx, lease, q, 7)
+				require.NoError(t, err)
+				require.Zero(t, rep.Entries, "reconciliation found drift in %s: %v; steps: %v", q, rep.Deltas, trail)
+			}
+		})
+	}
+}
+
+// TestReconcileWhileIngesting: reconciliation counts in a snapshot and
+// applies differences as increments, so writers committing during the
+// count must never look like drift, and nothing they write is lost.
+func TestReconcileWhileIngesting(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := ctxT(t)
+	lease := testLease(t, st, "reconcile")
+	ingest(t, st, "busy", 500, 10)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ids := ingest(t, st, "busy", 20, 10)
+			ackIDs(t, st, ids[:5])
+			deleteIDs(t, st, ids[5:8])
+			writes.Add(1)
+		}
+	})
+	for range 15 {
+		rep, err := st.ReconcileQueue(ctx, lease, "busy", 50) // small chunks: a long snapshot
+		require.NoError(t, err)
+		require.Zero(t, rep.Entries, "concurrent writes seen as drift: %v", rep.Deltas)
+	}
+	close(stop)
+	wg.Wait()
+	require.Positive(t, writes.Load())
+	require.Equal(t, trueCounts(t, st), summaryCounts(t, st))
+}
+
+// TestSummaryDriftRepairedAndBootstrap runs the summary job through the
+// service on a table whose summary is wrong in every way a hand or a bug
+// could make it: counts off, a row missing, a row for nothing, and then the
+// whole table emptied. Each is found, repaired and counted.
+func TestSummaryDriftRepairedAndBootstrap(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := ctxT(t)
+	ingest(t, st, "a", 30, 5)
+	ids := ingest(t, st, "b", 20, 7)
+	ackIDs(t, st, ids[:4])
+	truth := trueCounts(t, st)
+
+	_, err := st.Pool().Exec(ctx, `
+UPDATE queue_summary SET messages = messages + 7, bytes = bytes - 3 WHERE source_queue = 'a' AND status = 'pending';
+DELETE FROM queue_summary WHERE source_queue = 'b' AND status = 'acknowledged';
+INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('ghost', 'pending', 5, 50);`)
+	require.NoError(t, err)
+
+	reg := prometheus.NewRegistry()
+	svc, err := New(Config{
+		Store: st, Logger: testLogger(t), Registerer: reg, Instance: "solo",
+		Schedules: Schedules{Summary: "@every 200ms", Cleanup: ScheduleOff, Capacity: ScheduleOff, Alerts: ScheduleOff},
+		// A budget this small makes every run stop after one queue, so the
+		// pass crosses ticks through its saved cursor.
+		Summary: SummaryConfig{ReconcileInterval: 300 * time.Millisecond, Chunk: 8, Budget: time.Nanosecond},
+	})
+	require.NoError(t, err)
+	svc.Start()
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		s, err := st.ReadSummaryState(ctx)
+		require.NoError(t, err)
+		return s.BootstrappedAt != nil
+	}, "summary never bootstrapped")
+	require.Equal(t, truth, summaryCounts(t, st), "the ghost row is zeroed, the others match")
+	require.GreaterOrEqual(t, countWhere(t, st, `SELECT count(*) FROM job_runs WHERE job = 'summary'`), int64(3),
+		"the bootstrap pass took one run per queue")
+	require.Equal(t, 3.0, metricValue(t, reg, "dlq_summary_repairs_total", nil))
+	var repairs int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT repairs FROM summary_state`).Scan(&repairs))
+	require.Equal(t, int64(3), repairs)
+
+	// Someone empties the summary: the next run notices and rebuilds it.
+	_, err = st.Pool().Exec(ctx, `DELETE FROM queue_summary`)
+	require.NoError(t, err)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		got := summaryCounts(t, st)
+		return len(got) == len(truth) && fmt.Sprint(got) == fmt.Sprint(truth)
+	}, "summary not rebuilt after being emptied")
+	require.Equal(t, float64(3+len(truth)), metricValue(t, reg, "dlq_summary_repairs_total", nil))
+
+	// The gauges read the repaired summary.
+	require.Equal(t, 16.0, metricValue(t, reg, "dlq_dead_messages", map[string]string{"source_queue": "b", "status": "pending"}))
+	require.Equal(t, 4.0, metricValue(t, reg, "dlq_dead_messages", map[string]string{"source_queue": "b", "status": "acknowledged"}))
+}
+
+// TestStatusAndGauges: QueueStatus and the scrape-time gauges agree with the
+// data, including the age of the oldest pending message per queue.
+func TestStatusAndGauges(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := ctxT(t)
+	old := ingest(t, st, "q1", 3, 10)
+	_, err := st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '2 hours' WHERE id = $1`, old[0])
+	require.NoError(t, err)
+	ids := ingest(t, st, "q2", 4, 100)
+	ackIDs(t, st, ids[:4])
+
+	rep, err := st.QueueStatus(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Queues, 2)
+	require.Equal(t, "q1", rep.Queues[0].SourceQueue)
+	require.Equal(t, store.StatusCount{Messages: 3, Bytes: 30}, rep.Queues[0].ByStatus[store.StatusPending])
+	require.NotNil(t, rep.Queues[0].OldestPendingAt)
+	require.InDelta(t, (2 * time.Hour).Seconds(), rep.At.Sub(*rep.Queues[0].OldestPendingAt).Seconds(), 60)
+	require.Nil(t, rep.Queues[1].OldestPendingAt)
+	require.Equal(t, int64(400), rep.Queues[1].Bytes)
+
+	scoped, err := st.QueueStatus(ctx, []string{"q2"})
+	require.NoError(t, err)
+	require.Len(t, scoped.Queues, 1)
+
+	reg := prometheus.NewRegistry()
+	svc, err := New(Config{Store: st, Logger: quietLogger(), Registerer: reg, Disabled: true,
+		Cleanup: cleanup.Config{Capacity: cleanup.Capacity{MaxMessages: 14}}})
+	require.NoError(t, err)
+	require.Equal(t, 3.0, metricValue(t, reg, "dlq_dead_messages", map[string]string{"source_queue": "q1", "status": "pending"}))
+	require.Equal(t, 400.0, metricValue(t, reg, "dlq_dead_message_bytes", map[string]string{"source_queue": "q2", "status": "acknowledged"}))
+	require.InDelta(t, 7200, metricValue(t, reg, "dlq_oldest_pending_age_seconds", map[string]string{"source_queue": "q1"}), 60)
+	require.Equal(t, 0.0, metricValue(t, reg, "dlq_oldest_pending_age_seconds", map[string]string{"source_queue": "q2"}))
+	require.Equal(t, 0.5, metricValue(t, reg, "dlq_capacity_used_ratio", nil))
+	require.NoError(t, svc.Stop(ctx))
+}

@@ -1,0 +1,333 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlq/dlq/api"
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/store"
+)
+
+// apiOptions are the flags of `dlq-bench api`.
+type apiOptions struct {
+	pgURL      string
+	schema     string
+	n          int
+	reuse      bool
+	iterations int
+	depth      int
+	ingestCost bool
+	ingestOnly bool
+	ingestN    int
+	out        string
+	cursor     string
+	skip       string
+}
+
+// API runs `dlq-bench api`: it fills a schema with generated messages
+// (10 million by default) and measures the latency of the API's pages,
+// searches, stats and status over real HTTP, and what the search index
+// costs ingest.
+func API(args []string) error {
+	o := apiOptions{}
+	fs := flag.NewFlagSet("dlq-bench api", flag.ContinueOnError)
+	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"), "PostgreSQL database")
+	fs.StringVar(&o.schema, "schema", "bench_api", "schema holding the generated messages")
+	fs.IntVar(&o.n, "n", 10_000_000, "messages to generate")
+	fs.BoolVar(&o.reuse, "reuse", false, "reuse the schema if it already holds -n messages (skip generation)")
+	fs.IntVar(&o.iterations, "iterations", 200, "timed requests per measurement (after 10 warm-up requests)")
+	fs.IntVar(&o.depth, "depth", 5_000_000, "depth of the deep page, reached by paging through pending messages 1000 at a time")
+	fs.BoolVar(&o.ingestCost, "ingest-cost", true, "also measure IngestBatch throughput with and without the search index")
+	fs.BoolVar(&o.ingestOnly, "ingest-only", false, "measure only the ingest cost of the search index")
+	fs.IntVar(&o.ingestN, "ingest-n", 200_000, "messages per ingest-cost run")
+	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
+	fs.StringVar(&o.cursor, "cursor", "", "cursor of the deep page from an earlier run on the same data (skips paging there)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ctx := context.Background()
+	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+
+	dsn, err := withSearchPath(o.pgURL, o.schema+",public")
+	if err != nil {
+		return err
+	}
+	var results []apiResult
+	if !o.ingestOnly {
+		if err := prepareAPISchema(ctx, o, dsn); err != nil {
+			return err
+		}
+		res, err := measureAPI(ctx, o, dsn)
+		results = append(results, res...)
+		if err != nil {
+			return err
+		}
+	}
+	if o.ingestCost || o.ingestOnly {
+		res, err := measureIngestCost(ctx, o)
+		results = append(results, res...)
+		if err != nil {
+			return err
+		}
+	}
+	if o.out != "" {
+		f, err := os.OpenFile(o.out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for _, r := range results {
+			b, _ := json.Marshal(r)
+			fmt.Fprintf(f, "%s\n", b)
+		}
+	}
+	return nil
+}
+
+type apiResult struct {
+	Bench   string  `json:"bench"`
+	Name    string  `json:"name"`
+	N       int     `json:"n"`
+	P50ms   float64 `json:"p50_ms,omitempty"`
+	P99ms   float64 `json:"p99_ms,omitempty"`
+	MaxMs   float64 `json:"max_ms,omitempty"`
+	Rows    int     `json:"rows,omitempty"`
+	MsgsSec float64 `json:"msgs_per_s,omitempty"`
+	Note    string  `json:"note,omitempty"`
+}
+
+const benchToken = "bench-admin-token-0123456789"
+
+func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, error) {
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 8})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	authn, err := auth.New(auth.Config{AdminToken: benchToken, RatePerSecond: -1})
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	operations, err := ops.New(ops.Config{Store: st, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: operations, Auth: authn, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Shutdown(context.Background()) //nolint:errcheck
+	base := "http://" + ln.Addr().String()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+
+	get1 := func(path string) (int, []byte, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+benchToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return resp.StatusCode, b, fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return resp.StatusCode, b, err
+	}
+	// get retries a failed request: on this shared machine other test
+	// suites restart PostgreSQL now and then. A retried request is not
+	// timed (measure times get's successful attempt only).
+	get := func(path string) (int, []byte, error) {
+		var (
+			code int
+			b    []byte
+			err  error
+		)
+		for attempt := range 5 {
+			if code, b, err = get1(path); err == nil || (code != 0 && code < 500) {
+				return code, b, err
+			}
+			fmt.Printf("  (attempt %d failed: %.200v; retrying)\n", attempt+1, err)
+			time.Sleep(3 * time.Second)
+		}
+		return code, b, err
+	}
+
+	// Values to search for, sampled from the table.
+	sb := st.Bench()
+	msgIDs, traces, err := sb.SampleSearchValues(ctx, o.iterations+10)
+	if err != nil {
+		return nil, err
+	}
+	bodyQueue, bodyPhrase, err := sb.BodyPhrase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dayAgo := url.QueryEscape(time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339))
+
+	var results []apiResult
+	measure := func(name string, path func(i int) string) error {
+		for i := range 10 {
+			if _, _, err := get(path(i)); err != nil {
+				return err
+			}
+		}
+		lat := make([]time.Duration, 0, o.iterations)
+		rowsSeen := 0
+		for i := range o.iterations {
+			t := time.Now()
+			_, b, err := get1(path(i + 10))
+			if err != nil {
+				// Not timed: retry until the server answers again.
+				if _, b, err = get(path(i + 10)); err != nil {
+					return err
+				}
+				t = time.Now()
+				if _, b, err = get1(path(i + 10)); err != nil {
+					return err
+				}
+			}
+			lat = append(lat, time.Since(t))
+			rowsSeen = strings.Count(string(b), `"source_exchange"`)
+		}
+		slices.Sort(lat)
+		r := apiResult{Bench: "api", Name: name, N: o.iterations, P50ms: ms(pct(lat, 0.50)), P99ms: ms(pct(lat, 0.99)), MaxMs: ms(lat[len(lat)-1]), Rows: rowsSeen}
+		load := strconv.FormatFloat(loadAvg(), 'f', 2, 64)
+		r.Note = "load " + load
+		fmt.Printf("%-52s p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms  (%d rows in the last answer; load %s)\n", name, r.P50ms, r.P99ms, r.MaxMs, rowsSeen, load)
+		results = append(results, r)
+		return nil
+	}
+	static := func(p string) func(int) string { return func(int) string { return p } }
+
+	if err := measure("first page (pending, 50)", static("/api/v1/messages")); err != nil {
+		return results, err
+	}
+	if err := measure("first page (pending, 1000)", static("/api/v1/messages?limit=1000")); err != nil {
+		return results, err
+	}
+
+	// The deep page: page through pending messages to the depth.
+	t := time.Now()
+	cursor := o.cursor
+	depth := 0
+	if cursor != "" {
+		depth = o.depth
+	}
+	for depth < o.depth {
+		p := "/api/v1/messages?limit=1000"
+		if cursor != "" {
+			p += "&cursor=" + cursor
+		}
+		_, b, err := get(p)
+		if err != nil {
+			return results, err
+		}
+		var page struct {
+			Messages   []json.RawMessage `json:"messages"`
+			NextCursor *string           `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return results, err
+		}
+		depth += len(page.Messages)
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	if o.cursor == "" {
+		walk := time.Since(t)
+		fmt.Printf("paged to depth %d (1000 per page) in %s: %.1f ms per page of 1000; deep cursor %s\n", depth, walk.Round(time.Second), ms(walk)/float64(max(1, depth/1000)), cursor)
+		results = append(results, apiResult{Bench: "api", Name: "walk pending 1000 per page", Rows: depth, P50ms: ms(walk) / float64(max(1, depth/1000)), Note: "mean ms per page while paging to the deep page"})
+	}
+	if err := measure(fmt.Sprintf("page at depth %d (pending, 50)", depth), static("/api/v1/messages?cursor="+cursor)); err != nil {
+		return results, err
+	}
+	if err := measure("filtered page (source_queue+reason)", static("/api/v1/messages?source_queue=shipping&reason=delivery_limit")); err != nil {
+		return results, err
+	}
+	if err := measure("filtered page (status=acknowledged)", static("/api/v1/messages?status=acknowledged")); err != nil {
+		return results, err
+	}
+	gid, err := sb.GroupByPending(ctx, 20)
+	if err != nil {
+		return results, err
+	}
+	if err := measure("filtered page (group)", static("/api/v1/messages?group="+store.FormatGroupID(gid))); err != nil {
+		return results, err
+	}
+	if err := measure("search failure text (rare: deadlock)", static("/api/v1/messages?q="+url.QueryEscape("deadlock detected while"))); err != nil {
+		return results, err
+	}
+	if err := measure("search failure text (common: declined by issuer)", static("/api/v1/messages?q="+url.QueryEscape("declined by issuer"))); err != nil {
+		return results, err
+	}
+	if err := measure("search message id", func(i int) string { return "/api/v1/messages?status=all&q=" + msgIDs[i%len(msgIDs)] }); err != nil {
+		return results, err
+	}
+	if err := measure("search header value (trace id)", func(i int) string { return "/api/v1/messages?status=all&q=" + traces[i%len(traces)] }); err != nil {
+		return results, err
+	}
+	if err := measure("search header value shared by 20k messages (tenant)", func(i int) string {
+		return "/api/v1/messages?status=all&q=tenant-" + strconv.Itoa(i%500)
+	}); err != nil {
+		return results, err
+	}
+	if err := measure("search failure text with a value (took <n>ms)", func(i int) string {
+		return "/api/v1/messages?q=" + url.QueryEscape("took "+strconv.Itoa(1000+i*97%30000)+"ms")
+	}); err != nil {
+		return results, err
+	}
+	if err := measure("search body phrase (one queue, last 24h)", static("/api/v1/messages?status=all&source_queue="+url.QueryEscape(bodyQueue)+
+		"&failed_after="+dayAgo+"&q="+url.QueryEscape(bodyPhrase))); err != nil {
+		return results, err
+	}
+	// The largest queue reads the most rows for the same time range.
+	bigQueue, err := sb.LargestQueue(ctx)
+	if err != nil {
+		return results, err
+	}
+	if err := measure("search body phrase (largest queue, last 24h)", static("/api/v1/messages?status=all&source_queue="+url.QueryEscape(bigQueue)+
+		"&failed_after="+dayAgo+"&q="+url.QueryEscape(bodyPhrase))); err != nil {
+		return results, err
+	}
+	if err := measure("search value in failure text (SKU in a quoted value)", func(i int) string {
+		return "/api/v1/messages?status=all&q=SKU-" + strconv.Itoa(i*37%100000)
+	}); err != nil {
+		return results, err
+	}
+	if err := measure("stats", static("/api/v1/stats")); err != nil {
+		return results, err
+	}
+	if err := measure("status", static("/api/v1/status")); err != nil {
+		return results, err
+	}
+	return results, nil
+}

@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rejectAll consumes queue on a channel of its own and rejects every
+// message without requeueing, which makes RabbitMQ dead-letter it. stop
+// cancels the consumer.
+func rejectAll(conn *amqp.Connection, queue string) (stop func() error, err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(2000, 0, false); err != nil {
+		return nil, err
+	}
+	ds, err := ch.Consume(queue, "bench-rejecter", false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consume source queue %s: %w", queue, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// One multiple-reject per 500 deliveries (or after 20ms without
+		// more) keeps the rejecter from being the prefill's bottleneck.
+		var last *amqp.Delivery
+		held := 0
+		flush := func() error {
+			if last == nil {
+				return nil
+			}
+			err := last.Nack(true, false)
+			last, held = nil, 0
+			return err
+		}
+		idle := time.NewTicker(20 * time.Millisecond)
+		defer idle.Stop()
+		for {
+			select {
+			case d, ok := <-ds:
+				if !ok {
+					done <- flush()
+					return
+				}
+				last = &d
+				if held++; held < 500 {
+					continue
+				}
+			case <-idle.C:
+			}
+			if err := flush(); err != nil {
+				done <- fmt.Errorf("reject: %w", err)
+				return
+			}
+		}
+	}()
+	return func() error {
+		defer ch.Close()
+		if err := ch.Cancel("bench-rejecter", false); err != nil {
+			return err
+		}
+		return <-done
+	}, nil
+}
+
+// prefill publishes n messages with publisher confirms and typical
+// application headers: straight to dlq's exchange as dead letters, with the
+// headers RabbitMQ writes when it dead-letters (two x-death entries, as
+// after a retry queue, and x-first-death-*) when withDeath, else to a
+// source queue where RabbitMQ dead-letters them.
+func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	bodies := make([][]byte, 1024)
+	for i := range bodies {
+		bodies[i] = make([]byte, size)
+		_, _ = crand.Read(bodies[i])
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	const window = 2000
+	pending := make([]*amqp.DeferredConfirmation, 0, window)
+	settle := func() error {
+		for _, dc := range pending {
+			ok, err := dc.WaitContext(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("publish nacked")
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("bench-%s-%08d", runID, i)
+		body := bodies[i%len(bodies)]
+		h := amqp.Table{
+			"x-correlation-id":    id,
+			"x-tenant":            "acme-" + strconv.Itoa(i%50),
+			"x-retry-count":       int32(3),
+			"x-exception-type":    "OrderValidationError",
+			"x-exception-message": "order total does not match its lines",
+			"traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		}
+		if withDeath {
+			h["x-death"] = []any{
+				amqp.Table{"count": int64(3), "reason": "rejected", "queue": "orders.process", "time": now,
+					"exchange": "orders", "routing-keys": []any{"orders.created"}},
+				amqp.Table{"count": int64(2), "reason": "expired", "queue": "orders.retry", "time": now.Add(-time.Minute),
+					"exchange": "orders.retry", "routing-keys": []any{"orders.created"}, "original-expiration": "10000"},
+			}
+			h["x-first-death-reason"] = "expired"
+			h["x-first-death-queue"] = "orders.retry"
+			h["x-first-death-exchange"] = "orders.retry"
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
+			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: id, CorrelationId: id,
+			Timestamp: now, AppId: "orders-service", Type: "order.created", Headers: h, Body: body,
+		})
+		if err != nil {
+			return err
+		}
+		pending = append(pending, dc)
+		if len(pending) == window {
+			if err := settle(); err != nil {
+				return err
+			}
+		}
+	}
+	return settle()
+}
+
+func passive(conn *amqp.Connection, queue string) (amqp.Queue, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return amqp.Queue{}, err
+	}
+	defer ch.Close()
+	return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+}
+
+func waitReady(conn *amqp.Connection, queue string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		q, err := passive(conn, queue)
+		if err != nil {
+			return err
+		}
+		if q.Messages >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("queue %s holds %d of %d after %s", queue, q.Messages, n, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/store"
+)
+
+// The timed part of the ingest benchmark: dlq draining the prefilled
+// queue, in this process or as a dlq serve subprocess.
+
+// waitStored polls until n dead letters are committed. done closes when
+// the consumer stopped early, and why then says why.
+func waitStored(st *store.Store, n int, done <-chan struct{}, why func() error) error {
+	deadline := time.Now().Add(time.Duration(n/200)*time.Second + 2*time.Minute)
+	ctx := context.Background()
+	for {
+		got, err := st.Bench().SummaryCount(ctx)
+		if err == nil && got >= int64(n) {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("consumer stopped after %d of %d: %v", got, n, why())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d stored by the deadline", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// drainInProcess runs the consumer exactly as `dlq serve` wires it.
+func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, exchange, queue string, size, run int) (cpu, rss float64, stop func() error, err error) {
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conn, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench", Logger: quiet})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	cons, err := consumer.New(consumer.Config{
+		Conn: conn, Store: st, Exchange: exchange, Queues: []string{queue},
+		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize,
+		BatchBytes: o.ingest.BatchBytes, Linger: o.ingest.Linger.D(),
+		Logger: quiet, Registerer: reg,
+	})
+	if err != nil {
+		conn.Close()
+		return 0, 0, nil, err
+	}
+	stopProfile := func() {}
+	if o.cpuProfile != "" {
+		path := o.cpuProfile
+		if run > 1 || size != o.sizes[0] {
+			ext := filepath.Ext(path)
+			path = fmt.Sprintf("%s-%d-%d%s", strings.TrimSuffix(path, ext), size, run, ext)
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			conn.Close()
+			return 0, 0, nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			conn.Close()
+			f.Close()
+			return 0, 0, nil, err
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	self0 := selfCPU()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = cons.Run(ctx)
+	}()
+	stop = func() error {
+		stopProfile()
+		cancel()
+		<-done
+		conn.Close()
+		if runErr != nil {
+			return fmt.Errorf("consumer: %w", runErr)
+		}
+		return nil
+	}
+	if err := waitStored(st, o.n, done, func() error { return runErr }); err != nil {
+		stopProfile()
+		cancel()
+		conn.Close()
+		return 0, 0, nil, err
+	}
+	return selfCPU() - self0, 0, stop, nil
+}
+
+// drainProcess runs `dlq serve` and reads its CPU time and peak memory
+// once it drained.
+func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix string, st *store.Store) (cpu, rss float64, stop func() error, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DLQ_") {
+			env = append(env, kv)
+		}
+	}
+	control := "bench.ingest.control." + suffix
+	env = append(env,
+		"DLQ_DATABASE_URL="+dsn, "DLQ_AMQP_URL="+o.amqpURL, "DLQ_EXCHANGE="+exchange, "DLQ_QUEUES="+queue,
+		"DLQ_CONTROL_QUEUE="+control, "DLQ_HTTP_ADDR="+addr, "DLQ_LOG_LEVEL=warn",
+		"DLQ_CONSUMERS="+strconv.Itoa(o.ingest.Consumers), "DLQ_PREFETCH="+strconv.Itoa(o.ingest.Prefetch),
+		"DLQ_BATCH_SIZE="+strconv.Itoa(o.ingest.BatchSize),
+	)
+	cmd := exec.Command(bin, "serve", "--no-migrate")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, 0, nil, err
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		defer close(exited)
+		waitErr = cmd.Wait()
+	}()
+	stop = func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		var err error
+		select {
+		case <-exited:
+			if waitErr != nil {
+				err = fmt.Errorf("dlq serve exited after SIGTERM: %w", waitErr)
+			}
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			err = errors.New("dlq serve did not exit within 60s of SIGTERM")
+		}
+		// The control queue is dlq's; remove it with the rest.
+		if c, derr := amqp.Dial(o.amqpURL); derr == nil {
+			if ch, derr := c.Channel(); derr == nil {
+				_, _ = ch.QueueDelete(control, false, false, false)
+			}
+			_ = c.Close()
+		}
+		return err
+	}
+	if err := waitStored(st, o.n, exited, func() error { return waitErr }); err != nil {
+		_ = stop()
+		return 0, 0, nil, err
+	}
+	// Read while the process lives: /proc/<pid> goes with it.
+	pid := cmd.Process.Pid
+	cpu, err = procCPU(pid)
+	if err == nil {
+		rss, err = procStatusKB(pid, "VmHWM")
+	}
+	if err != nil {
+		_ = stop()
+		return 0, 0, nil, err
+	}
+	return cpu, rss / 1024, stop, nil
+}

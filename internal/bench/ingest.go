@@ -1,0 +1,401 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/internal/gctune"
+	"github.com/dlq/dlq/store"
+)
+
+// ingestOptions are the flags of `dlq-bench ingest`.
+type ingestOptions struct {
+	n         int
+	sizes     []int
+	runs      int
+	queueType string
+	mode      string
+	// deadLetter is how the prefill makes dead letters: direct (published
+	// to the exchange with the headers RabbitMQ would write), reject or ttl
+	// (RabbitMQ dead-letters them from a source queue).
+	deadLetter string
+	amqpURL    string
+	pgURL      string
+	cpuProfile string
+	out        string
+	keep       bool
+	ingest     config.Ingest
+	// withoutIndexes are dropped after migrating: a diagnostic to price an
+	// index at ingest, never for recorded figures.
+	withoutIndexes []string
+	cpu            cpuMeter
+}
+
+// ingestResult is one measured drain.
+type ingestResult struct {
+	Bench      string  `json:"bench"`
+	Mode       string  `json:"mode"`
+	QueueType  string  `json:"queue_type"`
+	DeadLetter string  `json:"dead_letter"`
+	Size       int     `json:"size"`
+	N          int     `json:"n"`
+	Run        int     `json:"run"`
+	Secs       float64 `json:"secs"`
+	MsgsSec    float64 `json:"msgs_per_s"`
+	MBSec      float64 `json:"mb_per_s"`
+	// CPU in percent of one core over the drain: dlq (this process in
+	// inproc mode, the dlq serve process in process mode), RabbitMQ and
+	// PostgreSQL (every process of their users).
+	CPUDlq    float64 `json:"cpu_dlq_pct"`
+	CPURabbit float64 `json:"cpu_rabbit_pct"`
+	CPUPg     float64 `json:"cpu_pg_pct"`
+	// PeakRSSMB is the dlq serve process's VmHWM (process mode only).
+	PeakRSSMB   float64 `json:"peak_rss_mb,omitempty"`
+	PrefillSecs float64 `json:"prefill_secs"`
+	// BatchMs and BatchMsgs are the mean time to write and commit one batch
+	// and its mean size (inproc mode, from dlq's own histograms).
+	BatchMs   float64 `json:"batch_ms,omitempty"`
+	BatchMsgs float64 `json:"batch_msgs,omitempty"`
+	// WithoutIndexes lists indexes dropped for a diagnostic run.
+	WithoutIndexes []string `json:"without_indexes,omitempty"`
+	Consumers      int      `json:"consumers"`
+	Prefetch       int      `json:"prefetch"`
+	BatchSize      int      `json:"batch_size"`
+	Linger         string   `json:"linger"`
+}
+
+// Ingest runs `dlq-bench ingest`: it dead-letters N messages and measures
+// dlq's ingest from the first delivery to the last commit (msgs/s, CPU of
+// dlq, RabbitMQ and PostgreSQL, and in process mode dlq's peak RSS).
+func Ingest(args []string) error {
+	def := config.Default()
+	o := ingestOptions{ingest: def.Ingest}
+	fs := flag.NewFlagSet("dlq-bench ingest", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 200000, "dead letters per run")
+	sizes := fs.String("size", "1024,16384", "body sizes in bytes, comma list (one set of runs each)")
+	fs.IntVar(&o.runs, "runs", 3, "runs per size; the summary shows the median")
+	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of dlq's queue: quorum (what dlq declares) or classic")
+	fs.StringVar(&o.deadLetter, "dead-letter", "direct", "how the (untimed) prefill makes dead letters: direct (published to the exchange with the death headers RabbitMQ writes), reject (RabbitMQ dead-letters them from a source queue whose consumer rejects them) or ttl (they expire in a source queue with a message TTL of 0)")
+	fs.StringVar(&o.mode, "mode", "inproc", "inproc: consumer.New in this process; process: a `dlq serve` subprocess (measures its peak RSS)")
+	fs.StringVar(&o.amqpURL, "amqp", cmp.Or(os.Getenv("DLQ_AMQP_URL"), config.AMQPURLDefault), "RabbitMQ URL")
+	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"),
+		"PostgreSQL database; each run gets a fresh schema in it")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed drain (inproc mode) to this file; runs after the first get -<size>-<run> before the extension")
+	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
+	fs.BoolVar(&o.keep, "keep", false, "keep each run's schema, exchange and queue")
+	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
+	fs.IntVar(&o.ingest.Prefetch, "prefetch", def.Ingest.Prefetch, "prefetch per consumer (default: dlq's default)")
+	fs.IntVar(&o.ingest.BatchSize, "batch", def.Ingest.BatchSize, "messages per transaction (default: dlq's default)")
+	without := fs.String("without-index", "", "diagnostic: drop these dead_messages indexes (comma list) before the drain, to price them; never for recorded figures")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, ix := range strings.Split(*without, ",") {
+		if ix = strings.TrimSpace(ix); ix != "" {
+			o.withoutIndexes = append(o.withoutIndexes, ix)
+		}
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || v < 16 {
+			return fmt.Errorf("-size: %q is not a body size of at least 16 bytes", s)
+		}
+		o.sizes = append(o.sizes, v)
+	}
+	switch {
+	case o.n <= 0:
+		return fmt.Errorf("-n must be positive, got %d", o.n)
+	case o.runs <= 0:
+		return fmt.Errorf("-runs must be positive, got %d", o.runs)
+	case o.mode != "inproc" && o.mode != "process":
+		return fmt.Errorf("-mode must be inproc or process, got %q", o.mode)
+	case o.queueType != "quorum" && o.queueType != "classic":
+		return fmt.Errorf("-queue-type must be quorum or classic, got %q", o.queueType)
+	case o.deadLetter != "direct" && o.deadLetter != "reject" && o.deadLetter != "ttl":
+		return fmt.Errorf("-dead-letter must be direct, reject or ttl, got %q", o.deadLetter)
+	case o.cpuProfile != "" && o.mode != "inproc":
+		return errors.New("-cpuprofile needs -mode inproc (the consumer must run in this process)")
+	}
+	// The in-process consumer runs with the collector settings of dlq serve.
+	gctune.Apply(slog.New(slog.DiscardHandler))
+
+	var bin string
+	if o.mode == "process" {
+		dir, err := os.MkdirTemp("", "dlq-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "dlq")
+		build := exec.Command("go", "build", "-o", bin, "github.com/dlq/dlq/cmd/dlq")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build dlq: %w", err)
+		}
+	}
+	o.cpu = newCPUMeter()
+	fmt.Printf("ingest benchmark: n=%d sizes=%v runs=%d mode=%s queue=%s dead-letter=%s consumers=%d prefetch=%d batch=%d linger=%s\n",
+		o.n, o.sizes, o.runs, o.mode, o.queueType, o.deadLetter, o.ingest.Consumers, o.ingest.Prefetch, o.ingest.BatchSize, o.ingest.Linger.D())
+
+	var all []ingestResult
+	for _, size := range o.sizes {
+		for run := 1; run <= o.runs; run++ {
+			r, err := ingestRun(o, bin, size, run)
+			if err != nil {
+				return fmt.Errorf("size %d run %d: %w", size, run, err)
+			}
+			all = append(all, r)
+			printResult(r)
+			if o.out != "" {
+				if err := appendJSON(o.out, r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	printIngestSummary(all)
+	return nil
+}
+
+func printResult(r ingestResult) {
+	rss := ""
+	if r.PeakRSSMB > 0 {
+		rss = fmt.Sprintf(" peak_rss=%.0fMB", r.PeakRSSMB)
+	}
+	batch := ""
+	if r.BatchMsgs > 0 {
+		batch = fmt.Sprintf(" batch=%.0fmsgs/%.1fms", r.BatchMsgs, r.BatchMs)
+	}
+	if len(r.WithoutIndexes) > 0 {
+		batch += " WITHOUT " + strings.Join(r.WithoutIndexes, ",")
+	}
+	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
+		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
+}
+
+// printIngestSummary prints a markdown table: median, min and max msgs/s
+// per body size, with the median run's CPU split.
+func printIngestSummary(rs []ingestResult) {
+	fmt.Println()
+	fmt.Println("| mode | queue | dead letters | body | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	bySize := map[int][]ingestResult{}
+	var sizes []int
+	for _, r := range rs {
+		if _, ok := bySize[r.Size]; !ok {
+			sizes = append(sizes, r.Size)
+		}
+		bySize[r.Size] = append(bySize[r.Size], r)
+	}
+	for _, s := range sizes {
+		g := slices.Clone(bySize[s])
+		slices.SortFunc(g, func(a, b ingestResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
+		med := g[len(g)/2]
+		rss := "–"
+		if med.PeakRSSMB > 0 {
+			peak := 0.0
+			for _, r := range g {
+				peak = max(peak, r.PeakRSSMB)
+			}
+			rss = fmt.Sprintf("%.0f MB", peak)
+		}
+		fmt.Printf("| %s | %s | %s | %d B | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %s |\n",
+			med.Mode, med.QueueType, med.DeadLetter, s, med.N, len(g), med.MsgsSec, g[0].MsgsSec, g[len(g)-1].MsgsSec, med.MBSec,
+			med.CPUDlq, med.CPURabbit, med.CPUPg, rss)
+	}
+}
+
+// ingestRun measures one drain: a fresh schema and queue, n dead letters
+// published to the exchange before any consumer runs, then the clock runs
+// from starting the consumer until the last of them is committed.
+func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error) {
+	ctx := context.Background()
+	suffix := randomHex(4)
+	schema := "bench_ingest_" + suffix
+	exchange := "bench.ingest.dlx." + suffix
+	queue := "bench.ingest.dlq." + suffix
+	r := ingestResult{
+		Bench: "ingest", Mode: o.mode, QueueType: o.queueType, DeadLetter: o.deadLetter, Size: size, N: o.n, Run: run,
+		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize, Linger: o.ingest.Linger.D().String(),
+	}
+
+	// Schema.
+	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
+	if err != nil {
+		return r, fmt.Errorf("%w (does database bench exist? `make bench-limits` creates it)", err)
+	}
+	defer admin.Close(ctx)
+	if err := admin.CreateSchema(ctx, schema); err != nil {
+		return r, err
+	}
+	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	if err != nil {
+		return r, err
+	}
+	maxConns := int32(4 + 2*o.ingest.Consumers)
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: maxConns})
+	if err != nil {
+		return r, err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx, nil); err != nil {
+		return r, err
+	}
+	for _, ix := range o.withoutIndexes {
+		if err := st.Bench().DropIndex(ctx, schema, ix); err != nil {
+			return r, fmt.Errorf("-without-index %s: %w", ix, err)
+		}
+	}
+	r.WithoutIndexes = o.withoutIndexes
+
+	// Broker side: dlq's exchange and queue, declared as dlq declares them.
+	conn, err := amqp.Dial(o.amqpURL)
+	if err != nil {
+		return r, fmt.Errorf("connect to RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return r, err
+	}
+	version, _ := conn.Properties["version"].(string)
+	args := broker.OwnQueueArgs(version)
+	if o.queueType == "classic" {
+		args = amqp.Table{"x-queue-type": "classic"}
+	}
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		return r, err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return r, err
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		return r, err
+	}
+	if !o.keep {
+		defer func() {
+			if c, err := conn.Channel(); err == nil {
+				_, _ = c.QueueDelete(queue, false, false, false)
+				_ = c.ExchangeDelete(exchange, false, false)
+				_ = c.Close()
+			}
+			_ = admin.DropSchema(context.Background(), schema)
+		}()
+	}
+
+	// Prefill (not timed).
+	t0 := time.Now()
+	target, key := exchange, "orders.created"
+	stopRejecting := func() error { return nil }
+	if o.deadLetter != "direct" {
+		source := "bench.ingest.src." + suffix
+		srcArgs := amqp.Table{"x-queue-type": "classic", "x-dead-letter-exchange": exchange}
+		if o.deadLetter == "ttl" {
+			srcArgs["x-message-ttl"] = int32(0)
+		}
+		if _, err := ch.QueueDeclare(source, true, false, false, false, srcArgs); err != nil {
+			return r, fmt.Errorf("declare source queue %s: %w", source, err)
+		}
+		defer func() {
+			if c, err := conn.Channel(); err == nil {
+				_, _ = c.QueueDelete(source, false, false, false)
+				_ = c.Close()
+			}
+		}()
+		target, key = "", source
+		if o.deadLetter == "reject" {
+			if stopRejecting, err = rejectAll(conn, source); err != nil {
+				return r, err
+			}
+		}
+	}
+	if err := prefill(ctx, conn, target, key, o.deadLetter == "direct", o.n, size, suffix); err != nil {
+		return r, fmt.Errorf("prefill: %w", err)
+	}
+	if err := waitReady(conn, queue, o.n, 5*time.Minute); err != nil {
+		return r, err
+	}
+	if err := stopRejecting(); err != nil {
+		return r, err
+	}
+	r.PrefillSecs = time.Since(t0).Seconds()
+	// Let the broker and the database settle after the burst.
+	if err := st.Bench().Checkpoint(ctx); err != nil {
+		return r, err
+	}
+
+	// A drain returns once everything is committed, with dlq still running
+	// (its database backends still alive for the CPU count); stop then
+	// shuts it down gracefully.
+	var drain func() (dlqCPU, peakRSS float64, stop func() error, err error)
+	reg := prometheus.NewRegistry()
+	switch o.mode {
+	case "inproc":
+		drain = func() (float64, float64, func() error, error) {
+			return drainInProcess(o, st, reg, exchange, queue, size, run)
+		}
+	default:
+		drain = func() (float64, float64, func() error, error) {
+			return drainProcess(o, bin, dsn, exchange, queue, suffix, st)
+		}
+	}
+	c0 := o.cpu.take()
+	start := time.Now()
+	dlqCPU, peak, stop, err := drain()
+	if err != nil {
+		return r, err
+	}
+	r.Secs = time.Since(start).Seconds()
+	c1 := o.cpu.take()
+	if err := stop(); err != nil {
+		return r, err
+	}
+	if o.mode == "inproc" {
+		secs, batches := histogram(reg, "dlq_ingest_batch_seconds")
+		msgs, _ := histogram(reg, "dlq_ingest_batch_messages")
+		if batches > 0 {
+			r.BatchMs, r.BatchMsgs = secs/float64(batches)*1000, msgs/float64(batches)
+		}
+	}
+	r.MsgsSec = float64(o.n) / r.Secs
+	r.MBSec = float64(o.n) * float64(size) / 1e6 / r.Secs
+	r.CPUDlq = dlqCPU / r.Secs * 100
+	rmq, pg := c1.since(c0)
+	r.CPURabbit = rmq / r.Secs * 100
+	r.CPUPg = pg / r.Secs * 100
+	r.PeakRSSMB = peak
+
+	// Check the outcome: exactly n rows, nothing left in the queue, ready or
+	// unacknowledged (no consumer is attached any more).
+	rows, err := st.Bench().CountMessages(ctx)
+	if err != nil {
+		return r, err
+	}
+	if rows != int64(o.n) {
+		return r, fmt.Errorf("stored %d rows for %d dead letters", rows, o.n)
+	}
+	q, err := passive(conn, queue)
+	if err != nil {
+		return r, err
+	}
+	if q.Messages != 0 || q.Consumers != 0 {
+		return r, fmt.Errorf("queue %s after the drain: %d ready, %d consumers", queue, q.Messages, q.Consumers)
+	}
+	return r, nil
+}

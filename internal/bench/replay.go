@@ -1,0 +1,286 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/gctune"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// replayOptions are the flags of `dlq-bench replay`.
+type replayOptions struct {
+	n          int
+	size       int
+	runs       int
+	batch      int
+	window     int
+	queueType  string
+	amqpURL    string
+	pgURL      string
+	cpuProfile string
+	out        string
+	keep       bool
+	// dropIndexes names indexes of dead_messages to drop before the run:
+	// a diagnostic, to see what each index costs a replay.
+	dropIndexes []string
+	cpu         cpuMeter
+}
+
+// replayResult is one measured replay task.
+type replayResult struct {
+	Bench     string  `json:"bench"`
+	N         int     `json:"n"`
+	Size      int     `json:"size"`
+	Run       int     `json:"run"`
+	Secs      float64 `json:"secs"`
+	MsgsSec   float64 `json:"msgs_per_s"`
+	CPUDlq    float64 `json:"cpu_dlq_pct"`
+	CPURabbit float64 `json:"cpu_rabbit_pct"`
+	CPUPg     float64 `json:"cpu_pg_pct"`
+	SeedSecs  float64 `json:"seed_secs"`
+	Batch     int     `json:"batch_size"`
+	Window    int     `json:"window"`
+	QueueType string  `json:"queue_type"`
+	Dropped   string  `json:"dropped_indexes,omitempty"`
+}
+
+// Replay runs `dlq-bench replay`: it replays N stored messages with dlq's
+// replay service (a task with its snapshot, claims, confirmed mandatory
+// publishing, settlement with counters) to a queue, and reports messages
+// per second from the task's start to its completion.
+func Replay(args []string) error {
+	o := replayOptions{}
+	fs := flag.NewFlagSet("dlq-bench replay", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 100_000, "messages to replay")
+	fs.IntVar(&o.size, "size", 1024, "body size in bytes")
+	fs.IntVar(&o.runs, "runs", 3, "measured runs (the median is the figure)")
+	fs.IntVar(&o.batch, "batch", 500, "messages claimed per transaction (replay.batch_size)")
+	fs.IntVar(&o.window, "window", 1000, "publishes awaiting their confirm (replay.window)")
+	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of the target queue: quorum or classic")
+	fs.StringVar(&o.amqpURL, "amqp", cmp.Or(os.Getenv("BENCH_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
+	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"),
+		"PostgreSQL URL (a schema is created in it and dropped after)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured part to this file")
+	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
+	fs.BoolVar(&o.keep, "keep", false, "keep the schema and the queue for inspection")
+	fs.Func("drop-indexes", "comma list of dead_messages indexes to drop first (diagnostic: what an index costs a replay)", func(v string) error {
+		o.dropIndexes = splitList(v)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.n < 1 || o.size < 1 || o.runs < 1 {
+		return fmt.Errorf("-n, -size and -runs must be >= 1")
+	}
+	o.cpu = newCPUMeter()
+	// The replay service runs with the collector settings of dlq serve.
+	gctune.Apply(slog.New(slog.DiscardHandler))
+	var results []replayResult
+	for run := 1; run <= o.runs; run++ {
+		r, err := replayRun(o, run)
+		if err != nil {
+			return fmt.Errorf("run %d: %w", run, err)
+		}
+		fmt.Printf("replay run %d: %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
+			r.Run, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
+		if o.out != "" {
+			if err := appendJSON(o.out, r); err != nil {
+				return err
+			}
+		}
+		results = append(results, r)
+	}
+	slices.SortFunc(results, func(a, b replayResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
+	med := results[len(results)/2]
+	fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%d × %d B, batch %d, window %d, %s target%s)\n",
+		len(results), med.MsgsSec, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes))
+	return nil
+}
+
+func replayRun(o replayOptions, run int) (replayResult, error) {
+	ctx := context.Background()
+	res := replayResult{Bench: "replay", N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
+		Dropped: strings.Join(o.dropIndexes, ",")}
+	suffix := randomHex(4)
+	schema := "dlqbench_replay_" + suffix
+	queue := "dlqbench.replay." + suffix
+
+	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
+	if err != nil {
+		return res, fmt.Errorf("%w (create the database: make bench-limits does)", err)
+	}
+	defer admin.Close(ctx)
+	if err := admin.CreateSchema(ctx, schema); err != nil {
+		return res, err
+	}
+	if !o.keep {
+		defer func() { _ = admin.DropSchema(context.WithoutCancel(ctx), schema) }()
+	}
+	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	if err != nil {
+		return res, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: quiet})
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx, nil); err != nil {
+		return res, err
+	}
+	for _, ix := range o.dropIndexes {
+		if err := st.Bench().DropIndex(ctx, schema, ix); err != nil {
+			return res, fmt.Errorf("-drop-indexes: %w", err)
+		}
+	}
+
+	app, err := amqp.Dial(o.amqpURL)
+	if err != nil {
+		return res, err
+	}
+	defer app.Close()
+	ch, err := app.Channel()
+	if err != nil {
+		return res, err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": o.queueType}); err != nil {
+		return res, err
+	}
+	if !o.keep {
+		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+	}
+
+	seedStart := time.Now()
+	if err := seedReplay(ctx, st, queue, o.n, o.size); err != nil {
+		return res, fmt.Errorf("seed: %w", err)
+	}
+	if err := st.Bench().Analyze(ctx, "dead_messages"); err != nil {
+		return res, err
+	}
+	if err := st.Bench().Checkpoint(ctx); err != nil {
+		return res, err
+	}
+	res.SeedSecs = time.Since(seedStart).Seconds()
+
+	conn, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench replay", Logger: quiet})
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close()
+	svc, err := replay.New(replay.Config{
+		Store: st, Conn: conn, BatchSize: o.batch, Window: o.window, PollInterval: 20 * time.Millisecond,
+		MaxTaskMessages: int64(o.n), Logger: quiet,
+	})
+	if err != nil {
+		return res, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpu0, self0 := o.cpu.take(), selfCPU()
+	start := time.Now()
+	task, err := svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: queue}}, store.Actor{Name: "bench", Via: "cli"})
+	if err != nil {
+		return res, err
+	}
+	for {
+		t, err := svc.Get(ctx, task.ID)
+		if err != nil {
+			return res, err
+		}
+		if store.TaskFinished(t.Status) {
+			if t.Status != replay.StatusCompleted || t.Published != int64(o.n) {
+				b, _ := json.Marshal(t)
+				return res, fmt.Errorf("task ended badly: %s", b)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	secs := time.Since(start).Seconds()
+	cpu1, self1 := o.cpu.take(), selfCPU()
+	res.Secs = secs
+	res.MsgsSec = float64(o.n) / secs
+	res.CPUDlq = 100 * (self1 - self0) / secs
+	res.CPURabbit = 100 * (cpu1.rmqSec - cpu0.rmqSec) / secs
+	res.CPUPg = 100 * (cpu1.pgSec - cpu0.pgSec) / secs
+
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return res, err
+	}
+	if q.Messages != o.n {
+		return res, fmt.Errorf("target queue holds %d messages, want %d", q.Messages, o.n)
+	}
+	return res, nil
+}
+
+// seedReplay stores n pending messages of size bytes that died in queue,
+// through the same batch writer as ingest. Each batch is confirmed in the
+// next one, as the consumer does once its acknowledgements reached the
+// broker: the messages an operator replays were stored minutes ago, and
+// their batches have long left ingest_inflight.
+func seedReplay(ctx context.Context, st *store.Store, queue string, n, size int) error {
+	body := make([]byte, size)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	headers := []byte(`{"x-app":"bench","x-attempt":{"type":"int32","value":3},"x-tenant":"acme"}`)
+	props := []byte(`{"content_type":"application/json","delivery_mode":2,"message_id":"bench"}`)
+	now := time.Now().UTC()
+	msgs := make([]store.NewMessage, 0, 1000)
+	var prev []int64
+	for i := 0; i < n; i++ {
+		msgs = append(msgs, store.NewMessage{
+			MessageID: fmt.Sprintf("bench-%d", i), SourceQueue: queue, SourceRoutingKey: queue, DeadLetterQueue: "dlq",
+			Reason: "rejected", DeathCount: 1, FailureType: "TimeoutError", FailureMessage: "upstream timed out",
+			Properties: props, Headers: headers, Body: body, FirstFailedAt: now, FailedAt: now, Fingerprint: int64(i + 1),
+		})
+		if len(msgs) == cap(msgs) || i == n-1 {
+			id := store.NewBatchID()
+			if _, err := st.IngestBatch(ctx, store.IngestBatch{ID: id, Consumer: "bench", Messages: msgs, Confirmed: prev}); err != nil {
+				return err
+			}
+			prev = []int64{id}
+			msgs = msgs[:0]
+		}
+	}
+	return st.ConfirmBatches(ctx, prev)
+}
+
+func dropNote(ix []string) string {
+	if len(ix) == 0 {
+		return ""
+	}
+	return ", without indexes " + strings.Join(ix, ", ")
+}

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlq/dlq/cron"
+)
+
+// Alerts runs `dlq alerts`: the alerts pending, firing or just resolved,
+// and the rules.
+func Alerts(args []string) int { return runAlerts(args, osEnv()) }
+
+// runAlerts prints when alerts were last evaluated, every alert that is
+// pending, firing or just resolved with the time it entered that state,
+// and the rules with their per-queue overrides.
+func runAlerts(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq alerts", flag.ContinueOnError)
+	var af apiFlags
+	af.register(fs, env)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq alerts [flags]   alerts pending, firing or just resolved, and the rules")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	c := newAPIClient("alerts", af, env)
+	b, err := c.call(context.Background(), "GET", "/api/v1/alerts", nil, nil)
+	if err != nil {
+		return c.fail(err)
+	}
+	if af.json {
+		c.printRaw(b)
+		return ExitOK
+	}
+	var v cron.AlertsView
+	if err := json.Unmarshal(b, &v); err != nil {
+		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}
+	w := env.stdout
+	if v.EvaluatedAt == nil {
+		fmt.Fprintf(w, "not evaluated yet (schedule %s)\n", v.Schedule)
+	} else {
+		fmt.Fprintf(w, "evaluated %s (schedule %s)\n", v.EvaluatedAt.Local().Format(time.RFC3339), v.Schedule)
+	}
+	fmt.Fprintln(w)
+	if len(v.Alerts) == 0 {
+		fmt.Fprintln(w, "no alert is pending, firing or just resolved")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RULE\tQUEUE\tSTATE\tSINCE\tSEVERITY\tVALUE\tTHRESHOLD")
+		for _, a := range v.Alerts {
+			queue := a.SourceQueue
+			if queue == "" {
+				queue = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, a.State, a.Since.Local().Format("2006-01-02 15:04:05"),
+				a.Severity, number(a.Value), number(a.Threshold))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, "\nrules:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tKIND\tTHRESHOLD\tFOR\tSEVERITY\tQUEUE OVERRIDES")
+	for _, r := range v.Rules {
+		threshold := number(r.Threshold)
+		if r.Disabled {
+			threshold = "disabled"
+		}
+		overrides := "-"
+		for i, q := range slices.Sorted(maps.Keys(r.Overrides)) {
+			o := r.Overrides[q]
+			if i == 0 {
+				overrides = ""
+			} else {
+				overrides += ", "
+			}
+			if o.Disabled {
+				overrides += q + " disabled"
+			} else {
+				overrides += q + " " + number(o.Threshold) + " for " + seconds(o.ForSeconds)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, threshold, seconds(r.ForSeconds), r.Severity, overrides)
+	}
+	tw.Flush()
+	return ExitOK
+}
+
+// number formats a rule's value or threshold without trailing zeros.
+func number(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// seconds formats a duration in seconds as Go does (5m0s).
+func seconds(s float64) string { return (time.Duration(s * float64(time.Second))).String() }

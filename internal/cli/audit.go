@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/dlq/dlq/store"
+)
+
+// Audit runs `dlq audit`: who did what, newest first.
+func Audit(args []string) int { return runAudit(args, osEnv()) }
+
+// runAudit lists the audit log, newest first, a page at a time like ls.
+func runAudit(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq audit", flag.ContinueOnError)
+	var (
+		af                   apiFlags
+		actor, action, since string
+		limit                int
+		curs                 string
+		all                  bool
+	)
+	af.register(fs, env)
+	fs.StringVar(&actor, "actor", "", "only what this actor (a token's name) did")
+	fs.StringVar(&action, "action", "", "only this action: acknowledge, delete, replay, cancel_replay, retention, evict, ...")
+	fs.StringVar(&since, "since", "", "only since: RFC 3339 time, or a duration ago (24h)")
+	fs.IntVar(&limit, "limit", 50, "entries per page (at most 1000)")
+	fs.StringVar(&curs, "cursor", "", "continue after a previous page (its next cursor)")
+	fs.BoolVar(&all, "all", false, "follow cursors to the last page")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq audit [flags]   who did what, newest first (admin token)")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	c := newAPIClient("audit", af, env)
+	after, err := timeArg("since", since, time.Now())
+	if err != nil {
+		fmt.Fprintf(env.stderr, "dlq audit: %v\n", err)
+		return ExitUsage
+	}
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	for k, v := range map[string]string{"actor": actor, "action": action, "since": after, "cursor": curs} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	tw := c.listing()
+	fmt.Fprintln(tw, "ID\tAT\tACTOR\tROLE\tVIA\tACTION\tCOUNT\tSELECTION")
+	return c.pages(context.Background(), "/api/v1/audit", q, all, tw, func(b []byte) (*string, error) {
+		var page struct {
+			Entries    []store.AuditEntry `json:"entries"`
+			NextCursor *string            `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return nil, err
+		}
+		for _, e := range page.Entries {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Local().Format("2006-01-02 15:04:05"),
+				e.Actor, e.Role, e.Via, e.Action, thousands(e.Count), shorten(string(e.Selection), 70))
+		}
+		return page.NextCursor, nil
+	})
+}

@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The operator commands ls, show, groups, stats, status, ack, rm, audit,
+// jobs and alerts talk to a running dlq's HTTP API: DLQ_URL (default
+// http://127.0.0.1:8080) with the bearer token DLQ_TOKEN (or
+// DLQ_ADMIN_TOKEN). They print readable tables, or the API's JSON with
+// --json, and exit with a code that says what happened (see exit.go): 0
+// done, 1 failed (409 and the like), 2 bad flags or a parameter the API
+// refused (400, including a missing --yes), 3 dlq unreachable or failing
+// (429, 5xx), 4 not found, 5 token refused (401, 403). cmd/dlq's
+// TestCLIBinary holds the binary to them.
+
+// DLQURLDefault is where the CLI finds the API without DLQ_URL.
+const DLQURLDefault = "http://127.0.0.1:8080"
+
+// cliEnv is what an operator command reads and writes; tests run commands
+// in-process with their own.
+type cliEnv struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+}
+
+func osEnv() cliEnv { return cliEnv{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr} }
+
+// apiFlags are the flags every API command takes.
+type apiFlags struct {
+	url     string
+	token   string
+	json    bool
+	timeout time.Duration
+}
+
+func (f *apiFlags) register(fs *flag.FlagSet, env cliEnv) {
+	fs.StringVar(&f.url, "url", cmp.Or(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
+	fs.StringVar(&f.token, "token", cmp.Or(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
+	fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the API")
+}
+
+// apiClient sends requests to the API and turns failures into exit codes.
+type apiClient struct {
+	name  string
+	flags apiFlags
+	env   cliEnv
+	http  *http.Client
+}
+
+func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout}}
+}
+
+// apiError is an answer other than 2xx.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string {
+	if e.code == "" {
+		return fmt.Sprintf("HTTP %d", e.status)
+	}
+	return fmt.Sprintf("%s (HTTP %d): %s", e.code, e.status, e.message)
+}
+
+// call sends one request and returns the body of a 2xx answer.
+func (c *apiClient) call(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
+	u := strings.TrimRight(c.flags.url, "/") + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.flags.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.flags.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach dlq at %s (is dlq serve running? set DLQ_URL): %w", c.flags.url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &apiError{status: resp.StatusCode}
+		var env struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(b, &env) == nil {
+			e.code, e.message = env.Error.Code, env.Error.Message
+		}
+		return nil, e
+	}
+	return b, nil
+}
+
+// fail prints err and returns the exit code that describes it.
+func (c *apiClient) fail(err error) int {
+	fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
+	var e *apiError
+	if !errors.As(err, &e) {
+		return ExitUnavailable
+	}
+	switch {
+	case e.status == http.StatusUnauthorized:
+		if c.flags.token == "" {
+			fmt.Fprintf(c.env.stderr, "dlq %s: set DLQ_TOKEN to a token of this dlq\n", c.name)
+		}
+		return ExitDenied
+	case e.status == http.StatusForbidden:
+		return ExitDenied
+	case e.status == http.StatusNotFound:
+		return ExitNotFound
+	case e.status == http.StatusBadRequest:
+		return ExitUsage
+	case e.status == http.StatusTooManyRequests, e.status >= 500:
+		return ExitUnavailable
+	}
+	return ExitFailure
+}
+
+// printRaw prints an API answer as indented JSON.
+func (c *apiClient) printRaw(b []byte) {
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") != nil {
+		out.Reset()
+		out.Write(b)
+	}
+	fmt.Fprintln(c.env.stdout, strings.TrimRight(out.String(), "\n"))
+}
+
+// listing returns the table of a listing: on stdout, or with --json
+// nowhere (each page is printed as the API answered it instead).
+func (c *apiClient) listing() *tabwriter.Writer {
+	w := c.env.stdout
+	if c.flags.json {
+		w = io.Discard
+	}
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// pages prints a listing: its first page, or with all every page,
+// following next_cursor. show decodes a page, writes its rows to table
+// (from listing, its header written already) and returns its next cursor
+// (nil on the last page). A failure prints nothing of the table.
+func (c *apiClient) pages(ctx context.Context, path string, q url.Values, all bool, table *tabwriter.Writer, show func([]byte) (*string, error)) int {
+	for {
+		b, err := c.call(ctx, "GET", path, q, nil)
+		if err != nil {
+			return c.fail(err)
+		}
+		next, err := show(b)
+		if err != nil {
+			return c.fail(fmt.Errorf("unexpected answer: %w", err))
+		}
+		if c.flags.json {
+			c.printRaw(b)
+		}
+		if next == nil {
+			table.Flush()
+			return ExitOK
+		}
+		if !all {
+			table.Flush()
+			if !c.flags.json {
+				fmt.Fprintf(c.env.stderr, "more: dlq %s --cursor %s (same filters), or --all\n", c.name, *next)
+			}
+			return ExitOK
+		}
+		q.Set("cursor", *next)
+	}
+}
+
+// parseFlags parses a command's flags; a negative code means go on.
+func parseFlags(fs *flag.FlagSet, args []string, env cliEnv) int {
+	fs.SetOutput(env.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	return -1
+}
+
+// timeArg reads a time flag: RFC 3339, or a duration meaning that long ago
+// ("24h", "90m").
+func timeArg(name, s string, now time.Time) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d).UTC().Format(time.RFC3339), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t.UTC().Format(time.RFC3339), nil
+	}
+	return "", fmt.Errorf("--%s %q: use an RFC 3339 time (2024-05-01T12:00:00Z) or a duration ago (24h)", name, s)
+}
+
+// shorten cuts s to n runes for a table cell.
+func shorten(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/internal/dlqtest"
+)
+
+// TestJobsAndAlertsAgainstLiveServer runs jobs and alerts against an API
+// whose cron service runs the summary and alert jobs: every message is one
+// too many (threshold 0), except in orders (threshold 10), so billing's
+// alert fires and orders' does not.
+func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
+	t.Parallel()
+	st, _ := clitest.Seeded(t)
+	var rules alerts.Config
+	rules.Rules = []alerts.Rule{{Name: "pending_count", Kind: alerts.KindPendingCount, Threshold: 0}}
+	ten := 10.0
+	rules.Overrides = alerts.Overrides{"orders": {"pending_count": {Threshold: &ten}}}
+	require.NoError(t, rules.Validate())
+	svc, err := cron.New(cron.Config{
+		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(), Instance: "cli-test",
+		Schedules: cron.Schedules{Summary: "@every 200ms", Cleanup: cron.ScheduleOff, Capacity: cron.ScheduleOff, Alerts: "@every 200ms"},
+		Alerts:    cron.AlertsConfig{Rules: rules.RuleSet()},
+	})
+	require.NoError(t, err)
+	svc.Start()
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+	url := clitest.Serve(t, st, svc)
+	const viewer = clitest.ViewerToken
+
+	// firing returns the rows of the alerts table that fire.
+	firing := func(out string) []string {
+		var rows []string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "pending_count" && f[2] == "firing" {
+				rows = append(rows, l)
+			}
+		}
+		return rows
+	}
+	var out string
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		var code int
+		code, out, _ = cli(t, url, viewer, runAlerts)
+		return code == ExitOK && len(firing(out)) > 0
+	}, "no alert fired")
+	require.Contains(t, out, "evaluated ")
+	require.Contains(t, out, "(schedule @every 200ms)")
+	rows := firing(out)
+	require.Len(t, rows, 1, out)
+	require.Equal(t, "billing", strings.Fields(rows[0])[1])
+	require.Contains(t, out, "rules:")
+	require.Contains(t, out, "orders 10 for 0s", "the override")
+
+	code, out, _ := cli(t, url, viewer, runAlerts, "--json")
+	require.Equal(t, ExitOK, code)
+	var av cron.AlertsView
+	require.NoError(t, json.Unmarshal([]byte(out), &av), out)
+	require.Len(t, av.Rules, 1)
+	require.NotEmpty(t, av.Alerts)
+
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		var code int
+		code, out, _ = cli(t, url, viewer, runJobs)
+		return code == ExitOK && strings.Contains(out, "success")
+	}, "no job succeeded")
+	require.Contains(t, out, "answered by instance cli-test")
+	require.Contains(t, out, "JOB")
+	for _, job := range []string{cron.JobSummary, cron.JobCleanup, cron.JobCapacity, cron.JobAlerts} {
+		require.Contains(t, out, "\n"+job+" ", out)
+	}
+	require.Contains(t, out, "cli-test (token ")
+
+	code, out, _ = cli(t, url, viewer, runJobs, cron.JobSummary)
+	require.Equal(t, ExitOK, code)
+	require.True(t, strings.HasPrefix(out, "summary: schedule @every 200ms, lease cli-test (token "), out)
+	require.Contains(t, out, "RUN")
+	require.Contains(t, out, "success")
+
+	code, out, _ = cli(t, url, viewer, runJobs, "--json")
+	require.Equal(t, ExitOK, code)
+	var jv cron.JobsView
+	require.NoError(t, json.Unmarshal([]byte(out), &jv), out)
+	require.Equal(t, "cli-test", jv.Instance)
+	require.Len(t, jv.Jobs, 4)
+	code, out, _ = cli(t, url, viewer, runJobs, "--json", cron.JobAlerts)
+	require.Equal(t, ExitOK, code)
+	var one cron.JobView
+	require.NoError(t, json.Unmarshal([]byte(out), &one), out)
+	require.Equal(t, cron.JobAlerts, one.Name)
+
+	// Exit codes.
+	code, _, errOut := cli(t, url, viewer, runJobs, "no-such-job")
+	require.Equal(t, ExitNotFound, code)
+	require.Contains(t, errOut, "no job")
+	code, _, _ = cli(t, url, viewer, runJobs, "a", "b")
+	require.Equal(t, ExitUsage, code)
+	code, _, _ = cli(t, url, "wrong", runAlerts)
+	require.Equal(t, ExitDenied, code)
+	code, _, errOut = cli(t, url, "", runJobs)
+	require.Equal(t, ExitDenied, code)
+	require.Contains(t, errOut, "DLQ_TOKEN")
+	code, _, _ = cli(t, "http://127.0.0.1:1", viewer, runAlerts, "--json")
+	require.Equal(t, ExitUnavailable, code)
+}
+
+// Without a cron service the API answers 503, and the commands say dlq is
+// unavailable.
+func TestJobsAndAlertsWithoutCron(t *testing.T) {
+	t.Parallel()
+	url, _, _ := clitest.Server(t)
+	for _, run := range []func([]string, cliEnv) int{runJobs, runAlerts} {
+		code, out, errOut := cli(t, url, clitest.AdminToken, run)
+		require.Equal(t, ExitUnavailable, code)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "unavailable (HTTP 503)")
+	}
+}

@@ -1,0 +1,20 @@
+// Package cli is dlq's command line apart from its wiring: the exit codes
+// every subcommand shares (exit.go), loading a subcommand's flags and
+// configuration (config.go), and the operator commands. cmd/dlq holds the
+// command table and calls them.
+//
+// The operator commands are front doors like the HTTP API and the control
+// queue: they decode flags, call a running dlq and print its answer; what
+// may be done is decided there, never here.
+//
+//   - ls, show, groups, stats, status, ack, rm, audit, jobs and alerts
+//     call the HTTP API (client.go, messages.go, stats.go, audit.go,
+//     jobs.go, alerts.go): DLQ_URL, with the token DLQ_TOKEN or
+//     DLQ_ADMIN_TOKEN. They print readable tables, or the API's JSON with
+//     --json.
+//   - replay, replays and cancel send commands to the control queue
+//     (replay.go): DLQ_AMQP_URL and the same token.
+//
+// Commands run in-process in the tests, against a real API over a fresh
+// schema (package clitest); cmd/dlq's tests run the binary.
+package cli

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/store"
+)
+
+// Jobs runs `dlq jobs`: the cron jobs, or one job's recent runs.
+func Jobs(args []string) int { return runJobs(args, osEnv()) }
+
+// runJobs prints every cron job with its schedule, the instance holding
+// its lease, its last success and its last run; with a job's name, that
+// job's recent runs.
+func runJobs(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq jobs", flag.ContinueOnError)
+	var af apiFlags
+	af.register(fs, env)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq jobs [flags] [job]   cron jobs: schedule, lease, last success and runs")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	c := newAPIClient("jobs", af, env)
+	b, err := c.call(context.Background(), "GET", "/api/v1/jobs", nil, nil)
+	if err != nil {
+		return c.fail(err)
+	}
+	var v cron.JobsView
+	if err := json.Unmarshal(b, &v); err != nil {
+		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}
+	if fs.NArg() == 1 {
+		for i, j := range v.Jobs {
+			if j.Name != fs.Arg(0) {
+				continue
+			}
+			if af.json {
+				// The job as the API answered it.
+				var raw struct {
+					Jobs []json.RawMessage `json:"jobs"`
+				}
+				if err := json.Unmarshal(b, &raw); err != nil {
+					return c.fail(fmt.Errorf("unexpected answer: %w", err))
+				}
+				c.printRaw(raw.Jobs[i])
+				return ExitOK
+			}
+			printRuns(env, j)
+			return ExitOK
+		}
+		fmt.Fprintf(env.stderr, "dlq jobs: no job %q (dlq jobs lists them)\n", fs.Arg(0))
+		return ExitNotFound
+	}
+	if af.json {
+		c.printRaw(b)
+		return ExitOK
+	}
+	fmt.Fprintf(env.stdout, "answered by instance %s\n\n", v.Instance)
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSCHEDULE\tLEASE\tLAST SUCCESS\tLAST RUN\tOUTCOME\tROWS\tERROR")
+	for _, j := range v.Jobs {
+		last, outcome, rows, why := "-", "-", "-", ""
+		if len(j.Runs) > 0 {
+			r := j.Runs[0]
+			last, outcome, rows, why = r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, leaseLine(j.Lease), timeCell(j.LastSuccessAt),
+			last, outcome, rows, why)
+	}
+	tw.Flush()
+	return ExitOK
+}
+
+// leaseLine says who holds a job's lease: "instance (token 3)", with
+// "expired" once it ran out.
+func leaseLine(l *store.JobLease) string {
+	if l == nil {
+		return "-"
+	}
+	s := l.Holder + " (token " + strconv.FormatInt(l.Token, 10) + ")"
+	if !l.Held {
+		s += " expired"
+	}
+	return s
+}
+
+// timeCell formats an optional time for a table cell.
+func timeCell(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// printRuns prints a job's recent runs, newest first.
+func printRuns(env cliEnv, j cron.JobView) {
+	fmt.Fprintf(env.stdout, "%s: schedule %s, lease %s, last success %s\n\n", j.Name, j.Schedule, leaseLine(j.Lease), timeCell(j.LastSuccessAt))
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tTICK\tINSTANCE\tTOKEN\tSTARTED\tFINISHED\tOUTCOME\tROWS\tERROR")
+	for _, r := range j.Runs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tick.Local().Format("2006-01-02 15:04:05"), r.Instance, r.Token,
+			r.StartedAt.Local().Format("2006-01-02 15:04:05"), timeCell(r.FinishedAt), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60))
+	}
+	tw.Flush()
+}

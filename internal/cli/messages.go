@@ -1,0 +1,329 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlq/dlq/store"
+)
+
+// Ls runs `dlq ls`: dead messages, newest first.
+func Ls(args []string) int { return runLs(args, osEnv()) }
+
+// Show runs `dlq show`: one message with its body.
+func Show(args []string) int { return runShow(args, osEnv()) }
+
+// Ack runs `dlq ack`: acknowledge messages by id or filter.
+func Ack(args []string) int { return runAction("ack", args, osEnv()) }
+
+// Rm runs `dlq rm`: delete messages by id or filter.
+func Rm(args []string) int { return runAction("rm", args, osEnv()) }
+
+// filterFlags are the message filters of ls, ack and rm.
+type filterFlags struct {
+	status, queue, reason, group, q, after, before string
+}
+
+func (f *filterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.status, "status", "", "status: pending (default), replaying, replayed, acknowledged, a comma list, or all")
+	fs.StringVar(&f.queue, "queue", "", "source queue")
+	fs.StringVar(&f.reason, "reason", "", "death reason: rejected, expired, maxlen, delivery_limit")
+	fs.StringVar(&f.group, "group", "", "failure group id (see dlq groups)")
+	fs.StringVar(&f.q, "q", "", "search message id, failure text and header values (and bodies, with --queue)")
+	fs.StringVar(&f.after, "after", "", "failed at or after: RFC 3339 time, or a duration ago (24h)")
+	fs.StringVar(&f.before, "before", "", "failed before: RFC 3339 time, or a duration ago")
+}
+
+func (f *filterFlags) query(now time.Time) (url.Values, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"status": f.status, "source_queue": f.queue, "reason": f.reason, "group": f.group, "q": f.q} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	after, err := timeArg("after", f.after, now)
+	if err != nil {
+		return nil, err
+	}
+	before, err := timeArg("before", f.before, now)
+	if err != nil {
+		return nil, err
+	}
+	if after != "" {
+		v.Set("failed_after", after)
+	}
+	if before != "" {
+		v.Set("failed_before", before)
+	}
+	return v, nil
+}
+
+// filter is the JSON filter of a bulk action.
+func (f *filterFlags) filter(now time.Time) (map[string]string, error) {
+	v, err := f.query(now)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for k := range v {
+		out[k] = v.Get(k)
+	}
+	return out, nil
+}
+
+func (f *filterFlags) empty() bool { return *f == filterFlags{} }
+
+// runLs lists messages, newest first.
+func runLs(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq ls", flag.ContinueOnError)
+	var (
+		af    apiFlags
+		ff    filterFlags
+		limit int
+		curs  string
+		all   bool
+	)
+	af.register(fs, env)
+	ff.register(fs)
+	fs.IntVar(&limit, "limit", 50, "messages per page (at most 1000)")
+	fs.StringVar(&curs, "cursor", "", "continue after a previous page (its next cursor)")
+	fs.BoolVar(&all, "all", false, "follow cursors to the last page")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq ls [flags]   list dead messages, newest first")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	c := newAPIClient("ls", af, env)
+	q, err := ff.query(time.Now())
+	if err != nil {
+		fmt.Fprintf(env.stderr, "dlq ls: %v\n", err)
+		return ExitUsage
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	if curs != "" {
+		q.Set("cursor", curs)
+	}
+	tw := c.listing()
+	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
+	return c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
+		var page struct {
+			Messages   []store.Message `json:"messages"`
+			NextCursor *string         `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return nil, err
+		}
+		for _, m := range page.Messages {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
+				m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
+		}
+		return page.NextCursor, nil
+	})
+}
+
+// failureLine renders a failure as "Type: message".
+func failureLine(raw json.RawMessage) string {
+	var f struct{ Type, Message string }
+	if len(raw) == 0 || json.Unmarshal(raw, &f) != nil {
+		return ""
+	}
+	switch {
+	case f.Type != "" && f.Message != "":
+		return f.Type + ": " + f.Message
+	default:
+		return f.Type + f.Message
+	}
+}
+
+// runShow prints one message with its headers, death record and body.
+func runShow(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq show", flag.ContinueOnError)
+	var af apiFlags
+	af.register(fs, env)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq show [flags] ID   show one dead message with its body")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+	if err != nil || id <= 0 {
+		fmt.Fprintf(env.stderr, "dlq show: %q is not a message id\n", fs.Arg(0))
+		return ExitUsage
+	}
+	c := newAPIClient("show", af, env)
+	b, err := c.call(context.Background(), "GET", "/api/v1/messages/"+strconv.FormatInt(id, 10), nil, nil)
+	if err != nil {
+		return c.fail(err)
+	}
+	if af.json {
+		c.printRaw(b)
+		return ExitOK
+	}
+	var m store.Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}
+	w := env.stdout
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("id", strconv.FormatInt(m.ID, 10))
+	if m.MessageID != nil {
+		row("message id", *m.MessageID)
+	}
+	row("status", m.Status)
+	row("source", fmt.Sprintf("queue %s (exchange %q, routing key %q)", m.SourceQueue, m.SourceExchange, m.SourceRoutingKey))
+	row("dead-letter queue", m.DeadLetterQueue)
+	row("reason", fmt.Sprintf("%s (%d deaths)", m.Reason, m.DeathCount))
+	row("failed at", m.FailedAt.Format(time.RFC3339)+" (first "+m.FirstFailedAt.Format(time.RFC3339)+")")
+	if m.ReplayCount > 0 || m.ReplayedAt != nil {
+		r := strconv.FormatInt(m.ReplayCount, 10) + " replays"
+		if m.ReplayedAt != nil {
+			r += ", last " + m.ReplayedAt.Format(time.RFC3339)
+		}
+		row("replayed", r)
+	}
+	if m.AcknowledgedAt != nil {
+		row("acknowledged at", m.AcknowledgedAt.Format(time.RFC3339))
+	}
+	if m.Group != nil {
+		row("failure group", *m.Group)
+	}
+	if f := failureLine(m.Failure); f != "" {
+		row("failure", f)
+	}
+	if m.LastReplayError != nil {
+		row("last replay error", *m.LastReplayError)
+	}
+	if m.ConversionError != nil {
+		row("conversion error", *m.ConversionError)
+	}
+	tw.Flush()
+	for _, part := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"properties", m.Properties}, {"headers", m.Headers}, {"x-death", m.XDeath}} {
+		fmt.Fprintf(w, "\n%s:\n", part.name)
+		c.printRaw(part.raw)
+	}
+	fmt.Fprintf(w, "\nbody (%d bytes):\n", m.BodySize)
+	switch {
+	case m.Body == nil:
+		fmt.Fprintln(w, "(hidden: this token may not see bodies)")
+	case utf8.Valid(*m.Body):
+		fmt.Fprintln(w, string(*m.Body))
+	default:
+		fmt.Fprintln(w, "(binary, base64) "+base64.StdEncoding.EncodeToString(*m.Body))
+	}
+	return ExitOK
+}
+
+// runAction acknowledges (ack) or deletes (rm) messages by id or filter.
+func runAction(name string, args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq "+name, flag.ContinueOnError)
+	var (
+		af     apiFlags
+		ff     filterFlags
+		dryRun bool
+		yes    bool
+		limit  int
+	)
+	af.register(fs, env)
+	ff.register(fs)
+	fs.BoolVar(&dryRun, "dry-run", false, "only count what a filter selects")
+	fs.BoolVar(&yes, "yes", false, "confirm a large selection by filter")
+	fs.IntVar(&limit, "limit", 0, "act on at most this many messages of a filter, oldest first")
+	verb := map[string]string{"ack": "acknowledge", "rm": "delete"}[name]
+	fs.Usage = func() {
+		fmt.Fprintf(env.stderr, "usage: dlq %s [flags] [ID...]   %s messages by id, or by filter flags\n", name, verb)
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	var ids []int64
+	for _, a := range fs.Args() {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			fmt.Fprintf(env.stderr, "dlq %s: %q is not a message id\n", name, a)
+			return ExitUsage
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) > 0 && !ff.empty() {
+		fmt.Fprintf(env.stderr, "dlq %s: give ids or filter flags, not both\n", name)
+		return ExitUsage
+	}
+	if len(ids) == 0 && ff.empty() {
+		fmt.Fprintf(env.stderr, "dlq %s: give message ids, or filter flags (for example --queue orders); a filter acts on every match\n", name)
+		return ExitUsage
+	}
+	c := newAPIClient(name, af, env)
+	body := map[string]any{"dry_run": dryRun, "confirm": yes}
+	if limit > 0 {
+		body["limit"] = limit
+	}
+	if len(ids) > 0 {
+		body["ids"] = ids
+	} else {
+		f, err := ff.filter(time.Now())
+		if err != nil {
+			fmt.Fprintf(env.stderr, "dlq %s: %v\n", name, err)
+			return ExitUsage
+		}
+		body["filter"] = f
+	}
+	b, err := c.call(context.Background(), "POST", "/api/v1/messages/"+verb, nil, body)
+	if err != nil {
+		var e *apiError
+		if errors.As(err, &e) && e.code == "confirm_required" {
+			fmt.Fprintf(env.stderr, "dlq %s: %s\ndlq %s: add --yes to go ahead, or --dry-run to count\n", name, e.message, name)
+			return ExitUsage
+		}
+		return c.fail(err)
+	}
+	if af.json {
+		c.printRaw(b)
+		return ExitOK
+	}
+	var res store.ActionResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}
+	past := map[string]string{"ack": "acknowledged", "rm": "deleted"}[name]
+	if res.DryRun {
+		fmt.Fprintf(env.stdout, "dry run: %d messages would be %s\n", res.Matched, past)
+		return ExitOK
+	}
+	fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)
+	if res.Unchanged > 0 {
+		fmt.Fprintf(env.stdout, ", %d already %s", res.Unchanged, past)
+	}
+	fmt.Fprintln(env.stdout)
+	if len(res.NotFound) > 0 {
+		s := make([]string, len(res.NotFound))
+		for i, id := range res.NotFound {
+			s[i] = strconv.FormatInt(id, 10)
+		}
+		fmt.Fprintf(env.stderr, "dlq %s: not found: %s\n", name, strings.Join(s, ", "))
+		return ExitNotFound
+	}
+	return ExitOK
+}

@@ -1,0 +1,539 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/control"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// The replay commands talk to a running dlq through the control queue (an
+// RPC with a direct reply-to), so they work wherever the broker is
+// reachable; they need no database access. The token comes from DLQ_TOKEN,
+// or else DLQ_ADMIN_TOKEN.
+
+type rpcFlags struct {
+	json    bool
+	timeout time.Duration
+}
+
+func (f *rpcFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.json, "json", false, "print the answer as JSON on stdout")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for dlq's answer")
+}
+
+// rpc connects to the control queue named by the configuration.
+func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
+	token := cmp.Or(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
+	if token == "" {
+		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN)\n", name)
+		return nil, ExitDenied
+	}
+	dctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
+	defer cancel()
+	c, err := control.Dial(dctx, cfg.AMQPURL, cfg.ControlQueue, token)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return nil, ExitUnavailable
+	}
+	return c, -1
+}
+
+// send runs one command and returns its result, or prints the failure and
+// returns the exit code.
+func send(ctx context.Context, name string, c *control.Client, cmd control.Command, timeout time.Duration) (json.RawMessage, int) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	a, err := c.Call(cctx, cmd)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		if errors.Is(err, control.ErrNoAnswer) {
+			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered on %s in %s; is dlq serve running?\n", name, "the control queue", timeout)
+		}
+		return nil, ExitUnavailable
+	}
+	if !a.OK {
+		code, msg := "unknown", "no error in the answer"
+		if a.Error != nil {
+			code, msg = a.Error.Code, a.Error.Message
+		}
+		fmt.Fprintf(os.Stderr, "dlq %s: %s: %s\n", name, code, msg)
+		if code == control.CodeConfirmRequired {
+			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
+		}
+		return nil, answerExit(code)
+	}
+	return a.Result, -1
+}
+
+// answerExit maps an answer's error code to the exit code.
+func answerExit(code string) int {
+	switch code {
+	case control.CodeMissingToken, control.CodeInvalidToken, control.CodeForbidden:
+		return ExitDenied
+	case control.CodeNotFound:
+		return ExitNotFound
+	case control.CodeInvalidJSON, control.CodeInvalidRequest, control.CodeUnknownCommand, control.CodeTooLarge, control.CodeConfirmRequired:
+		return ExitUsage
+	case control.CodeUnavailable:
+		return ExitUnavailable
+	}
+	return ExitFailure
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// Replay runs `dlq replay [flags] [id ...]`.
+func Replay(args []string) int {
+	var (
+		rf                             rpcFlags
+		sourceQueue, reason, status, q string
+		group, since, until, commandID string
+		delay, canaryWait              time.Duration
+		limit, canary                  int
+		rate                           float64
+		toExchange, toKey              string
+		toExchangeSet                  bool
+		dryRun, force, wait, confirm   bool
+	)
+	cfg, _, fs, code := LoadConfig("replay", args, func(fs *flag.FlagSet) {
+		rf.register(fs)
+		fs.StringVar(&sourceQueue, "source-queue", "", "replay messages that died in this queue")
+		fs.StringVar(&reason, "reason", "", "... with this death reason (rejected, expired, maxlen, delivery_limit)")
+		fs.StringVar(&status, "status", "", "... with this status (default pending)")
+		fs.StringVar(&q, "q", "", "... matching this text search")
+		fs.StringVar(&group, "group", "", "... of this failure group")
+		fs.StringVar(&since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
+		fs.StringVar(&until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
+		fs.IntVar(&limit, "limit", 0, "replay at most this many (oldest first)")
+		fs.Float64Var(&rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
+		fs.DurationVar(&delay, "delay", 0, "start after this long (e.g. 10m)")
+		fs.Func("to-exchange", "publish to this exchange instead of each message's own (\"\" is the default exchange)", func(s string) error {
+			toExchange, toExchangeSet = s, true
+			return nil
+		})
+		fs.StringVar(&toKey, "to-routing-key", "", "... with this routing key")
+		fs.BoolVar(&dryRun, "dry-run", false, "count and sample what would be replayed; change nothing")
+		fs.IntVar(&canary, "canary", 0, "publish this many first, wait --canary-wait, and stop if any died again")
+		fs.DurationVar(&canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
+		fs.BoolVar(&force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
+		fs.BoolVar(&wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
+		fs.BoolVar(&confirm, "confirm", false, "replay by filter more messages than the confirmation threshold (api.confirm_above)")
+		fs.StringVar(&commandID, "command-id", "", "the command's id (default: a new UUID); run again with the same id, the command is not repeated and its first answer is shown")
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), "usage: dlq replay [flags] [id ...]")
+			fmt.Fprintln(fs.Output(), "\nReplay messages by id, or by filter flags. Examples:")
+			fmt.Fprintln(fs.Output(), "  dlq replay 42")
+			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders")
+			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --reason rejected --since 1h --rate 50 --wait")
+			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --since 2026-05-01T10:00:00Z --until 2026-05-01T11:00:00Z --confirm")
+			fmt.Fprintln(fs.Output(), "\nflags:")
+			fs.PrintDefaults()
+		}
+	})
+	if code >= 0 {
+		return code
+	}
+	// Ids may come before, between or after flags.
+	var ids []int64
+	for fs.NArg() > 0 {
+		for _, part := range strings.Split(fs.Arg(0), ",") {
+			if part == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(part, 10, 64)
+			if err != nil || id <= 0 {
+				fmt.Fprintf(os.Stderr, "dlq replay: %q is not a message id\n", part)
+				return ExitUsage
+			}
+			ids = append(ids, id)
+		}
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return ExitUsage
+		}
+	}
+	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
+	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since != "" || until != ""
+	switch {
+	case len(ids) > 0 && filtered:
+		fmt.Fprintln(os.Stderr, "dlq replay: give ids or filter flags, not both")
+		return ExitUsage
+	case len(ids) > 0:
+		req.IDs = ids
+	case filtered:
+		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group}
+		now := time.Now()
+		var err error
+		if f.FailedAfter, err = when("since", since, now); err != nil {
+			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
+			return ExitUsage
+		}
+		if f.FailedBefore, err = when("until", until, now); err != nil {
+			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
+			return ExitUsage
+		}
+		if f.FailedAfter != nil && f.FailedBefore != nil && !f.FailedAfter.Before(*f.FailedBefore) {
+			fmt.Fprintf(os.Stderr, "dlq replay: --since (%s) must be before --until (%s)\n",
+				f.FailedAfter.Format(time.RFC3339), f.FailedBefore.Format(time.RFC3339))
+			return ExitUsage
+		}
+		req.Filter = f
+	default:
+		fmt.Fprintln(os.Stderr, "dlq replay: say what to replay: message ids, or filter flags such as --source-queue (see dlq replay -h)")
+		return ExitUsage
+	}
+	if delay < 0 || delay%time.Second != 0 {
+		fmt.Fprintln(os.Stderr, "dlq replay: --delay must be a whole number of seconds >= 0")
+		return ExitUsage
+	}
+	req.DelaySeconds = int(delay / time.Second)
+	if toExchangeSet || toKey != "" {
+		req.Target = &replay.Target{Exchange: toExchange, RoutingKey: toKey}
+	}
+	if canary > 0 {
+		req.Canary = &replay.Canary{Count: canary, WaitSeconds: int(canaryWait.Round(time.Second) / time.Second)}
+	}
+
+	ctx, stop := signalContext()
+	defer stop()
+	c, code := rpc(ctx, "replay", cfg, rf.timeout)
+	if code >= 0 {
+		return code
+	}
+	defer c.Close()
+	res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplay, CommandID: commandID, Request: req, Confirm: confirm}, rf.timeout)
+	if code >= 0 {
+		return code
+	}
+	var task replay.Task
+	if err := json.Unmarshal(res, &task); err != nil {
+		fmt.Fprintf(os.Stderr, "dlq replay: decode answer: %v\n", err)
+		return ExitFailure
+	}
+	switch {
+	case task.DryRun:
+		if rf.json {
+			printJSON(res)
+		} else {
+			fmt.Printf("dry run: %d messages match, %d would be skipped%s; nothing was changed\n", task.Requested, task.Skipped, skipReasons(task.SkipReasons))
+			if len(task.Sample) > 0 {
+				fmt.Printf("first ids: %s\n", joinInts(task.Sample))
+			}
+			if task.Error != "" {
+				fmt.Println(task.Error)
+			}
+		}
+		return ExitOK
+	case !wait:
+		if rf.json {
+			printJSON(res)
+		} else {
+			fmt.Printf("replay task %d %s: %d messages selected, starting %s\n", task.ID, task.Status, task.Requested, task.StartAt.Local().Format(time.RFC3339))
+			fmt.Printf("follow it with: dlq replays %d    stop it with: dlq cancel %d\n", task.ID, task.ID)
+		}
+		return ExitOK
+	}
+	return waitTask(ctx, c, task, rf)
+}
+
+// when reads --since and --until: a duration ago, or an RFC 3339 time.
+func when(name, s string, now time.Time) (*time.Time, error) {
+	v, err := timeArg(name, s, now)
+	if err != nil || v == "" {
+		return nil, err
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %q: %w", name, s, err)
+	}
+	return &t, nil
+}
+
+// waitTask polls a task until it finishes, drawing its progress on stderr.
+func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFlags) int {
+	bar := newProgress(os.Stderr)
+	var last json.RawMessage
+	for {
+		bar.draw(task)
+		if store.TaskFinished(task.Status) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			bar.done()
+			fmt.Fprintf(os.Stderr, "dlq replay: stopped waiting; task %d goes on (dlq cancel %d stops it)\n", task.ID, task.ID)
+			return ExitFailure
+		case <-time.After(500 * time.Millisecond):
+		}
+		res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplayStatus, ID: task.ID}, rf.timeout)
+		if code >= 0 {
+			bar.done()
+			return code
+		}
+		last = res
+		if err := json.Unmarshal(res, &task); err != nil {
+			bar.done()
+			fmt.Fprintf(os.Stderr, "dlq replay: decode answer: %v\n", err)
+			return ExitFailure
+		}
+	}
+	bar.done()
+	if rf.json && last != nil {
+		printJSON(last)
+	} else if !rf.json {
+		printTask(os.Stdout, task)
+	}
+	if task.Status != replay.StatusCompleted {
+		fmt.Fprintf(os.Stderr, "dlq replay: task %d ended %s: %s\n", task.ID, task.Status, task.Error)
+		return ExitFailure
+	}
+	if task.Failed > 0 || task.Unknown > 0 {
+		fmt.Fprintf(os.Stderr, "dlq replay: %d messages failed and %d have an unknown outcome; they are pending with the reason (dlq replays %d)\n",
+			task.Failed, task.Unknown, task.ID)
+		return ExitFailure
+	}
+	return ExitOK
+}
+
+// progress draws a one-line progress bar: rewritten in place on a
+// terminal, one line every few seconds otherwise.
+type progress struct {
+	w        io.Writer
+	terminal bool
+	lastLine time.Time
+	drawn    bool
+}
+
+func newProgress(f *os.File) *progress {
+	fi, err := f.Stat()
+	return &progress{w: f, terminal: err == nil && fi.Mode()&os.ModeCharDevice != 0}
+}
+
+func (p *progress) draw(t replay.Task) {
+	const width = 30
+	settled := t.Requested - t.Remaining
+	filled := 0
+	if t.Requested > 0 {
+		filled = int(settled * width / t.Requested)
+	}
+	line := fmt.Sprintf("[%s%s] %d/%d  published %d  failed %d  skipped %d  unknown %d  (%s)",
+		strings.Repeat("=", filled), strings.Repeat(" ", width-filled), settled, t.Requested,
+		t.Published, t.Failed, t.Skipped, t.Unknown, t.Status)
+	switch {
+	case p.terminal:
+		fmt.Fprintf(p.w, "\r%s\033[K", line)
+		p.drawn = true
+	case time.Since(p.lastLine) >= 5*time.Second || store.TaskFinished(t.Status):
+		fmt.Fprintln(p.w, line)
+		p.lastLine = time.Now()
+	}
+}
+
+func (p *progress) done() {
+	if p.terminal && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func printJSON(raw json.RawMessage) {
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		if b, err := json.MarshalIndent(v, "", "  "); err == nil {
+			raw = b
+		}
+	}
+	fmt.Println(string(raw))
+}
+
+func joinInts(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ", ")
+}
+
+func printTask(w io.Writer, t replay.Task) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "task\t%d\n", t.ID)
+	fmt.Fprintf(tw, "status\t%s\n", t.Status)
+	fmt.Fprintf(tw, "requested\t%d\n", t.Requested)
+	fmt.Fprintf(tw, "published\t%d\n", t.Published)
+	fmt.Fprintf(tw, "failed\t%d\n", t.Failed)
+	fmt.Fprintf(tw, "skipped\t%d%s\n", t.Skipped, skipReasons(t.SkipReasons))
+	fmt.Fprintf(tw, "unknown\t%d\n", t.Unknown)
+	fmt.Fprintf(tw, "remaining\t%d\n", t.Remaining)
+	if t.Request.RatePerSecond > 0 {
+		fmt.Fprintf(tw, "rate\t%g/s\n", t.Request.RatePerSecond)
+	}
+	if tg := t.Request.Target; tg != nil {
+		fmt.Fprintf(tw, "target\texchange %q, routing key %q\n", tg.Exchange, tg.RoutingKey)
+	}
+	if c := t.Request.Canary; c != nil {
+		fmt.Fprintf(tw, "canary\t%d messages, %ds\n", c.Count, c.WaitSeconds)
+	}
+	fmt.Fprintf(tw, "created\t%s by %s\n", t.CreatedAt.Local().Format(time.RFC3339), t.CreatedBy)
+	fmt.Fprintf(tw, "start\t%s\n", t.StartAt.Local().Format(time.RFC3339))
+	if t.FinishedAt != nil {
+		fmt.Fprintf(tw, "finished\t%s\n", t.FinishedAt.Local().Format(time.RFC3339))
+	}
+	if t.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", t.Error)
+	}
+	tw.Flush()
+}
+
+// skipReasons formats a task's skip breakdown: " (max_replays 2, deleted 1)".
+func skipReasons(r map[string]int64) string {
+	if len(r) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(r))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, r[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// Replays runs `dlq replays [id]`: recent replay tasks, or one.
+func Replays(args []string) int {
+	var rf rpcFlags
+	var limit int
+	cfg, _, fs, code := LoadConfig("replays", args, func(fs *flag.FlagSet) {
+		rf.register(fs)
+		fs.IntVar(&limit, "limit", 20, "how many recent tasks to list")
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), "usage: dlq replays [flags] [id]\n\nList recent replay tasks, or show one.\n\nflags:")
+			fs.PrintDefaults()
+		}
+	})
+	if code >= 0 {
+		return code
+	}
+	var id int64
+	if fs.NArg() > 1 {
+		fmt.Fprintln(os.Stderr, "dlq replays: give at most one task id")
+		return ExitUsage
+	}
+	if fs.NArg() == 1 {
+		n, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "dlq replays: %q is not a task id\n", fs.Arg(0))
+			return ExitUsage
+		}
+		id = n
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	c, code := rpc(ctx, "replays", cfg, rf.timeout)
+	if code >= 0 {
+		return code
+	}
+	defer c.Close()
+	if id > 0 {
+		res, code := send(ctx, "replays", c, control.Command{Command: control.CmdReplayStatus, ID: id}, rf.timeout)
+		if code >= 0 {
+			return code
+		}
+		if rf.json {
+			printJSON(res)
+			return ExitOK
+		}
+		var t replay.Task
+		if err := json.Unmarshal(res, &t); err != nil {
+			fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
+			return ExitFailure
+		}
+		printTask(os.Stdout, t)
+		return ExitOK
+	}
+	res, code := send(ctx, "replays", c, control.Command{Command: control.CmdListReplays, Request: replay.Request{Limit: limit}}, rf.timeout)
+	if code >= 0 {
+		return code
+	}
+	if rf.json {
+		printJSON(res)
+		return ExitOK
+	}
+	var list struct {
+		Replays []replay.Task `json:"replays"`
+	}
+	if err := json.Unmarshal(res, &list); err != nil {
+		fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
+		return ExitFailure
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
+	for _, t := range list.Replays {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", t.ID, t.Status, t.Requested, t.Published, t.Failed,
+			t.Skipped, t.Unknown, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), t.CreatedBy)
+	}
+	tw.Flush()
+	return ExitOK
+}
+
+// Cancel runs `dlq cancel id`.
+func Cancel(args []string) int {
+	var rf rpcFlags
+	cfg, _, fs, code := LoadConfig("cancel", args, func(fs *flag.FlagSet) {
+		rf.register(fs)
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), "usage: dlq cancel [flags] id\n\nStop a replay task within one publish.\n\nflags:")
+			fs.PrintDefaults()
+		}
+	})
+	if code >= 0 {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "dlq cancel: give the task id (see dlq replays)")
+		return ExitUsage
+	}
+	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+	if err != nil || id <= 0 {
+		fmt.Fprintf(os.Stderr, "dlq cancel: %q is not a task id\n", fs.Arg(0))
+		return ExitUsage
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	c, code := rpc(ctx, "cancel", cfg, rf.timeout)
+	if code >= 0 {
+		return code
+	}
+	defer c.Close()
+	res, code := send(ctx, "cancel", c, control.Command{Command: control.CmdCancelReplay, ID: id}, rf.timeout)
+	if code >= 0 {
+		return code
+	}
+	if rf.json {
+		printJSON(res)
+		return ExitOK
+	}
+	var t replay.Task
+	if err := json.Unmarshal(res, &t); err != nil {
+		fmt.Fprintf(os.Stderr, "dlq cancel: decode answer: %v\n", err)
+		return ExitFailure
+	}
+	fmt.Printf("replay task %d cancelled: %d published, %d left pending\n", t.ID, t.Published, t.Remaining)
+	return ExitOK
+}

@@ -1,0 +1,253 @@
+package ops
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// EditRequest is the body of POST /api/v1/messages/{id}/edit-replay and
+// the fields of the control queue's edit_replay command.
+type EditRequest struct {
+	// BodyBase64 is the new body, base64. Any body may be edited so.
+	BodyBase64 *string `json:"body_base64,omitempty"`
+	// Body is the new body as text, for a JSON or text message only.
+	Body *string `json:"body,omitempty"`
+	// SetHeaders adds or replaces headers, in the typed form the message
+	// JSON shows them in (numbers as {"type","value"}).
+	SetHeaders json.RawMessage `json:"set_headers,omitempty"`
+	// RemoveHeaders drops headers.
+	RemoveHeaders []string `json:"remove_headers,omitempty"`
+	// Force allows changing a header of the configured sensitive list.
+	Force bool `json:"force,omitempty"`
+	// DryRun shows exactly what would be sent and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// EditResult answers an edit-then-replay: the copy as it is (or would be)
+// published, the diff the audit row records, and the task publishing it.
+type EditResult struct {
+	MessageID int64 `json:"message_id"`
+	DryRun    bool  `json:"dry_run"`
+	// Task publishes the copy; absent for a dry run.
+	Task *replay.Task   `json:"task,omitempty"`
+	Copy EditedCopy     `json:"copy"`
+	Diff map[string]any `json:"diff"`
+}
+
+// EditedCopy is the corrected copy, exactly as published.
+type EditedCopy struct {
+	ReplayID   string          `json:"replay_id"`
+	Exchange   string          `json:"exchange"`
+	RoutingKey string          `json:"routing_key"`
+	Properties json.RawMessage `json:"properties"`
+	Headers    json.RawMessage `json:"headers"`
+	Body       []byte          `json:"body"`
+}
+
+// lockedHeader reports why header k may not be edited, or "" if it may:
+// dlq's own headers, the broker's death and delivery headers, and the
+// configured ones.
+func (s *Service) lockedHeader(k string) string {
+	lk := strings.ToLower(k)
+	switch {
+	case strings.HasPrefix(lk, "x-dlq-"):
+		return "dlq's own header"
+	case lk == "x-death" || lk == "x-delivery-count" || lk == "x-acquired-count" ||
+		strings.HasPrefix(lk, "x-first-death-") || strings.HasPrefix(lk, "x-last-death-"):
+		return "set by RabbitMQ"
+	case slices.ContainsFunc(s.cfg.EditLockedHeaders, func(h string) bool { return strings.EqualFold(h, k) }):
+		return "locked by configuration (replay.edit_locked_headers)"
+	}
+	return ""
+}
+
+func (s *Service) sensitiveHeader(k string) bool {
+	return slices.ContainsFunc(s.cfg.EditSensitiveHeaders, func(h string) bool { return strings.EqualFold(h, k) })
+}
+
+// EditReplay publishes a corrected copy of a pending message (operator):
+// a new body and/or header changes. The copy carries x-dlq-edited-from and
+// its own replay id; the original is kept, leaves the pending set once the
+// copy is out, and links to it (GetMessage's "edited"). One edit at a
+// time: a message already edited, or being edited, is store.ErrConflict —
+// edit the copy once it is stored instead.
+func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequest) (EditResult, error) {
+	p := c.Principal
+	if err := Authorize(p, ActEditReplay); err != nil {
+		return EditResult{}, err
+	}
+	if s.cfg.Replays == nil {
+		return EditResult{}, unavailable("replays are not available on this instance")
+	}
+	m, err := s.st.GetMessage(ctx, id, p.Queues)
+	if err != nil {
+		return EditResult{}, err
+	}
+	if prev, edited, err := s.st.GetMessageEdit(ctx, id); err != nil {
+		return EditResult{}, err
+	} else if edited && prev.State != store.EditFailed {
+		return EditResult{}, fmt.Errorf("message %d is already edited (copy %s, %s): edit the copy once it is stored: %w",
+			id, prev.CopyReplayID, prev.State, store.ErrConflict)
+	}
+	if m.Status != store.StatusPending {
+		return EditResult{}, fmt.Errorf("message %d is %s; only a pending message is edited: %w", id, m.Status, store.ErrConflict)
+	}
+	edit, diff, err := s.checkEdit(m, r)
+	if err != nil {
+		return EditResult{}, err
+	}
+	var body []byte
+	if m.Body != nil {
+		body = *m.Body
+	}
+	claimed := store.ClaimedMessage{ID: m.ID, SourceQueue: m.SourceQueue, SourceExchange: m.SourceExchange,
+		SourceRoutingKey: m.SourceRoutingKey, Properties: m.Properties, Headers: m.Headers, Body: body, ReplayCount: m.ReplayCount}
+	pub, err := replay.EditedPublishing(claimed, edit, s.cfg.KeepUserID)
+	if err != nil {
+		return EditResult{}, invalid("%v", err)
+	}
+	headers, err := broker.AppendHeadersJSON(nil, pub.Headers)
+	if err != nil {
+		return EditResult{}, invalid("set_headers: %v", err)
+	}
+	out := EditResult{MessageID: id, DryRun: r.DryRun, Diff: diff, Copy: EditedCopy{
+		ReplayID: edit.ReplayID, Exchange: m.SourceExchange, RoutingKey: m.SourceRoutingKey,
+		Properties: m.Properties, Headers: headers, Body: pub.Body,
+	}}
+	if r.DryRun {
+		return out, nil
+	}
+	task, err := s.cfg.Replays.Start(ctx, replay.Request{IDs: []int64{id}, Scope: p.Queues, Edit: &edit, EditAudit: diff}, c.actor())
+	if err != nil {
+		return EditResult{}, err
+	}
+	out.Task = &task
+	s.log.Info("edit-then-replay started", "message_id", id, "task_id", task.ID, "copy_replay_id", edit.ReplayID, "actor", p.Name, "via", c.Via)
+	return out, nil
+}
+
+// checkEdit validates an edit of m and returns it with its audit diff:
+// header changes in full; for the body, the sizes and a hash, never the
+// content.
+func (s *Service) checkEdit(m store.Message, r EditRequest) (replay.Edit, map[string]any, error) {
+	edit := replay.Edit{ReplayID: replay.NewReplayID(), RemoveHeaders: r.RemoveHeaders}
+	diff := map[string]any{"message_id": m.ID, "copy_replay_id": edit.ReplayID}
+	if r.BodyBase64 == nil && r.Body == nil && len(r.SetHeaders) == 0 && len(r.RemoveHeaders) == 0 {
+		return edit, nil, invalid("body: nothing to change: give body_base64 (or body), set_headers or remove_headers")
+	}
+	props, err := broker.ParsePropertiesJSON(m.Properties)
+	if err != nil {
+		return edit, nil, fmt.Errorf("ops: stored properties of message %d: %w", m.ID, err)
+	}
+	body, err := newBody(r, props.ContentType)
+	if err != nil {
+		return edit, nil, err
+	}
+	if body != nil {
+		sum := sha256.Sum256(body)
+		diff["body"] = map[string]any{"size_before": m.BodySize, "size_after": len(body), "sha256_after": hex.EncodeToString(sum[:])}
+		edit.Body = body
+	}
+	check := func(field, k string) error {
+		if why := s.lockedHeader(k); why != "" {
+			return invalid("%s: header %q cannot be edited: %s", field, k, why)
+		}
+		if s.sensitiveHeader(k) && !r.Force {
+			return invalid("%s: header %q is sensitive (replay.edit_sensitive_headers): resend with force: true to change it", field, k)
+		}
+		return nil
+	}
+	for _, k := range r.RemoveHeaders {
+		if err := check("remove_headers", k); err != nil {
+			return edit, nil, err
+		}
+	}
+	if len(r.RemoveHeaders) > 0 {
+		diff["headers_removed"] = r.RemoveHeaders
+	}
+	if len(r.SetHeaders) > 0 {
+		set, err := broker.DecodeHeadersJSON(r.SetHeaders)
+		if err != nil {
+			return edit, nil, invalid("set_headers: %v (give an object of headers in the message JSON's typed form)", err)
+		}
+		for k := range set {
+			if err := check("set_headers", k); err != nil {
+				return edit, nil, err
+			}
+			if slices.Contains(r.RemoveHeaders, k) {
+				return edit, nil, invalid("set_headers: header %q is also in remove_headers", k)
+			}
+		}
+		edit.SetHeaders = r.SetHeaders
+		diff["headers_set"] = r.SetHeaders
+	}
+	return edit, diff, nil
+}
+
+// newBody reads the new body: body_base64 for any message, body (text)
+// for a JSON or text one. A JSON message's body must be valid JSON, a text
+// message's valid UTF-8: the copy goes to a consumer that expects them.
+func newBody(r EditRequest, contentType string) ([]byte, error) {
+	media, _, _ := mime.ParseMediaType(contentType)
+	isJSON := media == "application/json" || strings.HasSuffix(media, "+json")
+	isText := strings.HasPrefix(media, "text/")
+	var body []byte
+	switch {
+	case r.BodyBase64 != nil && r.Body != nil:
+		return nil, invalid("body: give body_base64 or body, not both")
+	case r.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*r.BodyBase64)
+		if err != nil {
+			return nil, invalid("body_base64: not valid base64: %v", err)
+		}
+		body = b
+	case r.Body != nil:
+		if !isJSON && !isText {
+			return nil, invalid("body: the message's content type is %q, not JSON or text: send the new body as body_base64", contentType)
+		}
+		body = []byte(*r.Body)
+	default:
+		return nil, nil
+	}
+	switch {
+	case isJSON:
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			return nil, invalid("body: the content type is %s, and the new body is not valid JSON: %s", media, jsonPosition(body, err))
+		}
+	case isText && !utf8.Valid(body):
+		return nil, invalid("body: the content type is %s, and the new body is not valid UTF-8", media)
+	}
+	return body, nil
+}
+
+// jsonPosition says where a JSON body is wrong: line, column and byte.
+func jsonPosition(body []byte, err error) string {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	off := int(se.Offset)
+	line, col := 1, 1
+	for _, b := range body[:min(off, len(body))] {
+		if b == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return fmt.Sprintf("%v at line %d, column %d (byte %d)", se, line, col, off)
+}

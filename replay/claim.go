@@ -1,0 +1,200 @@
+package replay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dlq/dlq/store"
+)
+
+type claimBatch struct {
+	token string
+	msgs  []store.ClaimedMessage
+	// deadline is when this instance stops trusting its claim: the lease
+	// minus a margin, from before the statement that last set it. Past it,
+	// nothing of the batch is published (guarded by taskRun.mu).
+	deadline time.Time
+	open     int // messages not settled yet (guarded by taskRun.mu)
+	// marked is the index of the last message the claim's write-ahead mark
+	// covers when the batch arrives (marked with the claim).
+	marked int
+}
+
+// claimers is how many claims an unthrottled run has going at once.
+const claimers = 3
+
+// claimSize keeps claims short-lived at low rates: a batch holds about two
+// seconds of publishing.
+func (r *taskRun) claimSize() int {
+	n := r.s.cfg.BatchSize
+	if r.task.RatePerSecond > 0 {
+		n = min(n, max(int(r.task.RatePerSecond*2), 1))
+	}
+	return n
+}
+
+// feed claims batches in id order and hands them to the publisher loop.
+// When a pass over the task's items reaches the end it starts again from
+// the beginning for the items it passed over (held by another claim at the
+// time); when a whole pass finds nothing to do it waits for what is in
+// flight, and stops once no item is left unsettled.
+//
+// An unthrottled task claims three batches at once: a claim costs about
+// as long as publishing a batch, and on a busy database claims vary so
+// much that with two the publisher still waited for one (a quarter of a
+// run, measured). Throttled tasks and canaries claim one at a time, which
+// keeps their counts exact.
+func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch) (int64, error) {
+	parallel := 1
+	if limit < 0 && r.limiter == nil {
+		parallel = claimers
+	}
+	var (
+		cursor   int64
+		backoff  = 100 * time.Millisecond
+		sem      = make(chan struct{}, parallel)
+		wg       sync.WaitGroup
+		mu       sync.Mutex // guards progress and total
+		progress bool
+		total    int64
+	)
+	// done waits for the claims under way and returns what was claimed.
+	done := func(err error) (int64, error) {
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return total, err
+	}
+	for {
+		if err := context.Cause(ctx); err != nil {
+			return done(err)
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return done(context.Cause(ctx))
+		}
+		n := r.claimSize()
+		if limit >= 0 {
+			// One claimer: the previous claim is done, total is exact.
+			mu.Lock()
+			left := limit - total
+			mu.Unlock()
+			if left <= 0 {
+				<-sem
+				return done(nil)
+			}
+			n = min(n, int(left))
+		}
+		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes)
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil {
+				return done(context.Cause(ctx))
+			}
+			r.log.Warn("cannot read the task's next messages; retrying", "error", err, "retry_in", backoff)
+			if err := sleep(ctx, backoff); err != nil {
+				return done(err)
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if len(ids) > 0 {
+			cursor = ids[len(ids)-1]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				claimed, skipped := r.claim(ctx, ids, out)
+				mu.Lock()
+				total += int64(claimed)
+				progress = progress || claimed+skipped > 0
+				mu.Unlock()
+			}()
+		} else {
+			<-sem
+		}
+		if more {
+			continue
+		}
+		// End of a pass: let the claims under way finish first.
+		wg.Wait()
+		mu.Lock()
+		moved := progress
+		progress = false
+		mu.Unlock()
+		cursor = 0
+		if moved {
+			continue
+		}
+		if err := r.waitSettled(ctx); err != nil {
+			return done(err)
+		}
+		if _, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
+			r.log.Warn("cannot settle items of deleted messages", "error", err)
+		}
+		left, inFlight, err := r.s.st.ReplayItemsLeft(ctx, r.task.ID)
+		if err != nil {
+			r.log.Warn("cannot count what is left", "error", err)
+		} else if left == 0 {
+			return done(nil)
+		} else {
+			r.log.Debug("items held by other claims; waiting for them", "left", left, "in_flight", inFlight)
+		}
+		if err := sleep(ctx, min(r.s.cfg.PollInterval, max(r.s.cfg.Lease/4, 10*time.Millisecond))); err != nil {
+			return done(err)
+		}
+	}
+}
+
+// claim claims the given items and hands the batch to the publisher loop.
+// It retries a failed claim until it succeeds or the run stops, and
+// returns how many messages it claimed and how many items it settled as
+// skipped.
+func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch) (claimed, skipped int) {
+	backoff := 100 * time.Millisecond
+	for {
+		token := r.s.newOwner()
+		start := time.Now()
+		// The claim runs to its end even when the run is stopping: a claim
+		// committed but abandoned would be taken back later as if it might
+		// have been published.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		res, err := r.s.st.ClaimReplayBatch(cctx, store.ReplayClaim{
+			TaskID: r.task.ID, Token: token, Lease: r.s.cfg.Lease, IDs: ids,
+			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markFirst,
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, 0
+			}
+			r.log.Warn("cannot claim messages; retrying", "error", err, "retry_in", backoff)
+			if sleep(ctx, backoff) != nil {
+				return 0, 0
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		if res.Skipped > 0 {
+			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(res.Skipped))
+		}
+		if len(res.Messages) == 0 {
+			return 0, res.Skipped
+		}
+		b := &claimBatch{token: token, msgs: res.Messages, deadline: start.Add(r.fenceLease()), open: len(res.Messages),
+			marked: min(markFirst, len(res.Messages)) - 1}
+		r.mu.Lock()
+		r.batches[token] = b
+		r.unsettled += len(res.Messages)
+		r.mu.Unlock()
+		select {
+		case out <- b:
+		case <-ctx.Done():
+			r.release(b, b.msgs)
+		}
+		return len(res.Messages), res.Skipped
+	}
+}

@@ -1,0 +1,207 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/store"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// publishPhase claims and publishes until limit messages were claimed
+// (limit < 0: until every item of the task is settled), and returns once
+// all it claimed is settled. It returns how many it claimed.
+func (r *taskRun) publishPhase(ctx context.Context, limit int64) (int64, error) {
+	batches := make(chan *claimBatch)
+	var claimed int64
+	feedErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		var err error
+		claimed, err = r.feed(ctx, limit, batches)
+		feedErr <- err
+	}()
+	// The next batch is taken, and its second stretch marked, while the
+	// current one ends: otherwise every batch would start by waiting for
+	// a mark, since the claim marks only its first markFirst messages.
+	var (
+		next      *claimBatch
+		nextAhead *markAhead
+		open      = true
+	)
+	takeNext := func() {
+		if next != nil || !open {
+			return
+		}
+		select {
+		case nb, ok := <-batches:
+			if !ok {
+				open = false
+				return
+			}
+			next, nextAhead = nb, newMarkAhead(r, nb)
+			nextAhead.prefetch()
+		default: // not claimed yet
+		}
+	}
+	for {
+		b, ahead := next, nextAhead
+		next, nextAhead = nil, nil
+		if b == nil {
+			if !open {
+				break
+			}
+			var ok bool
+			if b, ok = <-batches; !ok {
+				break
+			}
+			ahead = newMarkAhead(r, b)
+		}
+		r.publishBatch(ctx, b, ahead, takeNext)
+	}
+	err := <-feedErr
+	if err != nil {
+		return claimed, err
+	}
+	return claimed, r.waitSettled(ctx)
+}
+
+// publishBatch publishes a claimed batch, one message at a time, checking
+// before each publish that the run may go on (cancel reaches here within
+// one publish), that the rate allows it and that the claim is still
+// trusted. What it does not publish it hands back. nearEnd is called once,
+// when markStep/2 messages are left to publish.
+func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAhead, nearEnd func()) {
+	defer ahead.wait()
+	for i := range b.msgs {
+		if len(b.msgs)-i == markStep/2 || (i == 0 && len(b.msgs) < markStep/2) {
+			nearEnd()
+		}
+		m := &b.msgs[i]
+		if ctx.Err() != nil {
+			r.release(b, b.msgs[i:])
+			return
+		}
+		if err := ahead.ensure(ctx, i); err != nil {
+			r.log.Warn("cannot record what is about to be published; handing the rest of the batch back", "error", err)
+			r.release(b, b.msgs[i:])
+			return
+		}
+		if r.limiter != nil {
+			if err := r.limiter.Wait(ctx); err != nil {
+				r.release(b, b.msgs[i:])
+				return
+			}
+		}
+		if !r.stillHeld(ctx, b) {
+			r.log.Warn("claim lost (its lease ran out before it was renewed); handing the rest of the batch back", "messages", len(b.msgs)-i)
+			r.release(b, b.msgs[i:])
+			return
+		}
+		exchange, key := target(r.task, *m)
+		if ok, why := r.exchangeOK(ctx, exchange); !ok {
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why}, resultFailed)
+			continue
+		}
+		rid, msg, err := r.publishing(m)
+		if err != nil {
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
+			continue
+		}
+		if err := r.waitBacklog(ctx); err != nil {
+			r.release(b, b.msgs[i:])
+			return
+		}
+		id := m.ID
+		err = r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, id, rid, res) })
+		if err != nil {
+			if ctx.Err() != nil {
+				r.release(b, b.msgs[i:])
+				return
+			}
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
+			continue
+		}
+		r.s.metrics.inFlight.Inc()
+		// The body is no longer needed here; let it go.
+		m.Body, m.Headers, m.Properties = nil, nil, nil
+	}
+}
+
+type exchangeCheck struct {
+	exists bool
+	at     time.Time
+}
+
+// exchangeOK looks up a target exchange before publishing to it: a
+// publish to a missing exchange closes the channel, which would end every
+// other publish in flight on it as unknown.
+func (r *taskRun) exchangeOK(ctx context.Context, name string) (bool, string) {
+	if name == "" {
+		return true, ""
+	}
+	now := time.Now()
+	if c, ok := r.exchanges[name]; ok {
+		if c.exists && now.Sub(c.at) < 30*time.Second {
+			return true, ""
+		}
+		if !c.exists && now.Sub(c.at) < time.Second {
+			return false, fmt.Sprintf("exchange %q does not exist", name)
+		}
+	}
+	exists, err := broker.ExchangeExists(ctx, r.s.cfg.Conn, name)
+	if err != nil {
+		// Not known: publish, and let the confirm tell.
+		return true, ""
+	}
+	r.exchanges[name] = exchangeCheck{exists: exists, at: now}
+	if !exists {
+		return false, fmt.Sprintf("exchange %q does not exist", name)
+	}
+	return true, ""
+}
+
+// onResult is called by the publisher with a publish's outcome. It must
+// not block: it only queues the outcome for the settler.
+func (r *taskRun) onResult(b *claimBatch, id int64, replayID string, res broker.Result) {
+	r.s.metrics.inFlight.Dec()
+	o := store.ReplayOutcome{ID: id, Token: b.token}
+	var label string
+	switch res.Outcome {
+	case broker.Acked:
+		o.Result, label = store.OutcomePublished, resultPublished
+		if r.canary.Load() {
+			// The canary knows its own publishes by their replay id when
+			// they die again.
+			o.ReplayID = replayID
+		}
+	case broker.Returned:
+		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultUnroutable
+	case broker.Nacked:
+		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultNacked
+	case broker.Unknown:
+		o.Result, o.Error, label = store.OutcomeUnknown, res.Reason, resultUnknown
+	default:
+		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultFailed
+	}
+	r.record(b, o, label)
+}
+
+// publishing builds what m is published as: the message itself, or, for an
+// edit-then-replay task, its corrected copy. rid is the publish's replay id.
+func (r *taskRun) publishing(m *store.ClaimedMessage) (rid string, msg amqp.Publishing, err error) {
+	if len(r.task.Edit) == 0 {
+		rid = newReplayID()
+		msg, err = buildPublishing(*m, rid, r.s.cfg.KeepUserID)
+		return rid, msg, err
+	}
+	var e Edit
+	if err := json.Unmarshal(r.task.Edit, &e); err != nil {
+		return "", amqp.Publishing{}, fmt.Errorf("the edit of task %d: %w", r.task.ID, err)
+	}
+	msg, err = EditedPublishing(*m, e, r.s.cfg.KeepUserID)
+	return e.ReplayID, msg, err
+}

@@ -1,0 +1,158 @@
+package doors_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// approvalAbove is the threshold of the approval test: the fixture's 8
+// messages of a queue are above it.
+const approvalAbove = 5
+
+// lastApproval is the id of the newest request.
+func (f *fixture) lastApproval(t *testing.T) int64 {
+	t.Helper()
+	list, err := f.ops.ListApprovals(context.Background(), caller("admin"), 1)
+	require.NoError(t, err)
+	require.NotEmpty(t, list)
+	return list[0].ID
+}
+
+// pendingCount is how many messages of queue are pending.
+func (f *fixture) pendingCount(t *testing.T, queue string) int64 {
+	t.Helper()
+	v, err := f.ops.Status(context.Background(), caller("admin"))
+	require.NoError(t, err)
+	for _, q := range v.Queues {
+		if q.SourceQueue == queue {
+			return q.Counts.Pending
+		}
+	}
+	return 0
+}
+
+// expire moves a request's expiry into the past, as time would.
+func (f *fixture) expire(t *testing.T, id int64) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), f.dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), `UPDATE approvals SET expires_at = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
+// Four-eyes approval behaves the same through the HTTP API and the
+// control queue: a bulk action above the threshold waits; the requester,
+// a viewer, a token that cannot see it and a token without the action's
+// role cannot decide it; an approval runs exactly the snapshot, although
+// 1,000 more messages arrived meanwhile; an expired request cannot be
+// approved; a rejected one runs nothing.
+func TestApprovalThroughEveryDoor(t *testing.T) {
+	t.Parallel()
+	tweak := func(c *ops.Config) { c.ApprovalAbove, c.ConfirmAbove = approvalAbove, 0 }
+	doors := []door{newHTTPDoor(t, tweak), newControlDoor(t, tweak)}
+	ack := func(*fixture) request {
+		return request{action: "acknowledge", filter: &store.Filter{SourceQueue: "orders"}}
+	}
+	decide := func(action string) func(*fixture) request {
+		return func(f *fixture) request { return request{action: action, id: f.lastApproval(t)} }
+	}
+	type step struct {
+		who    string
+		req    func(*fixture) request
+		expect outcome
+		// after runs on each door's fixture once the step is done there.
+		after func(f *fixture)
+	}
+	steps := []step{
+		// Within the threshold: runs at once.
+		{who: "op", req: func(f *fixture) request { return request{action: "acknowledge", ids: []int64{f.billing(7)}} },
+			expect: outcome{Code: "ok", Matched: 1, Changed: 1}},
+		// Above it: a request, with its snapshot of 8; then 1,000 more
+		// orders messages arrive.
+		{who: "op", req: ack, expect: outcome{Code: ops.CodeApprovalPending, Status: store.ApprovalPending, Count: 8},
+			after: func(f *fixture) { f.deadLetters(t, "orders", 1000) }},
+		{who: "viewer", req: func(*fixture) request { return request{action: "list_approvals"} }, expect: outcome{Code: "ok", Count: 1}},
+		{who: "orders-ops", req: func(*fixture) request { return request{action: "list_approvals"} }, expect: outcome{Code: "ok", Count: 0}},
+		{who: "op", req: decide("approve"), expect: outcome{Code: ops.CodeForbidden}},
+		{who: "viewer", req: decide("approve"), expect: outcome{Code: ops.CodeForbidden}},
+		{who: "orders-ops", req: decide("approve"), expect: outcome{Code: ops.CodeNotFound}},
+		{who: "admin", req: decide("approve"), expect: outcome{Code: "ok", Status: store.ApprovalApproved, Count: 8},
+			after: func(f *fixture) {
+				require.Equal(t, int64(1000), f.pendingCount(t, "orders"), "exactly the snapshot was acknowledged")
+			}},
+		{who: "admin-2", req: decide("approve"), expect: outcome{Code: ops.CodeConflict}},
+		// A delete needs an admin to approve it, and a rejected one runs
+		// nothing.
+		{who: "admin", req: func(*fixture) request {
+			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}}
+		},
+			expect: outcome{Code: ops.CodeApprovalPending, Status: store.ApprovalPending, Count: 7}},
+		{who: "op", req: decide("approve"), expect: outcome{Code: ops.CodeForbidden}},
+		{who: "admin", req: decide("reject"), expect: outcome{Code: ops.CodeForbidden}},
+		{who: "admin-2", req: decide("reject"), expect: outcome{Code: "ok", Status: store.ApprovalRejected, Count: 7},
+			after: func(f *fixture) { require.Equal(t, int64(7), f.pendingCount(t, "billing"), "nothing deleted") }},
+		// An expired request cannot be approved.
+		{who: "op", req: func(*fixture) request {
+			return request{action: "replay", filter: &store.Filter{SourceQueue: "billing"}}
+		},
+			expect: outcome{Code: ops.CodeApprovalPending, Status: store.ApprovalPending, Count: 7},
+			after:  func(f *fixture) { f.expire(t, f.lastApproval(t)) }},
+		{who: "admin", req: decide("approve"), expect: outcome{Code: ops.CodeConflict}},
+		// A replay approved: the task holds the snapshot.
+		{who: "op", req: func(*fixture) request {
+			return request{action: "replay", filter: &store.Filter{SourceQueue: "billing"}}
+		},
+			expect: outcome{Code: ops.CodeApprovalPending, Status: store.ApprovalPending, Count: 7},
+			after:  func(f *fixture) { f.deadLetters(t, "billing", 1000) }},
+		{who: "orders-ops", req: decide("approve"), expect: outcome{Code: ops.CodeNotFound}},
+		{who: "admin", req: decide("approve"), expect: outcome{Code: "ok", Status: store.ApprovalApproved, Count: 7},
+			after: func(f *fixture) {
+				a, err := f.ops.GetApproval(context.Background(), caller("admin"), f.lastApproval(t))
+				require.NoError(t, err)
+				var res struct {
+					TaskID int64 `json:"task_id"`
+				}
+				require.NoError(t, jsonUnmarshal(a.Result, &res))
+				task, err := f.replays.Get(context.Background(), res.TaskID)
+				require.NoError(t, err)
+				require.Equal(t, int64(7), task.Requested, "the task holds the snapshot, not the 1,000 that came later")
+				require.Equal(t, replay.StatusScheduled, task.Status)
+			}},
+	}
+	for i, s := range steps {
+		var got [2]outcome
+		for j, d := range doors {
+			reqID := fmt.Sprintf("approval-step-%d-%s", i, d.name())
+			got[j] = d.do(t, s.who, reqID, s.req(d.fixture()))
+			if s.after != nil {
+				s.after(d.fixture())
+			}
+		}
+		require.Equal(t, got[0], got[1], "step %d (%s): the doors disagree", i, s.who)
+		require.Equal(t, s.expect, got[0], "step %d (%s)", i, s.who)
+	}
+	// Every step of a request is audited: made, approved, rejected.
+	for _, d := range doors {
+		page, err := d.fixture().ops.Audit(context.Background(), caller("admin"), ops.AuditRequest{Limit: 1000})
+		require.NoError(t, err)
+		n := map[string]int{}
+		for _, e := range page.Entries {
+			n[e.Action]++
+		}
+		require.Equal(t, 4, n[store.ActionApprovalRequest], d.name())
+		require.Equal(t, 2, n[store.ActionApprove], d.name())
+		require.Equal(t, 1, n[store.ActionReject], d.name())
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
