@@ -60,8 +60,8 @@ func TestControlFieldFilters(t *testing.T) {
 	require.Equal(t, 2, b.count(t, "source_queue = $1 AND status = 'pending'", q))
 
 	for body, says := range map[string]string{
-		`{"command":"replay","command_id":"f-3","filter":{"fields":["order.id=42"]}}`:                          "add source_queue",
-		`{"command":"acknowledge","command_id":"f-4","filter":{"status":"all","fields":["order.id=42"]}}`:       "add source_queue",
+		`{"command":"replay","command_id":"f-3","filter":{"fields":["order.id=42"]}}`:                                "add source_queue",
+		`{"command":"acknowledge","command_id":"f-4","filter":{"status":"all","fields":["order.id=42"]}}`:            "add source_queue",
 		fmt.Sprintf(`{"command":"replay","command_id":"f-5","filter":{"source_queue":%q,"fields":["order.=1"]}}`, q): "empty path segment",
 		fmt.Sprintf(`{"command":"replay","command_id":"f-6","filter":{"source_queue":%q,"fields":["order"]}}`, q):    "no operator",
 	} {

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
 )
 
 // start_at is checked against the clock and against delay_seconds.
@@ -113,4 +115,52 @@ func TestScheduledReplaySurvivesRestart(t *testing.T) {
 	require.True(t, storedStart.Equal(startAt), "stored start_at %s", storedStart)
 	require.False(t, startedAt.Before(startAt), "started %s, before its start_at %s", startedAt, startAt)
 	require.Equal(t, n, len(b.countAtTarget(t, q)))
+}
+
+// dlq replay takes --start-at (not with --delay) and --field.
+func TestReplayCLIStartAtAndField(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.noService, o.noConsumer = true, true })
+	q := b.targetQueue(t)
+	now := time.Now().UTC()
+	var msgs []store.NewMessage
+	for i, body := range []string{`{"tier":"gold"}`, `{"tier":"silver"}`, `{"tier":"gold","vip":true}`} {
+		msgs = append(msgs, store.NewMessage{
+			SourceQueue: q, SourceRoutingKey: q, DeadLetterQueue: b.queue, Reason: "rejected", DeathCount: 1,
+			Properties: []byte(`{"delivery_mode":2}`), Headers: []byte(`{}`),
+			Body: []byte(body), FirstFailedAt: now, FailedAt: now, Fingerprint: int64(i + 1),
+		})
+	}
+	_, err := b.st.IngestBatch(context.Background(), store.IngestBatch{ID: store.NewBatchID(), Consumer: "seed", Messages: msgs})
+	require.NoError(t, err)
+	ids := b.ids(t, "source_queue = $1", q)
+	ctlQueue := dlqtest.Name(t, "ctl")
+	dlqtest.DeleteQueues(t, b.app, ctlQueue)
+	b.serve(t, ctlQueue)
+	b.waitAnswering(t, ctlQueue)
+
+	code, out, errOut := b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--field", "tier=gold", "--dry-run")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "dry run: 2 messages match")
+
+	at := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", fmt.Sprint(ids[1]), "--start-at", at.Format(time.RFC3339), "--json")
+	require.Equal(t, 0, code, errOut)
+	var task replay.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &task), out)
+	require.Equal(t, replay.StatusScheduled, task.Status)
+	require.True(t, at.Equal(task.StartAt), "starts %s", task.StartAt)
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replays")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "scheduled")
+
+	for _, args := range [][]string{
+		{"replay", fmt.Sprint(ids[0]), "--start-at", "tonight"},
+		{"replay", fmt.Sprint(ids[0]), "--start-at", at.Format(time.RFC3339), "--delay", "1m"},
+		{"replay", fmt.Sprint(ids[0]), "--start-at", time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)},
+		{"replay", "--field", "tier=gold"},
+	} {
+		code, _, errOut := b.cli(t, ctlQueue, adminToken, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+	}
 }
