@@ -210,8 +210,11 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	} else {
 		l.Failure = nil
 	}
-	if string(l.DeathHistory) == "null" || string(l.DeathHistory) == "[]" {
+	switch {
+	case string(l.DeathHistory) == "null" || string(l.DeathHistory) == "[]":
 		l.DeathHistory = nil
+	case len(l.DeathHistory) > 0 && l.DeathHistory[0] != '[':
+		return store.ImportMessage{}, false, errors.New("death_history is not a JSON array")
 	}
 	m := store.NewMessage{
 		SourceQueue: *l.SourceQueue, SourceExchange: l.SourceExchange, SourceRoutingKey: l.SourceRoutingKey,
