@@ -107,6 +107,14 @@ func TestAuthMatrix(t *testing.T) {
 			{"/api/v1/messages?source_queue=billing", nil, [6]int{u, u, ok, ok, f, ok}},
 			{"/api/v1/messages?include_body=true", nil, [6]int{u, u, f, ok, ok, ok}},
 		},
+		"GET /api/v1/messages/export": {
+			{"/api/v1/messages/export?source_queue=orders", nil, [6]int{u, u, f, ok, ok, ok}},
+			{"/api/v1/messages/export?source_queue=billing", nil, [6]int{u, u, f, ok, f, ok}},
+		},
+		"POST /api/v1/messages/import": {
+			// An export's end line alone: nothing to store.
+			{"/api/v1/messages/import", map[string]any{"export": map[string]any{"count": 0, "last_id": nil, "complete": true}}, [6]int{u, u, f, f, f, ok}},
+		},
 		"GET /api/v1/messages/{id}": {
 			{fmt.Sprintf("/api/v1/messages/%d", orders[0]), nil, read},
 			{fmt.Sprintf("/api/v1/messages/%d", billing[0]), nil, [6]int{u, u, ok, ok, nf, ok}},

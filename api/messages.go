@@ -24,6 +24,10 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
+	if req.Total, err = q.bool("total"); err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
 	page, err := s.cfg.Ops.ListMessages(r.Context(), caller(r), req)
 	if err != nil {
 		s.writeErr(w, r, err)

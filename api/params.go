@@ -22,6 +22,10 @@ type query struct {
 	v url.Values
 }
 
+// repeatable are the parameters that may be given more than once, each
+// time adding a condition.
+var repeatable = []string{"field"}
+
 func newQuery(r *http.Request, allowed ...string) (query, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -36,7 +40,7 @@ func newQuery(r *http.Request, allowed ...string) (query, error) {
 		if !slices.Contains(allowed, k) {
 			return query{}, badParam(k, "unknown parameter (allowed: %s)", strings.Join(allowed, ", "))
 		}
-		if len(vals) > 1 {
+		if len(vals) > 1 && !slices.Contains(repeatable, k) {
 			return query{}, badParam(k, "given %d times; give it once", len(vals))
 		}
 	}
@@ -89,6 +93,7 @@ func (q query) filter() (store.Filter, error) {
 		Reason:      q.str("reason"),
 		Query:       q.str("q"),
 		Group:       q.str("group"),
+		Fields:      q.v["field"],
 	}
 	var err error
 	if f.FailedAfter, err = q.time("failed_after"); err != nil {
@@ -115,6 +120,7 @@ func decodeBody(r *http.Request, v any) error {
 			mbe *http.MaxBytesError
 			se  *json.SyntaxError
 			te  *json.UnmarshalTypeError
+			tpe *time.ParseError
 		)
 		switch {
 		case errors.As(err, &mbe):
@@ -125,6 +131,9 @@ func decodeBody(r *http.Request, v any) error {
 			return badParam("body", "invalid JSON at byte %d: %v", se.Offset, err)
 		case errors.As(err, &te):
 			return badParam(cmp.Or(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
+		case errors.As(err, &tpe):
+			// encoding/json does not say which field held the time.
+			return badParam("body", "%q is not an RFC 3339 time such as 2024-05-01T12:00:00Z", tpe.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badParam(name, msgUnknownField)

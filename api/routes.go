@@ -44,8 +44,9 @@ func (rt route) role() string {
 // Query parameter lists shared by several routes.
 var (
 	// filterParams are the listing filters taken from the URL.
-	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
-	messageParams = append([]string{"limit", "cursor", "include_body"}, filterParams...)
+	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "field"}
+	messageParams = append([]string{"limit", "cursor", "include_body", "total"}, filterParams...)
+	exportParams  = append([]string{"cursor"}, filterParams...)
 )
 
 // routeTable is every route dlq serves, one line each: the operation it
@@ -55,6 +56,8 @@ var (
 // fails the tests.
 var routeTable = []route{
 	{"GET", "/api/v1/messages", ops.ActListMessages, messageParams, false, (*Server).handleListMessages},
+	{"GET", "/api/v1/messages/export", ops.ActExport, exportParams, false, (*Server).handleExport},
+	{"POST", "/api/v1/messages/import", ops.ActImport, nil, true, (*Server).handleImport},
 	{"GET", "/api/v1/messages/{id}", ops.ActGetMessage, nil, false, (*Server).handleGetMessage},
 	{"DELETE", "/api/v1/messages/{id}", ops.ActDelete, nil, false, (*Server).handleDeleteMessage},
 	{"POST", "/api/v1/messages/{id}/edit-replay", ops.ActEditReplay, nil, true, (*Server).handleEditReplay},
@@ -168,7 +171,11 @@ func (s *Server) guard(rt route) http.Handler {
 			ctx = context.WithValue(ctx, principalKey, p)
 		}
 		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+			limit := s.cfg.MaxBodyBytes
+			if rt.action == ops.ActImport {
+				limit = s.cfg.ImportMaxBodyBytes
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
 		q, err := newQuery(r, rt.query...)
 		if err == nil && !rt.body {

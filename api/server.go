@@ -43,13 +43,19 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; larger ones get 413. Optional;
 	// default 1 MiB.
 	MaxBodyBytes int64
+	// ImportMaxBodyBytes bounds the body of an import, before and after
+	// gzip. Optional; default 1 GiB.
+	ImportMaxBodyBytes int64
 	// Mount adds handlers beside the API's routes (the web console under
 	// /ui/). Optional.
 	Mount map[string]http.Handler
 }
 
-// MaxBodyBytesDefault is the default request body limit.
-const MaxBodyBytesDefault = 1 << 20
+// Default request body limits.
+const (
+	MaxBodyBytesDefault       = 1 << 20
+	ImportMaxBodyBytesDefault = 1 << 30
+)
 
 func (c *Config) validate() error {
 	if c.Addr == "" {
@@ -58,8 +64,8 @@ func (c *Config) validate() error {
 	if c.Ops != nil && c.Auth == nil {
 		return errors.New("api: Auth is required with Ops")
 	}
-	if c.MaxBodyBytes < 0 {
-		return fmt.Errorf("api: MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
+	if c.MaxBodyBytes < 0 || c.ImportMaxBodyBytes < 0 {
+		return fmt.Errorf("api: MaxBodyBytes (%d) and ImportMaxBodyBytes (%d) must be >= 0", c.MaxBodyBytes, c.ImportMaxBodyBytes)
 	}
 	if c.Auth != nil && c.Auth.Open() && !isLoopback(c.Addr) {
 		return fmt.Errorf("api: no API token is configured, so the API would accept anyone: refusing to listen on %s; "+
@@ -97,6 +103,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	cfg.ImportMaxBodyBytes = cmp.Or(cfg.ImportMaxBodyBytes, ImportMaxBodyBytesDefault)
 	s := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "http"), mux: http.NewServeMux()}
 	gatherer := cfg.Gatherer
 	if gatherer == nil {

@@ -167,6 +167,7 @@ func (c Command) checkFields() *CommandError {
 	replayOnly := func() {
 		add(r.RatePerSecond != 0, "rate_per_second")
 		add(r.DelaySeconds != 0, "delay_seconds")
+		add(r.StartAt != nil, "start_at")
 		add(r.Target != nil, "target")
 		add(r.Canary != nil, "canary")
 		add(r.Force, "force")

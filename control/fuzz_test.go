@@ -17,6 +17,8 @@ func FuzzParseCommand(f *testing.F) {
 		`{"command":"replay","command_id":"c1","ids":[1,2,3]}`,
 		`{"command":"replay","command_id":"c2","filter":{"source_queue":"orders","reason":"rejected","failed_after":"2026-01-02T03:04:05Z"},"limit":10,"rate_per_second":50,"delay_seconds":60,"target":{"exchange":"","routing_key":"orders"},"canary":{"count":5,"wait_seconds":30},"force":true}`,
 		`{"command":"replay","command_id":"c3","filter":{},"dry_run":true}`,
+		`{"command":"replay","command_id":"c3a","ids":[5],"start_at":"2026-06-01T02:00:00+02:00"}`,
+		`{"command":"cancel_replay","command_id":"c3b","id":4,"start_at":"2026-06-01T02:00:00Z"}`,
 		`{"command":"acknowledge","command_id":"c4","ids":[7],"dry_run":true}`,
 		`{"command":"delete","command_id":"c5","filter":{"status":"acknowledged"},"confirm":true,"limit":100}`,
 		`{"command":"cancel_replay","command_id":"c6","id":4}`,

@@ -183,6 +183,11 @@ func (s *Service) Approve(ctx context.Context, c Caller, id int64) (store.Approv
 		req := r.Request
 		req.IDs, req.Limit, req.DryRun = nil, 0, false
 		req.Filter, req.Scope, req.Approval = &snapshot, a.Scope, id
+		if req.StartAt != nil && req.StartAt.Before(time.Now()) {
+			// Approved after the time it was to start: "not before
+			// start_at" holds, so it starts now.
+			req.StartAt = nil
+		}
 		_, err = s.cfg.Replays.Start(ctx, req, c.actor())
 	}
 	if err != nil {

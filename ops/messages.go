@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/store"
 )
 
@@ -21,6 +22,9 @@ type ListRequest struct {
 	// IncludeBody returns bodies: refused for a token that may not see
 	// them.
 	IncludeBody bool
+	// Total adds how many messages the filter selects (all pages), exact
+	// or estimated (store.CountMessages).
+	Total bool
 }
 
 // MessagePage is one page of a listing, newest first. Its JSON form is
@@ -29,6 +33,9 @@ type MessagePage struct {
 	Messages   []store.Message `json:"messages"`
 	NextCursor *string         `json:"next_cursor"`
 	HasMore    bool            `json:"has_more"`
+	// Total is there when asked for: how many messages the filter selects
+	// over every page, and whether that is exact.
+	Total *store.Total `json:"total,omitempty"`
 }
 
 // ListMessages returns one page of the messages the filter selects within
@@ -41,6 +48,9 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	}
 	f := r.Filter
 	if err := CheckFilter(f); err != nil {
+		return MessagePage{}, err
+	}
+	if err := mayFilterBodies(p, f); err != nil {
 		return MessagePage{}, err
 	}
 	limit := r.Limit
@@ -76,6 +86,15 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
 		out.NextCursor = &next
+	}
+	if r.Total {
+		total, err := s.st.CountMessages(ctx, f, store.CountOptions{
+			NoBodySearch: !p.Bodies, Budget: s.cfg.CountBudget, Cap: s.cfg.CountCap,
+		})
+		if err != nil {
+			return MessagePage{}, err
+		}
+		out.Total = &total
 	}
 	return out, nil
 }
@@ -139,6 +158,9 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 	if err != nil {
 		return store.ActionResult{}, err
 	}
+	if err := mayFilterBodies(c.Principal, f); err != nil {
+		return store.ActionResult{}, err
+	}
 	if r.Limit < 0 {
 		return store.ActionResult{}, invalid("limit: %d must be >= 0", r.Limit)
 	}
@@ -197,7 +219,8 @@ func Selection(ids []int64, filter *store.Filter) (store.Filter, error) {
 
 // CheckFilter validates a filter and names the wrong field: text that
 // PostgreSQL cannot hold (NUL, invalid UTF-8; no stored value contains it),
-// then the store's own checks, then the group id's form.
+// then the store's own checks (the field filters' syntax among them), the
+// group id's form, and that field filters are bounded.
 func CheckFilter(f store.Filter) error {
 	for _, field := range []struct{ name, v string }{
 		{"status", f.Status}, {"source_queue", f.SourceQueue}, {"reason", f.Reason}, {"q", f.Query}, {"group", f.Group},
@@ -213,6 +236,30 @@ func CheckFilter(f store.Filter) error {
 		if _, err := store.ParseGroupID(f.Group); err != nil {
 			return err
 		}
+	}
+	return checkFieldBound(f)
+}
+
+// checkFieldBound refuses field filters that nothing else bounds. A field
+// filter is no index condition: it parses the body of every message the
+// rest of the filter selects. So the rest must select a part of the
+// table: one source queue, messages since a time, one failure group, ids,
+// or a search (q, which its indexes answer). A time range without its
+// start (failed_before alone) still covers all history, and a token's
+// scope can be every queue.
+func checkFieldBound(f store.Filter) error {
+	if len(f.Fields) == 0 || f.SourceQueue != "" || f.FailedAfter != nil || f.Group != "" || len(f.IDs) > 0 || f.Query != "" {
+		return nil
+	}
+	return invalid("field: a field filter reads the body of every message the other filters select, " +
+		"and these select every queue and all time: add source_queue, failed_after, group, ids or q")
+}
+
+// mayFilterBodies refuses field filters to a caller who may not see
+// bodies: which messages match would tell what their bodies hold.
+func mayFilterBodies(p auth.Principal, f store.Filter) error {
+	if len(f.Fields) > 0 && !p.Bodies {
+		return forbidden("field: token %s may not see message bodies, so it may not filter on them", p.Name)
 	}
 	return nil
 }
@@ -233,5 +280,6 @@ func canonical(f store.Filter) string {
 		}
 		return p.UTC().Format(time.RFC3339Nano)
 	}
-	return strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
+	return strings.Join(append([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group},
+		f.Fields...), "\x00")
 }

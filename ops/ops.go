@@ -51,6 +51,11 @@ type Config struct {
 	// ConfirmAbove is the largest selection by filter that a replay,
 	// acknowledge or delete runs without Confirm. Optional; 0 never asks.
 	ConfirmAbove int64
+	// CountBudget and CountCap bound the count behind a listing's total:
+	// past either, the total is an estimate. Optional; default
+	// store.CountBudgetDefault and store.CountCapDefault.
+	CountBudget time.Duration
+	CountCap    int64
 	// ApprovalAbove is the largest bulk replay, acknowledge or delete that
 	// runs without a second principal's approval. Optional; 0 turns
 	// approval off.
@@ -76,6 +81,8 @@ func (c *Config) validate() error {
 		return errors.New("ops: Store is required")
 	case c.ConfirmAbove < 0:
 		return fmt.Errorf("ops: ConfirmAbove must be >= 0, got %d", c.ConfirmAbove)
+	case c.CountBudget < 0 || c.CountCap < 0:
+		return fmt.Errorf("ops: CountBudget (%s) and CountCap (%d) must be >= 0", c.CountBudget, c.CountCap)
 	case c.ApprovalAbove < 0 || c.ApprovalTTL < 0:
 		return fmt.Errorf("ops: ApprovalAbove (%d) and ApprovalTTL (%s) must be >= 0", c.ApprovalAbove, c.ApprovalTTL)
 	}

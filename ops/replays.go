@@ -43,7 +43,11 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 		return replay.Task{}, unavailable("replays are not available on this instance")
 	}
 	req := r.Request
-	if _, err := Selection(req.IDs, req.Filter); err != nil {
+	sel, err := Selection(req.IDs, req.Filter)
+	if err != nil {
+		return replay.Task{}, err
+	}
+	if err := mayFilterBodies(p, sel); err != nil {
 		return replay.Task{}, err
 	}
 	if req.Limit < 0 {

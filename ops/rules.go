@@ -29,6 +29,8 @@ const (
 	ActEditReplay   Action = "edit_replay"
 	ActDelete       Action = "delete"
 	ActAudit        Action = "audit"
+	ActExport       Action = "export_messages"
+	ActImport       Action = "import_messages"
 	// Approvals: anyone may see the requests within their scope; deciding
 	// one needs at least operator, and then the role of what it carries
 	// out (ops.Approve checks both).
@@ -55,6 +57,11 @@ var permissions = map[Action]string{
 	ActEditReplay:   auth.RoleOperator,
 	ActDelete:       auth.RoleAdmin,
 	ActAudit:        auth.RoleAdmin,
+	// An export is a listing with bodies: a viewer allowed to see bodies
+	// may read it. An import creates messages from outside, which only an
+	// admin may do.
+	ActExport: auth.RoleViewer,
+	ActImport: auth.RoleAdmin,
 
 	ActListApprovals:  auth.RoleViewer,
 	ActDecideApproval: auth.RoleOperator,

@@ -176,7 +176,8 @@ func (s *Service) StartCommand(ctx context.Context, req Request, actor store.Act
 }
 
 func (s *Service) start(ctx context.Context, req Request, actor store.Actor, commandID string, answer func(Task) (string, error)) (Task, error) {
-	if err := req.Validate(s.cfg.MaxTaskMessages); err != nil {
+	now := time.Now()
+	if err := req.Validate(s.cfg.MaxTaskMessages, now); err != nil {
 		return Task{}, err
 	}
 	sel := req.selection()
@@ -186,7 +187,7 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 			return Task{}, mapStoreError(err)
 		}
 		t := Task{Status: StatusDryRun, DryRun: true, Request: req, Requested: p.Matched, Sample: p.Sample,
-			Skipped: p.NotPending, CreatedBy: actor.Name, CreatedAt: time.Now().UTC()}
+			Skipped: p.NotPending, CreatedBy: actor.Name, CreatedAt: now.UTC()}
 		if p.NotPending > 0 {
 			t.SkipReasons = map[string]int64{store.SkipNotPending: p.NotPending}
 		}
@@ -202,7 +203,12 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 			t.Requested = s.cfg.MaxTaskMessages
 		}
 		t.Remaining = t.Requested - t.Skipped
-		t.StartAt = t.CreatedAt.Add(time.Duration(req.DelaySeconds) * time.Second)
+		// A start_at within the tolerance in the past starts at once,
+		// as the store records it.
+		t.StartAt = req.startAt(now)
+		if t.StartAt.Before(now) {
+			t.StartAt = now.UTC()
+		}
 		return t, nil
 	}
 	reqJSON, err := json.Marshal(req)
@@ -215,7 +221,7 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		MaxItems:       s.cfg.MaxTaskMessages,
 		Request:        reqJSON,
 		RatePerSecond:  req.RatePerSecond,
-		StartAt:        time.Now().Add(time.Duration(req.DelaySeconds) * time.Second),
+		StartAt:        req.startAt(now),
 		Force:          req.Force,
 		Actor:          actor,
 		AuditSelection: auditSelection(req),

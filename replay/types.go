@@ -20,6 +20,11 @@ type Request struct {
 	RatePerSecond float64 `json:"rate_per_second,omitempty"`
 	// DelaySeconds postpones the start. Optional.
 	DelaySeconds int `json:"delay_seconds,omitempty"`
+	// StartAt starts the task at an absolute time (RFC 3339) instead:
+	// after tonight's deploy. Optional; not with DelaySeconds. The
+	// messages are selected when the task is created, as with a delay:
+	// messages arriving before StartAt are not swept in.
+	StartAt *time.Time `json:"start_at,omitempty"`
 	// Target overrides where messages go. Optional; default each message's
 	// original exchange and routing key.
 	Target *Target `json:"target,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dlq/dlq/store"
@@ -18,8 +19,12 @@ var ErrInvalidRequest = errors.New("invalid request")
 
 // Bounds of a request.
 const (
-	MaxRatePerSecond   = 100_000
-	MaxDelaySeconds    = 30 * 24 * 3600
+	MaxRatePerSecond = 100_000
+	MaxDelaySeconds  = 30 * 24 * 3600
+	// StartAtTolerance is how far in the past start_at may be: the
+	// client's clock and dlq's differ a little, and a request takes time
+	// to arrive. Such a task starts at once.
+	StartAtTolerance   = time.Minute
 	MaxCanaryCount     = 10_000
 	MaxCanaryWait      = 24 * 3600
 	maxNameBytes       = 255 // AMQP short string: exchange names and routing keys
@@ -31,8 +36,8 @@ func invalid(format string, a ...any) error {
 }
 
 // Validate checks a request and names the wrong field. maxMessages bounds
-// limit.
-func (r Request) Validate(maxMessages int64) error {
+// limit; now is the clock start_at is judged by.
+func (r Request) Validate(maxMessages int64, now time.Time) error {
 	switch {
 	case len(r.IDs) == 0 && r.Filter == nil:
 		return invalid("select messages with ids or filter (filter {} selects every pending message)")
@@ -60,6 +65,9 @@ func (r Request) Validate(maxMessages int64) error {
 	if r.DelaySeconds < 0 || r.DelaySeconds > MaxDelaySeconds {
 		return invalid("delay_seconds %d must be between 0 and %d (30 days)", r.DelaySeconds, MaxDelaySeconds)
 	}
+	if err := r.checkStartAt(now); err != nil {
+		return err
+	}
 	if t := r.Target; t != nil {
 		if len(t.Exchange) > maxNameBytes || !utf8.ValidString(t.Exchange) {
 			return invalid("target.exchange must be valid UTF-8 of at most %d bytes", maxNameBytes)
@@ -80,6 +88,32 @@ func (r Request) Validate(maxMessages int64) error {
 		}
 	}
 	return nil
+}
+
+// checkStartAt refuses a start_at given with delay_seconds, more than
+// StartAtTolerance in the past, or further ahead than a delay may reach.
+func (r Request) checkStartAt(now time.Time) error {
+	if r.StartAt == nil {
+		return nil
+	}
+	at := *r.StartAt
+	switch {
+	case r.DelaySeconds != 0:
+		return invalid("give start_at or delay_seconds, not both")
+	case at.Before(now.Add(-StartAtTolerance)):
+		return invalid("start_at %s is in the past (now %s)", at.Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case at.After(now.Add(MaxDelaySeconds * time.Second)):
+		return invalid("start_at %s is more than 30 days ahead (now %s)", at.Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// startAt is when the task starts, judged at now.
+func (r Request) startAt(now time.Time) time.Time {
+	if r.StartAt != nil {
+		return r.StartAt.UTC()
+	}
+	return now.Add(time.Duration(r.DelaySeconds) * time.Second).UTC()
 }
 
 // selection is the filter a request stands for, with the caller's scope.

@@ -30,6 +30,9 @@ type Filter struct {
 	Group string `json:"group,omitempty"`
 	// IDs restricts to these message ids.
 	IDs []int64 `json:"ids,omitempty"`
+	// Fields are conditions on JSON bodies (ParseField), all of which a
+	// message must meet.
+	Fields []string `json:"fields,omitempty"`
 	// MaxID, when positive, selects only messages with an id up to it: a
 	// snapshot bound. Ids follow arrival, so a selection the operator
 	// confirmed (the web console's "all N matching") leaves out every
@@ -93,6 +96,9 @@ func (f Filter) Validate() error {
 	}
 	if len(f.Query) > 1000 {
 		return fmt.Errorf("%w: q is %d bytes; at most 1000", ErrInvalidFilter, len(f.Query))
+	}
+	if _, err := parseFields(f.Fields); err != nil {
+		return err
 	}
 	return nil
 }
@@ -159,9 +165,10 @@ func (f Filter) appendKeyConds(conds []string, alias string, args *sqlArgs) []st
 	return conds
 }
 
-// appendRowConds appends the conditions on a row's own failure time and id,
-// which every listing and search arm applies as they are.
-func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
+// appendRowConds appends the conditions on a row's own failure time, id
+// and body fields, which every listing and search arm applies as they
+// are.
+func (f Filter) appendRowConds(conds []string, args *sqlArgs) ([]string, error) {
 	if f.FailedAfter != nil {
 		conds = append(conds, "m.failed_at >= "+args.add(*f.FailedAfter))
 	}
@@ -177,13 +184,26 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) []string {
 	if f.Approval > 0 {
 		conds = append(conds, "m.id IN (SELECT a.message_id FROM approval_items a WHERE a.approval_id = "+args.add(f.Approval)+")")
 	}
-	return conds
+	if len(f.Fields) > 0 {
+		fields, err := parseFields(f.Fields)
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, fieldsCond(fields, args))
+	}
+	return conds, nil
 }
 
 // where renders the filter as SQL conditions over dead_messages aliased m,
 // appending its arguments. Every value travels as an argument, never as
 // SQL text.
 func (f Filter) where(args *sqlArgs) (string, error) {
+	return f.whereFor(args, false)
+}
+
+// whereFor is where; noBodySearch keeps q away from bodies (see
+// ListOptions.NoBodySearch).
+func (f Filter) whereFor(args *sqlArgs, noBodySearch bool) (string, error) {
 	if err := f.Validate(); err != nil {
 		return "", err
 	}
@@ -193,8 +213,11 @@ func (f Filter) where(args *sqlArgs) (string, error) {
 		conds = append(conds, statusIn("m", statuses))
 	}
 	conds = f.appendKeyConds(conds, "m", args)
-	conds = f.appendRowConds(conds, args)
-	extra, err := f.searchConds(args)
+	conds, err := f.appendRowConds(conds, args)
+	if err != nil {
+		return "", err
+	}
+	extra, err := f.searchConds(args, noBodySearch)
 	if err != nil {
 		return "", err
 	}

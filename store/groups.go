@@ -204,10 +204,15 @@ type groupChange struct {
 	lastSeen  time.Time
 }
 
+// groupKeyOf is the failure group key of a message.
+func groupKeyOf(m *NewMessage) groupKey {
+	return groupKey{cleanText(m.SourceQueue), cleanText(m.Reason), cleanText(m.FailureType), NormalizeFailure(cleanText(m.FailureMessage))}
+}
+
 // groupArrival computes the group of a message arriving as pending (new,
 // or a replayed message dead again) and records it in changes.
 func groupArrival(m *NewMessage, changes map[int64]*groupChange) int64 {
-	k := groupKey{cleanText(m.SourceQueue), cleanText(m.Reason), cleanText(m.FailureType), NormalizeFailure(cleanText(m.FailureMessage))}
+	k := groupKeyOf(m)
 	id := groupID(k)
 	c := changes[id]
 	if c == nil {

@@ -64,7 +64,7 @@ func FuzzNormalizeFailure(f *testing.F) {
 func TestFilterSearchConds(t *testing.T) {
 	t.Parallel()
 	var args sqlArgs
-	conds, err := Filter{Query: " Took 1500MS ", Group: FormatGroupID(42)}.searchConds(&args)
+	conds, err := Filter{Query: " Took 1500MS ", Group: FormatGroupID(42)}.searchConds(&args, false)
 	require.NoError(t, err)
 	require.Len(t, conds, 2)
 	require.Equal(t, []any{int64(42), []int64{KeyHash("took 1500ms")}, []string{"took 1500ms"},
@@ -73,12 +73,16 @@ func TestFilterSearchConds(t *testing.T) {
 	require.Contains(t, conds[1], "search_keys @>", "the keys themselves are checked")
 	require.NotContains(t, conds[1], "position(", "bodies only with a source queue")
 	args = nil
-	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args)
+	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args, false)
 	require.NoError(t, err)
 	require.Contains(t, conds[0], "position(")
 	require.Equal(t, []any{[]int64{KeyHash("a_b%")}, []string{"a_b%"}, `%a\_b\%%`, `%a\_b\%%`, `%a\_b\%%`, []byte("a_b%")}, []any(args))
+	args = nil
+	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args, true)
+	require.NoError(t, err)
+	require.NotContains(t, conds[0], "position(", "not bodies for a caller who may not see them")
 	for _, f := range []Filter{{Query: "ab"}, {Query: "  a "}, {Query: "a\x00bc"}, {Query: "\xff\xfe\xfd"}, {Group: "nope"}} {
-		_, err := f.searchConds(&args)
+		_, err := f.searchConds(&args, false)
 		require.ErrorIs(t, err, ErrInvalidFilter, "%+v", f)
 	}
 }

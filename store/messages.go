@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,9 @@ type Message struct {
 	DeathHistory    json.RawMessage `json:"death_history"`
 	LastReplayError *string         `json:"last_replay_error,omitempty"`
 	ConversionError *string         `json:"conversion_error,omitempty"`
+	// ImportedFrom is where an imported message was first stored; absent
+	// for a message this dlq received itself.
+	ImportedFrom *ImportOrigin `json:"imported_from,omitempty"`
 	// Edited is the message's latest edit-then-replay, when it has one
 	// (single-message reads only).
 	Edited *MessageEdit `json:"edited,omitempty"`
@@ -58,18 +62,20 @@ type Message struct {
 const messageColumns = `m.id, m.message_id, m.source_queue, m.source_exchange, m.source_routing_key,
     m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, coalesce(m.x_death, dlq_x_death(m.headers)),
     m.body_size, m.status, m.replay_count, m.first_failed_at, m.failed_at, m.replayed_at, m.acknowledged_at,
-    m.group_id, m.last_replay_error, m.conversion_error, m.death_history`
+    m.group_id, m.last_replay_error, m.conversion_error, m.death_history, m.imported_origin::text, m.imported_id`
 
 func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	var (
-		m     Message
-		group *int64
-		body  []byte
+		m              Message
+		group          *int64
+		body           []byte
+		origin         *string
+		importedFromID *int64
 	)
 	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
 		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.XDeath,
 		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
-		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory}
+		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID}
 	if withBody {
 		dest = append(dest, &body)
 	}
@@ -85,6 +91,9 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	if group != nil {
 		g := FormatGroupID(*group)
 		m.Group = &g
+	}
+	if origin != nil && importedFromID != nil {
+		m.ImportedFrom = &ImportOrigin{Origin: *origin, ID: *importedFromID}
 	}
 	m.FirstFailedAt, m.FailedAt = m.FirstFailedAt.UTC(), m.FailedAt.UTC()
 	if m.ReplayedAt != nil {
@@ -143,12 +152,33 @@ type MessagePage struct {
 // is an index range scan on (status, id), (source_queue, status, id) or
 // (group_id, status, id), whatever its depth.
 func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (MessagePage, error) {
+	page := MessagePage{Messages: make([]Message, 0, min(cmp.Or(opt.Limit, ListLimitDefault), 64))}
+	more, last, err := s.EachMessage(ctx, f, opt, func(m Message) error {
+		page.Messages = append(page.Messages, m)
+		return nil
+	})
+	if err != nil {
+		return MessagePage{}, err
+	}
+	page.HasMore, page.LastID = more, last
+	return page, nil
+}
+
+// EachMessage is ListMessages for one page whose messages are handed to fn
+// one at a time, as they are read, instead of being collected: a page of
+// messages with large bodies never sits in memory at once. more says
+// whether older messages match, and last is then where the next page
+// starts (ListOptions.Before). An error from fn ends the page with it.
+func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn func(Message) error) (more bool, last int64, err error) {
 	limit := opt.Limit
 	if limit <= 0 {
 		limit = ListLimitDefault
 	}
 	if limit > ListLimitMax {
-		return MessagePage{}, fmt.Errorf("%w: limit %d is above the maximum %d", ErrInvalidFilter, limit, ListLimitMax)
+		return false, 0, fmt.Errorf("%w: limit %d is above the maximum %d", ErrInvalidFilter, limit, ListLimitMax)
+	}
+	if err := f.Validate(); err != nil {
+		return false, 0, err
 	}
 	cols := messageColumns
 	if opt.IncludeBody {
@@ -164,18 +194,18 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 	if f.Query != "" {
 		sq, err := parseQuery(f.Query)
 		if err != nil {
-			return MessagePage{}, err
+			return false, 0, err
 		}
 		// A search's estimated cost can pass PostgreSQL's JIT threshold,
 		// and compiling takes longer (hundreds of ms) than running these
 		// short queries; the transaction switches JIT off for itself.
 		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 		if err != nil {
-			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+			return false, 0, fmt.Errorf("store: list messages: %w", err)
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
 		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
-			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+			return false, 0, fmt.Errorf("store: list messages: %w", err)
 		}
 		db = tx
 		// Is q a key thousands of messages share? Counting up to the
@@ -184,17 +214,17 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
 WHERE k.status <> 'replaying' AND k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, KeyHash(sq.key)).Scan(&shared)
 		if err != nil {
-			return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+			return false, 0, fmt.Errorf("store: list messages: %w", err)
 		}
 		var keyIDs []int64
 		if shared >= sharedKeyThreshold {
 			if keyIDs, err = walkKey(ctx, tx, f, sq, opt, limit); err != nil {
-				return MessagePage{}, err
+				return false, 0, err
 			}
 		}
 		ids, err := searchIDs(f, sq, opt, limit, keyIDs, &args)
 		if err != nil {
-			return MessagePage{}, err
+			return false, 0, err
 		}
 		query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
 	} else {
@@ -206,13 +236,13 @@ WHERE k.status <> 'replaying' AND k.search_hashes @> ARRAY[$1::bigint] LIMIT `+s
 			// apart, each newest first, and merged.
 			ids, err := splitListIDs(f, resting, opt, limit, &args)
 			if err != nil {
-				return MessagePage{}, err
+				return false, 0, err
 			}
 			query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
 		} else {
 			where, err := f.where(&args)
 			if err != nil {
-				return MessagePage{}, err
+				return false, 0, err
 			}
 			if opt.Before > 0 {
 				where += " AND m.id < " + args.add(opt.Before)
@@ -222,29 +252,33 @@ WHERE k.status <> 'replaying' AND k.search_hashes @> ARRAY[$1::bigint] LIMIT `+s
 	}
 	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
-		return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		return false, 0, fmt.Errorf("store: list messages: %w", err)
 	}
 	defer rows.Close()
-	page := MessagePage{Messages: make([]Message, 0, min(limit, 64))}
+	var n int
 	for rows.Next() {
-		if len(page.Messages) == limit {
-			page.HasMore = true
+		if n == limit {
+			more = true
 			break
 		}
 		m, err := scanMessage(rows, opt.IncludeBody)
 		if err != nil {
-			return MessagePage{}, fmt.Errorf("store: list messages: read row: %w", err)
+			return false, 0, fmt.Errorf("store: list messages: read row: %w", err)
 		}
-		page.Messages = append(page.Messages, m)
+		n++
+		last = m.ID
+		if err := fn(m); err != nil {
+			return false, 0, err
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return MessagePage{}, fmt.Errorf("store: list messages: %w", err)
+		return false, 0, fmt.Errorf("store: list messages: %w", err)
 	}
-	if page.HasMore {
-		page.LastID = page.Messages[len(page.Messages)-1].ID
+	if !more {
+		last = 0
 	}
-	return page, nil
+	return more, last, nil
 }
 
 // splitListIDs renders the ids of one page of a listing (no q) that wants
@@ -354,7 +388,10 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 	if before != "" {
 		rowConds = append(rowConds, strings.TrimPrefix(before, " AND "))
 	}
-	rowConds = base.appendRowConds(rowConds, args)
+	rowConds, err := base.appendRowConds(rowConds, args)
+	if err != nil {
+		return nil, err
+	}
 	// Conditions on the group: its key holds the queue and the reason.
 	groupConds := base.appendKeyConds([]string{"TRUE"}, "g", args)
 	if base.Group != "" {

@@ -224,7 +224,7 @@ func (sq searchQuery) failureText(args *sqlArgs) string {
 // searchConds renders the text search (q) and failure group conditions as
 // one condition on m (for bulk actions and replay selection; listings use
 // ListMessages' faster plan with the same meaning).
-func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
+func (f Filter) searchConds(args *sqlArgs, noBodySearch bool) ([]string, error) {
 	var conds []string
 	if f.Group != "" {
 		id, err := ParseGroupID(f.Group)
@@ -238,7 +238,7 @@ func (f Filter) searchConds(args *sqlArgs) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		conds = append(conds, sq.matches(args, f.SourceQueue != ""))
+		conds = append(conds, sq.matches(args, f.SourceQueue != "" && !noBodySearch))
 	}
 	return conds, nil
 }

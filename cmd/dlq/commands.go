@@ -31,6 +31,8 @@ func commands() []command {
 		{"status", "per source queue counts", cli.Status},
 		{"ack", "acknowledge messages by id or filter", cli.Ack},
 		{"rm", "delete messages by id or filter", cli.Rm},
+		{"export", "write every message a filter selects as JSON Lines (bodies, typed headers)", cli.Export},
+		{"import", "store the messages of exports as pending (each once, however often imported)", cli.Import},
 		{"audit", "who did what: the audit log, newest first (filters, pages)", cli.Audit},
 		{"jobs", "cron jobs: schedule, lease, last success and recent runs", cli.Jobs},
 		{"alerts", "alerts pending, firing or just resolved, and the rules", cli.Alerts},

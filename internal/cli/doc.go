@@ -12,6 +12,9 @@
 //     jobs.go, alerts.go): DLQ_URL, with the token DLQ_TOKEN or
 //     DLQ_ADMIN_TOKEN. They print readable tables, or the API's JSON with
 //     --json.
+//   - export and import stream JSON Lines to and from the HTTP API
+//     (transfer.go): an export says when it was cut and resumes, an import
+//     goes in requests of --batch lines, each all or nothing.
 //   - replay, replays and cancel send commands to the control queue
 //     (replay.go): DLQ_AMQP_URL and the same token.
 //

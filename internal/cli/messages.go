@@ -29,9 +29,10 @@ func Ack(args []string) int { return runAction("ack", args, osEnv()) }
 // Rm runs `dlq rm`: delete messages by id or filter.
 func Rm(args []string) int { return runAction("rm", args, osEnv()) }
 
-// filterFlags are the message filters of ls, ack and rm.
+// filterFlags are the message filters of ls, ack, rm and export.
 type filterFlags struct {
 	status, queue, reason, group, q, after, before string
+	fields                                         []string
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
@@ -42,6 +43,11 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.q, "q", "", "search message id, failure text and header values (and bodies, with --queue)")
 	fs.StringVar(&f.after, "after", "", "failed at or after: RFC 3339 time, or a duration ago (24h)")
 	fs.StringVar(&f.before, "before", "", "failed before: RFC 3339 time, or a duration ago")
+	fs.Func("field", "a condition on JSON bodies, repeatable: path=value, path!=value, path<n, path>=n, path? (exists); "+
+		"e.g. customer.tier=gold (needs --queue, --after, --group or --q besides)", func(s string) error {
+		f.fields = append(f.fields, s)
+		return nil
+	})
 }
 
 func (f *filterFlags) query(now time.Time) (url.Values, error) {
@@ -65,23 +71,33 @@ func (f *filterFlags) query(now time.Time) (url.Values, error) {
 	if before != "" {
 		v.Set("failed_before", before)
 	}
+	for _, field := range f.fields {
+		v.Add("field", field)
+	}
 	return v, nil
 }
 
 // filter is the JSON filter of a bulk action.
-func (f *filterFlags) filter(now time.Time) (map[string]string, error) {
+func (f *filterFlags) filter(now time.Time) (map[string]any, error) {
 	v, err := f.query(now)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string]any{}
 	for k := range v {
 		out[k] = v.Get(k)
+	}
+	if len(f.fields) > 0 {
+		out["fields"] = f.fields
+		delete(out, "field")
 	}
 	return out, nil
 }
 
-func (f *filterFlags) empty() bool { return *f == filterFlags{} }
+func (f *filterFlags) empty() bool {
+	return f.status == "" && f.queue == "" && f.reason == "" && f.group == "" && f.q == "" && f.after == "" &&
+		f.before == "" && len(f.fields) == 0
+}
 
 // runLs lists messages, newest first.
 func runLs(args []string, env cliEnv) int {
@@ -92,12 +108,14 @@ func runLs(args []string, env cliEnv) int {
 		limit int
 		curs  string
 		all   bool
+		total bool
 	)
 	af.register(fs, env)
 	ff.register(fs)
 	fs.IntVar(&limit, "limit", 50, "messages per page (at most 1000)")
 	fs.StringVar(&curs, "cursor", "", "continue after a previous page (its next cursor)")
 	fs.BoolVar(&all, "all", false, "follow cursors to the last page")
+	fs.BoolVar(&total, "total", false, "say how many messages match (exact, or an estimate marked as one)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: dlq ls [flags]   list dead messages, newest first")
 		fs.PrintDefaults()
@@ -115,12 +133,17 @@ func runLs(args []string, env cliEnv) int {
 	if curs != "" {
 		q.Set("cursor", curs)
 	}
+	if total {
+		q.Set("total", "true")
+	}
+	var count *store.Total
 	tw := c.listing()
 	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
-	return c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
+	code := c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
 		var page struct {
 			Messages   []store.Message `json:"messages"`
 			NextCursor *string         `json:"next_cursor"`
+			Total      *store.Total    `json:"total"`
 		}
 		if err := json.Unmarshal(b, &page); err != nil {
 			return nil, err
@@ -129,8 +152,28 @@ func runLs(args []string, env cliEnv) int {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
 				m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
 		}
+		if count == nil {
+			count = page.Total
+		}
 		return page.NextCursor, nil
 	})
+	if code == ExitOK && count != nil && !af.json {
+		fmt.Fprintln(env.stdout, totalLine(*count))
+	}
+	return code
+}
+
+// totalLine says how many messages match: "1,284 messages match", or
+// "about 1,284 messages match (estimated)".
+func totalLine(t store.Total) string {
+	noun := "messages match"
+	if t.Value == 1 {
+		noun = "message matches"
+	}
+	if t.Exact {
+		return thousands(t.Value) + " " + noun
+	}
+	return "about " + thousands(t.Value) + " " + noun + " (estimated)"
 }
 
 // failureLine renders a failure as "Type: message".

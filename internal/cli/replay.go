@@ -108,6 +108,8 @@ func Replay(args []string) int {
 		rf                             rpcFlags
 		sourceQueue, reason, status, q string
 		group, since, until, commandID string
+		startAt                        string
+		fields                         []string
 		delay, canaryWait              time.Duration
 		limit, canary                  int
 		rate                           float64
@@ -124,9 +126,14 @@ func Replay(args []string) int {
 		fs.StringVar(&group, "group", "", "... of this failure group")
 		fs.StringVar(&since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
 		fs.StringVar(&until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
+		fs.Func("field", "... whose JSON body meets this condition, repeatable: path=value, path!=value, path<n, path? (see dlq ls -h)", func(s string) error {
+			fields = append(fields, s)
+			return nil
+		})
 		fs.IntVar(&limit, "limit", 0, "replay at most this many (oldest first)")
 		fs.Float64Var(&rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
 		fs.DurationVar(&delay, "delay", 0, "start after this long (e.g. 10m)")
+		fs.StringVar(&startAt, "start-at", "", "start at this time instead, RFC 3339 (e.g. 2026-05-02T02:00:00Z); the messages are selected now")
 		fs.Func("to-exchange", "publish to this exchange instead of each message's own (\"\" is the default exchange)", func(s string) error {
 			toExchange, toExchangeSet = s, true
 			return nil
@@ -146,6 +153,7 @@ func Replay(args []string) int {
 			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders")
 			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --reason rejected --since 1h --rate 50 --wait")
 			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --since 2026-05-01T10:00:00Z --until 2026-05-01T11:00:00Z --confirm")
+			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --field customer.tier=gold --start-at 2026-05-02T02:00:00Z")
 			fmt.Fprintln(fs.Output(), "\nflags:")
 			fs.PrintDefaults()
 		}
@@ -172,7 +180,8 @@ func Replay(args []string) int {
 		}
 	}
 	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
-	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since != "" || until != ""
+	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since != "" || until != "" ||
+		len(fields) > 0
 	switch {
 	case len(ids) > 0 && filtered:
 		fmt.Fprintln(os.Stderr, "dlq replay: give ids or filter flags, not both")
@@ -180,7 +189,7 @@ func Replay(args []string) int {
 	case len(ids) > 0:
 		req.IDs = ids
 	case filtered:
-		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group}
+		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group, Fields: fields}
 		now := time.Now()
 		var err error
 		if f.FailedAfter, err = when("since", since, now); err != nil {
@@ -206,6 +215,18 @@ func Replay(args []string) int {
 		return ExitUsage
 	}
 	req.DelaySeconds = int(delay / time.Second)
+	if startAt != "" {
+		at, err := time.Parse(time.RFC3339, startAt)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dlq replay: --start-at %q: use an RFC 3339 time such as 2026-05-02T02:00:00Z\n", startAt)
+			return ExitUsage
+		}
+		if delay != 0 {
+			fmt.Fprintln(os.Stderr, "dlq replay: give --delay or --start-at, not both")
+			return ExitUsage
+		}
+		req.StartAt = &at
+	}
 	if toExchangeSet || toKey != "" {
 		req.Target = &replay.Target{Exchange: toExchange, RoutingKey: toKey}
 	}

@@ -1,0 +1,440 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Export runs `dlq export`: every message a filter selects, as JSON Lines.
+func Export(args []string) int { return runExport(args, osEnv()) }
+
+// Import runs `dlq import`: an export's lines into this dlq.
+func Import(args []string) int { return runImport(args, osEnv()) }
+
+// maxLine bounds one line of an export: the API's own bound.
+const maxLine = 256 << 20
+
+// transferTimeout is how long export and import wait for an answer to
+// begin, unless --timeout says otherwise: an import answers once its
+// whole request is stored.
+const transferTimeout = 10 * time.Minute
+
+// streamClient is an HTTP client for answers that take long to stream:
+// only the wait for the answer to begin is bounded.
+func streamClient(timeout time.Duration) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = timeout
+	return &http.Client{Transport: t}
+}
+
+// timeoutFlag returns --timeout if it was given, else def.
+func timeoutFlag(fs *flag.FlagSet, given time.Duration, def time.Duration) time.Duration {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "timeout" })
+	if set {
+		return given
+	}
+	return def
+}
+
+// runExport writes an export to stdout or --output. An export that ends
+// without its end line was cut: the command says so, with how to get the
+// rest, and exits 3.
+func runExport(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq export", flag.ContinueOnError)
+	var (
+		af             apiFlags
+		ff             filterFlags
+		output, cursor string
+		resume         bool
+	)
+	af.register(fs, env)
+	ff.register(fs)
+	fs.StringVar(&output, "output", "", "write to this file instead of stdout")
+	fs.StringVar(&cursor, "cursor", "", "continue after this message id (the last one received)")
+	fs.BoolVar(&resume, "resume", false, "with --output: continue the export already in the file after its last complete line")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq export [flags]   every message the filter flags select, newest first, as JSON Lines")
+		fmt.Fprintln(env.stderr, "  dlq export --queue orders --field customer.tier=gold --output gold.ndjson")
+		fmt.Fprintln(env.stderr, "  dlq export --queue orders --output gold.ndjson --resume   (after an interrupted export)")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.stderr, "dlq export: unexpected argument %q: the messages are chosen by filter flags\n", fs.Arg(0))
+		return ExitUsage
+	}
+	if resume && (output == "" || cursor != "") {
+		fmt.Fprintln(env.stderr, "dlq export: --resume needs --output, and finds the cursor itself")
+		return ExitUsage
+	}
+	q, err := ff.query(time.Now())
+	if err != nil {
+		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
+		return ExitUsage
+	}
+	c := newAPIClient("export", af, env)
+	c.http = streamClient(timeoutFlag(fs, af.timeout, transferTimeout))
+
+	out := env.stdout
+	if output != "" {
+		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+		if resume {
+			last, done, size, err := exportTail(output)
+			if err != nil {
+				return c.fail(err)
+			}
+			if done {
+				fmt.Fprintf(env.stderr, "dlq export: %s is a complete export already\n", output)
+				return ExitOK
+			}
+			if err := os.Truncate(output, size); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return c.fail(err)
+			}
+			if last > 0 {
+				cursor = strconv.FormatInt(last, 10)
+			}
+			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+		}
+		f, err := os.OpenFile(output, flags, 0o644)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
+			return ExitFailure
+		}
+		defer f.Close()
+		out = f
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+
+	resp, err := c.stream(context.Background(), "GET", "/api/v1/messages/export?"+q.Encode(), nil, nil)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer resp.Body.Close()
+	w := bufio.NewWriterSize(out, 256<<10)
+	r := bufio.NewReaderSize(resp.Body, 256<<10)
+	var (
+		n    int64
+		last int64
+		done bool
+		buf  []byte
+	)
+	for !done {
+		buf, err = readLine(r, buf[:0])
+		if len(buf) > 0 && (err == nil || errors.Is(err, io.EOF) && json.Valid(buf)) {
+			var l struct {
+				ID     int64           `json:"id"`
+				Export json.RawMessage `json:"export"`
+			}
+			if json.Unmarshal(buf, &l) != nil {
+				break
+			}
+			if _, werr := w.Write(append(buf, '\n')); werr != nil {
+				fmt.Fprintf(env.stderr, "dlq export: %v\n", werr)
+				return ExitFailure
+			}
+			if l.Export != nil && l.ID == 0 {
+				done = true
+			} else {
+				n++
+				last = l.ID
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err := w.Flush(); err != nil {
+		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
+		return ExitFailure
+	}
+	if !done {
+		how := fmt.Sprintf("--cursor %d", last)
+		if output != "" {
+			how = "--resume"
+		}
+		fmt.Fprintf(env.stderr, "dlq export: the export was cut after %d messages (last id %d): %v\n"+
+			"dlq export: run the same command with %s for the rest\n", n, last, cmpErr(err), how)
+		return ExitUnavailable
+	}
+	fmt.Fprintf(env.stderr, "exported %s messages\n", thousands(n))
+	return ExitOK
+}
+
+func cmpErr(err error) error {
+	if err == nil || errors.Is(err, io.EOF) {
+		return errors.New("the stream ended without its end line")
+	}
+	return err
+}
+
+// exportTail reads an export file already written: the id of its last
+// complete message line, whether it ends with the end line, and the size
+// up to its last complete line (a line cut short is dropped on resume). A
+// missing file is an empty one.
+func exportTail(path string) (last int64, done bool, size int64, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, 0, nil
+	}
+	if err != nil {
+		return 0, false, 0, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 256<<10)
+	var (
+		buf []byte
+		pos int64
+	)
+	for {
+		buf, err = readLine(r, buf[:0])
+		if errors.Is(err, io.EOF) {
+			// A last line without its newline was cut short.
+			return last, done, pos, nil
+		}
+		if err != nil {
+			return 0, false, 0, fmt.Errorf("read %s: %w", path, err)
+		}
+		pos += int64(len(buf)) + 1
+		var l struct {
+			ID     int64           `json:"id"`
+			Export json.RawMessage `json:"export"`
+		}
+		if json.Unmarshal(buf, &l) != nil {
+			return 0, false, 0, fmt.Errorf("%s is not an export: a line at byte %d is not JSON", path, pos-int64(len(buf))-1)
+		}
+		if l.Export != nil && l.ID == 0 {
+			done = true
+		} else if l.ID > 0 {
+			last = l.ID
+		}
+	}
+}
+
+var errLineTooLong = fmt.Errorf("a line is longer than %d bytes", maxLine)
+
+// readLine appends the next line of r, without its newline, to buf. At
+// the end of r it returns io.EOF, with a last line that had no newline in
+// buf.
+func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(buf)+len(chunk) > maxLine {
+			return buf, errLineTooLong
+		}
+		buf = append(buf, chunk...)
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err != nil:
+			return buf, err
+		}
+		return buf[:len(buf)-1], nil
+	}
+}
+
+// stream sends a request and returns the response of a 2xx answer, its
+// body unread.
+func (c *apiClient) stream(ctx context.Context, method, path string, body io.Reader, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.flags.url, "/")+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if c.flags.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.flags.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach dlq at %s (is dlq serve running? set DLQ_URL): %w", c.flags.url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		e := &apiError{status: resp.StatusCode}
+		var env struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(b, &env) == nil {
+			e.code, e.message = env.Error.Code, env.Error.Message
+		}
+		return nil, e
+	}
+	return resp, nil
+}
+
+// lineError reads the line number of an import's refusal ("line 4: …").
+var lineError = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// runImport sends export lines to the API, a request per --batch lines:
+// each request is all or nothing, and lines imported before are skipped,
+// so after a refused line the same command, run again once the line is
+// fixed, stores nothing twice.
+func runImport(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq import", flag.ContinueOnError)
+	var (
+		af       apiFlags
+		batch    int
+		maxBytes int64
+	)
+	af.register(fs, env)
+	fs.IntVar(&batch, "batch", 10_000, "lines per request (each request is stored all or nothing)")
+	fs.Int64Var(&maxBytes, "batch-bytes", 256<<20, "bytes per request, at most")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq import [flags] [FILE ...]   store the messages of exports (FILE or stdin; .gz too) as pending")
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	if batch < 1 || maxBytes < 1 {
+		fmt.Fprintln(env.stderr, "dlq import: --batch and --batch-bytes must be at least 1")
+		return ExitUsage
+	}
+	c := newAPIClient("import", af, env)
+	c.http = streamClient(timeoutFlag(fs, af.timeout, transferTimeout))
+	files := fs.Args()
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	var total struct {
+		Imported int64 `json:"imported"`
+		Skipped  int64 `json:"skipped"`
+	}
+	for _, name := range files {
+		in, closeIn, err := openExport(name, env)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "dlq import: %v\n", err)
+			return ExitFailure
+		}
+		code := c.importFile(name, in, batch, maxBytes, &total.Imported, &total.Skipped)
+		closeIn()
+		if code != ExitOK {
+			return code
+		}
+	}
+	if af.json {
+		b, _ := json.Marshal(total)
+		c.printRaw(b)
+		return ExitOK
+	}
+	fmt.Fprintf(env.stdout, "%s messages imported, %s skipped (stored before)\n", thousands(total.Imported), thousands(total.Skipped))
+	return ExitOK
+}
+
+// openExport opens an export file ("-": stdin), gzip-compressed or not.
+func openExport(name string, env cliEnv) (io.Reader, func(), error) {
+	var (
+		f     io.Reader = os.Stdin
+		close           = func() {}
+	)
+	if name != "-" {
+		file, err := os.Open(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, close = file, func() { file.Close() }
+	}
+	br := bufio.NewReaderSize(f, 256<<10)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			close()
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return zr, close, nil
+	}
+	return br, close, nil
+}
+
+// importFile sends one file's lines, batch by batch.
+func (c *apiClient) importFile(name string, in io.Reader, batch int, maxBytes int64, imported, skipped *int64) int {
+	r := bufio.NewReaderSize(in, 256<<10)
+	var (
+		body  bytes.Buffer
+		lines int // lines in body
+		first = 1 // the file's line number of body's first line
+		buf   []byte
+	)
+	send := func() int {
+		if lines == 0 {
+			return ExitOK
+		}
+		resp, err := c.stream(context.Background(), "POST", "/api/v1/messages/import", bytes.NewReader(body.Bytes()),
+			http.Header{"Content-Type": {"application/x-ndjson"}})
+		if err != nil {
+			var e *apiError
+			if errors.As(err, &e) && e.status == http.StatusBadRequest {
+				if m := lineError.FindStringSubmatch(e.message); m != nil {
+					k, _ := strconv.Atoi(m[1])
+					fmt.Fprintf(c.env.stderr, "dlq import: %s:%d: %s\n", name, first+k-1, m[2])
+					fmt.Fprintf(c.env.stderr, "dlq import: nothing of lines %d-%d was stored; %s imported, %s skipped before them. "+
+						"Fix the line and run the same command again: what was imported is skipped.\n",
+						first, first+lines-1, thousands(*imported), thousands(*skipped))
+					return ExitUsage
+				}
+			}
+			return c.fail(err)
+		}
+		defer resp.Body.Close()
+		var a struct{ Imported, Skipped int64 }
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			return c.fail(fmt.Errorf("unexpected answer: %w", err))
+		}
+		*imported += a.Imported
+		*skipped += a.Skipped
+		first += lines
+		lines = 0
+		body.Reset()
+		return ExitOK
+	}
+	for {
+		var err error
+		buf, err = readLine(r, buf[:0])
+		if errors.Is(err, errLineTooLong) {
+			fmt.Fprintf(c.env.stderr, "dlq import: %s:%d: %v\n", name, first+lines, err)
+			return ExitUsage
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			fmt.Fprintf(c.env.stderr, "dlq import: read %s: %v\n", name, err)
+			return ExitFailure
+		}
+		if len(buf) > 0 || err == nil {
+			if lines > 0 && int64(body.Len()+len(buf)) >= maxBytes {
+				if code := send(); code != ExitOK {
+					return code
+				}
+			}
+			body.Write(buf)
+			body.WriteByte('\n')
+			lines++
+			if lines >= batch {
+				if code := send(); code != ExitOK {
+					return code
+				}
+			}
+		}
+		if err != nil {
+			return send()
+		}
+	}
+}
