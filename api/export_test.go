@@ -492,10 +492,10 @@ func TestExportImport100k(t *testing.T) {
 	require.Equal(t, importAnswer{Skipped: int64(n)}, stream(), "imported twice, stored once")
 
 	var srcSchema, dstSchema string
-	require.NoError(t, src.st.Pool().QueryRow(context.Background(), `SELECT current_schema()`).Scan(&srcSchema))
-	require.NoError(t, dst.st.Pool().QueryRow(context.Background(), `SELECT current_schema()`).Scan(&dstSchema))
+	require.NoError(t, src.db.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&srcSchema))
+	require.NoError(t, dst.db.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&dstSchema))
 	var same, kinds int64
-	require.NoError(t, dst.st.Pool().QueryRow(context.Background(), fmt.Sprintf(`
+	require.NoError(t, dst.db.QueryRow(context.Background(), fmt.Sprintf(`
 SELECT count(*), count(DISTINCT length(a.body) %% 7)
 FROM %q.dead_messages a JOIN %q.dead_messages b ON b.imported_id = a.id
 WHERE a.body = b.body AND a.properties::text = b.properties::text AND a.headers::text = b.headers::text

@@ -110,7 +110,7 @@ func TestScheduledReplaySurvivesRestart(t *testing.T) {
 	final := b.waitTask(t, task.ID, 90*time.Second, replay.StatusCompleted)
 	require.Equal(t, int64(n), final.Published)
 	var startedAt, storedStart time.Time
-	require.NoError(t, b.st.Pool().QueryRow(context.Background(),
+	require.NoError(t, b.db.QueryRow(context.Background(),
 		`SELECT started_at, start_at FROM replay_tasks WHERE id = $1`, task.ID).Scan(&startedAt, &storedStart))
 	require.True(t, storedStart.Equal(startAt), "stored start_at %s", storedStart)
 	require.False(t, startedAt.Before(startAt), "started %s, before its start_at %s", startedAt, startAt)

@@ -16,13 +16,14 @@ import (
 // saying which it did.
 func TestCountMessages(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	ids := seed(t, st, []string{"orders", "billing"}, 40, timeoutFailure)
+	ids := seed(t, st, db, []string{"orders", "billing"}, 40, timeoutFailure)
 	// Ten orders acknowledged; the first ten of billing an hour old.
 	_, err := st.Acknowledge(ctx, store.Filter{IDs: ids[:10]}, store.Actor{Name: "t"}, store.ActionOptions{})
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '1 hour' WHERE id = ANY($1)`, ids[40:50])
+	_, err = db.Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '1 hour' WHERE id = ANY($1)`, ids[40:50])
 	require.NoError(t, err)
 	group := store.GroupIDOf("orders", "rejected", "TimeoutError", "upstream took 1000ms for order 0")
 	hourAgo := time.Now().Add(-30 * time.Minute)

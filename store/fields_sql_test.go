@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -27,14 +28,14 @@ var fieldBodies = []struct{ name, body string }{
 
 // seedBodies stores one message per body in queue and returns the names by
 // id.
-func seedBodies(t *testing.T, st *store.Store, queue string) map[int64]string {
+func seedBodies(t *testing.T, st *store.Store, db *pgxpool.Pool, queue string) map[int64]string {
 	t.Helper()
 	msgs := make([]store.NewMessage, len(fieldBodies))
 	for i, b := range fieldBodies {
 		msgs[i] = msg(queue, b.body, int64(i+1))
 	}
 	ingest(t, st, msgs...)
-	ids := messageIDs(t, st, "source_queue = $1", queue)
+	ids := messageIDs(t, db, "source_queue = $1", queue)
 	require.Len(t, ids, len(fieldBodies))
 	out := map[int64]string{}
 	for i, id := range ids {
@@ -47,9 +48,10 @@ func seedBodies(t *testing.T, st *store.Store, queue string) map[int64]string {
 // bodies that are not JSON, in listings, counts and bulk actions alike.
 func TestFieldFilters(t *testing.T) {
 	t.Parallel()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	names := seedBodies(t, st, "orders")
+	names := seedBodies(t, st, db, "orders")
 	match := func(fields ...string) []string {
 		t.Helper()
 		f := store.Filter{SourceQueue: "orders", Fields: fields}
@@ -117,7 +119,7 @@ func TestFieldFilters(t *testing.T) {
 	res, err := st.Acknowledge(ctx, store.Filter{SourceQueue: "orders", Fields: []string{"customer.tier=gold"}}, store.Actor{Name: "t"}, store.ActionOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, res.Changed)
-	require.Equal(t, 2, count(t, st, "status = 'acknowledged'"))
+	require.Equal(t, 2, count(t, db, "status = 'acknowledged'"))
 
 	_, err = st.ListMessages(ctx, store.Filter{SourceQueue: "orders", Fields: []string{"customer..tier=gold"}}, store.ListOptions{})
 	require.ErrorIs(t, err, store.ErrInvalidFilter)

@@ -20,7 +20,7 @@ import (
 // ls takes field filters and says how many messages match.
 func TestCLIFieldAndTotal(t *testing.T) {
 	t.Parallel()
-	url, _, _ := clitest.Server(t)
+	url, _, _, _ := clitest.Server(t)
 	const admin = clitest.AdminToken
 
 	code, out, errOut := cli(t, url, admin, runLs, "--queue", "orders", "--field", "n>=1", "--field", "n!=3", "--total")
@@ -55,7 +55,7 @@ func TestCLIFieldAndTotal(t *testing.T) {
 // when run again.
 func TestCLIExportImport(t *testing.T) {
 	t.Parallel()
-	url, _, ids := clitest.Server(t)
+	url, _, _, ids := clitest.Server(t)
 	const admin = clitest.AdminToken
 	dir := t.TempDir()
 	file := filepath.Join(dir, "all.ndjson")
@@ -90,7 +90,8 @@ func TestCLIExportImport(t *testing.T) {
 	require.Contains(t, errOut, "complete export already")
 
 	// Into another dlq, three lines a request; twice; and gzip-compressed.
-	st2, _ := dlqtest.Store(t)
+	st2, dsn2 := dlqtest.Store(t)
+	db2 := dlqtest.DB(t, dsn2)
 	url2 := clitest.Serve(t, st2, nil)
 	code, out, errOut = cli(t, url2, admin, runImport, "--batch", "3", file)
 	require.Equal(t, ExitOK, code, errOut)
@@ -109,7 +110,7 @@ func TestCLIExportImport(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.JSONEq(t, `{"imported":0,"skipped":6}`, out)
 	var imported int
-	require.NoError(t, st2.Pool().QueryRow(context.Background(),
+	require.NoError(t, db2.QueryRow(context.Background(),
 		`SELECT count(*) FROM dead_messages WHERE status = 'pending' AND imported_id = ANY($1)`, ids).Scan(&imported))
 	require.Equal(t, 6, imported)
 
@@ -119,7 +120,8 @@ func TestCLIExportImport(t *testing.T) {
 	broken := append([]string{}, lines...)
 	broken[4] = `{"id":1,"oops":true}`
 	require.NoError(t, os.WriteFile(bad, []byte(strings.Join(broken, "\n")+"\n"), 0o644))
-	st3, _ := dlqtest.Store(t)
+	st3, dsn3 := dlqtest.Store(t)
+	db3 := dlqtest.DB(t, dsn3)
 	url3 := clitest.Serve(t, st3, nil)
 	code, _, errOut = cli(t, url3, admin, runImport, "--batch", "3", bad)
 	require.Equal(t, ExitUsage, code)
@@ -127,7 +129,7 @@ func TestCLIExportImport(t *testing.T) {
 	require.Contains(t, errOut, "nothing of lines 4-6 was stored; 3 imported")
 	count := func() int {
 		var n int
-		require.NoError(t, st3.Pool().QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
+		require.NoError(t, db3.QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
 		return n
 	}
 	require.Equal(t, 3, count())
