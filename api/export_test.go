@@ -128,10 +128,10 @@ func (r response) imported(t *testing.T) importAnswer {
 // that replays into RabbitMQ.
 func replayer(t *testing.T, conn *broker.Conn) func(*setupOpts) {
 	return func(o *setupOpts) {
-		st, _ := dlqtest.Store(t)
+		st, dsn := dlqtest.Store(t)
 		svc, err := replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
-		o.store, o.replayer = st, svc
+		o.store, o.dsn, o.replayer = st, dsn, svc
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = svc.Run(ctx) }()
