@@ -39,7 +39,8 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: build services run test test-cluster fuzz soak clean \
-	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session bench-replay-rounds
+	bench-ingest bench-replay bench-api bench-cleanup bench-limits bench-search-cost bench-session bench-replay-rounds \
+	bench-instances
 
 build:
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
@@ -118,6 +119,12 @@ bench-session: services
 # optional A/B against the build of another revision (BASELINE=<git revision>).
 bench-replay-rounds: services
 	ROUNDS='$(ROUNDS)' BASELINE='$(BASELINE)' scripts/bench-replay-rounds.sh
+
+# Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
+# measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds
+# (default 2, about 5 minutes each); N dead letters per run (default 100000).
+bench-instances: services
+	ROUNDS='$(ROUNDS)' N='$(N)' scripts/bench-instances.sh
 
 bench-limits:
 	scripts/services.sh --database bench
