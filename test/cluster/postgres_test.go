@@ -270,7 +270,7 @@ func (p *pgPair) close() {
 		default:
 		}
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT) // if cut off
-		_ = s.cmd.Process.Signal(syscall.SIGINT)            // fast shutdown
+		_ = s.cmd.Process.Signal(syscall.SIGINT)              // fast shutdown
 		select {
 		case <-s.exited:
 		case <-time.After(60 * time.Second):
