@@ -75,23 +75,7 @@ func failover(t *testing.T, synchronous bool, cutOff time.Duration) {
 			fmt.Sprintf("replay and ingest not under way: %d rows, task %+v %v", rows, cur, err)
 	})
 
-	if cutOff > 0 {
-		pg.cutOff()
-		time.Sleep(cutOff) // the fault's length, not a wait for an effect
-	}
-	pg.crash(pg.primary)
-	crashed := time.Now()
-	if cutOff > 0 {
-		pg.reconnect()
-	}
-	d.waitReadyz(http.StatusServiceUnavailable, 30*time.Second)
-	t.Logf("primary crashed; every instance unready after %s", time.Since(crashed).Round(time.Millisecond))
-	time.Sleep(time.Until(crashed.Add(outage))) // the fault's length
-	pg.promote()
-	promoted := time.Now()
-	d.waitReadyz(http.StatusOK, 2*time.Minute)
-	t.Logf("standby promoted %s after the crash; every instance ready again %s later",
-		promoted.Sub(crashed).Round(time.Millisecond), time.Since(promoted).Round(time.Millisecond))
+	promoted := crashAndPromote(t, pg, d, cutOff, outage)
 	_, body = d.readyz(0)
 	require.Contains(t, body, "replication: no standby streaming", "/readyz: the promoted standby streams to none")
 
@@ -126,4 +110,29 @@ func failover(t *testing.T, synchronous bool, cutOff time.Duration) {
 	t.Logf("MEASURED asynchronous replication, standby cut off %s before the crash: replay %s; task %d %s: published %d, unknown %d",
 		cutOff, r, final.ID, final.Status, final.Published, final.Unknown)
 	require.Zero(t, c.Unexpected, "rows of dead letters never published: %s", c)
+}
+
+// crashAndPromote cuts the standby off for cutOff (when not 0), crashes
+// the primary, promotes the standby outage after the crash, and returns
+// when, once every instance was unready and is ready again.
+func crashAndPromote(t *testing.T, pg *pgPair, d *deployment, cutOff, outage time.Duration) time.Time {
+	t.Helper()
+	if cutOff > 0 {
+		pg.cutOff()
+		time.Sleep(cutOff) // the fault's length, not a wait for an effect
+	}
+	pg.crash(pg.primary)
+	crashed := time.Now()
+	if cutOff > 0 {
+		pg.reconnect()
+	}
+	d.waitReadyz(http.StatusServiceUnavailable, 30*time.Second)
+	t.Logf("primary crashed; every instance unready after %s", time.Since(crashed).Round(time.Millisecond))
+	time.Sleep(time.Until(crashed.Add(outage))) // the fault's length
+	pg.promote()
+	promoted := time.Now()
+	d.waitReadyz(http.StatusOK, 2*time.Minute)
+	t.Logf("standby promoted %s after the crash; every instance ready again %s later",
+		promoted.Sub(crashed).Round(time.Millisecond), time.Since(promoted).Round(time.Millisecond))
+	return promoted
 }
