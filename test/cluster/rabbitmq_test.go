@@ -40,6 +40,14 @@ func TestRabbitMQNodeLoss(t *testing.T) {
 	// dlq's queue is declared through node 0, so its leader is there, and
 	// dlq's instances dial node 0 first.
 	d := newDeployment(t, deployOpts{urls: rc.urls(0), instances: 2, env: map[string]string{"DLQ_REPLAY_LEASE": "10s"}})
+	c := nodeLossDuringIngest(t, rc, d, n, rate)
+	nodeLossDuringReplay(t, rc, d, c.Rows)
+}
+
+// nodeLossDuringIngest kills the node of dlq's queue leader during a
+// burst of n dead letters at rate, and checks the outcome exact.
+func nodeLossDuringIngest(t *testing.T, rc *rabbitCluster, d *deployment, n, rate int) proctest.Tally {
+	t.Helper()
 	leader, err := rc.leader(0, d.queue)
 	require.NoError(t, err)
 	require.Equal(t, 0, leader, "the queue's leader is on the node that declared it")
@@ -78,9 +86,16 @@ func TestRabbitMQNodeLoss(t *testing.T) {
 	c := d.check()
 	d.requireExact(c)
 	require.Greater(t, c.Confirmed, n*9/10, "the test did not exercise what it claims: %s", c)
+	return c
+}
 
-	// Replay: dlq's instances now dial node 1 first, and the target
-	// queue's leader is on node 1 too.
+// nodeLossDuringReplay replays the rows stored into a quorum queue whose
+// leader is on the node dlq's instances are connected to, stops that
+// node mid-replay, and checks the replay exact.
+func nodeLossDuringReplay(t *testing.T, rc *rabbitCluster, d *deployment, rows int) {
+	t.Helper()
+	// dlq's instances now dial node 1 first, and the target queue's
+	// leader is on node 1 too.
 	d.urls = rc.urls(1)
 	d.startAll()
 	target := d.targetQueue(rc.url(1))
@@ -88,7 +103,7 @@ func TestRabbitMQNodeLoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, tl)
 	task := d.startReplay(0, "orders.work", target, 3000)
-	require.EqualValues(t, c.Rows, task.Requested)
+	require.EqualValues(t, rows, task.Requested)
 	eventually(t, 2*time.Minute, func() (bool, string) {
 		cur, err := d.task(task.ID)
 		return err == nil && cur.Published >= task.Requested/4, fmt.Sprintf("replay not under way: %+v %v", cur, err)
