@@ -122,9 +122,10 @@ bench-replay-rounds: services
 
 # Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
 # measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds
-# (default 2, about 5 minutes each); N dead letters per run (default 100000).
+# (default 2, about 5 minutes each); N dead letters per run (default 100000);
+# INSTANCES the instance counts in their order (default 1,2,3).
 bench-instances: services
-	ROUNDS='$(ROUNDS)' N='$(N)' scripts/bench-instances.sh
+	ROUNDS='$(ROUNDS)' N='$(N)' INSTANCES='$(INSTANCES)' scripts/bench-instances.sh
 
 bench-limits:
 	scripts/services.sh --database bench

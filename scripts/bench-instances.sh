@@ -8,12 +8,14 @@
 # ROUNDS rounds (default 2), in sequence, each: bench-limits pipeline (the raw
 # ingest limit), bench-limits replay (the raw replay limit), then dlq-bench
 # instances (N dead letters, default 100,000, ingested and replayed as three tasks
-# by 1, 2 and 3 instances). About 5 minutes a round on 2 cores. Everything lands in
+# by INSTANCES instances in that order, default 1,2,3; 3,2,1 shows whether the
+# machine's load drifted). About 5 minutes a round on 2 cores. Everything lands in
 # tmp/bench-instances/<start time>/; the RESULT lines are printed at the end.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 rounds=${ROUNDS:-2}
 n=${N:-100000}
+counts=${INSTANCES:-1,2,3}
 bench_prepare bench-instances
 
 limits() {
@@ -32,7 +34,7 @@ limits() {
 		stamp "round $i: raw replay"
 		limits "replay$i" -tests replay -runs 1 -n 100000 -pipeq quorum
 		stamp "round $i: dlq instances"
-		"$out/dlq-bench" instances -n "$n" -runs 1 -amqp "$amqp" -pg "$pg" -out "$out/instances.jsonl"
+		"$out/dlq-bench" instances -n "$n" -instances "$counts" -runs 1 -amqp "$amqp" -pg "$pg" -out "$out/instances.jsonl"
 	done
 	stamp done
 } > "$out/log.txt" 2>&1
