@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/internal/proctest"
-	"github.com/dlq/dlq/store"
 )
 
 const adminToken = "cluster-test-admin-token"
@@ -33,9 +33,9 @@ const adminToken = "cluster-test-admin-token"
 // its broker names on its broker nodes, and several dlq instances.
 type deployment struct {
 	t *testing.T
-	// st is the checker's handle on dlq's database; dsn is what dlq gets.
-	st  *store.Store
+	// dsn is dlq's database; db the checker's own pool on it.
 	dsn string
+	db  *pgxpool.Pool
 	// urls are the broker's nodes, in the order dlq dials them.
 	urls                     []string
 	exchange, queue, control string
@@ -60,9 +60,8 @@ type instance struct {
 
 // deployOpts are newDeployment's inputs.
 type deployOpts struct {
-	// st and dsn: dlq's database; default a fresh schema of the shared
+	// dsn: dlq's database, migrated; default a fresh schema of the shared
 	// test database.
-	st  *store.Store
 	dsn string
 	// urls: the broker's nodes; default the shared broker. Queues are
 	// declared through the first, so a quorum queue's leader is there.
@@ -73,14 +72,14 @@ type deployOpts struct {
 
 func newDeployment(t *testing.T, o deployOpts) *deployment {
 	t.Helper()
-	if o.st == nil {
-		o.st, o.dsn = dlqtest.Store(t)
+	if o.dsn == "" {
+		_, o.dsn = dlqtest.Store(t)
 	}
 	if len(o.urls) == 0 {
 		o.urls = []string{dlqtest.AMQPURL()}
 	}
 	d := &deployment{
-		t: t, st: o.st, dsn: o.dsn, urls: o.urls,
+		t: t, dsn: o.dsn, db: openPool(t, o.dsn), urls: o.urls,
 		exchange:    dlqtest.Name(t, "dlx"),
 		queue:       dlqtest.Name(t, "dlq"),
 		control:     dlqtest.Name(t, "ctl"),
@@ -109,6 +108,21 @@ func newDeployment(t *testing.T, o deployOpts) *deployment {
 	t.Cleanup(d.keepLogs)
 	d.declare()
 	return d
+}
+
+// openPool opens the test's own pool on dsn (for the checker's SQL),
+// closed when the test ends. It reconnects by itself across a failover:
+// a multi-host dsn finds the promoted server.
+func openPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 4
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // declare sets up the broker side before any dlq runs, so that no dead
@@ -349,7 +363,7 @@ func (d *deployment) count(cond string, args ...any) int {
 	d.t.Helper()
 	var n int
 	d.query(func(ctx context.Context) error {
-		return d.st.Pool().QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE `+cond, args...).Scan(&n)
+		return d.db.QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE `+cond, args...).Scan(&n)
 	})
 	return n
 }
@@ -361,7 +375,7 @@ func (d *deployment) check() proctest.Tally {
 	var c proctest.Tally
 	d.query(func(ctx context.Context) error {
 		var err error
-		c, err = proctest.Check(ctx, d.st.Pool(), d.ledger)
+		c, err = proctest.Check(ctx, d.db, d.ledger)
 		return err
 	})
 	return c
@@ -371,7 +385,7 @@ func (d *deployment) requireExact(c proctest.Tally) {
 	d.t.Helper()
 	proctest.RequireExact(d.t, c, func() {
 		d.query(func(ctx context.Context) error {
-			s, err := proctest.ExplainDuplicates(ctx, d.st.Pool(), 10)
+			s, err := proctest.ExplainDuplicates(ctx, d.db, 10)
 			if err == nil {
 				d.t.Logf("duplicated ids (first 10):\n%s", s)
 			}

@@ -52,8 +52,7 @@ func failover(t *testing.T, synchronous bool, cutOff time.Duration) {
 		outage = 3 * time.Second
 	)
 	pg := newPGPair(t, synchronous)
-	st, dsn := pg.store()
-	d := newDeployment(t, deployOpts{st: st, dsn: dsn, instances: 2, env: map[string]string{"DLQ_REPLAY_LEASE": lease.String()}})
+	d := newDeployment(t, deployOpts{dsn: pg.migrated(), instances: 2, env: map[string]string{"DLQ_REPLAY_LEASE": lease.String()}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d.startAll()

@@ -243,19 +243,19 @@ func (p *pgPair) syncState() string {
 	return state
 }
 
-// store opens a store on dlq's database through the multi-host URL, with
-// dlq's migrations applied.
-func (p *pgPair) store() (*store.Store, string) {
+// migrated applies dlq's migrations to its database and returns the
+// multi-host URL dlq connects with.
+func (p *pgPair) migrated() string {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dsn := p.multiHostURL()
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4})
 	require.NoError(p.t, err)
-	p.t.Cleanup(st.Close)
+	defer st.Close()
 	_, err = st.Migrate(ctx, nil)
 	require.NoError(p.t, err)
-	return st, dsn
+	return dsn
 }
 
 // close stops both servers and removes their directory.

@@ -182,7 +182,7 @@ func (d *deployment) replayCheck(task replay.Task, per map[int64]int) replayTall
 	status := map[int64]string{}
 	d.query(func(ctx context.Context) error {
 		clear(status)
-		rows, err := d.st.Pool().Query(ctx, `
+		rows, err := d.db.Query(ctx, `
 SELECT id, CASE WHEN status = 'pending' AND last_replay_error LIKE 'outcome unknown%' THEN 'unknown' ELSE status END
 FROM dead_messages WHERE status <> 'pending' OR last_replay_error IS NOT NULL`)
 		if err != nil {
