@@ -74,7 +74,7 @@ test: services build
 # as MEASURED). Lost, duplicated and unexpected are counted and asserted zero. They
 # start and stop extra servers of their own (RabbitMQ nodes on free ports, PostgreSQL
 # clusters made with initdb as the postgres user, so run them as root) and never touch
-# the shared ones; about 8 minutes on 2 cores.
+# the shared ones; 4 to 8 minutes on 2 cores, depending on the machine's load.
 test-cluster: services build
 	$(GO) vet -tags cluster ./test/cluster/
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags cluster -p 1 -timeout 45m -v ./test/cluster/
