@@ -233,14 +233,17 @@ func (d *deployment) start(i int) *proctest.Proc {
 	return in.proc
 }
 
-// startAll starts every instance and waits until all are ready.
+// startAll starts every instance and waits until all are ready. The wait
+// is long because `dlq serve` migrates first, under a lock that every
+// schema of the shared test database shares (goose's session lock): other
+// tests' migrations on this machine hold it for seconds at a time.
 func (d *deployment) startAll() {
 	d.t.Helper()
 	for i := range d.instances {
 		d.start(i)
 	}
 	for i := range d.instances {
-		d.waitReady(i, 60*time.Second)
+		d.waitReady(i, 3*time.Minute)
 	}
 }
 
