@@ -10,12 +10,17 @@ import (
 type Check struct {
 	Name  string
 	Check func(ctx context.Context) error
+	// Detail, when set, adds a line to a passing check's result that an
+	// operator should know but that does not make dlq unready (the
+	// database's replication is asynchronous). "" adds nothing. Optional.
+	Detail func(ctx context.Context) string
 }
 
 type checkResult struct {
-	Name  string `json:"name"`
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // handleHealthz answers as long as the process serves HTTP.
@@ -38,6 +43,8 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		if err := c.Check(ctx); err != nil {
 			res.OK, res.Error = false, err.Error()
 			status = http.StatusServiceUnavailable
+		} else if c.Detail != nil {
+			res.Detail = c.Detail(ctx)
 		}
 		results = append(results, res)
 	}

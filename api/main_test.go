@@ -79,6 +79,8 @@ type setupOpts struct {
 	ops func(*ops.Config)
 	// log receives the server's log. Optional.
 	log io.Writer
+	// checks are the readiness checks. Optional.
+	checks []api.Check
 }
 
 // newReplayer is the real replay service over st: it records, reads and
@@ -141,6 +143,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	s, err := api.New(api.Config{
 		Addr: "127.0.0.1:0", Ops: newOps(t, st, o.replayer, o.cron, o.confirmAbove, opsTweaks(o)...), Auth: authn,
 		MaxBodyBytes: o.maxBody,
+		Checks:       o.checks,
 		Logger:       slog.New(slog.NewTextHandler(o.log, nil)),
 		Gatherer:     prometheus.NewRegistry(),
 	})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"time"
 
@@ -18,7 +17,9 @@ import (
 
 // ConnConfig configures a Conn.
 type ConnConfig struct {
-	// URL is the RabbitMQ URL. Required.
+	// URL is the RabbitMQ URL, or the URLs of a cluster's nodes separated
+	// by commas (SplitURLs): the Conn dials them in turn and, when its
+	// connection drops, starts with the next one. Required.
 	URL string
 	// Name is shown as the connection name in RabbitMQ's management UI.
 	// Optional; default "dlq".
@@ -48,6 +49,7 @@ var ErrClosed = errors.New("broker: connection closed")
 // other channel — and ask for a new one.
 type Conn struct {
 	cfg  ConnConfig
+	urls []string
 	log  *slog.Logger
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -65,15 +67,16 @@ type Conn struct {
 
 // NewConn validates cfg and starts connecting in the background.
 func NewConn(cfg ConnConfig) (*Conn, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-		return nil, fmt.Errorf("broker: URL %q must be an amqp:// or amqps:// URL", redact.URL(cfg.URL))
+	urls, err := ParseURLs(cfg.URL)
+	if err != nil {
+		return nil, err
 	}
 	cfg.Name = cmp.Or(cfg.Name, "dlq")
 	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, 100*time.Millisecond)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 5*time.Second)
 	c := &Conn{
 		cfg:   cfg,
+		urls:  urls,
 		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "amqp"),
 		done:  make(chan struct{}),
 		ready: make(chan struct{}),
@@ -88,15 +91,25 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 func (c *Conn) loop() {
 	defer c.wg.Done()
 	backoff := c.cfg.MinBackoff
+	// next is the URL to dial next, also after a lost connection: its node
+	// may be the one going down. failed counts dials failed in a row, so
+	// that every node is tried once before backing off.
+	next, failed := 0, 0
 	for {
-		conn, err := dialFiltered(c.cfg.URL, amqp.Config{
+		addr := c.urls[next]
+		next = (next + 1) % len(c.urls)
+		conn, err := dialFiltered(addr, amqp.Config{
 			Heartbeat:  10 * time.Second,
 			Locale:     "en_US",
 			Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
 		}, c.undecodable)
 		if err != nil {
 			c.setErr(err)
-			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redact.URL(c.cfg.URL), "retry_in", backoff, "error", err)
+			if failed++; failed%len(c.urls) != 0 {
+				c.log.Warn("cannot connect to RabbitMQ; trying the next node", "url", redact.URL(addr), "error", err)
+				continue
+			}
+			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redact.URL(addr), "retry_in", backoff, "error", err)
 			select {
 			case <-c.done:
 				return
@@ -105,13 +118,13 @@ func (c *Conn) loop() {
 			backoff = min(backoff*2, c.cfg.MaxBackoff)
 			continue
 		}
-		backoff = c.cfg.MinBackoff
+		backoff, failed = c.cfg.MinBackoff, 0
 		// Both notification channels are buffered and always drained:
 		// amqp091 blocks (and since v1.13 drops after 5 s) when nobody reads.
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 8))
 		c.set(conn)
-		c.log.Info("connected to RabbitMQ", "url", redact.URL(c.cfg.URL), "server_version", conn.Properties["version"])
+		c.log.Info("connected to RabbitMQ", "url", redact.URL(addr), "server_version", conn.Properties["version"])
 	watch:
 		for {
 			select {

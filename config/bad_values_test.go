@@ -53,6 +53,7 @@ func badValues() []badValue {
 		// Connection settings: environment, YAML and flag.
 		e("amqp_url", "DLQ_AMQP_URL", "http://rabbit:5672/", `"http://rabbit:5672/"`, "amqp:// or amqps://"),
 		e("amqp_url", "DLQ_AMQP_URL", "amqp://", `"amqp://"`, "with a host"),
+		e("amqp_url", "DLQ_AMQP_URL", "amqp://rabbit1/,amqp://u:secret@", `"amqp://u:xxxxx@"`, "with a host", "several separated by commas"),
 		y("amqp_url", "amqp_url: 'rabbit:5672'\n", "amqp_url", `"rabbit:5672"`, "amqp:// or amqps://"),
 		{setting: "--amqp-url", flags: Flags{AMQPURL: "ftp://x"}, want: []string{"--amqp-url", `"ftp://x"`, "amqp:// or amqps://"}},
 		e("database_url", "DLQ_DATABASE_URL", "mysql://u:secret@db/dlq", "database_url", "mysql://u:xxxxx@db/dlq", "postgres:// or postgresql://"),

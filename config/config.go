@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/redact"
 )
 
@@ -311,8 +312,11 @@ func applyEnv(c *Config, getenv func(string) string) error {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("config: "+format, a...)) }
-	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		bad("amqp_url / DLQ_AMQP_URL / --amqp-url %q must be an amqp:// or amqps:// URL with a host (e.g. %s)", redact.URL(c.AMQPURL), AMQPURLDefault)
+	// One URL, or a cluster's nodes separated by commas (broker.SplitURLs).
+	for _, raw := range broker.SplitURLs(c.AMQPURL) {
+		if u, err := url.Parse(raw); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			bad("amqp_url / DLQ_AMQP_URL / --amqp-url %q must be an amqp:// or amqps:// URL with a host, or several separated by commas (e.g. %s)", redact.URL(raw), AMQPURLDefault)
+		}
 	}
 	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 		bad("database_url / DLQ_DATABASE_URL / --database-url %q %v (e.g. %s)", redact.URL(c.DatabaseURL), err, DatabaseURLDefault)

@@ -24,6 +24,16 @@ func TestDefaults(t *testing.T) {
 	require.Contains(t, c.DatabaseURL, "/dlq")
 }
 
+// DLQ_AMQP_URL takes one URL, as it always did, or a RabbitMQ cluster's
+// nodes separated by commas; the value is kept as given, for the broker
+// connection to split.
+func TestAMQPURLList(t *testing.T) {
+	const nodes = "amqp://u:p,w@rabbit1:5672/, amqp://u:p,w@rabbit2:5672/"
+	c, err := config.Load(config.Flags{}, env(map[string]string{"DLQ_AMQP_URL": nodes}))
+	require.NoError(t, err)
+	require.Equal(t, nodes, c.AMQPURL)
+}
+
 func TestPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "dlq.yaml")

@@ -7,6 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/redact"
 )
 
@@ -67,10 +68,11 @@ func (c *Config) validateManagement() []error {
 // ManagementCredentials returns the management API's URL without its
 // user information, and the user and password to send: the URL's own, or
 // else the AMQP URL's. vhost is the AMQP URL's virtual host, where dlq's
-// queues live.
+// queues live. With several AMQP URLs (a cluster), the first one's: the
+// nodes of one cluster share users and virtual hosts.
 func (c *Config) ManagementCredentials() (base, user, password, vhost string) {
 	vhost = "/"
-	if a, err := amqp.ParseURI(c.AMQPURL); err == nil {
+	if a, err := amqp.ParseURI(broker.SplitURLs(c.AMQPURL)[0]); err == nil {
 		user, password, vhost = a.Username, a.Password, a.Vhost
 	}
 	u, err := url.Parse(c.Management.URL)

@@ -30,6 +30,15 @@ func TestManagementSection(t *testing.T) {
 	base, user, pw, vhost := c.ManagementCredentials()
 	require.Equal(t, []string{"http://rabbit:15672/", "ops", "pw1", "prod"}, []string{base, user, pw, vhost})
 
+	// A cluster's nodes share users and virtual hosts: the first URL's.
+	c, err = config.Load(config.Flags{}, env(map[string]string{
+		"DLQ_AMQP_URL":       "amqp://ops:pw1@rabbit1:5672/prod,amqp://ops:pw1@rabbit2:5672/prod",
+		"DLQ_MANAGEMENT_URL": "http://rabbit1:15672/",
+	}))
+	require.NoError(t, err)
+	base, user, pw, vhost = c.ManagementCredentials()
+	require.Equal(t, []string{"http://rabbit1:15672/", "ops", "pw1", "prod"}, []string{base, user, pw, vhost})
+
 	file := filepath.Join(t.TempDir(), "dlq.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("management:\n  url: https://admin:pw2@mgmt.example:443/\n  interval: 5m\n"), 0o600))
 	c, err = config.Load(config.Flags{ConfigFile: file}, env(nil))

@@ -157,14 +157,62 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 		case <-ctx.Done():
 		}
 	}()
+	// pause records a failure and waits before the next attempt; false
+	// when the channel died or stop closed meanwhile.
+	pause := func(id int64, n int, err error) bool {
+		c.metrics.writeErrors.Inc()
+		wr.w.setWriteErr(err)
+		if !failing {
+			log.Warn("cannot write batch to PostgreSQL; holding it unacknowledged and retrying", "batch_id", id, "messages", n, "error", err)
+			failing = true
+		}
+		select {
+		case <-wr.dead:
+			return false
+		case <-stop:
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		return true
+	}
+	// unsure is set when an attempt failed in a way that may have
+	// committed it, with the number of confirmed batches it carried. The
+	// batch is written again only once the store answers that it did not
+	// commit (rule 4): written blindly, a batch that did commit (its
+	// COMMIT's answer lost, the server restarted or failed over) would
+	// meet its own id in ingest_inflight, and that refusal would be taken
+	// for one of its messages' data.
+	unsure, unsureDue := false, 0
 	for len(queue) > 0 {
 		if wr.gone(nil) {
 			return done, false
 		}
 		msgs, id := queue[0], ids[0]
+		start := time.Now()
+		if unsure {
+			rows, ok, err := c.cfg.Store.CommittedRows(ctx, id)
+			if err == nil && ok {
+				c.metrics.observe(wr.w.queue, msgs, reconstructResult(msgs, rows), time.Since(start))
+				wr.forget(unsureDue)
+				done = append(done, id)
+				queue, ids = queue[1:], ids[1:]
+				unsure = false
+				continue
+			}
+			if wr.gone(nil) {
+				return done, false
+			}
+			if err != nil {
+				if !pause(id, len(msgs), err) {
+					return done, false
+				}
+				continue
+			}
+			unsure = false
+		}
 		due := wr.due()
 		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: due}
-		start := time.Now()
 		res, err := c.cfg.Store.IngestBatch(ctx, b)
 		if err == nil {
 			c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
@@ -202,28 +250,21 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 			// take the redeliveries.
 			return done, false
 		}
-		// The commit may have succeeded before the error reached us.
-		if rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id); cerr == nil && ok {
+		// The commit may have succeeded before the error reached us: ask
+		// at once, and back off only if it did not.
+		rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id)
+		if cerr == nil && ok {
 			c.metrics.observe(wr.w.queue, msgs, reconstructResult(msgs, rows), time.Since(start))
 			wr.forget(len(due))
 			done = append(done, id)
 			queue, ids = queue[1:], ids[1:]
 			continue
 		}
-		c.metrics.writeErrors.Inc()
-		wr.w.setWriteErr(err)
-		if !failing {
-			log.Warn("cannot write batch to PostgreSQL; holding it unacknowledged and retrying", "batch_id", id, "messages", len(msgs), "error", err)
-			failing = true
-		}
-		select {
-		case <-wr.dead:
+		// Unanswered, the question is asked again before the next write.
+		unsure, unsureDue = cerr != nil, len(due)
+		if !pause(id, len(msgs), err) {
 			return done, false
-		case <-stop:
-			return done, false
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 	return done, true
 }

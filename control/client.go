@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
 )
 
 // directReplyTo is RabbitMQ's pseudo-queue for RPC answers: no queue to
@@ -39,7 +41,8 @@ type Client struct {
 }
 
 // Dial connects to the broker at url for commands to queue, sent with
-// token.
+// token. url may name a cluster's nodes separated by commas
+// (broker.SplitURLs): the first that answers is used.
 func Dial(ctx context.Context, url, queue, token string) (*Client, error) {
 	cfg := amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Properties: amqp.Table{"connection_name": "dlq cli"}}
 	if dl, ok := ctx.Deadline(); ok {
@@ -47,9 +50,18 @@ func Dial(ctx context.Context, url, queue, token string) (*Client, error) {
 	} else {
 		cfg.Dial = amqp.DefaultDial(10 * time.Second)
 	}
-	conn, err := amqp.DialConfig(url, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w: connect to RabbitMQ: %w", ErrUnreachable, err)
+	var conn *amqp.Connection
+	var errs []error
+	for _, u := range broker.SplitURLs(url) {
+		c, err := amqp.DialConfig(u, cfg)
+		if err == nil {
+			conn = c
+			break
+		}
+		errs = append(errs, err)
+	}
+	if conn == nil {
+		return nil, fmt.Errorf("%w: connect to RabbitMQ: %w", ErrUnreachable, errors.Join(errs...))
 	}
 	ch, err := conn.Channel()
 	if err != nil {

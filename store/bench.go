@@ -54,6 +54,15 @@ func (a *BenchAdmin) DropSchema(ctx context.Context, schema string) error {
 	return nil
 }
 
+// Checkpoint writes every dirty page out now, so that a measurement that
+// follows does not pay for the writes of what was done before it.
+func (a *BenchAdmin) Checkpoint(ctx context.Context) error {
+	if _, err := a.conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("store: checkpoint: %w", err)
+	}
+	return nil
+}
+
 // CountSchemaMessages counts the rows of schema's dead_messages, to reuse
 // a schema generated before.
 func (a *BenchAdmin) CountSchemaMessages(ctx context.Context, schema string) (int64, error) {

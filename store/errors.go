@@ -21,9 +21,16 @@ var (
 // (SQLSTATE class 22, data exception; 23, integrity violation; or 54,
 // program limit exceeded, e.g. a value too large for an index row).
 // Retrying the same data cannot succeed, so the caller must change it.
+// One integrity violation is not about the data: an ingest batch whose id
+// is already registered, because an earlier attempt of it committed (its
+// COMMIT's answer lost, the server restarted or failed over meanwhile).
+// The caller asks CommittedRows then, as after any failed attempt.
 func IsDataError(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	if pgErr.Code == "23505" && pgErr.ConstraintName == "ingest_inflight_pkey" {
 		return false
 	}
 	switch pgErr.Code[:2] {

@@ -19,11 +19,12 @@ type benchmark struct {
 // benchmarks is the dispatch table: one line per benchmark, kept sorted by name.
 func benchmarks() map[string]benchmark {
 	return map[string]benchmark{
-		"api":     {"load 10M messages via COPY, measure p50/p99 of API pages, search, stats, status; ingest cost of the search index", bench.API},
-		"cleanup": {"delete 1M expired messages while ingest runs (throughput drop, delete rate); status and gauge reads at 10M rows", bench.Cleanup},
-		"console": {"sign in to the web console on the api benchmark's schema (10M messages) and measure p50/p99 and weight of each page", bench.Console},
-		"ingest":  {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", bench.Ingest},
-		"replay":  {"replay N stored 1 KiB messages with claims and confirms; msgs/s and CPU split", bench.Replay},
+		"api":       {"load 10M messages via COPY, measure p50/p99 of API pages, search, stats, status; ingest cost of the search index", bench.API},
+		"cleanup":   {"delete 1M expired messages while ingest runs (throughput drop, delete rate); status and gauge reads at 10M rows", bench.Cleanup},
+		"console":   {"sign in to the web console on the api benchmark's schema (10M messages) and measure p50/p99 and weight of each page", bench.Console},
+		"ingest":    {"dead-letter N messages and measure end-to-end ingest msgs/s, CPU and RSS", bench.Ingest},
+		"instances": {"ingest and replay N messages with 1, 2 and 3 `dlq serve` processes on one database and queue", bench.Instances},
+		"replay":    {"replay N stored 1 KiB messages with claims and confirms; msgs/s and CPU split", bench.Replay},
 	}
 }
 

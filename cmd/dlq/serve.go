@@ -176,7 +176,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Auth:         authn,
 		MaxBodyBytes: cfg.API.MaxBodyBytes,
 		Checks: []api.Check{
-			{Name: "postgres", Check: st.Ping},
+			// The detail says when a failover could lose acknowledged dead
+			// letters (docs/OPERATIONS.md, "PostgreSQL failover").
+			{Name: "postgres", Check: st.Ping, Detail: st.ReplicationDetail},
 			{Name: "rabbitmq", Check: func(context.Context) error {
 				if ok, err := conn.Connected(); !ok {
 					return err

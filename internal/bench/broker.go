@@ -76,6 +76,13 @@ func rejectAll(conn *amqp.Connection, queue string) (stop func() error, err erro
 // after a retry queue, and x-first-death-*) when withDeath, else to a
 // source queue where RabbitMQ dead-letters them.
 func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string) error {
+	return prefillQueues(ctx, conn, exchange, key, withDeath, n, size, runID, 1)
+}
+
+// prefillQueues is prefill with the death record naming one of queues
+// source queues in turn (orders.process.0, .1, ...; orders.process when
+// queues is 1), so that a benchmark can replay them as separate tasks.
+func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string, queues int) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -117,8 +124,12 @@ func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, w
 			"traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}
 		if withDeath {
+			source := "orders.process"
+			if queues > 1 {
+				source += "." + strconv.Itoa(i%queues)
+			}
 			h["x-death"] = []any{
-				amqp.Table{"count": int64(3), "reason": "rejected", "queue": "orders.process", "time": now,
+				amqp.Table{"count": int64(3), "reason": "rejected", "queue": source, "time": now,
 					"exchange": "orders", "routing-keys": []any{"orders.created"}},
 				amqp.Table{"count": int64(2), "reason": "expired", "queue": "orders.retry", "time": now.Add(-time.Minute),
 					"exchange": "orders.retry", "routing-keys": []any{"orders.created"}, "original-expiration": "10000"},

@@ -101,7 +101,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	t.Logf("PostgreSQL down, %s: %s", h.queue, strings.Join(samples, "; "))
 	require.LessOrEqual(t, maxUnacked, bound, "unacknowledged deliveries above consumers × prefetch while PostgreSQL was down")
 	require.Positive(t, maxUnacked, "no sample saw dlq holding deliveries: the bound was not observed")
-	require.False(t, p.done(), "dlq exited while PostgreSQL was down: %v", p.waitErr)
+	require.False(t, p.Done(), "dlq exited while PostgreSQL was down: %v", p.Err())
 	dlqtest.RunPostgres(t, "start")
 	t.Logf("PostgreSQL was down for %s", time.Since(down).Round(time.Millisecond))
 
@@ -114,7 +114,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 		return err == nil && v == 1
 	}, `dlq_up{component="postgres"} did not return to 1`)
 
-	pub.wait(t, 120*time.Second)
+	pub.Wait(t, 120*time.Second)
 	h.waitDrained(120 * time.Second)
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
@@ -141,10 +141,10 @@ func TestFaultCloseAllConnections(t *testing.T) {
 		dlqtest.RunRabbitmqctl(t, 60*time.Second, "close_all_connections", "dlq fault test: close_all_connections")
 		t.Logf("closed all connections (%d of %d) at %d rows", i+1, closes, h.rowCount())
 	}
-	pub.wait(t, 120*time.Second)
+	pub.Wait(t, 120*time.Second)
 	h.waitReady(p, 60*time.Second)
 	h.waitDrained(120 * time.Second)
-	require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+	require.False(t, p.Done(), "dlq exited: %v", p.Err())
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
 
@@ -166,7 +166,7 @@ func TestFaultBrokerRestart(t *testing.T) {
 	// Published in full before the restart, straight to the exchange, so
 	// every publish is confirmed by the quorum queue itself.
 	backlog := h.publish(ctx, 20000, 0, viaDirect)
-	backlog.wait(t, 120*time.Second)
+	backlog.Wait(t, 120*time.Second)
 	p := h.start()
 	h.waitReady(p, 30*time.Second)
 	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() >= 2000 },
@@ -185,9 +185,9 @@ func TestFaultBrokerRestart(t *testing.T) {
 
 	h.waitReady(p, 90*time.Second)
 	after := h.publish(ctx, 5000, 0, viaDirect)
-	after.wait(t, 120*time.Second)
+	after.Wait(t, 120*time.Second)
 	h.waitDrained(120 * time.Second)
-	require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+	require.False(t, p.Done(), "dlq exited: %v", p.Err())
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
 	h.requireExact(h.check())

@@ -38,7 +38,7 @@ func TestFaultKill9(t *testing.T) {
 	var trace []string
 	k := 0
 	for {
-		if k >= kills && isClosed(pub.done) {
+		if k >= kills && isClosed(pub.Done()) {
 			break
 		}
 		if k%2 == 0 {
@@ -56,13 +56,13 @@ func TestFaultKill9(t *testing.T) {
 			}
 			time.Sleep(rand.N(300 * time.Millisecond))
 		}
-		p.kill9(t)
+		p.Kill9(t)
 		k++
 		trace = append(trace, fmt.Sprintf("kill %d: %d rows", k, h.rowCount()))
 		p = h.start()
 	}
 	t.Logf("%s", strings.Join(trace, "; "))
-	pub.wait(t, 60*time.Second)
+	pub.Wait(t, 60*time.Second)
 
 	h.waitReady(p, 30*time.Second)
 	h.waitDrained(90 * time.Second)

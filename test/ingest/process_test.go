@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proctest"
 )
 
 // Process-level tests of the dlq binary's one-shot commands and of how
@@ -63,14 +63,7 @@ func runDLQ(t *testing.T, env map[string]string, args ...string) (code int, stdo
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, dlqBin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DLQ_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env = proctest.Environ(env)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -193,7 +186,7 @@ func TestMigrateThenServeNoMigrate(t *testing.T) {
 	n := newNames(t)
 	env := n.env(dsn)
 	h := &harness{t: t, dsn: dsn, exchange: n.exchange, queue: n.queue, control: n.control,
-		httpAddr: freeAddr(t), logPath: filepath.Join(t.TempDir(), "dlq.log"), env: map[string]string{}}
+		httpAddr: proctest.FreeAddr(t), logPath: filepath.Join(t.TempDir(), "dlq.log"), env: map[string]string{}}
 	tables := func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -208,11 +201,11 @@ func TestMigrateThenServeNoMigrate(t *testing.T) {
 	p := h.startArgs("serve", "--no-migrate")
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		code, _, err := h.httpGet("/healthz")
-		return (err == nil && code == http.StatusOK) || p.done()
+		return (err == nil && code == http.StatusOK) || p.Done()
 	}, "serve --no-migrate never answered /healthz")
-	require.False(t, p.done(), "serve --no-migrate exited: %v", p.waitErr)
+	require.False(t, p.Done(), "serve --no-migrate exited: %v", p.Err())
 	require.Zero(t, tables(), "--no-migrate created no table")
-	code, _ := p.term(t, 30*time.Second)
+	code, _ := p.Term(t, 30*time.Second)
 	require.Equal(t, 0, code)
 
 	code, stdout, stderr := runDLQ(t, env, "migrate")
@@ -225,7 +218,7 @@ func TestMigrateThenServeNoMigrate(t *testing.T) {
 
 	p = h.startArgs("serve", "--no-migrate")
 	h.waitReady(p, 30*time.Second)
-	code, took := p.term(t, 30*time.Second)
+	code, took := p.Term(t, 30*time.Second)
 	require.Equal(t, 0, code)
 	t.Logf("serve --no-migrate on the migrated schema stopped in %s", took.Round(time.Millisecond))
 }
@@ -243,15 +236,15 @@ func TestServeExplainsClashAndKeepsRunning(t *testing.T) {
 	require.NoError(t, err)
 
 	h := &harness{t: t, dsn: dsn, exchange: n.exchange, queue: n.queue, control: n.control,
-		httpAddr: freeAddr(t), logPath: filepath.Join(t.TempDir(), "dlq.log"), env: map[string]string{"DLQ_LOG_LEVEL": "info"}}
+		httpAddr: proctest.FreeAddr(t), logPath: filepath.Join(t.TempDir(), "dlq.log"), env: map[string]string{"DLQ_LOG_LEVEL": "info"}}
 	p := h.start()
 	var lines []string
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		lines = h.logLines("cannot declare topology")
 		code, _, err := h.httpGet("/healthz")
-		return (len(lines) > 0 && err == nil && code == http.StatusOK) || p.done()
+		return (len(lines) > 0 && err == nil && code == http.StatusOK) || p.Done()
 	}, "dlq never reported the clash and served HTTP: log %v", lines)
-	require.False(t, p.done(), "dlq exited over the clash: %v", p.waitErr)
+	require.False(t, p.Done(), "dlq exited over the clash: %v", p.Err())
 	require.Contains(t, lines[0], n.queue)
 	require.Contains(t, lines[0], "inequivalent arg 'x-queue-type'")
 	require.Contains(t, lines[0], "Either delete it")
@@ -263,11 +256,11 @@ func TestServeExplainsClashAndKeepsRunning(t *testing.T) {
 		code, _, err := h.httpGet("/healthz")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code)
-		require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+		require.False(t, p.Done(), "dlq exited: %v", p.Err())
 		time.Sleep(200 * time.Millisecond) // sampling a steady state, not waiting for an effect
 	}
 	require.Len(t, h.logLines("cannot declare topology"), 1, "one attempt in the first seconds, the next after 30s")
-	code, _ := p.term(t, 30*time.Second)
+	code, _ := p.Term(t, 30*time.Second)
 	require.Equal(t, 0, code)
 }
 

@@ -29,7 +29,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() >= 4000 },
 		"ingest did not get under way: %d rows", h.rowCount())
 
-	code, took := p.term(t, 45*time.Second)
+	code, took := p.Term(t, 45*time.Second)
 	require.Equal(t, 0, code, "exit code after SIGTERM")
 	// ShutdownTimeout defaults to 30s; a clean drain takes far less.
 	require.Less(t, took, 30*time.Second)
@@ -38,13 +38,13 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	t.Logf("SIGTERM at %d rows; exited 0 in %s", stored, took.Round(time.Millisecond))
 
 	// Let every publish land in dlq's queue, then account for all of them.
-	pub.wait(t, 60*time.Second)
+	pub.Wait(t, 60*time.Second)
 	// With no consumer attached nothing can be unacknowledged: whatever
 	// dlq had left so would be ready again, and counted twice below.
 	// A dead letter can still be on its way (in the rejecter's hands, or
 	// between a source queue and dlq's), so the sum may take a moment to
 	// reach the total; it must never exceed it.
-	confirmed, indeterminate := h.ledger.counts()
+	confirmed, indeterminate := h.ledger.Counts()
 	require.Zero(t, indeterminate)
 	var q map[string]queueState
 	ready := 0
@@ -82,7 +82,7 @@ func TestServerSideCancel(t *testing.T) {
 	h.waitReady(p, 30*time.Second)
 
 	before := h.publish(ctx, 1000, 0, viaDirect)
-	before.wait(t, 30*time.Second)
+	before.Wait(t, 30*time.Second)
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return h.rowCount() >= 1000 },
 		"first dead letters not stored: %d rows", h.rowCount())
 
@@ -112,9 +112,9 @@ func TestServerSideCancel(t *testing.T) {
 	t.Logf("queue re-declared, bound and consumed again %s after deletion", time.Since(deleted).Round(time.Millisecond))
 
 	after := h.publish(ctx, 2000, 0, viaDirect)
-	after.wait(t, 30*time.Second)
+	after.Wait(t, 30*time.Second)
 	h.waitDrained(60 * time.Second)
-	require.False(t, p.done(), "dlq exited: %v", p.waitErr)
+	require.False(t, p.Done(), "dlq exited: %v", p.Err())
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
 	h.requireExact(h.check())

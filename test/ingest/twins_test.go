@@ -34,19 +34,13 @@ func TestFaultKill9Twins(t *testing.T) {
 
 	p := h.start()
 	h.waitReady(p, 30*time.Second)
-	h.mu.Lock()
-	h.publishers++
-	pub := &publisher{h: h, n: n, routes: []route{viaDirect}, rate: rate, window: 250, prefix: fmt.Sprintf("%s.twins", h.runID),
-		ledger: h.ledger, done: make(chan struct{}), twins: true, twinDeath: time.Now().UTC().Truncate(time.Second)}
-	h.mu.Unlock()
-	go func() {
-		defer close(pub.done)
-		pub.err = pub.run(ctx)
-	}()
+	pub := h.publisher(n, rate, viaDirect)
+	pub.Prefix, pub.Twins, pub.TwinDeath = fmt.Sprintf("%s.twins", h.runID), true, time.Now().UTC().Truncate(time.Second)
+	pub.Start(ctx)
 
 	var trace []string
 	k := 0
-	for k < kills || !isClosed(pub.done) {
+	for k < kills || !isClosed(pub.Done()) {
 		// Right after this life's first commits: kills land between commits
 		// and acknowledgements, where twins and redeliveries meet.
 		rows, deadline := h.rowCount(), time.Now().Add(8*time.Second)
@@ -54,19 +48,19 @@ func TestFaultKill9Twins(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(rand.N(400 * time.Millisecond))
-		p.kill9(t)
+		p.Kill9(t)
 		k++
 		trace = append(trace, fmt.Sprintf("kill %d: %d rows", k, h.rowCount()))
 		p = h.start()
 	}
 	t.Logf("%s", strings.Join(trace, "; "))
-	pub.wait(t, 60*time.Second)
+	pub.Wait(t, 60*time.Second)
 	h.waitReady(p, 30*time.Second)
 	h.waitDrained(90 * time.Second)
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
 
-	confirmed, indeterminate := h.ledger.counts()
+	confirmed, indeterminate := h.ledger.Counts()
 	rows := h.rowCount()
 	// Each row is one twin; only dlq was killed, so the broker confirmed
 	// (or refused) every publish for certain.

@@ -1,0 +1,88 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// unansweringStore commits the first batch but reports an error, as when
+// the connection dies during COMMIT, and then cannot say whether it did
+// for a few questions, as while the server restarts or fails over.
+type unansweringStore struct {
+	*store.Store
+	mu        sync.Mutex
+	lost      bool
+	unanswers int
+	asked     int
+	// settled counts what came after the lost answer: writes of the batch
+	// again, and answered questions.
+	settled int
+}
+
+func (u *unansweringStore) IngestBatch(ctx context.Context, b store.IngestBatch) (store.IngestResult, error) {
+	res, err := u.Store.IngestBatch(ctx, b)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err == nil && !u.lost {
+		u.lost = true
+		return store.IngestResult{}, errors.New("test: connection lost during COMMIT")
+	}
+	u.settled++
+	return res, err
+}
+
+func (u *unansweringStore) CommittedRows(ctx context.Context, id int64) (int, bool, error) {
+	u.mu.Lock()
+	u.asked++
+	unanswered := u.asked <= u.unanswers
+	u.mu.Unlock()
+	if unanswered {
+		return 0, false, errors.New("test: database unreachable")
+	}
+	rows, ok, err := u.Store.CommittedRows(ctx, id)
+	u.mu.Lock()
+	u.settled++
+	u.mu.Unlock()
+	return rows, ok, err
+}
+
+// A batch whose commit's outcome is unknown is not written again until
+// the store answers whether it committed (ARCHITECTURE.md, ingest rule
+// 4): here it did, so its messages are stored once. Found by the
+// PostgreSQL failover test, where the standby received a commit whose
+// answer never reached dlq.
+func TestUnknownCommitIsResolvedBeforeWritingAgain(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	app := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, app)
+	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
+	declareOwn(t, app, nil, exchange, queue)
+	publishDead(t, ch, exchange, "unknown", 20)
+	u := &unansweringStore{Store: st, unanswers: 3}
+	p := startPipeline(t, u, exchange, queue, 20, 40, 20*time.Millisecond)
+	rows := func() int {
+		var n int
+		require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
+		return n
+	}
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.settled > 0
+	}, "the lost commit was never settled")
+	p.stop() // commits and acknowledges whatever it holds
+	require.Equal(t, 20, rows(), "every dead letter stored once")
+	u.mu.Lock()
+	require.Greater(t, u.asked, u.unanswers, "asked until answered")
+	u.mu.Unlock()
+}
