@@ -89,6 +89,7 @@ func (q query) filter() (store.Filter, error) {
 		Reason:      q.str("reason"),
 		Query:       q.str("q"),
 		Group:       q.str("group"),
+		Category:    q.str("category"),
 	}
 	var err error
 	if f.FailedAfter, err = q.time("failed_after"); err != nil {

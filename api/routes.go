@@ -44,7 +44,7 @@ func (rt route) role() string {
 // Query parameter lists shared by several routes.
 var (
 	// filterParams are the listing filters taken from the URL.
-	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group"}
+	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "category"}
 	messageParams = append([]string{"limit", "cursor", "include_body"}, filterParams...)
 )
 
@@ -68,7 +68,7 @@ var routeTable = []route{
 	{"GET", "/api/v1/approvals/{id}", ops.ActListApprovals, nil, false, (*Server).handleGetApproval},
 	{"POST", "/api/v1/approvals/{id}/approve", ops.ActDecideApproval, nil, false, (*Server).handleApprove},
 	{"POST", "/api/v1/approvals/{id}/reject", ops.ActDecideApproval, []string{"reason"}, false, (*Server).handleReject},
-	{"GET", "/api/v1/groups", ops.ActGroups, []string{"source_queue", "status", "limit"}, false, (*Server).handleListGroups},
+	{"GET", "/api/v1/groups", ops.ActGroups, []string{"source_queue", "status", "category", "limit"}, false, (*Server).handleListGroups},
 	{"GET", "/api/v1/groups/{id}", ops.ActGroups, nil, false, (*Server).handleGetGroup},
 	{"GET", "/api/v1/stats", ops.ActStats, nil, false, (*Server).handleStats},
 	{"GET", "/api/v1/status", ops.ActStatus, nil, false, (*Server).handleStatus},

@@ -21,23 +21,28 @@ const (
 	JobCleanup  = "cleanup"
 	JobCapacity = "capacity"
 	JobAlerts   = "alerts"
+	// JobCategories recomputes stored failure categories after the rules
+	// change (categories.go).
+	JobCategories = "categories"
 )
 
 // Default schedules.
 const (
-	SummaryScheduleDefault  = "@every 1m"
-	CleanupScheduleDefault  = "@every 10m"
-	CapacityScheduleDefault = "@every 1m"
-	AlertsScheduleDefault   = "@every 1m"
+	SummaryScheduleDefault    = "@every 1m"
+	CleanupScheduleDefault    = "@every 10m"
+	CapacityScheduleDefault   = "@every 1m"
+	AlertsScheduleDefault     = "@every 1m"
+	CategoriesScheduleDefault = "@every 1m"
 )
 
 // Schedules says when each job runs: a cron expression, @every <duration>,
 // or "off". Empty means the default.
 type Schedules struct {
-	Summary  string
-	Cleanup  string
-	Capacity string
-	Alerts   string
+	Summary    string
+	Cleanup    string
+	Capacity   string
+	Alerts     string
+	Categories string
 }
 
 // byJob pairs each job name with its schedule, in the order the jobs are
@@ -46,6 +51,7 @@ func (s Schedules) byJob() []namedSchedule {
 	return []namedSchedule{
 		{JobSummary, "Summary", s.Summary}, {JobCleanup, "Cleanup", s.Cleanup},
 		{JobCapacity, "Capacity", s.Capacity}, {JobAlerts, "Alerts", s.Alerts},
+		{JobCategories, "Categories", s.Categories},
 	}
 }
 
@@ -78,6 +84,8 @@ type Config struct {
 	Cleanup cleanup.Config
 	// Alerts configures the alert job.
 	Alerts AlertsConfig
+	// Categories configures the categories job. Optional.
+	Categories CategoriesConfig
 }
 
 func (c *Config) setDefaults() {
@@ -86,6 +94,8 @@ func (c *Config) setDefaults() {
 	c.Schedules.Cleanup = cmp.Or(c.Schedules.Cleanup, CleanupScheduleDefault)
 	c.Schedules.Capacity = cmp.Or(c.Schedules.Capacity, CapacityScheduleDefault)
 	c.Schedules.Alerts = cmp.Or(c.Schedules.Alerts, AlertsScheduleDefault)
+	c.Schedules.Categories = cmp.Or(c.Schedules.Categories, CategoriesScheduleDefault)
+	c.Categories.setDefaults()
 	c.Summary.setDefaults()
 	c.Cleanup.Store = cmp.Or(c.Cleanup.Store, c.Store)
 	c.Cleanup.Registerer = cmp.Or(c.Cleanup.Registerer, c.Registerer)
@@ -143,11 +153,16 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	categories, err := newCategoriesJob(cfg.Store, cfg.Registerer, cfg.Categories)
+	if err != nil {
+		return nil, err
+	}
 	run := map[string]JobFunc{
-		JobSummary:  summary.run,
-		JobCleanup:  cleanupJob(cleaner),
-		JobCapacity: capacityJob(cleaner),
-		JobAlerts:   alertj.run,
+		JobSummary:    summary.run,
+		JobCleanup:    cleanupJob(cleaner),
+		JobCapacity:   capacityJob(cleaner),
+		JobAlerts:     alertj.run,
+		JobCategories: categories.run,
 	}
 	var jobs []Job
 	var names []string

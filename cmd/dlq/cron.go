@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/category"
 	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/cron"
@@ -18,7 +19,7 @@ import (
 // jobs) from the configuration. Every instance builds it; the jobs' leases
 // decide which instance runs each tick. ingest is this process's consumer,
 // which the expiry of ingest_inflight rows asks about its own consumers.
-func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slog.Logger, reg prometheus.Registerer) (*cron.Service, error) {
+func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categories *category.Rules, log *slog.Logger, reg prometheus.Registerer) (*cron.Service, error) {
 	notifiers, err := cfg.Alerts.Notifiers(alerts.NotifierDeps{
 		EvalInterval: cron.ScheduleInterval(cfg.Cron.Alerts),
 	})
@@ -37,12 +38,14 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slo
 		LeaseTTL:   cfg.Cron.LeaseTTL.D(),
 		Disabled:   cfg.Cron.Disabled,
 		Schedules: cron.Schedules{
-			Summary:  cfg.Cron.Summary,
-			Cleanup:  cfg.Cron.Cleanup,
-			Capacity: cfg.Cron.Capacity,
-			Alerts:   cfg.Cron.Alerts,
+			Summary:    cfg.Cron.Summary,
+			Cleanup:    cfg.Cron.Cleanup,
+			Capacity:   cfg.Cron.Capacity,
+			Alerts:     cfg.Cron.Alerts,
+			Categories: cfg.Cron.Categories,
 		},
-		Summary: cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
+		Categories: cron.CategoriesConfig{Rules: categories},
+		Summary:    cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
 		Cleanup: cleanup.Config{
 			Retention:    retention,
 			BatchSize:    cfg.Cleanup.BatchSize,

@@ -108,6 +108,7 @@ func Replay(args []string) int {
 		rf                             rpcFlags
 		sourceQueue, reason, status, q string
 		group, since, until, commandID string
+		category                       string
 		delay, canaryWait              time.Duration
 		limit, canary                  int
 		rate                           float64
@@ -122,6 +123,7 @@ func Replay(args []string) int {
 		fs.StringVar(&status, "status", "", "... with this status (default pending)")
 		fs.StringVar(&q, "q", "", "... matching this text search")
 		fs.StringVar(&group, "group", "", "... of this failure group")
+		fs.StringVar(&category, "category", "", "... of this failure category (transient, permanent, unknown, or a comma list)")
 		fs.StringVar(&since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
 		fs.StringVar(&until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
 		fs.IntVar(&limit, "limit", 0, "replay at most this many (oldest first)")
@@ -172,7 +174,7 @@ func Replay(args []string) int {
 		}
 	}
 	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
-	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since != "" || until != ""
+	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || category != "" || since != "" || until != ""
 	switch {
 	case len(ids) > 0 && filtered:
 		fmt.Fprintln(os.Stderr, "dlq replay: give ids or filter flags, not both")
@@ -180,7 +182,7 @@ func Replay(args []string) int {
 	case len(ids) > 0:
 		req.IDs = ids
 	case filtered:
-		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group}
+		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group, Category: category}
 		now := time.Now()
 		var err error
 		if f.FailedAfter, err = when("since", since, now); err != nil {
