@@ -195,7 +195,7 @@ func badValues() []badValue {
 		y("recovery.policies[].max_delay", "recovery:\n  policies:\n    - {name: a, first_delay: 1h, max_delay: 1m}\n", "recovery.policies[0].max_delay", "at least first_delay"),
 		y("recovery.policies[].jitter", "recovery:\n  policies:\n    - {name: a, jitter: 2}\n", "recovery.policies[0].jitter", "between 0 and 1"),
 		y("recovery.policies[].max_attempts", "recovery:\n  policies:\n    - {name: a, max_attempts: -1}\n", "recovery.policies[0].max_attempts", "between 1 and 100"),
-		y("recovery.policies[].rate_per_second", "recovery:\n  policies:\n    - {name: a, rate_per_second: -1}\n", "recovery.policies[0].rate_per_second", ">= 0", "between 0"),
+		y("recovery.policies[].rate_per_second", "recovery:\n  policies:\n    - {name: a, rate_per_second: -1}\n", "recovery.policies[0].rate_per_second", "between 0"),
 		y("recovery.policies[].canary.count", "recovery:\n  policies:\n    - {name: a, canary: {count: 0, wait_seconds: 5}}\n", "recovery.policies[0].canary", "count 0"),
 		y("recovery.policies[].canary.wait_seconds", "recovery:\n  policies:\n    - {name: a, canary: {count: 1, wait_seconds: 0}}\n", "recovery.policies[0].canary", "wait_seconds 0"),
 		y("recovery.policies[].queues", "recovery:\n  policies:\n    - {name: a, queues: ['']}\n", "recovery.policies[0].queues[0]", "empty"),

@@ -43,8 +43,10 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categori
 			Capacity:   cfg.Cron.Capacity,
 			Alerts:     cfg.Cron.Alerts,
 			Categories: cfg.Cron.Categories,
+			Policies:   cfg.Cron.Policies,
 		},
 		Categories: cron.CategoriesConfig{Rules: categories},
+		Policies:   cron.PoliciesConfig{Policies: policies(cfg.Recovery.Policies)},
 		Summary:    cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
 		Cleanup: cleanup.Config{
 			Retention:    retention,
@@ -65,6 +67,25 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categori
 		},
 		Alerts: cron.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
 	})
+}
+
+// policies turns the configured policies, with their defaults, into the
+// cron job's.
+func policies(in []config.Policy) []cron.Policy {
+	out := make([]cron.Policy, 0, len(in))
+	for _, p := range in {
+		p = p.WithDefaults()
+		cp := cron.Policy{
+			Name: p.Name, Queues: p.Queues, Categories: p.Categories, Reasons: p.Reasons, Groups: p.Groups,
+			FirstDelay: p.FirstDelay.D(), BackoffFactor: p.BackoffFactor, MaxDelay: p.MaxDelay.D(), Jitter: p.Jitter,
+			MaxAttempts: p.MaxAttempts, RatePerSecond: p.RatePerSecond, DryRun: p.DryRun,
+		}
+		if p.Canary != nil {
+			cp.Canary = &cron.PolicyCanary{Count: p.Canary.Count, WaitSeconds: p.Canary.WaitSeconds}
+		}
+		out = append(out, cp)
+	}
+	return out
 }
 
 // stopCron is shutdown step 3: no new ticks; runs in progress stop at their

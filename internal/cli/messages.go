@@ -312,6 +312,9 @@ func runAction(name string, args []string, env cliEnv) int {
 		c.printRaw(b)
 		return ExitOK
 	}
+	if waitsForApproval(env.stdout, b) {
+		return ExitOK
+	}
 	var res store.ActionResult
 	if err := json.Unmarshal(b, &res); err != nil {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))

@@ -226,6 +226,9 @@ func Replay(args []string) int {
 	if code >= 0 {
 		return code
 	}
+	if !rf.json && waitsForApproval(os.Stdout, res) {
+		return ExitOK
+	}
 	var task replay.Task
 	if err := json.Unmarshal(res, &task); err != nil {
 		fmt.Fprintf(os.Stderr, "dlq replay: decode answer: %v\n", err)
