@@ -13,11 +13,14 @@
 //
 // The consumer categorises every message at ingest, so this runs for every
 // dead message and must stay cheap: a regular expression that is a plain
-// (case-insensitive) list of words, as every default is, is matched as
-// substrings of the lower-cased text rather than by the regexp engine,
-// which is an order of magnitude slower on such alternations. Only the
-// first MaxMessageBytes of a failure message are looked at: what went
-// wrong is said at the start; the rest is detail and stack.
+// (case-insensitive) list of words, as every default is, is not run by the
+// regexp engine (two orders of magnitude slower on such alternations);
+// the rule set's lists are all looked for in one pass over each text, by
+// an Aho-Corasick automaton (automaton.go), which costs a fraction of a
+// microsecond per message. Text that is not ASCII goes to the regexp
+// engine, which folds case as Unicode does. Only the first
+// MaxMessageBytes of a failure message are looked at: what went wrong is
+// said at the start; the rest is detail and stack.
 //
 // Rules.Hash names a rule set, so that stored categories can be known to
 // be stale: the cron job "categories" recomputes every stored message's

@@ -21,6 +21,9 @@ type matcher struct {
 	// text, and only for ASCII text: (?i)k also matches the Kelvin sign.
 	lits []string
 	fold bool
+	// ac is the matcher's list in its rule set's automaton, -1 when it
+	// is not in it.
+	ac int
 }
 
 func compileMatcher(expr string) (*matcher, error) {
@@ -28,7 +31,7 @@ func compileMatcher(expr string) (*matcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &matcher{re: re}
+	m := &matcher{re: re, ac: -1}
 	if lits, fold, ok := literalSet(expr); ok {
 		m.lits, m.fold = lits, fold
 	}
@@ -38,6 +41,12 @@ func compileMatcher(expr string) (*matcher, error) {
 func (m *matcher) match(t *text) bool {
 	if m.lits == nil || (m.fold && !t.isASCII()) {
 		return m.re.MatchString(t.s)
+	}
+	if m.ac >= 0 && t.ac != nil {
+		if t.found == nil {
+			t.found = t.ac.find(t.s)
+		}
+		return t.found[m.ac/64]&(1<<(m.ac%64)) != 0
 	}
 	s := t.s
 	if m.fold {
@@ -58,6 +67,10 @@ type text struct {
 	lower  string
 	hasLow bool
 	ascii  int8 // 0 not looked at yet, 1 ASCII, -1 not
+	// ac finds every word list of the rule set in one pass; found is
+	// what it found, once asked.
+	ac    *automaton
+	found []uint64
 }
 
 // newText takes at most limit bytes of s, cut on a rune boundary so that

@@ -75,6 +75,9 @@ type Rules struct {
 	compact []compiled
 	hash    string
 	headers bool
+	// ac holds the case-insensitive word lists of the failure type and
+	// message conditions (the defaults are all such lists).
+	ac *automaton
 }
 
 type compiled struct {
@@ -165,6 +168,19 @@ func New(rules []Rule, defaults bool) (*Rules, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	var lists [][]string
+	for i := range out.compact {
+		c := &out.compact[i]
+		for _, m := range []*matcher{c.failure, c.typ, c.message} {
+			if m != nil && m.lits != nil && m.fold {
+				m.ac = len(lists)
+				lists = append(lists, m.lits)
+			}
+		}
+	}
+	if len(lists) > 0 {
+		out.ac = newAutomaton(lists)
+	}
 	b, err := json.Marshal(all)
 	if err != nil {
 		return nil, fmt.Errorf("category: encode rules: %w", err)
@@ -189,6 +205,7 @@ func (rs *Rules) Match(f Fields) (category, rule string) {
 	}
 	typ := newText(f.FailureType, MaxMessageBytes)
 	msg := newText(f.FailureMessage, MaxMessageBytes)
+	typ.ac, msg.ac = rs.ac, rs.ac
 	for i := range rs.compact {
 		c := &rs.compact[i]
 		if c.matches(f, typ, msg) {

@@ -238,3 +238,80 @@ func BenchmarkOf(b *testing.B) {
 		rs.Of(fields[i%len(fields)])
 	}
 }
+
+// TestAutomatonAgreesWithRegexp: the rule set's one-pass search finds
+// exactly what each rule's regular expression finds, over random texts
+// made of the defaults' words, fragments of them and other words, in any
+// case.
+func TestAutomatonAgreesWithRegexp(t *testing.T) {
+	t.Parallel()
+	custom := []Rule{
+		{Name: "mixed", Category: Permanent, FailureMessage: `(?i)card (declined|refused)|insufficient funds`},
+		{Name: "exact", Category: Permanent, FailureType: `Acme.Broken|LegacyError`},
+		{Name: "regex", Category: Transient, Failure: `(?i)\bHTTP 5\d\d\b`},
+	}
+	rs, err := New(custom, true)
+	require.NoError(t, err)
+	var words []string
+	for _, r := range rs.List() {
+		for _, e := range []string{r.Failure, r.FailureType, r.FailureMessage} {
+			for _, w := range strings.Split(strings.TrimPrefix(e, "(?i)"), "|") {
+				words = append(words, w, w[:len(w)/2], w[len(w)/2:])
+			}
+		}
+	}
+	words = append(words, "HTTP 503", "http 599", "x", " ", ".", "é", "\u212a", "Ünknown", "timeou", "imeout")
+	type compiledRule struct {
+		r       Rule
+		f, t, m *regexp.Regexp
+	}
+	var ref []compiledRule
+	for _, r := range rs.List() {
+		c := compiledRule{r: r}
+		for _, p := range []struct {
+			e   string
+			dst **regexp.Regexp
+		}{{r.Failure, &c.f}, {r.FailureType, &c.t}, {r.FailureMessage, &c.m}} {
+			if p.e != "" {
+				*p.dst = regexp.MustCompile(p.e)
+			}
+		}
+		ref = append(ref, c)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	text := func() string {
+		var b strings.Builder
+		for j := rng.IntN(5); j >= 0; j-- {
+			w := words[rng.IntN(len(words))]
+			switch rng.IntN(3) {
+			case 0:
+				w = strings.ToUpper(w)
+			case 1:
+				w = strings.ToLower(w)
+			}
+			b.WriteString(w)
+			if rng.IntN(2) == 0 {
+				b.WriteString(" ")
+			}
+		}
+		return b.String()
+	}
+	for i := 0; i < 5000; i++ {
+		f := Fields{FailureType: text(), FailureMessage: text(), Reason: "rejected"}
+		want, wantRule := Unknown, ""
+		for _, c := range ref {
+			if len(c.r.Reasons) > 0 {
+				continue
+			}
+			ok := (c.f == nil || c.f.MatchString(f.FailureType) || c.f.MatchString(f.FailureMessage)) &&
+				(c.t == nil || c.t.MatchString(f.FailureType)) && (c.m == nil || c.m.MatchString(f.FailureMessage))
+			if ok {
+				want, wantRule = c.r.Category, c.r.Name
+				break
+			}
+		}
+		got, gotRule := rs.Match(f)
+		require.Equal(t, wantRule, gotRule, "%q / %q", f.FailureType, f.FailureMessage)
+		require.Equal(t, want, got)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -26,13 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("DLQ_TEST_RECOVERY_PROC") == "" {
-		goleak.VerifyTestMain(m,
-			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"))
-		return
-	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"))
 }
 
 // bundle is one isolated dlq in this process: its own schema, dead-letter
