@@ -234,3 +234,27 @@ func TestPolicyTwoInstances(t *testing.T) {
 	require.Equal(t, int64(2), b.count(t, `SELECT count(DISTINCT instance) FROM job_runs WHERE job = 'policies' AND outcome = 'success'`),
 		"both instances ran the job")
 }
+
+// TestPolicyDryRun: a policy in dry-run mode records what it would replay
+// and replays nothing.
+func TestPolicyDryRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	src := b.dyingQueue(t)
+	p := retry("careful", src, 200*time.Millisecond, 3)
+	p.DryRun = true
+	svc := b.cronService(t, "a", prometheus.NewRegistry(), "@every 100ms", p)
+	ids := b.fail(t, src, "System.TimeoutException", 3)
+	b.fail(t, src, "System.Text.Json.JsonException", 1)
+	var view cron.PolicyView
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		v, err := svc.Policies(context.Background())
+		require.NoError(t, err)
+		view = v.Policies[0]
+		return view.LastDryRun != nil && view.LastDryRun.Due == 3
+	}, "no dry run of the three transient failures: %+v", view.LastDryRun)
+	require.Equal(t, ids, view.LastDryRun.Sample)
+	require.Zero(t, view.LastDryRun.WouldPark)
+	require.Empty(t, b.policyTasks(t, p.Name), "a dry run replays nothing")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM policy_attempts`))
+}
