@@ -195,9 +195,11 @@ func TestPolicyTwoInstances(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	src := b.dyingQueue(t)
-	p := retry("shared", src, 300*time.Millisecond, 3)
+	// Attempts a second or more apart: the instance holding the job is
+	// stopped right after the first, and the other makes the rest.
+	p := retry("shared", src, 1500*time.Millisecond, 3)
 	p.BackoffFactor = 1
-	p.Jitter = 0.5
+	p.Jitter = 0.3
 	instances := map[string]*cron.Service{
 		"instance-a": b.cronService(t, "instance-a", prometheus.NewRegistry(), "@every 50ms", p),
 		"instance-b": b.cronService(t, "instance-b", prometheus.NewRegistry(), "@every 50ms", p),
