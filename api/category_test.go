@@ -119,3 +119,25 @@ func TestCategoryFilter(t *testing.T) {
 	require.Equal(t, store.Counts{Pending: 2}, stats.ByCategory[category.Transient])
 	require.Equal(t, store.Counts{}, stats.ByCategory[category.Unknown])
 }
+
+// TestCategoryCursor: a cursor is bound to the category it was made with.
+func TestCategoryCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ms []msg
+	for i := range 3 {
+		ms = append(ms, msg{queue: "orders", failType: "System.TimeoutException", failText: "timed out", messageID: fmt.Sprintf("t-%d", i)})
+	}
+	b.seedCategorised(t, ms...)
+	r := b.do(t, "GET", "/api/v1/messages?category=transient&limit=2", tokViewer, nil)
+	require.Equal(t, http.StatusOK, r.status)
+	var page struct {
+		NextCursor *string `json:"next_cursor"`
+	}
+	r.json(t, &page)
+	require.NotNil(t, page.NextCursor)
+	r = b.do(t, "GET", "/api/v1/messages?category=transient&limit=2&cursor="+*page.NextCursor, tokViewer, nil)
+	require.Equal(t, http.StatusOK, r.status)
+	r = b.do(t, "GET", "/api/v1/messages?category=permanent&limit=2&cursor="+*page.NextCursor, tokViewer, nil)
+	require.Equal(t, http.StatusBadRequest, r.status, "a cursor of another category")
+}

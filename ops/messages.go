@@ -233,5 +233,10 @@ func canonical(f store.Filter) string {
 		}
 		return p.UTC().Format(time.RFC3339Nano)
 	}
-	return strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
+	key := strings.Join([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group}, "\x00")
+	if f.Category != "" {
+		// Only when set, so that cursors made before categories still hold.
+		key += "\x00category=" + f.Category
+	}
+	return key
 }
