@@ -100,10 +100,13 @@ func joinAnd(conds []string) string {
 	return out
 }
 
-// liveTaskSQL is true while a replay task of the policy ($1: its actor)
-// is not finished.
+// liveTaskSQL is true while a replay task of the policy ($1: its actor,
+// $2: its name) is not finished, or one stopped by its canary has not been
+// looked at yet (PauseOnCanary, at the policy's next run, pauses it and
+// gives back the attempts it did not make).
 const liveTaskSQL = `EXISTS (SELECT 1 FROM replay_tasks t WHERE t.created_by = $1 AND t.created_via = 'policy'
-    AND t.status IN ('scheduled', 'running', 'canary_wait'))`
+    AND (t.status IN ('scheduled', 'running', 'canary_wait')
+      OR (t.status = 'canary_failed' AND t.id > coalesce((SELECT checked_task_id FROM policy_state WHERE name = $2), 0))))`
 
 // PolicyAttempt is one attempt of a policy: a replay task of the messages
 // whose next attempt is due.
@@ -142,7 +145,7 @@ func (s *Store) StartPolicyAttempt(ctx context.Context, l Lease, a PolicyAttempt
 	var res PolicyAttemptResult
 	errNothing := errors.New("nothing due")
 	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT `+liveTaskSQL, p.actor()).Scan(&res.Busy); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT `+liveTaskSQL, p.actor(), p.Name).Scan(&res.Busy); err != nil {
 			return fmt.Errorf("look for a running task: %w", err)
 		}
 		if res.Busy {
@@ -223,7 +226,7 @@ func (s *Store) ParkExhausted(ctx context.Context, l Lease, p PolicySelection) (
 	out := map[string]int64{}
 	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
 		var busy bool
-		if err := tx.QueryRow(ctx, `SELECT `+liveTaskSQL, p.actor()).Scan(&busy); err != nil || busy {
+		if err := tx.QueryRow(ctx, `SELECT `+liveTaskSQL, p.actor(), p.Name).Scan(&busy); err != nil || busy {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
