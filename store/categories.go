@@ -133,29 +133,20 @@ func (s *Store) RecategorizeBatch(ctx context.Context, l Lease, after, maxID int
 	} else {
 		cols += `, NULL::json`
 	}
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM dead_messages m WHERE m.id > $1 AND m.id <= $2 ORDER BY m.id LIMIT $3`, after, maxID, limit)
+	if err != nil {
+		return res, fmt.Errorf("store: recategorize after id %d: %w", after, err)
+	}
 	type row struct {
 		id  int64
 		in  CategoryInput
 		cat string
 	}
-	scan := func(rows pgx.Rows, extra ...any) ([]row, error) {
-		defer rows.Close()
-		var out []row
-		for rows.Next() {
-			var r row
-			dest := append([]any{&r.id, &r.in.SourceQueue, &r.in.Reason, &r.in.FailureType, &r.in.FailureMessage, &r.cat, &r.in.Headers}, extra...)
-			if err := rows.Scan(dest...); err != nil {
-				return nil, err
-			}
-			out = append(out, r)
-		}
-		return out, rows.Err()
-	}
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM dead_messages m WHERE m.id > $1 AND m.id <= $2 ORDER BY m.id LIMIT $3`, after, maxID, limit)
-	if err != nil {
-		return res, fmt.Errorf("store: recategorize after id %d: %w", after, err)
-	}
-	all, err := scan(rows)
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.id, &x.in.SourceQueue, &x.in.Reason, &x.in.FailureType, &x.in.FailureMessage, &x.cat, &x.in.Headers)
+		return x, err
+	})
 	if err != nil {
 		return res, fmt.Errorf("store: recategorize after id %d: %w", after, err)
 	}
@@ -173,64 +164,9 @@ func (s *Store) RecategorizeBatch(ctx context.Context, l Lease, after, maxID int
 		return res, nil
 	}
 	err = s.fenced(ctx, l, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+cols+`, m.status, m.group_id, m.failed_at FROM dead_messages m
-WHERE m.id = ANY($1) ORDER BY m.id FOR UPDATE`, changed)
-		if err != nil {
-			return err
-		}
-		var (
-			status  string
-			group   *int64
-			failed  time.Time
-			ids     []int64
-			cats    []string
-			groupsI []*int64
-			moves   = map[int64]*groupChange{}
-		)
-		defer rows.Close()
-		for rows.Next() {
-			var r row
-			if err := rows.Scan(&r.id, &r.in.SourceQueue, &r.in.Reason, &r.in.FailureType, &r.in.FailureMessage, &r.cat,
-				&r.in.Headers, &status, &group, &failed); err != nil {
-				return err
-			}
-			cat := categoryOf(categorize(r.in))
-			if cat == r.cat {
-				continue
-			}
-			ids, cats = append(ids, r.id), append(cats, cat)
-			if group == nil {
-				// Stored before failure groups existed: it has none to move.
-				groupsI = append(groupsI, nil)
-				continue
-			}
-			groupMove(moves, *group, status, "", 1)
-			k := groupKey{r.in.SourceQueue, r.in.Reason, r.in.FailureType, NormalizeFailure(r.in.FailureMessage), cat}
-			g := groupEnter(moves, k, r.in.FailureMessage, status, failed)
-			groupsI = append(groupsI, &g)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `
-UPDATE dead_messages m SET category = u.category, group_id = coalesce(u.group_id, m.group_id)
-FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(id, category, group_id)
-WHERE m.id = u.id`, ids, cats, groupsI); err != nil {
-			return err
-		}
-		var b pgx.Batch
-		queueGroupChanges(&b, moves)
-		if b.Len() > 0 {
-			if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-				return fmt.Errorf("move groups: %w", err)
-			}
-		}
-		res.Changed = int64(len(ids))
-		return nil
+		n, err := recategorizeLocked(ctx, tx, cols, changed, categorize)
+		res.Changed = n
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -239,4 +175,68 @@ WHERE m.id = u.id`, ids, cats, groupsI); err != nil {
 		return res, fmt.Errorf("store: recategorize %d messages after id %d: %w", len(changed), after, err)
 	}
 	return res, nil
+}
+
+// recategorizeLocked locks the rows of ids, computes their categories
+// again from what they hold now, and moves those that change to their new
+// category and failure group, counters included, in tx. cols are the
+// columns RecategorizeBatch reads.
+func recategorizeLocked(ctx context.Context, tx pgx.Tx, cols string, ids []int64, categorize func(CategoryInput) string) (int64, error) {
+	rows, err := tx.Query(ctx, `SELECT `+cols+`, m.status, m.group_id, m.failed_at FROM dead_messages m
+WHERE m.id = ANY($1) ORDER BY m.id FOR UPDATE`, ids)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var (
+		changed []int64
+		cats    []string
+		groups  []*int64
+		moves   = map[int64]*groupChange{}
+	)
+	for rows.Next() {
+		var (
+			id          int64
+			in          CategoryInput
+			cat, status string
+			group       *int64
+			failed      time.Time
+		)
+		if err := rows.Scan(&id, &in.SourceQueue, &in.Reason, &in.FailureType, &in.FailureMessage, &cat,
+			&in.Headers, &status, &group, &failed); err != nil {
+			return 0, err
+		}
+		next := categoryOf(categorize(in))
+		if next == cat {
+			continue
+		}
+		changed, cats = append(changed, id), append(cats, next)
+		if group == nil {
+			// Stored before failure groups existed: it has none to move.
+			groups = append(groups, nil)
+			continue
+		}
+		groupMove(moves, *group, status, "", 1)
+		k := groupKey{in.SourceQueue, in.Reason, in.FailureType, NormalizeFailure(in.FailureMessage), next}
+		g := groupEnter(moves, k, in.FailureMessage, status, failed)
+		groups = append(groups, &g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(changed) == 0 {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `
+UPDATE dead_messages m SET category = u.category, group_id = coalesce(u.group_id, m.group_id)
+FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(id, category, group_id)
+WHERE m.id = u.id`, changed, cats, groups); err != nil {
+		return 0, err
+	}
+	var b pgx.Batch
+	queueGroupChanges(&b, moves)
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return 0, fmt.Errorf("move groups: %w", err)
+		}
+	}
+	return int64(len(changed)), nil
 }

@@ -297,6 +297,15 @@ func runEditReplay(args []string, env cliEnv, stdin io.Reader) int {
 		c.printRaw(b)
 		return ExitOK
 	}
+	if err := printEditResult(c, id, b); err != nil {
+		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}
+	return ExitOK
+}
+
+// printEditResult prints an edit-then-replay's answer: where the copy
+// goes (or went), its headers and body, and the audited changes.
+func printEditResult(c *apiClient, id int64, b []byte) error {
 	var res struct {
 		DryRun bool `json:"dry_run"`
 		Task   *struct {
@@ -314,9 +323,9 @@ func runEditReplay(args []string, env cliEnv, stdin io.Reader) int {
 		Diff json.RawMessage `json:"diff"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+		return err
 	}
-	w := env.stdout
+	w := c.env.stdout
 	if res.DryRun {
 		fmt.Fprintf(w, "dry run: nothing was sent. The copy of message %d would go to exchange %q, routing key %q:\n", id, res.Copy.Exchange, res.Copy.RoutingKey)
 	} else if res.Task != nil {
@@ -333,7 +342,7 @@ func runEditReplay(args []string, env cliEnv, stdin io.Reader) int {
 	}
 	fmt.Fprintln(w, "\nchanges (as audited):")
 	c.printRaw(res.Diff)
-	return ExitOK
+	return nil
 }
 
 func isText(b []byte) bool {
