@@ -23,6 +23,10 @@ const (
 	LabelSourceQueue = "source_queue"
 	LabelSeverity    = "severity"
 	LabelService     = "service"
+	// LabelPolicy and LabelApprovalID name the subject of a per-subject
+	// rule: the automatic replay policy, the approval request.
+	LabelPolicy     = "policy"
+	LabelApprovalID = "approval_id"
 	// ServiceName is the value of the service label.
 	ServiceName = "dlq"
 )
@@ -39,7 +43,7 @@ const (
 
 func reservedLabel(k string) bool {
 	switch k {
-	case LabelAlertname, LabelSourceQueue, LabelSeverity, LabelService:
+	case LabelAlertname, LabelSourceQueue, LabelSeverity, LabelService, LabelPolicy, LabelApprovalID:
 		return true
 	}
 	return false
@@ -50,12 +54,15 @@ func reservedLabel(k string) bool {
 type Alert struct {
 	Rule string `json:"rule"`
 	Kind Kind   `json:"kind"`
-	// SourceQueue is empty for global rules (capacity).
-	SourceQueue string  `json:"source_queue,omitempty"`
-	Status      Status  `json:"status"`
-	Severity    string  `json:"severity"`
-	Value       float64 `json:"value"`
-	Threshold   float64 `json:"threshold"`
+	// SourceQueue is empty for global rules (capacity) and per-subject
+	// ones.
+	SourceQueue string `json:"source_queue,omitempty"`
+	// Subject is the policy or approval request of a per-subject rule.
+	Subject   string  `json:"subject,omitempty"`
+	Status    Status  `json:"status"`
+	Severity  string  `json:"severity"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
 	// StartsAt is when the alert fired. It stays the same across repeats and
 	// the resolve, so receivers can tell one incident from the next.
 	StartsAt time.Time `json:"starts_at"`
@@ -85,13 +92,22 @@ func newAlert(a AlertState) Alert {
 	} else {
 		delete(labels, LabelSourceQueue)
 	}
+	switch a.Kind {
+	case KindPolicyPaused:
+		labels[LabelPolicy] = a.Subject
+	case KindApprovalPending:
+		labels[LabelApprovalID] = a.Subject
+	}
 	summary, description := describe(a.Kind, a.SourceQueue, status, a.Value, a.Threshold)
+	if a.Kind.PerSubject() {
+		summary, description = describeSubject(a.Kind, a.Subject, a.Detail, status)
+	}
 	annotations := map[string]string{AnnotationSummary: summary, AnnotationDescription: description}
 	if a.RunbookURL != "" {
 		annotations[AnnotationRunbookURL] = a.RunbookURL
 	}
 	return Alert{
-		Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Status: status, Severity: a.Severity,
+		Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Subject: a.Subject, Status: status, Severity: a.Severity,
 		Value: a.Value, Threshold: a.Threshold, StartsAt: a.FiredAt.UTC(), EndsAt: endsAt,
 		Labels: labels, Annotations: annotations,
 	}
@@ -131,6 +147,9 @@ func describe(k Kind, queue string, status Status, value, threshold float64) (su
 	case KindIngestSpike:
 		return fmt.Sprintf("%s new dead messages from %s in 5 minutes", v, q),
 			fmt.Sprintf("%s messages from source queue %s were dead-lettered in the last 5 minutes, above the threshold of %s. A consumer is probably failing.", v, q, t)
+	case KindAutoExhausted:
+		return fmt.Sprintf("%s dead messages from %s parked after automatic replays", v, q),
+			fmt.Sprintf("%s pending messages from source queue %s were replayed by an automatic replay policy as often as it may and died again each time; they wait for a human (filter: auto_exhausted in GET /api/v1/messages/{id}; threshold %s).", v, q, t)
 	case KindCapacity:
 		return fmt.Sprintf("Dead-letter store at %s of capacity", v),
 			fmt.Sprintf("The dead-letter store is at %s of its configured capacity, above the threshold of %s. When it is full, the capacity policy evicts or refuses; see the cleanup settings.", v, t)
@@ -148,8 +167,32 @@ func kindTitle(k Kind) string {
 		return "Repeat failures"
 	case KindIngestSpike:
 		return "Dead-letter rate"
+	case KindAutoExhausted:
+		return "Messages parked after automatic replays"
 	}
 	return string(k)
+}
+
+// describeSubject writes the summary and description of a per-subject
+// alert.
+func describeSubject(k Kind, subj, detail string, status Status) (summary, description string) {
+	switch k {
+	case KindPolicyPaused:
+		if status == StatusResolved {
+			return fmt.Sprintf("Automatic replay policy %s resumed", subj),
+				fmt.Sprintf("The automatic replay policy %s runs again.", subj)
+		}
+		return fmt.Sprintf("Automatic replay policy %s paused", subj),
+			fmt.Sprintf("The automatic replay policy %s is paused (%s) and replays nothing until resumed: POST /api/v1/policies/%s/resume, or dlq policy resume %s.", subj, detail, subj, subj)
+	case KindApprovalPending:
+		if status == StatusResolved {
+			return fmt.Sprintf("Approval request %s decided or expired", subj),
+				fmt.Sprintf("Approval request %s no longer waits.", subj)
+		}
+		return fmt.Sprintf("Approval request %s waits for a second person", subj),
+			fmt.Sprintf("A bulk action waits for approval: %s. Approve it with POST /api/v1/approvals/%s/approve (or dlq approve %s), or reject it; the requester cannot.", detail, subj, subj)
+	}
+	return fmt.Sprintf("%s %s", k, subj), detail
 }
 
 func formatValue(k Kind, v float64) string {
@@ -164,6 +207,6 @@ func formatValue(k Kind, v float64) string {
 
 func sortAlerts(s []Alert) {
 	slices.SortFunc(s, func(a, b Alert) int {
-		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue))
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue), cmp.Compare(a.Subject, b.Subject))
 	})
 }

@@ -130,7 +130,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	d.firing, err = promreg.Register(cfg.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dlq_alerts_firing",
-		Help: "Alerts currently firing, by rule (one per source queue, one for global rules).",
+		Help: "Alerts currently firing, by rule (one per source queue, policy or approval request, one for global rules).",
 	}, []string{"rule"}))
 	if err != nil {
 		return nil, fmt.Errorf("alerts: register metrics: %w", err)
@@ -198,10 +198,10 @@ func withFiring(notes, firing []Alert) []Alert {
 	out := append(make([]Alert, 0, len(notes)+len(firing)), notes...)
 	have := make(map[stateKey]bool, len(notes))
 	for _, a := range notes {
-		have[stateKey{a.Rule, a.SourceQueue}] = true
+		have[stateKey{a.Rule, a.SourceQueue, a.Subject}] = true
 	}
 	for _, a := range firing {
-		if !have[stateKey{a.Rule, a.SourceQueue}] {
+		if !have[stateKey{a.Rule, a.SourceQueue, a.Subject}] {
 			out = append(out, a)
 		}
 	}

@@ -230,13 +230,16 @@ func TestDispatcherMetrics(t *testing.T) {
 
 	// Zero series exist before anything fires.
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP dlq_alerts_firing Alerts currently firing, by rule (one per source queue, one for global rules).
+# HELP dlq_alerts_firing Alerts currently firing, by rule (one per source queue, policy or approval request, one for global rules).
 # TYPE dlq_alerts_firing gauge
+dlq_alerts_firing{rule="approval_pending"} 0
+dlq_alerts_firing{rule="auto_exhausted"} 0
 dlq_alerts_firing{rule="capacity"} 0
 dlq_alerts_firing{rule="depth_nonzero"} 0
 dlq_alerts_firing{rule="ingest_spike"} 0
 dlq_alerts_firing{rule="oldest_pending_age"} 0
 dlq_alerts_firing{rule="pending_count"} 0
+dlq_alerts_firing{rule="policy_paused"} 0
 dlq_alerts_firing{rule="repeat_failures"} 0
 `), "dlq_alerts_firing"))
 	require.Equal(t, 6, testutil.CollectAndCount(d.notifications), "log and team_webhook × success, retry, failure")

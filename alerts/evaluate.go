@@ -29,21 +29,24 @@ func Evaluate(prev State, snap Snapshot, rs RuleSet) (next State, notifications 
 	next = State{Version: StateVersion, EvaluatedAt: now}
 	seen := make(map[stateKey]bool, len(prev.Alerts))
 
-	step := func(r Rule, queue string, value float64) {
-		k := stateKey{r.Name, queue}
+	step := func(r Rule, queue, subj string, value float64, detail string) {
+		k := stateKey{r.Name, queue, subj}
 		if seen[k] {
-			return // a duplicated rule name or queue: first one wins
+			return // a duplicated rule name, queue or subject: first one wins
 		}
 		seen[k] = true
 		p, existed := old[k]
 		if !existed {
-			p = AlertState{Rule: r.Name, SourceQueue: queue}
+			p = AlertState{Rule: r.Name, SourceQueue: queue, Subject: subj}
 		}
 		if !r.Disabled {
 			// Keep what receivers see in sync with the configuration.
 			p.Kind, p.Severity, p.Threshold = r.Kind, severityOf(r), r.Threshold
 			p.Labels = maps.Clone(r.Labels)
 			p.RunbookURL = runbookURL(rs.RunbookBaseURL, r.Kind)
+		}
+		if detail != "" {
+			p.Detail = detail
 		}
 		active := !r.Disabled && value > r.Threshold
 		n, keep, notify := transition(p, existed, active, value, now, r.For, rs.RepeatInterval)
@@ -60,17 +63,30 @@ func Evaluate(prev State, snap Snapshot, rs RuleSet) (next State, notifications 
 			continue
 		}
 		if r.Kind.Global() {
-			step(r, "", snap.Capacity.UsedPercent())
+			step(r, "", "", snap.Capacity.UsedPercent(), "")
+			continue
+		}
+		if r.Kind.PerSubject() {
+			for _, s := range subjects(r.Kind, snap) {
+				step(r, "", s.name, s.value, s.detail)
+			}
+			// Subjects gone from the snapshot (a request decided or
+			// expired, a policy removed) resolve.
+			for _, a := range prev.Alerts {
+				if a.Rule == r.Name && a.Subject != "" {
+					step(r, "", a.Subject, 0, "")
+				}
+			}
 			continue
 		}
 		for _, q := range snap.Queues {
-			step(rs.effective(r, q.SourceQueue), q.SourceQueue, measure(r.Kind, q))
+			step(rs.effective(r, q.SourceQueue), q.SourceQueue, "", measure(r.Kind, q), "")
 		}
 		// Queues that vanished from the snapshot (everything dealt with) are
 		// measured as zero so their alerts resolve instead of hanging.
 		for _, a := range prev.Alerts {
 			if a.Rule == r.Name && a.SourceQueue != "" {
-				step(rs.effective(r, a.SourceQueue), a.SourceQueue, 0)
+				step(rs.effective(r, a.SourceQueue), a.SourceQueue, "", 0, "")
 			}
 		}
 	}

@@ -396,7 +396,7 @@ func TestEvaluateNoDuplicateNotifications(t *testing.T) {
 			snap.Capacity = CapacityStats{Messages: int64(rng.IntN(100)), MaxMessages: 100}
 			for _, a := range s.eval(snap) {
 				total++
-				k := stateKey{a.Rule, a.SourceQueue}
+				k := stateKey{a.Rule, a.SourceQueue, a.Subject}
 				want := StatusFiring
 				if last[k] == StatusFiring {
 					want = StatusResolved

@@ -34,7 +34,7 @@ func FuzzEvaluate(f *testing.F) {
 			}
 			next, notes := Evaluate(st, snap, rs)
 			for _, a := range notes {
-				k := stateKey{a.Rule, a.SourceQueue}
+				k := stateKey{a.Rule, a.SourceQueue, a.Subject}
 				if a.Status == StatusResolved && last[k] != StatusFiring {
 					t.Fatalf("resolved %v without a firing before it", k)
 				}

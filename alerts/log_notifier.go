@@ -42,6 +42,9 @@ func (n *LogNotifier) Notify(ctx context.Context, alerts ...Alert) (bool, error)
 		if a.SourceQueue != "" {
 			attrs = append(attrs, slog.String("source_queue", a.SourceQueue))
 		}
+		if a.Subject != "" {
+			attrs = append(attrs, slog.String("subject", a.Subject))
+		}
 		if !a.EndsAt.IsZero() {
 			attrs = append(attrs, slog.Time("ends_at", a.EndsAt))
 		}

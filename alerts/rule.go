@@ -32,11 +32,24 @@ const (
 	// (0-100), the larger of messages and bytes. It is global: it has no source
 	// queue and cannot be overridden per queue.
 	KindCapacity Kind = "capacity"
+	// KindAutoExhausted measures QueueStats.AutoExhausted: pending messages
+	// the automatic replay policies tried as often as they may and that
+	// died again (parked for a human).
+	KindAutoExhausted Kind = "auto_exhausted"
+	// KindPolicyPaused is evaluated once per automatic replay policy
+	// (Snapshot.Policies): 1 while it is paused, 0 otherwise.
+	KindPolicyPaused Kind = "policy_paused"
+	// KindApprovalPending is evaluated once per request waiting for
+	// approval (Snapshot.Approvals): the number of messages it would
+	// touch. It fires when a request is made and resolves when it is
+	// decided or expires, so receivers hear of every new request.
+	KindApprovalPending Kind = "approval_pending"
 )
 
 // Kinds lists every kind in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindPendingCount, KindOldestPendingAge, KindDepthNonzero, KindRepeatFailures, KindIngestSpike, KindCapacity}
+	return []Kind{KindPendingCount, KindOldestPendingAge, KindDepthNonzero, KindRepeatFailures, KindIngestSpike, KindCapacity,
+		KindAutoExhausted, KindPolicyPaused, KindApprovalPending}
 }
 
 // Valid reports whether k is a known kind.
@@ -45,6 +58,15 @@ func (k Kind) Valid() bool { return slices.Contains(Kinds(), k) }
 // Global reports whether rules of this kind are evaluated once for the whole
 // store instead of once per source queue.
 func (k Kind) Global() bool { return k == KindCapacity }
+
+// PerSubject reports whether rules of this kind are evaluated once per
+// subject of their own (a policy, an approval request) rather than per
+// source queue; like global ones, they cannot be overridden per queue.
+func (k Kind) PerSubject() bool { return k == KindPolicyPaused || k == KindApprovalPending }
+
+// perQueue reports whether rules of this kind are evaluated per source
+// queue, and so take per-queue overrides.
+func (k Kind) perQueue() bool { return !k.Global() && !k.PerSubject() }
 
 // RepeatFailureReplays is the replay_count a pending message must exceed to
 // count in QueueStats.RepeatFailures. The snapshot source applies it (the
@@ -98,6 +120,9 @@ func DefaultRules() []Rule {
 		{Name: "repeat_failures", Kind: KindRepeatFailures, Threshold: 0, Severity: SeverityWarning},
 		{Name: "ingest_spike", Kind: KindIngestSpike, Threshold: 1000, Severity: SeverityWarning},
 		{Name: "capacity", Kind: KindCapacity, Threshold: 90, Severity: SeverityCritical},
+		{Name: "auto_exhausted", Kind: KindAutoExhausted, Threshold: 0, Severity: SeverityWarning},
+		{Name: "policy_paused", Kind: KindPolicyPaused, Threshold: 0, Severity: SeverityWarning},
+		{Name: "approval_pending", Kind: KindApprovalPending, Threshold: 0, Severity: SeverityWarning},
 	}
 }
 
@@ -147,7 +172,7 @@ func DefaultRuleSet() RuleSet {
 // effective applies the override for queue, if any, to r.
 func (rs RuleSet) effective(r Rule, queue string) Rule {
 	o, ok := rs.Overrides[queue][r.Name]
-	if !ok || r.Kind.Global() {
+	if !ok || !r.Kind.perQueue() {
 		return r
 	}
 	if o.Threshold != nil {
@@ -221,6 +246,10 @@ func (rs RuleSet) Validate() error {
 				bad(f, "rule %q is of kind %s, which is global and cannot be overridden per queue", name, r.Kind)
 				continue
 			}
+			if r.Kind.PerSubject() {
+				bad(f, "rule %q is of kind %s, which is evaluated per policy or request and cannot be overridden per queue", name, r.Kind)
+				continue
+			}
 			o := perRule[name]
 			if o.Threshold != nil {
 				if err := checkThreshold(r.Kind, *o.Threshold); err != nil {
@@ -277,7 +306,7 @@ func (rs RuleSet) View() []RuleView {
 			Severity: severityOf(r), Disabled: r.Disabled,
 		}
 		for queue, perRule := range rs.Overrides {
-			if _, ok := perRule[r.Name]; !ok || r.Kind.Global() {
+			if _, ok := perRule[r.Name]; !ok || !r.Kind.perQueue() {
 				continue
 			}
 			e := rs.effective(r, queue)

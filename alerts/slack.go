@@ -156,6 +156,12 @@ func slackAttachment(a Alert) SlackAttachment {
 	if a.SourceQueue != "" {
 		fields = append(fields, SlackField{Title: "Source queue", Value: a.SourceQueue, Short: true})
 	}
+	switch a.Kind {
+	case KindPolicyPaused:
+		fields = append(fields, SlackField{Title: "Policy", Value: a.Subject, Short: true})
+	case KindApprovalPending:
+		fields = append(fields, SlackField{Title: "Approval request", Value: a.Subject, Short: true})
+	}
 	return SlackAttachment{
 		Color: color, Fallback: title, Title: title, TitleLink: a.Annotations[AnnotationRunbookURL],
 		Text: a.Annotations[AnnotationDescription], Fields: fields, Ts: ts.Unix(),

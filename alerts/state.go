@@ -43,9 +43,16 @@ type State struct {
 type AlertState struct {
 	Rule string `json:"rule"`
 	Kind Kind   `json:"kind"`
-	// SourceQueue is empty for global rules (capacity).
+	// SourceQueue is empty for global rules (capacity) and per-subject
+	// ones.
 	SourceQueue string `json:"source_queue,omitempty"`
-	Phase       Phase  `json:"state"`
+	// Subject names what a per-subject rule looked at: a policy's name,
+	// an approval request's id.
+	Subject string `json:"subject,omitempty"`
+	// Detail is what the last evaluation said about the subject, for the
+	// notification's description.
+	Detail string `json:"detail,omitempty"`
+	Phase  Phase  `json:"state"`
 	// Severity, Labels and RunbookURL are kept so that an alert whose rule
 	// was removed from the configuration can still be resolved as it fired,
 	// and so that State.Firing, which has no RuleSet, can rebuild alerts.
@@ -77,13 +84,13 @@ func (a AlertState) Since() time.Time {
 	return a.ActiveAt
 }
 
-type stateKey struct{ rule, queue string }
+type stateKey struct{ rule, queue, subject string }
 
-func (a AlertState) key() stateKey { return stateKey{a.Rule, a.SourceQueue} }
+func (a AlertState) key() stateKey { return stateKey{a.Rule, a.SourceQueue, a.Subject} }
 
 func sortAlertStates(s []AlertState) {
 	slices.SortFunc(s, func(a, b AlertState) int {
-		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue))
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue), cmp.Compare(a.Subject, b.Subject))
 	})
 }
 
@@ -116,6 +123,7 @@ type AlertView struct {
 	Rule         string    `json:"rule"`
 	Kind         Kind      `json:"kind"`
 	SourceQueue  string    `json:"source_queue,omitempty"`
+	Subject      string    `json:"subject,omitempty"`
 	State        Phase     `json:"state"`
 	Since        time.Time `json:"since"`
 	Severity     string    `json:"severity"`
@@ -129,7 +137,7 @@ func (s State) View() []AlertView {
 	out := make([]AlertView, 0, len(s.Alerts))
 	for _, a := range s.Alerts {
 		out = append(out, AlertView{
-			Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, State: a.Phase, Since: a.Since(),
+			Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Subject: a.Subject, State: a.Phase, Since: a.Since(),
 			Severity: a.Severity, Value: a.Value, Threshold: a.Threshold, LastNotified: a.LastNotifiedAt,
 		})
 	}

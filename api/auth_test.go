@@ -23,13 +23,20 @@ import (
 )
 
 // newCron is the real cron service over st with every job off: it serves
-// the jobs and alerts views from PostgreSQL and runs nothing.
+// the jobs, alerts and policies views from PostgreSQL and runs nothing. It
+// has two policies: orders-retry (queue orders) and everywhere (every
+// queue).
 func newCron(t *testing.T, st *store.Store) *cron.Service {
 	t.Helper()
 	off := cron.ScheduleOff
+	policy := func(name string, queues ...string) cron.Policy {
+		return cron.Policy{Name: name, Queues: queues, Categories: []string{"transient"}, FirstDelay: time.Minute,
+			BackoffFactor: 5, MaxDelay: time.Hour, MaxAttempts: 3}
+	}
 	c, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off},
+		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off},
+		Policies: cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 	})
 	require.NoError(t, err)
 	return c
@@ -161,6 +168,19 @@ func TestAuthMatrix(t *testing.T) {
 		},
 		"POST /api/v1/approvals/{id}/reject": {
 			{fmt.Sprintf("/api/v1/approvals/%d/reject", byAdmin.ID), nil, [6]int{u, u, f, ok, nf, f}},
+		},
+		"GET /api/v1/policies": {{"/api/v1/policies", nil, read}},
+		"GET /api/v1/policies/{name}": {
+			{"/api/v1/policies/orders-retry", nil, read},
+			{"/api/v1/policies/everywhere", nil, [6]int{u, u, ok, ok, nf, ok}},
+		},
+		"POST /api/v1/policies/{name}/pause": {
+			{"/api/v1/policies/orders-retry/pause", nil, [6]int{u, u, f, ok, ok, ok}},
+			{"/api/v1/policies/everywhere/pause", nil, [6]int{u, u, f, ok, nf, ok}},
+		},
+		"POST /api/v1/policies/{name}/resume": {
+			{"/api/v1/policies/orders-retry/resume", nil, [6]int{u, u, f, ok, ok, ok}},
+			{"/api/v1/policies/everywhere/resume", nil, [6]int{u, u, f, ok, nf, ok}},
 		},
 		"GET /api/v1/groups": {
 			{"/api/v1/groups", nil, read},

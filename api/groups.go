@@ -10,7 +10,7 @@ import (
 // first.
 func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request) {
 	q := queryOf(r)
-	gq := store.GroupQuery{SourceQueue: q.str("source_queue"), Status: q.str("status")}
+	gq := store.GroupQuery{SourceQueue: q.str("source_queue"), Status: q.str("status"), Category: q.str("category")}
 	var err error
 	if gq.Limit, err = q.int("limit", 50, 1, 1000); err != nil {
 		s.writeErr(w, r, err)

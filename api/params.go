@@ -94,6 +94,7 @@ func (q query) filter() (store.Filter, error) {
 		Query:       q.str("q"),
 		Group:       q.str("group"),
 		Fields:      q.v["field"],
+		Category:    q.str("category"),
 	}
 	var err error
 	if f.FailedAfter, err = q.time("failed_after"); err != nil {

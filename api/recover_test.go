@@ -26,6 +26,10 @@ func (panickingCron) Alerts(context.Context) (cron.AlertsView, error) {
 	panic("alerts view exploded")
 }
 
+func (panickingCron) Policies(context.Context) (cron.PoliciesView, error) {
+	panic("policies view exploded")
+}
+
 // syncBuffer is a log destination the server writes to from its
 // goroutines while the test reads it.
 type syncBuffer struct {

@@ -44,7 +44,7 @@ func (rt route) role() string {
 // Query parameter lists shared by several routes.
 var (
 	// filterParams are the listing filters taken from the URL.
-	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "field"}
+	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "field", "category"}
 	messageParams = append([]string{"limit", "cursor", "include_body", "total"}, filterParams...)
 	exportParams  = append([]string{"cursor"}, filterParams...)
 )
@@ -71,7 +71,11 @@ var routeTable = []route{
 	{"GET", "/api/v1/approvals/{id}", ops.ActListApprovals, nil, false, (*Server).handleGetApproval},
 	{"POST", "/api/v1/approvals/{id}/approve", ops.ActDecideApproval, nil, false, (*Server).handleApprove},
 	{"POST", "/api/v1/approvals/{id}/reject", ops.ActDecideApproval, []string{"reason"}, false, (*Server).handleReject},
-	{"GET", "/api/v1/groups", ops.ActGroups, []string{"source_queue", "status", "limit"}, false, (*Server).handleListGroups},
+	{"GET", "/api/v1/policies", ops.ActListPolicies, nil, false, (*Server).handleListPolicies},
+	{"GET", "/api/v1/policies/{name}", ops.ActListPolicies, nil, false, (*Server).handleGetPolicy},
+	{"POST", "/api/v1/policies/{name}/pause", ops.ActPausePolicy, []string{"reason"}, false, (*Server).handlePausePolicy},
+	{"POST", "/api/v1/policies/{name}/resume", ops.ActPausePolicy, nil, false, (*Server).handleResumePolicy},
+	{"GET", "/api/v1/groups", ops.ActGroups, []string{"source_queue", "status", "category", "limit"}, false, (*Server).handleListGroups},
 	{"GET", "/api/v1/groups/{id}", ops.ActGroups, nil, false, (*Server).handleGetGroup},
 	{"GET", "/api/v1/stats", ops.ActStats, nil, false, (*Server).handleStats},
 	{"GET", "/api/v1/status", ops.ActStatus, nil, false, (*Server).handleStatus},

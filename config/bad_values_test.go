@@ -173,7 +173,41 @@ func badValues() []badValue {
 		y("ui.enabled", "ui:\n  enabled: maybe\n", "ui.enabled", `"maybe"`, "true or false"),
 		e("ui.session_ttl", "DLQ_UI_SESSION_TTL", "10s", "ui.session_ttl", "10s", "between 1m0s and 720h0m0s"),
 		e("ui.session_ttl", "DLQ_UI_SESSION_TTL", "a day", `"a day"`, "duration"),
+
+		// Recovery: categories and policies.
+		e("cron.categories", "DLQ_CRON_CATEGORIES", "@often", "cron.categories", `"@often"`, "@hourly"),
+		e("cron.policies", "DLQ_CRON_POLICIES", "@every 1ms", "cron.policies", `"@every 1ms"`, "at least 10ms"),
+		e("recovery.categories.default_rules", "DLQ_CATEGORY_DEFAULT_RULES", "some", "recovery.categories.default_rules", `"some"`, "true or false"),
+		y("recovery.categories.rules[].name", rule("category: permanent"), "recovery.categories.rules[0].name: required"),
+		y("recovery.categories.rules[].name", rule("name: timeout, category: permanent"), `default rule "timeout"`, "used by an earlier rule"),
+		y("recovery.categories.rules[].category", rule("name: x, category: flaky"), "recovery.categories.rules[0].category", `"flaky"`, "transient, permanent, unknown"),
+		y("recovery.categories.rules[].reasons", rule("name: x, category: permanent, reasons: ['']"), "recovery.categories.rules[0].reasons[0]", "empty"),
+		y("recovery.categories.rules[].queues", rule("name: x, category: permanent, queues: ['']"), "recovery.categories.rules[0].queues[0]", "empty"),
+		y("recovery.categories.rules[].failure", rule("name: x, category: permanent, failure: '(('"), "recovery.categories.rules[0].failure", "not a regular expression"),
+		y("recovery.categories.rules[].failure_type", rule("name: x, category: permanent, failure_type: '[a'"), "recovery.categories.rules[0].failure_type", "not a regular expression"),
+		y("recovery.categories.rules[].failure_message", rule("name: x, category: permanent, failure_message: '(('"), "recovery.categories.rules[0].failure_message", "not a regular expression"),
+		y("recovery.categories.rules[].headers", rule("name: x, category: permanent, headers: {x-code: '*'}"), "recovery.categories.rules[0].headers.x-code", "not a regular expression"),
+		y("recovery.policies[].name", "recovery:\n  policies:\n    - name: 'a b'\n", "recovery.policies[0].name", `"a b"`),
+		y("recovery.policies[].name", "recovery:\n  policies:\n    - name: a\n    - name: a\n", "recovery.policies[1].name", "unique"),
+		y("recovery.policies[].categories", "recovery:\n  policies:\n    - {name: a, categories: [flaky]}\n", "recovery.policies[0].categories[0]", `"flaky"`),
+		y("recovery.policies[].groups", "recovery:\n  policies:\n    - {name: a, groups: [xyz]}\n", "recovery.policies[0].groups[0]", "16 hex digits"),
+		y("recovery.policies[].first_delay", "recovery:\n  policies:\n    - {name: a, first_delay: soon}\n", "first_delay", `"soon"`, "duration"),
+		y("recovery.policies[].backoff_factor", "recovery:\n  policies:\n    - {name: a, backoff_factor: 0.5}\n", "recovery.policies[0].backoff_factor", "between 1"),
+		y("recovery.policies[].max_delay", "recovery:\n  policies:\n    - {name: a, first_delay: 1h, max_delay: 1m}\n", "recovery.policies[0].max_delay", "at least first_delay"),
+		y("recovery.policies[].jitter", "recovery:\n  policies:\n    - {name: a, jitter: 2}\n", "recovery.policies[0].jitter", "between 0 and 1"),
+		y("recovery.policies[].max_attempts", "recovery:\n  policies:\n    - {name: a, max_attempts: -1}\n", "recovery.policies[0].max_attempts", "between 1 and 100"),
+		y("recovery.policies[].rate_per_second", "recovery:\n  policies:\n    - {name: a, rate_per_second: -1}\n", "recovery.policies[0].rate_per_second", "between 0"),
+		y("recovery.policies[].canary.count", "recovery:\n  policies:\n    - {name: a, canary: {count: 0, wait_seconds: 5}}\n", "recovery.policies[0].canary", "count 0"),
+		y("recovery.policies[].canary.wait_seconds", "recovery:\n  policies:\n    - {name: a, canary: {count: 1, wait_seconds: 0}}\n", "recovery.policies[0].canary", "wait_seconds 0"),
+		y("recovery.policies[].queues", "recovery:\n  policies:\n    - {name: a, queues: ['']}\n", "recovery.policies[0].queues[0]", "empty"),
+		y("recovery.policies[].reasons", "recovery:\n  policies:\n    - {name: a, reasons: ['']}\n", "recovery.policies[0].reasons[0]", "empty"),
+		y("recovery.policies[].dry_run", "recovery:\n  policies:\n    - {name: a, dry_run: perhaps}\n", "dry_run", `"perhaps"`, "true or false"),
 	}
+}
+
+// rule is a YAML file with one category rule, given inline.
+func rule(fields string) string {
+	return "recovery:\n  categories:\n    rules:\n      - {" + fields + "}\n"
 }
 
 func loadBad(t *testing.T, c badValue) error {

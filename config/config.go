@@ -54,6 +54,9 @@ type Config struct {
 	// UI is the web console.
 	UI UI `yaml:"ui"`
 
+	// Recovery is failure categories and automatic replay policies.
+	Recovery Recovery `yaml:"recovery"`
+
 	// NoMigrate skips applying migrations at serve start (flag --no-migrate).
 	NoMigrate bool `yaml:"no_migrate"`
 }
@@ -140,6 +143,7 @@ func Default() Config {
 	c.Alerts = defaultAlerts()
 	c.Management = defaultManagement()
 	c.UI = defaultUI()
+	c.Recovery = defaultRecovery()
 	return c
 }
 

@@ -7,9 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+
+	"github.com/dlq/dlq/category"
 )
 
 // The configuration docs are held to the code: README.md's table and
@@ -86,6 +89,46 @@ func TestConfigurationDocDefaults(t *testing.T) {
 	cron := def.Cron
 	cron.LeaseTTL, cron.Instance, cron.Disabled = doc.Cron.LeaseTTL, doc.Cron.Instance, doc.Cron.Disabled
 	require.Equal(t, cron, doc.Cron)
+	require.Equal(t, def.Recovery.Categories.DefaultRules, doc.Recovery.Categories.DefaultRules)
+	require.Empty(t, doc.Recovery.Categories.Rules)
+	require.Empty(t, doc.Recovery.Policies)
+}
+
+// TestConfigurationDocRecoveryExample: the example of rules and policies
+// in docs/CONFIGURATION.md is a valid configuration, and its comments give
+// the policies' real defaults.
+func TestConfigurationDocRecoveryExample(t *testing.T) {
+	t.Parallel()
+	text := readDoc(t, "../docs/CONFIGURATION.md")
+	_, after, ok := strings.Cut(text, "## Failure categories and replay policies")
+	require.True(t, ok)
+	start := strings.Index(after, "```yaml\n")
+	require.GreaterOrEqual(t, start, 0)
+	end := strings.Index(after[start+8:], "```")
+	require.GreaterOrEqual(t, end, 0)
+	block := after[start+8 : start+8+end]
+	c := Default()
+	dec := yaml.NewDecoder(strings.NewReader(block))
+	dec.KnownFields(true)
+	require.NoError(t, dec.Decode(&c))
+	require.NoError(t, c.Validate())
+	require.Len(t, c.Recovery.Categories.Rules, 3)
+	require.Len(t, c.Recovery.Policies, 1)
+	rules, err := c.CategoryRules()
+	require.NoError(t, err)
+	got, _ := rules.Match(category.Fields{SourceQueue: "billing", FailureMessage: "Card declined: timeout at the bank"})
+	require.Equal(t, category.Permanent, got)
+	for _, d := range []string{"categories: [transient]    # default [transient]", "first_delay: 1m            # default 1m",
+		"backoff_factor: 5          # default 2", "max_delay: 1h              # default 1h", "max_attempts: 3            # default 3"} {
+		require.Contains(t, block, d)
+	}
+	var zero Policy
+	d := zero.WithDefaults()
+	require.Equal(t, []string{category.Transient}, d.Categories)
+	require.Equal(t, Duration(time.Minute), d.FirstDelay)
+	require.Equal(t, 2.0, d.BackoffFactor)
+	require.Equal(t, Duration(time.Hour), d.MaxDelay)
+	require.Equal(t, 3, d.MaxAttempts)
 }
 
 var (

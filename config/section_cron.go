@@ -18,6 +18,8 @@ import (
 //	  cleanup: "@every 10m"
 //	  capacity: "@every 1m"
 //	  alerts: "@every 1m"
+//	  categories: "@every 1m"     # recomputes stored categories after the rules change
+//	  policies: "@every 1m"       # evaluates recovery.policies
 //	  reconcile_interval: 1h      # between full summary reconciliation passes
 //	  lease_ttl: 0s               # 0: the job's interval, at most 30s
 //	  disabled: false             # true: this instance runs no job
@@ -28,6 +30,11 @@ type Cron struct {
 	Cleanup  string `yaml:"cleanup"`
 	Capacity string `yaml:"capacity"`
 	Alerts   string `yaml:"alerts"`
+	// Categories and Policies are the schedules of the jobs that recompute
+	// stored failure categories and run the automatic replay policies. Env
+	// DLQ_CRON_CATEGORIES, DLQ_CRON_POLICIES.
+	Categories string `yaml:"categories"`
+	Policies   string `yaml:"policies"`
 	// ReconcileInterval is the time between full summary reconciliation
 	// passes. Env DLQ_CRON_RECONCILE_INTERVAL.
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
@@ -43,11 +50,13 @@ type Cron struct {
 
 // Cron defaults.
 const (
-	CronSummaryDefault   = "@every 1m"
-	CronCleanupDefault   = "@every 10m"
-	CronCapacityDefault  = "@every 1m"
-	CronAlertsDefault    = "@every 1m"
-	CronReconcileDefault = time.Hour
+	CronSummaryDefault    = "@every 1m"
+	CronCleanupDefault    = "@every 10m"
+	CronCapacityDefault   = "@every 1m"
+	CronAlertsDefault     = "@every 1m"
+	CronCategoriesDefault = "@every 1m"
+	CronPoliciesDefault   = "@every 1m"
+	CronReconcileDefault  = time.Hour
 	// CronOff disables a job.
 	CronOff = "off"
 )
@@ -58,6 +67,8 @@ func defaultCron() Cron {
 		Cleanup:           CronCleanupDefault,
 		Capacity:          CronCapacityDefault,
 		Alerts:            CronAlertsDefault,
+		Categories:        CronCategoriesDefault,
+		Policies:          CronPoliciesDefault,
 		ReconcileInterval: Duration(CronReconcileDefault),
 	}
 }
@@ -69,6 +80,8 @@ func cronEnvVars() []envVar {
 		{"DLQ_CRON_CLEANUP", strVar(func(c *Config) *string { return &c.Cron.Cleanup })},
 		{"DLQ_CRON_CAPACITY", strVar(func(c *Config) *string { return &c.Cron.Capacity })},
 		{"DLQ_CRON_ALERTS", strVar(func(c *Config) *string { return &c.Cron.Alerts })},
+		{"DLQ_CRON_CATEGORIES", strVar(func(c *Config) *string { return &c.Cron.Categories })},
+		{"DLQ_CRON_POLICIES", strVar(func(c *Config) *string { return &c.Cron.Policies })},
 		{"DLQ_CRON_RECONCILE_INTERVAL", durVar("DLQ_CRON_RECONCILE_INTERVAL", func(c *Config) *Duration { return &c.Cron.ReconcileInterval })},
 		{"DLQ_CRON_LEASE_TTL", durVar("DLQ_CRON_LEASE_TTL", func(c *Config) *Duration { return &c.Cron.LeaseTTL })},
 		{"DLQ_INSTANCE", strVar(func(c *Config) *string { return &c.Cron.Instance })},
@@ -95,6 +108,8 @@ func (c *Config) validateCron() []error {
 		{"cron.cleanup", "DLQ_CRON_CLEANUP", c.Cron.Cleanup},
 		{"cron.capacity", "DLQ_CRON_CAPACITY", c.Cron.Capacity},
 		{"cron.alerts", "DLQ_CRON_ALERTS", c.Cron.Alerts},
+		{"cron.categories", "DLQ_CRON_CATEGORIES", c.Cron.Categories},
+		{"cron.policies", "DLQ_CRON_POLICIES", c.Cron.Policies},
 	} {
 		if err := checkSchedule(s.spec); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s / %s %q: %w", s.key, s.env, s.spec, err))

@@ -10,17 +10,17 @@ import (
 )
 
 // filterParams are the listing filters, named as in the API.
-var filterParams = []string{"status", "source_queue", "reason", "group", "failed_after", "failed_before", "q"}
+var filterParams = []string{"status", "source_queue", "reason", "category", "group", "failed_after", "failed_before", "q"}
 
 // filterForm is a listing filter as the page's form holds it: the raw
 // text of each field, shown back as typed.
 type filterForm struct {
-	Status, SourceQueue, Reason, Group, FailedAfter, FailedBefore, Q string
+	Status, SourceQueue, Reason, Category, Group, FailedAfter, FailedBefore, Q string
 }
 
 func readFilterForm(v url.Values, prefix string) filterForm {
 	g := func(k string) string { return strings.TrimSpace(v.Get(prefix + k)) }
-	return filterForm{Status: g("status"), SourceQueue: g("source_queue"), Reason: g("reason"), Group: g("group"),
+	return filterForm{Status: g("status"), SourceQueue: g("source_queue"), Reason: g("reason"), Category: g("category"), Group: g("group"),
 		FailedAfter: g("failed_after"), FailedBefore: g("failed_before"), Q: g("q")}
 }
 
@@ -28,7 +28,7 @@ func readFilterForm(v url.Values, prefix string) filterForm {
 // each name with prefix.
 func (f filterForm) values(prefix string) url.Values {
 	v := url.Values{}
-	for _, kv := range [][2]string{{"status", f.Status}, {"source_queue", f.SourceQueue}, {"reason", f.Reason},
+	for _, kv := range [][2]string{{"status", f.Status}, {"source_queue", f.SourceQueue}, {"reason", f.Reason}, {"category", f.Category},
 		{"group", f.Group}, {"failed_after", f.FailedAfter}, {"failed_before", f.FailedBefore}, {"q", f.Q}} {
 		if kv[1] != "" {
 			v.Set(prefix+kv[0], kv[1])
@@ -55,7 +55,7 @@ func (f filterForm) Empty() bool { return len(f.values("")) == 0 }
 // filter turns the form into a store filter; an error names the field.
 // Times are RFC 3339, or a datetime-local input's value read as UTC.
 func (f filterForm) filter() (store.Filter, error) {
-	sf := store.Filter{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Group: f.Group, Query: f.Q}
+	sf := store.Filter{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group, Query: f.Q}
 	var err error
 	if sf.FailedAfter, err = parseTime("failed_after", f.FailedAfter); err != nil {
 		return store.Filter{}, err

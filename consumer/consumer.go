@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/category"
 	"github.com/dlq/dlq/store"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	Up prometheus.Gauge
 	// Now is the clock. Optional; default time.Now.
 	Now func() time.Time
+	// Categories are the failure category rules applied to every message
+	// (Categorize). Optional: without them every message is unknown.
+	Categories *category.Rules
 }
 
 func (c *Config) setDefaults() {

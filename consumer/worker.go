@@ -214,6 +214,7 @@ func (w *worker) session(ctx context.Context) error {
 				}
 			}
 			m := convert(&d, w.queue, cfg.Now(), cfg.Conn.UndecodableHeaders)
+			Categorize(cfg.Categories, &m, d.Headers)
 			if len(cur.batch.Messages) == 0 {
 				linger.Reset(cfg.Linger)
 				due = false

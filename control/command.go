@@ -29,10 +29,13 @@ const (
 	CmdApprove       = "approve"
 	CmdReject        = "reject"
 	CmdEditReplay    = "edit_replay"
+	CmdListPolicies  = "list_policies"
+	CmdPausePolicy   = "pause_policy"
+	CmdResumePolicy  = "resume_policy"
 )
 
 var commandNames = []string{CmdReplay, CmdAcknowledge, CmdDelete, CmdCancelReplay, CmdReplayStatus, CmdListReplays,
-	CmdListApprovals, CmdApprove, CmdReject, CmdEditReplay}
+	CmdListApprovals, CmdApprove, CmdReject, CmdEditReplay, CmdListPolicies, CmdPausePolicy, CmdResumePolicy}
 
 // ResultApprovalPending is the result label (dlq_control_commands_total)
 // of a command answered ok: true with a request waiting for approval.
@@ -72,8 +75,12 @@ type Command struct {
 	// ID names a replay task (cancel_replay, replay_status) or an approval
 	// request (approve, reject).
 	ID int64 `json:"id,omitempty"`
-	// Reason says why a request is rejected (reject). Optional.
+	// Reason says why a request is rejected (reject) or a policy paused
+	// (pause_policy). Optional.
 	Reason string `json:"reason,omitempty"`
+	// Name names an automatic replay policy (pause_policy,
+	// resume_policy).
+	Name string `json:"name,omitempty"`
 	// The edit of edit_replay (id names the message; dry_run and force
 	// come with the replay fields).
 	BodyBase64    *string         `json:"body_base64,omitempty"`
@@ -209,6 +216,18 @@ func (c Command) checkFields() *CommandError {
 		if c.ID <= 0 {
 			return cmdErr(CodeInvalidRequest, "%s needs id, the message's id (a positive number)", c.Command)
 		}
+	case CmdListPolicies, CmdPausePolicy, CmdResumePolicy:
+		replayOnly()
+		add(len(r.IDs) > 0, "ids")
+		add(r.Filter != nil, "filter")
+		add(r.Limit != 0, "limit")
+		add(r.DryRun, "dry_run")
+		add(c.ID != 0, "id")
+		add(c.Confirm, "confirm")
+		add(c.Command == CmdResumePolicy && c.Reason != "", "reason")
+		if c.Command != CmdListPolicies && c.Name == "" {
+			return cmdErr(CodeInvalidRequest, "%s needs name, the policy's name", c.Command)
+		}
 	case CmdApprove, CmdReject:
 		replayOnly()
 		add(len(r.IDs) > 0, "ids")
@@ -221,8 +240,11 @@ func (c Command) checkFields() *CommandError {
 			return cmdErr(CodeInvalidRequest, "%s needs id, the approval request's id (a positive number)", c.Command)
 		}
 	}
-	if c.Command != CmdReject && c.Reason != "" && !slices.Contains(extra, "reason") {
+	if c.Command != CmdReject && c.Command != CmdPausePolicy && c.Reason != "" && !slices.Contains(extra, "reason") {
 		extra = append(extra, "reason")
+	}
+	if c.Command != CmdPausePolicy && c.Command != CmdResumePolicy {
+		add(c.Name != "", "name")
 	}
 	if c.Command != CmdEditReplay {
 		add(c.BodyBase64 != nil, "body_base64")
@@ -311,4 +333,8 @@ var actionOf = map[string]ops.Action{
 	CmdApprove:       ops.ActDecideApproval,
 	CmdReject:        ops.ActDecideApproval,
 	CmdEditReplay:    ops.ActEditReplay,
+
+	CmdListPolicies: ops.ActListPolicies,
+	CmdPausePolicy:  ops.ActPausePolicy,
+	CmdResumePolicy: ops.ActPausePolicy,
 }

@@ -46,6 +46,9 @@ type Operations interface {
 	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
 	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
+	Policies(ctx context.Context, c ops.Caller) (ops.PoliciesView, error)
+	PausePolicy(ctx context.Context, c ops.Caller, name, reason string) (ops.PolicyView, error)
+	ResumePolicy(ctx context.Context, c ops.Caller, name string) (ops.PolicyView, error)
 }
 
 // CommandStore remembers commands by command_id. *store.Store implements it.
@@ -230,6 +233,9 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 	case CmdListApprovals:
 		as, err := c.cfg.Ops.ListApprovals(ctx, caller, cmd.Limit)
 		return c.answer(cmd, map[string]any{"approvals": as}, err)
+	case CmdListPolicies:
+		v, err := c.cfg.Ops.Policies(ctx, caller)
+		return c.answer(cmd, v, err)
 	}
 
 	res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
@@ -335,6 +341,12 @@ func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (
 	case CmdReject:
 		a, err := c.cfg.Ops.Reject(ctx, caller, cmd.ID, cmd.Reason)
 		return c.answer(cmd, a, err)
+	case CmdPausePolicy:
+		v, err := c.cfg.Ops.PausePolicy(ctx, caller, cmd.Name, cmd.Reason)
+		return c.answer(cmd, v, err)
+	case CmdResumePolicy:
+		v, err := c.cfg.Ops.ResumePolicy(ctx, caller, cmd.Name)
+		return c.answer(cmd, v, err)
 	}
 	return c.answer(cmd, nil, cmdErr(CodeUnknownCommand, "command %q is not handled", cmd.Command))
 }

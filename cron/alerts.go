@@ -53,9 +53,10 @@ type alertJob struct {
 	rules      alerts.RuleSet
 	dispatcher *alerts.Dispatcher
 	capacity   cleanup.Capacity
+	policies   []string
 }
 
-func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, cfg AlertsConfig, capacity cleanup.Capacity) (*alertJob, error) {
+func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, cfg AlertsConfig, capacity cleanup.Capacity, policies []string) (*alertJob, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // the dispatcher insists on one
 	}
@@ -71,13 +72,13 @@ func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, c
 	if err != nil {
 		return nil, err
 	}
-	return &alertJob{st: st, rules: cfg.Rules, dispatcher: disp, capacity: capacity}, nil
+	return &alertJob{st: st, rules: cfg.Rules, dispatcher: disp, capacity: capacity, policies: policies}, nil
 }
 
 func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
 	c, err := alerts.NewChecker(alerts.CheckerConfig{
 		Logger:     r.Logger,
-		Source:     snapshotSource{st: j.st, capacity: j.capacity},
+		Source:     snapshotSource{st: j.st, capacity: j.capacity, policies: j.policies},
 		States:     stateStore{st: j.st, lease: r.Lease},
 		Dispatcher: j.dispatcher,
 		Rules:      j.rules,
@@ -89,10 +90,13 @@ func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
 	return int64(n), err
 }
 
-// snapshotSource builds alerts.Snapshot from the summary (store.AlertNumbers).
+// snapshotSource builds alerts.Snapshot from the summary (store.AlertNumbers),
+// the policies' state and the requests waiting for approval.
 type snapshotSource struct {
 	st       *store.Store
 	capacity cleanup.Capacity
+	// policies are the configured policies' names.
+	policies []string
 }
 
 func (s snapshotSource) AlertSnapshot(ctx context.Context) (alerts.Snapshot, error) {
@@ -100,7 +104,32 @@ func (s snapshotSource) AlertSnapshot(ctx context.Context) (alerts.Snapshot, err
 	if err != nil {
 		return alerts.Snapshot{}, err
 	}
-	return toSnapshot(n, s.capacity), nil
+	snap := toSnapshot(n, s.capacity)
+	if len(s.policies) > 0 {
+		states, err := s.st.PolicyStates(ctx)
+		if err != nil {
+			return alerts.Snapshot{}, err
+		}
+		for _, name := range s.policies {
+			st := states[name]
+			ps := alerts.PolicyStats{Name: name, Paused: st.Paused}
+			if st.PausedReason != nil {
+				ps.Reason = *st.PausedReason
+			} else if st.PausedBy != nil {
+				ps.Reason = "paused by " + *st.PausedBy
+			}
+			snap.Policies = append(snap.Policies, ps)
+		}
+	}
+	pending, err := s.st.PendingApprovals(ctx)
+	if err != nil {
+		return alerts.Snapshot{}, err
+	}
+	for _, a := range pending {
+		snap.Approvals = append(snap.Approvals, alerts.ApprovalStats{ID: a.ID, Action: a.Action, Count: a.Count,
+			RequestedBy: a.RequestedBy, ExpiresAt: a.ExpiresAt})
+	}
+	return snap, nil
 }
 
 func toSnapshot(n store.AlertNumbers, c cleanup.Capacity) alerts.Snapshot {
@@ -114,7 +143,7 @@ func toSnapshot(n store.AlertNumbers, c cleanup.Capacity) alerts.Snapshot {
 	for _, q := range n.Queues {
 		qs := alerts.QueueStats{
 			SourceQueue: q.SourceQueue, Pending: q.Pending,
-			RepeatFailures: q.RepeatFailures, NewLast5m: q.NewLast5m,
+			RepeatFailures: q.RepeatFailures, NewLast5m: q.NewLast5m, AutoExhausted: q.AutoExhausted,
 		}
 		if q.OldestPendingAt != nil {
 			qs.OldestPending = max(n.At.Sub(*q.OldestPendingAt), 0)

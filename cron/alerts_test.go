@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -287,4 +288,73 @@ alertmanagers: [{url: %q, generator_url: "http://dlq.test/api/v1/alerts"}]
 	require.NoError(t, json.Unmarshal(sl[len(sl)-1].Body, &sr))
 	require.True(t, strings.Contains(sr.Text, "RESOLVED") || strings.Contains(sr.Text, "resolved"), sr.Text)
 	require.Equal(t, alerts.SlackColorResolved, sr.Attachments[0].Color)
+}
+
+// TestApprovalNotifications: receivers hear of every new request for
+// approval once, when it is made, and once more when it is decided or
+// expires, through the alert job; the notification names the request.
+func TestApprovalNotifications(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := ctxT(t)
+	hook := newReceiver(t)
+	cfg := alertsConfig(t, fmt.Sprintf(`
+repeat_interval: 0s
+rules:
+  - {name: approval_pending, kind: approval_pending, threshold: 0}
+webhooks: [{url: %q}]
+`, hook.URL))
+	ns, err := cfg.Notifiers(alerts.NotifierDeps{EvalInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	svc, err := New(Config{
+		Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: "approvals",
+		Schedules: Schedules{Summary: ScheduleOff, Cleanup: ScheduleOff, Capacity: ScheduleOff, Categories: ScheduleOff,
+			Policies: ScheduleOff, Alerts: "@every 100ms"},
+		Alerts: AlertsConfig{Rules: cfg.RuleSet(), Notifiers: ns},
+	})
+	require.NoError(t, err)
+	svc.Start()
+	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+
+	ingest(t, st, db, "orders", 30, 10)
+	request := func(ttl time.Duration) store.Approval {
+		a, err := st.CreateApproval(ctx, store.NewApproval{Action: store.ActionDelete, Request: []byte(`{"filter":{"source_queue":"orders"}}`),
+			Selection: store.Filter{SourceQueue: "orders"}, TTL: ttl, Actor: store.Actor{Name: "jane", Role: "admin", Via: "api"}})
+		require.NoError(t, err)
+		return a
+	}
+	first := request(time.Hour)
+	fired := hook.waitAlert(t, "approval_pending", "firing")
+	require.Equal(t, strconv.FormatInt(first.ID, 10), fired.Subject)
+	require.Equal(t, strconv.FormatInt(first.ID, 10), fired.Labels[alerts.LabelApprovalID])
+	require.Equal(t, 30.0, fired.Value)
+	require.Contains(t, fired.Annotations[alerts.AnnotationDescription], "delete of 30 messages requested by jane")
+
+	// A second request while the first waits: notified on its own. It
+	// expires; the first is rejected: each resolves once.
+	second := request(1500 * time.Millisecond)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		return hook.notesBySubject(t)["approval_pending/"+strconv.FormatInt(second.ID, 10)+"/firing"] == 1
+	}, "no notification of the second request: %v", hook.notesBySubject(t))
+	_, err = st.RejectApproval(ctx, first.ID, store.Actor{Name: "joe", Role: "admin", Via: "api"}, "wrong filter")
+	require.NoError(t, err)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		n := hook.notesBySubject(t)
+		return n["approval_pending/"+strconv.FormatInt(first.ID, 10)+"/resolved"] == 1 &&
+			n["approval_pending/"+strconv.FormatInt(second.ID, 10)+"/resolved"] == 1
+	}, "the requests did not resolve: %v", hook.notesBySubject(t))
+	for k, n := range hook.notesBySubject(t) {
+		require.Equal(t, 1, n, "%s notified %d times", k, n)
+	}
+}
+
+// notesBySubject counts delivered webhook notifications by
+// "rule/subject/status".
+func (r *receiver) notesBySubject(t testing.TB) map[string]int {
+	out := map[string]int{}
+	for _, a := range r.webhookAlerts(t) {
+		out[a.Rule+"/"+a.Subject+"/"+string(a.Status)]++
+	}
+	return out
 }

@@ -21,23 +21,32 @@ const (
 	JobCleanup  = "cleanup"
 	JobCapacity = "capacity"
 	JobAlerts   = "alerts"
+	// JobCategories recomputes stored failure categories after the rules
+	// change (categories.go).
+	JobCategories = "categories"
+	// JobPolicies runs the automatic replay policies (policies.go).
+	JobPolicies = "policies"
 )
 
 // Default schedules.
 const (
-	SummaryScheduleDefault  = "@every 1m"
-	CleanupScheduleDefault  = "@every 10m"
-	CapacityScheduleDefault = "@every 1m"
-	AlertsScheduleDefault   = "@every 1m"
+	SummaryScheduleDefault    = "@every 1m"
+	CleanupScheduleDefault    = "@every 10m"
+	CapacityScheduleDefault   = "@every 1m"
+	AlertsScheduleDefault     = "@every 1m"
+	CategoriesScheduleDefault = "@every 1m"
+	PoliciesScheduleDefault   = "@every 1m"
 )
 
 // Schedules says when each job runs: a cron expression, @every <duration>,
 // or "off". Empty means the default.
 type Schedules struct {
-	Summary  string
-	Cleanup  string
-	Capacity string
-	Alerts   string
+	Summary    string
+	Cleanup    string
+	Capacity   string
+	Alerts     string
+	Categories string
+	Policies   string
 }
 
 // byJob pairs each job name with its schedule, in the order the jobs are
@@ -46,6 +55,7 @@ func (s Schedules) byJob() []namedSchedule {
 	return []namedSchedule{
 		{JobSummary, "Summary", s.Summary}, {JobCleanup, "Cleanup", s.Cleanup},
 		{JobCapacity, "Capacity", s.Capacity}, {JobAlerts, "Alerts", s.Alerts},
+		{JobCategories, "Categories", s.Categories}, {JobPolicies, "Policies", s.Policies},
 	}
 }
 
@@ -78,6 +88,10 @@ type Config struct {
 	Cleanup cleanup.Config
 	// Alerts configures the alert job.
 	Alerts AlertsConfig
+	// Categories configures the categories job. Optional.
+	Categories CategoriesConfig
+	// Policies are the automatic replay policies. Optional.
+	Policies PoliciesConfig
 }
 
 func (c *Config) setDefaults() {
@@ -86,6 +100,10 @@ func (c *Config) setDefaults() {
 	c.Schedules.Cleanup = cmp.Or(c.Schedules.Cleanup, CleanupScheduleDefault)
 	c.Schedules.Capacity = cmp.Or(c.Schedules.Capacity, CapacityScheduleDefault)
 	c.Schedules.Alerts = cmp.Or(c.Schedules.Alerts, AlertsScheduleDefault)
+	c.Schedules.Categories = cmp.Or(c.Schedules.Categories, CategoriesScheduleDefault)
+	c.Categories.setDefaults()
+	c.Schedules.Policies = cmp.Or(c.Schedules.Policies, PoliciesScheduleDefault)
+	c.Policies.setDefaults()
 	c.Summary.setDefaults()
 	c.Cleanup.Store = cmp.Or(c.Cleanup.Store, c.Store)
 	c.Cleanup.Registerer = cmp.Or(c.Cleanup.Registerer, c.Registerer)
@@ -111,6 +129,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Alerts.Rules.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("cron: Config.Alerts.Rules: %w", err))
+	}
+	if err := c.Policies.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cron: Config.Policies: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -139,15 +160,29 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	alertj, err := newAlertJob(cfg.Store, log, cfg.Registerer, cfg.Alerts, cleaner.Capacity())
+	var policyNames []string
+	for _, p := range cfg.Policies.Policies {
+		policyNames = append(policyNames, p.Name)
+	}
+	alertj, err := newAlertJob(cfg.Store, log, cfg.Registerer, cfg.Alerts, cleaner.Capacity(), policyNames)
+	if err != nil {
+		return nil, err
+	}
+	categories, err := newCategoriesJob(cfg.Store, cfg.Registerer, cfg.Categories)
+	if err != nil {
+		return nil, err
+	}
+	policies, err := newPoliciesJob(cfg.Store, cfg.Registerer, cfg.Policies)
 	if err != nil {
 		return nil, err
 	}
 	run := map[string]JobFunc{
-		JobSummary:  summary.run,
-		JobCleanup:  cleanupJob(cleaner),
-		JobCapacity: capacityJob(cleaner),
-		JobAlerts:   alertj.run,
+		JobSummary:    summary.run,
+		JobCleanup:    cleanupJob(cleaner),
+		JobCapacity:   capacityJob(cleaner),
+		JobAlerts:     alertj.run,
+		JobCategories: categories.run,
+		JobPolicies:   policies.run,
 	}
 	var jobs []Job
 	var names []string
@@ -166,6 +201,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	caps := cleaner.Capacity()
 	if _, err := promreg.Register(cfg.Registerer, newStatusCollector(cfg.Store, log, names, caps.MaxMessages, caps.MaxBytes)); err != nil {
+		return nil, err
+	}
+	if _, err := promreg.Register(cfg.Registerer, newPolicyCollector(cfg.Store, log, cfg.Policies.Policies)); err != nil {
 		return nil, err
 	}
 	return &Service{cfg: cfg, sched: sched}, nil

@@ -39,6 +39,7 @@ type statusCollector struct {
 	oldest    *prometheus.Desc
 	capacity  *prometheus.Desc
 	lastOK    *prometheus.Desc
+	byCat     *prometheus.Desc
 }
 
 func newStatusCollector(st *store.Store, log *slog.Logger, jobs []string, maxMessages, maxBytes int64) *statusCollector {
@@ -54,6 +55,9 @@ func newStatusCollector(st *store.Store, log *slog.Logger, jobs []string, maxMes
 			"Stored messages or bytes over the configured cap, whichever is fuller (1 = at the cap). Absent when no cap is set.", nil, nil),
 		lastOK: prometheus.NewDesc("dlq_job_last_success_timestamp_seconds",
 			"When each cron job last finished successfully on any instance (Unix time).", []string{"job"}, nil),
+		byCat: prometheus.NewDesc("dlq_dead_messages_by_category",
+			"Pending dead messages by source queue and failure category (transient, permanent, unknown), from the failure groups.",
+			[]string{"source_queue", "category"}, nil),
 	}
 }
 
@@ -63,6 +67,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.capacity
 	ch <- c.lastOK
+	ch <- c.byCat
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
@@ -81,6 +86,13 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			at, err := c.st.LastJobSuccesses(ctx, c.jobs)
 			lastCh <- successes{at, err}
 		}()
+	}
+	if cats, err := c.st.PendingByCategory(ctx); err != nil {
+		c.warn("cannot count pending messages by category for metrics", err)
+	} else {
+		for _, n := range cats {
+			ch <- prometheus.MustNewConstMetric(c.byCat, prometheus.GaugeValue, float64(n.Pending), n.SourceQueue, n.Category)
+		}
 	}
 	rep, err := c.st.QueueStatus(ctx, nil)
 	if err != nil {

@@ -12,7 +12,9 @@
 //     ErrForbidden, and otherwise the scope becomes part of the store
 //     filter, so nothing outside it is read, counted or changed in SQL;
 //     ids outside it are not found, exactly as if they did not exist;
-//   - visibility of replay tasks (TaskVisible);
+//   - visibility of replay tasks (TaskVisible) and of the automatic
+//     replay policies (policies.go: a scoped caller sees and pauses those
+//     of its queues);
 //   - the confirmation threshold for large selections by filter, and dry
 //     runs;
 //   - whether the caller may see message bodies;

@@ -280,6 +280,11 @@ func canonical(f store.Filter) string {
 		}
 		return p.UTC().Format(time.RFC3339Nano)
 	}
-	return strings.Join(append([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group},
+	key := strings.Join(append([]string{f.Status, f.SourceQueue, f.Reason, t(f.FailedAfter), t(f.FailedBefore), f.Query, f.Group},
 		f.Fields...), "\x00")
+	if f.Category != "" {
+		// Only when set, so that cursors made before categories still hold.
+		key += "\x00category=" + f.Category
+	}
+	return key
 }

@@ -36,6 +36,8 @@ type Replays interface {
 type CronViews interface {
 	Jobs(ctx context.Context) (cron.JobsView, error)
 	Alerts(ctx context.Context) (cron.AlertsView, error)
+	// Policies shows the automatic replay policies with their state.
+	Policies(ctx context.Context) (cron.PoliciesView, error)
 }
 
 // Config configures a Service.

@@ -36,6 +36,10 @@ const (
 	// out (ops.Approve checks both).
 	ActListApprovals  Action = "list_approvals"
 	ActDecideApproval Action = "decide_approval"
+	// Automatic replay policies: anyone may see those of their queues;
+	// pausing and resuming one is an operator's.
+	ActListPolicies Action = "list_policies"
+	ActPausePolicy  Action = "pause_policy"
 )
 
 // permissions is the permission table: the least role each action needs.
@@ -65,6 +69,9 @@ var permissions = map[Action]string{
 
 	ActListApprovals:  auth.RoleViewer,
 	ActDecideApproval: auth.RoleOperator,
+
+	ActListPolicies: auth.RoleViewer,
+	ActPausePolicy:  auth.RoleOperator,
 }
 
 // Actions lists every action, for tables and tests.

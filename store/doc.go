@@ -100,10 +100,23 @@
 //
 // # Failure groups
 //
-// A message's group is a hash of source queue, reason, failure type and the
-// failure message with its variable parts masked (NormalizeFailure), so it
-// is computed in Go during ingest and written by the same COPY, without a
-// lookup. Rows stored before migration 00004 have no group.
+// A message's group is a hash of source queue, reason, failure type, the
+// failure message with its variable parts masked (NormalizeFailure) and
+// the failure category (unknown adds nothing, so groups from before
+// categories keep their ids), so it is computed in Go during ingest and
+// written by the same COPY, without a lookup. Rows stored before migration
+// 00004 have no group. Because the category is part of the key, counts by
+// category are sums of groups (Stats, PendingByCategory); a change of the
+// category rules moves rows between groups (RecategorizeBatch), with the
+// counters, like any status change.
+//
+// # Automatic replay policies
+//
+// policies.go picks the messages whose next attempt by a policy is due
+// (walking the policy's failure groups), and records an attempt — its
+// replay task, the task's items and the attempt counts (policy_attempts)
+// — in one transaction under the policies job's lease, so an attempt is
+// made once whatever the number of instances.
 //
 // # Listing and search
 //

@@ -28,6 +28,9 @@ type Filter struct {
 	Query string `json:"q,omitempty"`
 	// Group is a failure group id.
 	Group string `json:"group,omitempty"`
+	// Category is a failure category (transient, permanent, unknown) or a
+	// comma list of them.
+	Category string `json:"category,omitempty"`
 	// IDs restricts to these message ids.
 	IDs []int64 `json:"ids,omitempty"`
 	// Fields are conditions on JSON bodies (ParseField), all of which a
@@ -100,7 +103,25 @@ func (f Filter) Validate() error {
 	if _, err := parseFields(f.Fields); err != nil {
 		return err
 	}
+	if f.Category != "" {
+		if _, err := parseCategories(f.Category); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// parseCategories reads a category or a comma list of them.
+func parseCategories(s string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(Categories, p) {
+			return nil, fmt.Errorf("%w: category %q must be one of %s (or a comma list of them)", ErrInvalidFilter, p, strings.Join(Categories, ", "))
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // statusIn renders "alias.status is one of statuses" with the statuses
@@ -183,6 +204,11 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) ([]string, error) 
 	}
 	if f.Approval > 0 {
 		conds = append(conds, "m.id IN (SELECT a.message_id FROM approval_items a WHERE a.approval_id = "+args.add(f.Approval)+")")
+	}
+	if f.Category != "" {
+		// Validated before any SQL is written (Validate).
+		cats, _ := parseCategories(f.Category)
+		conds = append(conds, "m.category = ANY("+args.add(cats)+"::text[])")
 	}
 	if len(f.Fields) > 0 {
 		fields, err := parseFields(f.Fields)

@@ -150,16 +150,24 @@ func isUUIDAt(s string) bool {
 	return true
 }
 
-// groupKey is what identifies a failure group.
+// groupKey is what identifies a failure group. The category is part of
+// it, so that a group has one category and counting by category is
+// summing groups; "" and unknown are the same (unknown).
 type groupKey struct {
-	queue, reason, failureType, pattern string
+	queue, reason, failureType, pattern, category string
 }
 
 // groupID hashes a group key. 0 is never returned: it means "no group".
+// An unknown category adds nothing to the hash, so groups of messages
+// stored before categories existed keep their ids.
 func groupID(k groupKey) int64 {
 	h := fnv.New64a()
 	for _, s := range []string{k.queue, k.reason, k.failureType, k.pattern} {
 		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	if k.category != "" && k.category != CategoryUnknown {
+		_, _ = h.Write([]byte(k.category))
 		_, _ = h.Write([]byte{0})
 	}
 	id := int64(h.Sum64())
@@ -169,10 +177,20 @@ func groupID(k groupKey) int64 {
 	return id
 }
 
-// GroupIDOf returns the failure group a message with these fields belongs
-// to, as FormatGroupID prints it. It is what ingest computes.
+// GroupIDOf returns the failure group a message of unknown category with
+// these fields belongs to, as FormatGroupID prints it. It is what ingest
+// computes.
 func GroupIDOf(queue, reason, failureType, failureMessage string) string {
-	return FormatGroupID(groupID(groupKey{cleanText(queue), cleanText(reason), cleanText(failureType), NormalizeFailure(cleanText(failureMessage))}))
+	return GroupIDOfCategory(queue, reason, failureType, failureMessage, CategoryUnknown)
+}
+
+// GroupIDOfCategory is GroupIDOf for a message of category cat.
+func GroupIDOfCategory(queue, reason, failureType, failureMessage, cat string) string {
+	return FormatGroupID(groupID(newGroupKey(queue, reason, failureType, failureMessage, cat)))
+}
+
+func newGroupKey(queue, reason, failureType, failureMessage, cat string) groupKey {
+	return groupKey{cleanText(queue), cleanText(reason), cleanText(failureType), NormalizeFailure(cleanText(failureMessage)), categoryOf(cat)}
 }
 
 // FormatGroupID renders a group id as its public form: 16 hex digits.
@@ -206,13 +224,19 @@ type groupChange struct {
 
 // groupKeyOf is the failure group key of a message.
 func groupKeyOf(m *NewMessage) groupKey {
-	return groupKey{cleanText(m.SourceQueue), cleanText(m.Reason), cleanText(m.FailureType), NormalizeFailure(cleanText(m.FailureMessage))}
+	return newGroupKey(m.SourceQueue, m.Reason, m.FailureType, m.FailureMessage, m.Category)
 }
 
 // groupArrival computes the group of a message arriving as pending (new,
 // or a replayed message dead again) and records it in changes.
 func groupArrival(m *NewMessage, changes map[int64]*groupChange) int64 {
-	k := groupKeyOf(m)
+	return groupEnter(changes, groupKeyOf(m), m.FailureMessage, StatusPending, m.FailedAt)
+}
+
+// groupEnter records a message of the given status and failure time
+// entering the group of k, with failureMessage as the group's sample if
+// the group is new.
+func groupEnter(changes map[int64]*groupChange, k groupKey, failureMessage, status string, failedAt time.Time) int64 {
 	id := groupID(k)
 	c := changes[id]
 	if c == nil {
@@ -220,18 +244,18 @@ func groupArrival(m *NewMessage, changes map[int64]*groupChange) int64 {
 		changes[id] = c
 	}
 	if c.key == (groupKey{}) {
-		msg := cleanText(m.FailureMessage)
+		msg := cleanText(failureMessage)
 		if len(msg) > maxPatternInput {
 			msg = strings.ToValidUTF8(msg[:maxPatternInput], "")
 		}
 		c.key, c.sample = k, msg
 	}
-	c.counts.Pending++
-	if c.firstSeen.IsZero() || m.FailedAt.Before(c.firstSeen) {
-		c.firstSeen = m.FailedAt
+	c.counts.add(status, 1)
+	if c.firstSeen.IsZero() || failedAt.Before(c.firstSeen) {
+		c.firstSeen = failedAt
 	}
-	if m.FailedAt.After(c.lastSeen) {
-		c.lastSeen = m.FailedAt
+	if failedAt.After(c.lastSeen) {
+		c.lastSeen = failedAt
 	}
 	return id
 }
@@ -269,11 +293,13 @@ func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
 	slices.Sort(ids)
 	n := len(ids)
 	queues, reasons, types, patterns, samples := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	cats := make([]string, n)
 	p, rg, rd, a := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	first, last := make([]*time.Time, n), make([]*time.Time, n)
 	for i, id := range ids {
 		c := changes[id]
 		queues[i], reasons[i], types[i], patterns[i], samples[i] = c.key.queue, c.key.reason, c.key.failureType, c.key.pattern, c.sample
+		cats[i] = categoryOf(c.key.category)
 		p[i], rg[i], rd[i], a[i] = c.counts.Pending, c.counts.Replaying, c.counts.Replayed, c.counts.Acknowledged
 		if !c.lastSeen.IsZero() {
 			first[i], last[i] = &c.firstSeen, &c.lastSeen
@@ -281,11 +307,11 @@ func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
 	}
 	b.Queue(`
 INSERT INTO failure_groups AS g (id, source_queue, reason, failure_type, pattern, sample_message,
-    pending, replaying, replayed, acknowledged, first_seen, last_seen)
-SELECT id, q, r, t, pt, s, p, rg, rd, a, coalesce(f, 'infinity'), coalesce(l, '-infinity')
+    pending, replaying, replayed, acknowledged, first_seen, last_seen, category)
+SELECT id, q, r, t, pt, s, p, rg, rd, a, coalesce(f, 'infinity'), coalesce(l, '-infinity'), c
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[], $12::timestamptz[])
-    AS u(id, q, r, t, pt, s, p, rg, rd, a, f, l)
+    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[], $12::timestamptz[], $13::text[])
+    AS u(id, q, r, t, pt, s, p, rg, rd, a, f, l, c)
 ON CONFLICT (id) DO UPDATE SET
     pending = g.pending + EXCLUDED.pending,
     replaying = g.replaying + EXCLUDED.replaying,
@@ -293,16 +319,19 @@ ON CONFLICT (id) DO UPDATE SET
     acknowledged = g.acknowledged + EXCLUDED.acknowledged,
     first_seen = LEAST(g.first_seen, EXCLUDED.first_seen),
     last_seen = GREATEST(g.last_seen, EXCLUDED.last_seen)`,
-		ids, queues, reasons, types, patterns, samples, p, rg, rd, a, first, last)
+		ids, queues, reasons, types, patterns, samples, p, rg, rd, a, first, last, cats)
 }
 
 // Group is one failure group as the API shows it.
 type Group struct {
-	ID            string    `json:"id"`
-	SourceQueue   string    `json:"source_queue"`
-	Reason        string    `json:"reason"`
-	FailureType   string    `json:"failure_type"`
-	Pattern       string    `json:"pattern"`
+	ID          string `json:"id"`
+	SourceQueue string `json:"source_queue"`
+	Reason      string `json:"reason"`
+	FailureType string `json:"failure_type"`
+	Pattern     string `json:"pattern"`
+	// Category is the failure category of every message of the group (it
+	// is part of the group's key).
+	Category      string    `json:"category"`
 	SampleMessage string    `json:"sample_message"`
 	Counts        Counts    `json:"counts"`
 	Total         int64     `json:"total"`
@@ -331,6 +360,10 @@ func (c *Counts) add(status string, n int64) {
 	}
 }
 
+func (c Counts) plus(o Counts) Counts {
+	return Counts{c.Pending + o.Pending, c.Replaying + o.Replaying, c.Replayed + o.Replayed, c.Acknowledged + o.Acknowledged}
+}
+
 // Total is the sum of every status.
 func (c Counts) Total() int64 { return c.Pending + c.Replaying + c.Replayed + c.Acknowledged }
 
@@ -341,6 +374,9 @@ type GroupQuery struct {
 	// Status orders by that status's count and hides groups with none
 	// ("all": by total). Optional; default pending.
 	Status string
+	// Category restricts to groups of these categories (a comma list).
+	// Optional.
+	Category string
 	// Limit caps the result. Optional; default 50, at most 1000.
 	Limit int
 	// Scope restricts to these queues; nil means all.
@@ -373,8 +409,15 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]Group, error) {
 	if q.Scope != nil {
 		conds = append(conds, "g.source_queue = ANY("+args.add(q.Scope)+")")
 	}
+	if q.Category != "" {
+		cats, err := parseCategories(q.Category)
+		if err != nil {
+			return nil, err
+		}
+		conds = append(conds, "g.category = ANY("+args.add(cats)+")")
+	}
 	rows, err := s.pool.Query(ctx, `
-SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.sample_message,
+SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.category, g.sample_message,
        g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen
 FROM failure_groups g
 WHERE `+strings.Join(conds, " AND ")+`
@@ -394,7 +437,7 @@ func (s *Store) GetGroup(ctx context.Context, id string, scope []string) (Group,
 		return Group{}, err
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.sample_message,
+SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.category, g.sample_message,
        g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen
 FROM failure_groups g
 WHERE g.id = $1 AND ($2::text[] IS NULL OR g.source_queue = ANY($2))`, gid, scope)
@@ -419,7 +462,7 @@ func scanGroups(rows pgx.Rows) ([]Group, error) {
 			g  Group
 			id int64
 		)
-		if err := rows.Scan(&id, &g.SourceQueue, &g.Reason, &g.FailureType, &g.Pattern, &g.SampleMessage,
+		if err := rows.Scan(&id, &g.SourceQueue, &g.Reason, &g.FailureType, &g.Pattern, &g.Category, &g.SampleMessage,
 			&g.Counts.Pending, &g.Counts.Replaying, &g.Counts.Replayed, &g.Counts.Acknowledged,
 			&g.FirstSeen, &g.LastSeen); err != nil {
 			return nil, fmt.Errorf("store: read failure group: %w", err)

@@ -52,7 +52,7 @@ var ingestColumns = []string{
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
 	"conversion_error", "replay_count", "group_id", "search_keys", "search_hashes", "ingest_returns",
-	"x_death",
+	"x_death", "category",
 }
 
 type summaryKey struct{ queue, status string }
@@ -118,7 +118,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
-				m.Returns, nullJSON(m.XDeath),
+				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category),
 			}, nil
 		})
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, ingestColumns, src); err != nil {
@@ -298,11 +298,12 @@ UPDATE dead_messages SET
     dead_letter_queue = $10, last_death_replay_id = $11,
     replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
     claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
-    search_hashes = $15, death_history = `+appendDeathHistory+`, x_death = $17
+    search_hashes = $15, death_history = `+appendDeathHistory+`, x_death = $17, category = $18
 WHERE id = $1`,
 		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 		nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-		nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath))
+		nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
+		categoryOf(m.Category))
 	if err != nil {
 		return 0, err
 	}

@@ -65,6 +65,28 @@ type NewMessage struct {
 	// converter has them from the decoded table; nil means SearchKeys
 	// derives them from Headers.
 	HeaderValues []string
+	// Category is the failure category the consumer computed (package
+	// category); "" is unknown.
+	Category string
+}
+
+// Failure categories, as package category names them (store keeps the
+// words, not the rules).
+const (
+	CategoryTransient = "transient"
+	CategoryPermanent = "permanent"
+	CategoryUnknown   = "unknown"
+)
+
+// Categories lists every failure category.
+var Categories = []string{CategoryTransient, CategoryPermanent, CategoryUnknown}
+
+// categoryOf is the stored form of a category: "" is unknown.
+func categoryOf(c string) string {
+	if c == "" {
+		return CategoryUnknown
+	}
+	return c
 }
 
 // cleanText makes s storable in a text column: PostgreSQL rejects NUL and

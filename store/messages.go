@@ -34,10 +34,15 @@ type Message struct {
 	// headers in SQL for rows stored otherwise (migration 00070).
 	XDeath json.RawMessage `json:"x_death"`
 	// Body is nil unless asked for.
-	Body           *[]byte    `json:"body,omitempty"`
-	BodySize       int64      `json:"body_size"`
-	Status         string     `json:"status"`
-	ReplayCount    int64      `json:"replay_count"`
+	Body        *[]byte `json:"body,omitempty"`
+	BodySize    int64   `json:"body_size"`
+	Status      string  `json:"status"`
+	ReplayCount int64   `json:"replay_count"`
+	// Category is the failure category: transient, permanent or unknown.
+	Category string `json:"category"`
+	// AutoExhausted says the automatic replay policies tried the message
+	// as often as they may and it died again: it is parked for a human.
+	AutoExhausted  bool       `json:"auto_exhausted"`
 	FirstFailedAt  time.Time  `json:"first_failed_at"`
 	FailedAt       time.Time  `json:"failed_at"`
 	ReplayedAt     *time.Time `json:"replayed_at"`
@@ -62,7 +67,8 @@ type Message struct {
 const messageColumns = `m.id, m.message_id, m.source_queue, m.source_exchange, m.source_routing_key,
     m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, coalesce(m.x_death, dlq_x_death(m.headers)),
     m.body_size, m.status, m.replay_count, m.first_failed_at, m.failed_at, m.replayed_at, m.acknowledged_at,
-    m.group_id, m.last_replay_error, m.conversion_error, m.death_history, m.imported_origin::text, m.imported_id`
+    m.group_id, m.last_replay_error, m.conversion_error, m.death_history, m.imported_origin::text, m.imported_id,
+    m.category, m.auto_exhausted`
 
 func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	var (
@@ -75,7 +81,7 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
 		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.XDeath,
 		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
-		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID}
+		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID, &m.Category, &m.AutoExhausted}
 	if withBody {
 		dest = append(dest, &body)
 	}

@@ -179,31 +179,9 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	if err := approvedInTx(ctx, tx, n.Approval, n.Actor); err != nil {
 		return ReplayTask{}, err
 	}
-	var scope any
-	if n.Selection.Scope != nil {
-		scope = n.Selection.Scope
-	}
-	startAt := n.StartAt
-	if startAt.IsZero() {
-		startAt = time.Now()
-	}
-	var (
-		id   int64
-		edit []byte
-	)
-	if n.Edit != nil {
-		edit = n.Edit.Edit
-	}
-	err = tx.QueryRow(ctx, `
-INSERT INTO replay_tasks (status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
-    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit)
-VALUES ('scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14)
-RETURNING id`,
-		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
-		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
-		cleanText(n.Actor.RequestID), startAt, edit).Scan(&id)
+	id, err := insertReplayTask(ctx, tx, n)
 	if err != nil {
-		return ReplayTask{}, fmt.Errorf("store: insert replay task: %w", err)
+		return ReplayTask{}, err
 	}
 	if n.Edit != nil {
 		if err := recordEdit(ctx, tx, id, *n.Edit, n.Actor); err != nil {
@@ -228,32 +206,13 @@ ORDER BY m.id LIMIT `+args.add(limit), args...)
 		return ReplayTask{}, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
 	}
 	requested := tag.RowsAffected()
-	if requested >= 1000 {
-		// The task's queries plan from replay_task_items' statistics, and
-		// autovacuum would only notice these rows after the task ran.
-		// ANALYZE in this transaction counts them.
-		if _, err := tx.Exec(ctx, `ANALYZE replay_task_items`); err != nil {
-			return ReplayTask{}, fmt.Errorf("store: analyze the snapshot of replay task %d: %w", id, err)
-		}
-	}
 	switch {
 	case requested == 0:
 		return ReplayTask{}, ErrEmptySelection
 	case n.Limit <= 0 && requested > n.MaxItems:
 		return ReplayTask{}, fmt.Errorf("%w: more than %d messages match; give a limit of at most %d", ErrSelectionTooLarge, n.MaxItems, n.MaxItems)
 	}
-	t, err := scanReplayTask(tx.QueryRow(ctx, `
-UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColumns, id, requested))
-	if err != nil {
-		return ReplayTask{}, fmt.Errorf("store: count replay task %d: %w", id, err)
-	}
-	detail := map[string]any{"task_id": id, "rate_per_second": n.RatePerSecond, "start_at": t.StartAt, "force": n.Force}
-	if n.TargetExchange != nil {
-		detail["target"] = map[string]string{"exchange": *n.TargetExchange, "routing_key": n.TargetRoutingKey}
-	}
-	if n.CanaryCount > 0 {
-		detail["canary"] = map[string]any{"count": n.CanaryCount, "wait_seconds": int(n.CanaryWait / time.Second)}
-	}
+	detail := map[string]any{}
 	if n.Approval > 0 {
 		detail["approval_id"] = n.Approval
 	}
@@ -264,7 +223,8 @@ UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColum
 			detail[k] = v
 		}
 	}
-	if err := insertAudit(ctx, tx, n.Actor, action, n.AuditSelection, requested, detail); err != nil {
+	t, err := finishReplayTask(ctx, tx, n, id, requested, action, detail)
+	if err != nil {
 		return ReplayTask{}, err
 	}
 	if err := approvalResult(ctx, tx, n.Approval, map[string]any{"task_id": id, "requested": requested}); err != nil {
@@ -279,11 +239,76 @@ UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColum
 			return ReplayTask{}, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify('dlq_replay', current_schema() || ':start:' || $1::bigint::text)`, id); err != nil {
-		return ReplayTask{}, fmt.Errorf("store: notify replay task %d: %w", id, err)
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return ReplayTask{}, fmt.Errorf("store: commit replay task %d: %w", id, err)
+	}
+	return t, nil
+}
+
+// insertReplayTask inserts a task's row (scheduled, nothing requested
+// yet) in tx and returns its id.
+func insertReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask) (int64, error) {
+	var scope any
+	if n.Selection.Scope != nil {
+		scope = n.Selection.Scope
+	}
+	startAt := n.StartAt
+	if startAt.IsZero() {
+		startAt = time.Now()
+	}
+	var (
+		id   int64
+		edit []byte
+	)
+	if n.Edit != nil {
+		edit = n.Edit.Edit
+	}
+	err := tx.QueryRow(ctx, `
+INSERT INTO replay_tasks (status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
+    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit)
+VALUES ('scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14)
+RETURNING id`,
+		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
+		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
+		cleanText(n.Actor.RequestID), startAt, edit).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("store: insert replay task: %w", err)
+	}
+	return id, nil
+}
+
+// finishReplayTask completes a task whose items (requested of them) are
+// in: it records the count, writes the audit row (action, with detail
+// added to the task's own) and tells the runners, in tx.
+func finishReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask, id, requested int64, action string, extra map[string]any) (ReplayTask, error) {
+	if requested >= 1000 {
+		// The task's queries plan from replay_task_items' statistics, and
+		// autovacuum would only notice these rows after the task ran.
+		// ANALYZE in this transaction counts them.
+		if _, err := tx.Exec(ctx, `ANALYZE replay_task_items`); err != nil {
+			return ReplayTask{}, fmt.Errorf("store: analyze the snapshot of replay task %d: %w", id, err)
+		}
+	}
+	t, err := scanReplayTask(tx.QueryRow(ctx, `
+UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColumns, id, requested))
+	if err != nil {
+		return ReplayTask{}, fmt.Errorf("store: count replay task %d: %w", id, err)
+	}
+	detail := map[string]any{"task_id": id, "rate_per_second": n.RatePerSecond, "start_at": t.StartAt, "force": n.Force}
+	if n.TargetExchange != nil {
+		detail["target"] = map[string]string{"exchange": *n.TargetExchange, "routing_key": n.TargetRoutingKey}
+	}
+	if n.CanaryCount > 0 {
+		detail["canary"] = map[string]any{"count": n.CanaryCount, "wait_seconds": int(n.CanaryWait / time.Second)}
+	}
+	for k, v := range extra {
+		detail[k] = v
+	}
+	if err := insertAudit(ctx, tx, n.Actor, action, n.AuditSelection, requested, detail); err != nil {
+		return ReplayTask{}, err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('dlq_replay', current_schema() || ':start:' || $1::bigint::text)`, id); err != nil {
+		return ReplayTask{}, fmt.Errorf("store: notify replay task %d: %w", id, err)
 	}
 	return t, nil
 }

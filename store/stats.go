@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Stats is the overview behind GET /api/v1/stats.
@@ -11,15 +13,20 @@ type Stats struct {
 	At       time.Time `json:"at"`
 	ByStatus Counts    `json:"by_status"`
 	// Bytes is the total body size over every status.
-	Bytes         int64              `json:"bytes"`
-	BySourceQueue []QueueStats       `json:"by_source_queue"`
-	ByReason      map[string]Counts  `json:"by_reason"`
+	Bytes         int64             `json:"bytes"`
+	BySourceQueue []QueueStats      `json:"by_source_queue"`
+	ByReason      map[string]Counts `json:"by_reason"`
+	// ByCategory counts by failure category (every category present).
+	ByCategory    map[string]Counts  `json:"by_category"`
 	OldestPending *OldestPendingStat `json:"oldest_pending"`
 	TopGroups     []Group            `json:"top_groups"`
 	// RepeatFailures counts pending messages that were replayed before
 	// and died again (replay_count > 0).
 	RepeatFailures int64    `json:"repeat_failures"`
 	Last24h        Activity `json:"last_24h"`
+	// Categorisation is the progress of recomputing stored categories
+	// after a change of the rules.
+	Categorisation *CategoryState `json:"categorisation"`
 }
 
 // QueueStats is one source queue's counts.
@@ -122,7 +129,10 @@ const TopGroupsLimit = 10
 // and groups, not messages. scope, when not nil, restricts every number to
 // those source queues.
 func (s *Store) Stats(ctx context.Context, scope []string) (Stats, error) {
-	st := Stats{ByReason: map[string]Counts{}}
+	st := Stats{ByReason: map[string]Counts{}, ByCategory: map[string]Counts{}}
+	for _, c := range Categories {
+		st.ByCategory[c] = Counts{}
+	}
 	var err error
 	st.At, st.BySourceQueue, err = s.QueueSummary(ctx, scope)
 	if err != nil {
@@ -170,24 +180,25 @@ GROUP BY 1`, scope)
 	}
 
 	rows, err = s.pool.Query(ctx, `
-SELECT g.reason, sum(g.pending)::bigint, sum(g.replaying)::bigint, sum(g.replayed)::bigint, sum(g.acknowledged)::bigint
+SELECT g.reason, g.category, sum(g.pending)::bigint, sum(g.replaying)::bigint, sum(g.replayed)::bigint, sum(g.acknowledged)::bigint
 FROM failure_groups g
 WHERE $1::text[] IS NULL OR g.source_queue = ANY($1)
-GROUP BY 1`, scope)
+GROUP BY 1, 2`, scope)
 	if err != nil {
 		return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
 	}
 	for rows.Next() {
 		var (
-			reason string
-			c      Counts
+			reason, cat string
+			c           Counts
 		)
-		if err := rows.Scan(&reason, &c.Pending, &c.Replaying, &c.Replayed, &c.Acknowledged); err != nil {
+		if err := rows.Scan(&reason, &cat, &c.Pending, &c.Replaying, &c.Replayed, &c.Acknowledged); err != nil {
 			rows.Close()
 			return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
 		}
 		if c != (Counts{}) {
-			st.ByReason[reason] = c
+			st.ByReason[reason] = st.ByReason[reason].plus(c)
+			st.ByCategory[cat] = st.ByCategory[cat].plus(c)
 		}
 	}
 	rows.Close()
@@ -210,5 +221,39 @@ WHERE hour >= $1 AND ($2::text[] IS NULL OR source_queue = ANY($2))`, since, sco
 	if err != nil {
 		return Stats{}, fmt.Errorf("store: stats: last 24 hours: %w", err)
 	}
+	cs, err := s.ReadCategoryState(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	st.Categorisation = &cs
 	return st, nil
+}
+
+// CategoryCount is the number of pending messages of one source queue and
+// failure category.
+type CategoryCount struct {
+	SourceQueue string
+	Category    string
+	Pending     int64
+}
+
+// PendingByCategory counts pending messages per source queue and failure
+// category from the failure groups: O(groups), whatever the number of
+// messages. Every pair that has a group is listed, with 0 when nothing of
+// it is pending, so a series drops to 0 rather than vanishing.
+func (s *Store) PendingByCategory(ctx context.Context) ([]CategoryCount, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT g.source_queue, g.category, sum(g.pending)::bigint FROM failure_groups g GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("store: count pending messages by category: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CategoryCount, error) {
+		var c CategoryCount
+		err := r.Scan(&c.SourceQueue, &c.Category, &c.Pending)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: count pending messages by category: %w", err)
+	}
+	return out, nil
 }

@@ -122,6 +122,9 @@ type QueueAlertNumbers struct {
 	// stored their last death) is within five minutes of At. Messages
 	// already resolved again within those minutes are not counted.
 	NewLast5m int64
+	// AutoExhausted counts pending messages the automatic replay policies
+	// parked (dead_messages_auto_exhausted).
+	AutoExhausted int64
 }
 
 // AlertNumbers is what the alert job reads each evaluation.
@@ -158,7 +161,9 @@ SELECT s.source_queue, s.messages,
     (SELECT count(*) FROM dead_messages m
      WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.replay_count > 2),
     (SELECT count(*) FROM dead_messages m
-     WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.failed_at > now() - interval '5 minutes')
+     WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.failed_at > now() - interval '5 minutes'),
+    (SELECT count(*) FROM dead_messages m
+     WHERE m.source_queue = s.source_queue AND m.auto_exhausted AND m.status = 'pending')
 FROM queue_summary s
 WHERE s.status = 'pending' AND s.messages > 0
 ORDER BY s.source_queue`)
@@ -167,7 +172,7 @@ ORDER BY s.source_queue`)
 	}
 	out.Queues, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueAlertNumbers, error) {
 		var q QueueAlertNumbers
-		err := r.Scan(&q.SourceQueue, &q.Pending, &q.OldestPendingAt, &q.RepeatFailures, &q.NewLast5m)
+		err := r.Scan(&q.SourceQueue, &q.Pending, &q.OldestPendingAt, &q.RepeatFailures, &q.NewLast5m, &q.AutoExhausted)
 		return q, err
 	})
 	if err != nil {

@@ -36,6 +36,12 @@ func commands() []command {
 		{"audit", "who did what: the audit log, newest first (filters, pages)", cli.Audit},
 		{"jobs", "cron jobs: schedule, lease, last success and recent runs", cli.Jobs},
 		{"alerts", "alerts pending, firing or just resolved, and the rules", cli.Alerts},
+		{"approvals", "requests for approval (four-eyes), newest first", cli.Approvals},
+		{"approve", "approve a request: it runs on its snapshot (never your own)", cli.Approve},
+		{"reject", "reject a request for approval; nothing runs", cli.Reject},
+		{"edit-replay", "send a corrected copy of a message (new body, header changes); the original is kept", cli.EditReplay},
+		{"policies", "automatic replay policies: selection, schedule, paused or not", cli.Policies},
+		{"policy", "pause or resume an automatic replay policy", cli.Policy},
 		{"version", "print the version", cmdVersion},
 	}
 }

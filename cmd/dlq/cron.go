@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/category"
 	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/cron"
@@ -18,7 +19,7 @@ import (
 // jobs) from the configuration. Every instance builds it; the jobs' leases
 // decide which instance runs each tick. ingest is this process's consumer,
 // which the expiry of ingest_inflight rows asks about its own consumers.
-func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slog.Logger, reg prometheus.Registerer) (*cron.Service, error) {
+func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categories *category.Rules, log *slog.Logger, reg prometheus.Registerer) (*cron.Service, error) {
 	notifiers, err := cfg.Alerts.Notifiers(alerts.NotifierDeps{
 		EvalInterval: cron.ScheduleInterval(cfg.Cron.Alerts),
 	})
@@ -37,12 +38,16 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slo
 		LeaseTTL:   cfg.Cron.LeaseTTL.D(),
 		Disabled:   cfg.Cron.Disabled,
 		Schedules: cron.Schedules{
-			Summary:  cfg.Cron.Summary,
-			Cleanup:  cfg.Cron.Cleanup,
-			Capacity: cfg.Cron.Capacity,
-			Alerts:   cfg.Cron.Alerts,
+			Summary:    cfg.Cron.Summary,
+			Cleanup:    cfg.Cron.Cleanup,
+			Capacity:   cfg.Cron.Capacity,
+			Alerts:     cfg.Cron.Alerts,
+			Categories: cfg.Cron.Categories,
+			Policies:   cfg.Cron.Policies,
 		},
-		Summary: cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
+		Categories: cron.CategoriesConfig{Rules: categories},
+		Policies:   cron.PoliciesConfig{Policies: policies(cfg.Recovery.Policies)},
+		Summary:    cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
 		Cleanup: cleanup.Config{
 			Retention:    retention,
 			BatchSize:    cfg.Cleanup.BatchSize,
@@ -62,6 +67,25 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, log *slo
 		},
 		Alerts: cron.AlertsConfig{Rules: cfg.Alerts.RuleSet(), Notifiers: notifiers},
 	})
+}
+
+// policies turns the configured policies, with their defaults, into the
+// cron job's.
+func policies(in []config.Policy) []cron.Policy {
+	out := make([]cron.Policy, 0, len(in))
+	for _, p := range in {
+		p = p.WithDefaults()
+		cp := cron.Policy{
+			Name: p.Name, Queues: p.Queues, Categories: p.Categories, Reasons: p.Reasons, Groups: p.Groups,
+			FirstDelay: p.FirstDelay.D(), BackoffFactor: p.BackoffFactor, MaxDelay: p.MaxDelay.D(), Jitter: p.Jitter,
+			MaxAttempts: p.MaxAttempts, RatePerSecond: p.RatePerSecond, DryRun: p.DryRun,
+		}
+		if p.Canary != nil {
+			cp.Canary = &cron.PolicyCanary{Count: p.Canary.Count, WaitSeconds: p.Canary.WaitSeconds}
+		}
+		out = append(out, cp)
+	}
+	return out
 }
 
 // stopCron is shutdown step 3: no new ticks; runs in progress stop at their

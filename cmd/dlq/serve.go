@@ -107,6 +107,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	}
 
+	categories, err := cfg.CategoryRules()
+	if err != nil {
+		return err
+	}
 	cons, err := consumer.New(consumer.Config{
 		Conn:       conn,
 		Store:      st,
@@ -120,6 +124,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Logger:     log,
 		Registerer: reg,
 		Up:         up.WithLabelValues("consumer"),
+		Categories: categories,
 	})
 	if err != nil {
 		return err
@@ -132,7 +137,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	cron, err := newCron(cfg, st, cons, log, reg)
+	cron, err := newCron(cfg, st, cons, categories, log, reg)
 	if err != nil {
 		return err
 	}

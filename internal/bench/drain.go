@@ -19,6 +19,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/store"
 )
@@ -55,11 +56,19 @@ func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, 
 	if err != nil {
 		return 0, 0, nil, err
 	}
+	// The default failure category rules, as dlq serve's default
+	// configuration has them.
+	def := config.Default()
+	categories, err := def.CategoryRules()
+	if err != nil {
+		conn.Close()
+		return 0, 0, nil, err
+	}
 	cons, err := consumer.New(consumer.Config{
 		Conn: conn, Store: st, Exchange: exchange, Queues: []string{queue},
 		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize,
 		BatchBytes: o.ingest.BatchBytes, Linger: o.ingest.Linger.D(),
-		Logger: quiet, Registerer: reg,
+		Logger: quiet, Registerer: reg, Categories: categories,
 	})
 	if err != nil {
 		conn.Close()

@@ -7,9 +7,10 @@
 // queue: they decode flags, call a running dlq and print its answer; what
 // may be done is decided there, never here.
 //
-//   - ls, show, groups, stats, status, ack, rm, audit, jobs and alerts
-//     call the HTTP API (client.go, messages.go, stats.go, audit.go,
-//     jobs.go, alerts.go): DLQ_URL, with the token DLQ_TOKEN or
+//   - ls, show, groups, stats, status, ack, rm, audit, jobs, alerts,
+//     approvals, approve, reject, edit-replay, policies and policy call
+//     the HTTP API (client.go, messages.go, stats.go, audit.go, jobs.go,
+//     alerts.go, recovery.go): DLQ_URL, with the token DLQ_TOKEN or
 //     DLQ_ADMIN_TOKEN. They print readable tables, or the API's JSON with
 //     --json.
 //   - export and import stream JSON Lines to and from the HTTP API

@@ -31,14 +31,15 @@ func Rm(args []string) int { return runAction("rm", args, osEnv()) }
 
 // filterFlags are the message filters of ls, ack, rm and export.
 type filterFlags struct {
-	status, queue, reason, group, q, after, before string
-	fields                                         []string
+	status, queue, reason, category, group, q, after, before string
+	fields                                                   []string
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.status, "status", "", "status: pending (default), replaying, replayed, acknowledged, a comma list, or all")
 	fs.StringVar(&f.queue, "queue", "", "source queue")
 	fs.StringVar(&f.reason, "reason", "", "death reason: rejected, expired, maxlen, delivery_limit")
+	fs.StringVar(&f.category, "category", "", "failure category: transient, permanent, unknown (or a comma list)")
 	fs.StringVar(&f.group, "group", "", "failure group id (see dlq groups)")
 	fs.StringVar(&f.q, "q", "", "search message id, failure text and header values (and bodies, with --queue)")
 	fs.StringVar(&f.after, "after", "", "failed at or after: RFC 3339 time, or a duration ago (24h)")
@@ -52,7 +53,7 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 
 func (f *filterFlags) query(now time.Time) (url.Values, error) {
 	v := url.Values{}
-	for k, s := range map[string]string{"status": f.status, "source_queue": f.queue, "reason": f.reason, "group": f.group, "q": f.q} {
+	for k, s := range map[string]string{"status": f.status, "source_queue": f.queue, "reason": f.reason, "category": f.category, "group": f.group, "q": f.q} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -138,7 +139,7 @@ func runLs(args []string, env cliEnv) int {
 	}
 	var count *store.Total
 	tw := c.listing()
-	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
+	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tCATEGORY\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
 	code := c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
 		var page struct {
 			Messages   []store.Message `json:"messages"`
@@ -149,7 +150,11 @@ func runLs(args []string, env cliEnv) int {
 			return nil, err
 		}
 		for _, m := range page.Messages {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Status,
+			status := m.Status
+			if m.AutoExhausted {
+				status += " (parked)"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Category, status,
 				m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
 		}
 		if count == nil {
@@ -235,6 +240,10 @@ func runShow(args []string, env cliEnv) int {
 	row("source", fmt.Sprintf("queue %s (exchange %q, routing key %q)", m.SourceQueue, m.SourceExchange, m.SourceRoutingKey))
 	row("dead-letter queue", m.DeadLetterQueue)
 	row("reason", fmt.Sprintf("%s (%d deaths)", m.Reason, m.DeathCount))
+	row("category", m.Category)
+	if m.AutoExhausted {
+		row("automatic replay", "exhausted: the policies tried it as often as they may (parked for a human)")
+	}
 	row("failed at", m.FailedAt.Format(time.RFC3339)+" (first "+m.FirstFailedAt.Format(time.RFC3339)+")")
 	if m.ReplayCount > 0 || m.ReplayedAt != nil {
 		r := strconv.FormatInt(m.ReplayCount, 10) + " replays"
@@ -344,6 +353,9 @@ func runAction(name string, args []string, env cliEnv) int {
 	}
 	if af.json {
 		c.printRaw(b)
+		return ExitOK
+	}
+	if waitsForApproval(env.stdout, b) {
 		return ExitOK
 	}
 	var res store.ActionResult

@@ -110,6 +110,7 @@ func Replay(args []string) int {
 		group, since, until, commandID string
 		startAt                        string
 		fields                         []string
+		category                       string
 		delay, canaryWait              time.Duration
 		limit, canary                  int
 		rate                           float64
@@ -124,6 +125,7 @@ func Replay(args []string) int {
 		fs.StringVar(&status, "status", "", "... with this status (default pending)")
 		fs.StringVar(&q, "q", "", "... matching this text search")
 		fs.StringVar(&group, "group", "", "... of this failure group")
+		fs.StringVar(&category, "category", "", "... of this failure category (transient, permanent, unknown, or a comma list)")
 		fs.StringVar(&since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
 		fs.StringVar(&until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
 		fs.Func("field", "... whose JSON body meets this condition, repeatable: path=value, path!=value, path<n, path? (see dlq ls -h)", func(s string) error {
@@ -180,7 +182,7 @@ func Replay(args []string) int {
 		}
 	}
 	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
-	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || since != "" || until != "" ||
+	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || category != "" || since != "" || until != "" ||
 		len(fields) > 0
 	switch {
 	case len(ids) > 0 && filtered:
@@ -189,7 +191,7 @@ func Replay(args []string) int {
 	case len(ids) > 0:
 		req.IDs = ids
 	case filtered:
-		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group, Fields: fields}
+		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group, Category: category, Fields: fields}
 		now := time.Now()
 		var err error
 		if f.FailedAfter, err = when("since", since, now); err != nil {
@@ -244,6 +246,9 @@ func Replay(args []string) int {
 	res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplay, CommandID: commandID, Request: req, Confirm: confirm}, rf.timeout)
 	if code >= 0 {
 		return code
+	}
+	if !rf.json && waitsForApproval(os.Stdout, res) {
+		return ExitOK
 	}
 	var task replay.Task
 	if err := json.Unmarshal(res, &task); err != nil {

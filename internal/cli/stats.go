@@ -29,11 +29,13 @@ func runGroups(args []string, env cliEnv) int {
 	var (
 		af            apiFlags
 		queue, status string
+		category      string
 		limit         int
 	)
 	af.register(fs, env)
 	fs.StringVar(&queue, "queue", "", "only this source queue")
 	fs.StringVar(&status, "status", "", "count (and order by) this status: pending (default), replaying, replayed, acknowledged, all")
+	fs.StringVar(&category, "category", "", "only groups of this failure category: transient, permanent, unknown (or a comma list)")
 	fs.IntVar(&limit, "limit", 20, "groups to show (at most 1000)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: dlq groups [flags]   failure groups, largest first")
@@ -50,6 +52,9 @@ func runGroups(args []string, env cliEnv) int {
 	if status != "" {
 		q.Set("status", status)
 	}
+	if category != "" {
+		q.Set("category", category)
+	}
 	b, err := c.call(context.Background(), "GET", "/api/v1/groups", q, nil)
 	if err != nil {
 		return c.fail(err)
@@ -63,7 +68,7 @@ func runGroups(args []string, env cliEnv) int {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "GROUP\tQUEUE\tPENDING\tTOTAL\tLAST SEEN\t FAILURE\t")
+	fmt.Fprintln(tw, "GROUP\tQUEUE\tCATEGORY\tPENDING\tTOTAL\tLAST SEEN\t FAILURE\t")
 	for _, g := range out.Groups {
 		what := g.FailureType
 		if g.Pattern != "" {
@@ -72,7 +77,7 @@ func runGroups(args []string, env cliEnv) int {
 		if what == "" {
 			what = "(" + g.Reason + ", no failure details)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t %s\t\n", g.ID, g.SourceQueue, thousands(g.Counts.Pending), thousands(g.Total),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t %s\t\n", g.ID, g.SourceQueue, g.Category, thousands(g.Counts.Pending), thousands(g.Total),
 			g.LastSeen.Local().Format("2006-01-02 15:04"), shorten(what, 80))
 	}
 	tw.Flush()
@@ -123,6 +128,18 @@ func runStats(args []string, env cliEnv) int {
 			c := st.ByReason[r]
 			fmt.Fprintf(w, "  %-16s %s / %s\n", r, thousands(c.Pending), thousands(c.Total()))
 		}
+	}
+	if len(st.ByCategory) > 0 {
+		fmt.Fprintln(w, "\nby category (pending / total):")
+		for _, cat := range store.Categories {
+			c := st.ByCategory[cat]
+			fmt.Fprintf(w, "  %-16s %s / %s\n", cat, thousands(c.Pending), thousands(c.Total()))
+		}
+	}
+	if cs := st.Categorisation; cs != nil && cs.Pass != nil {
+		p := cs.Pass
+		fmt.Fprintf(w, "recomputing categories for new rules: %s of ids up to %s done, %s changed\n",
+			thousands(p.Cursor), thousands(p.MaxID), thousands(p.Changed))
 	}
 	fmt.Fprintln(w)
 	printQueues(w, st.BySourceQueue)

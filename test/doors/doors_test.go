@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,6 +169,8 @@ type outcome struct {
 	Requested        int64
 	// Count of an approval request shown or decided.
 	Count int64
+	// Policies a listing showed, by name.
+	Policies []string
 }
 
 // door sends one request as the named token, with requestID as the id the
@@ -188,6 +191,7 @@ type request struct {
 	dryRun  bool
 	confirm bool
 	body    string // edit_replay's new body (sent base64: the fixture's messages have no content type)
+	name    string // a policy (pause_policy, resume_policy)
 }
 
 type row struct {
@@ -380,6 +384,11 @@ func (d *httpDoor) do(t *testing.T, who, requestID string, r request) outcome {
 		path = "/api/v1/approvals"
 	case "approve", "reject":
 		method, path = http.MethodPost, fmt.Sprintf("/api/v1/approvals/%d/%s", r.id, r.action)
+	case "list_policies":
+		path = "/api/v1/policies"
+	case "pause_policy", "resume_policy":
+		verb, _, _ := strings.Cut(r.action, "_")
+		method, path = http.MethodPost, "/api/v1/policies/"+r.name+"/"+verb
 	}
 	var rd io.Reader
 	if body != nil {
@@ -433,6 +442,18 @@ func decodeResult(t *testing.T, f *fixture, action string, raw []byte) outcome {
 		var v struct{ Approvals []store.Approval }
 		require.NoError(t, json.Unmarshal(raw, &v), "%s", raw)
 		return outcome{Code: "ok", Count: int64(len(v.Approvals))}
+	case "list_policies":
+		var v ops.PoliciesView
+		require.NoError(t, json.Unmarshal(raw, &v), "%s", raw)
+		o := outcome{Code: "ok", Policies: []string{}}
+		for _, p := range v.Policies {
+			o.Policies = append(o.Policies, p.Name)
+		}
+		return o
+	case "pause_policy", "resume_policy":
+		var p ops.PolicyView
+		require.NoError(t, json.Unmarshal(raw, &p), "%s", raw)
+		return outcome{Code: "ok", Status: map[bool]string{true: "paused", false: "active"}[p.Paused]}
 	case "list_replays":
 		var v struct{ Replays []replay.Task }
 		require.NoError(t, json.Unmarshal(raw, &v), "%s", raw)
@@ -520,6 +541,12 @@ func (d *controlDoor) do(t *testing.T, who, requestID string, r request) outcome
 		cmd.Command = control.CmdApprove
 	case "reject":
 		cmd.Command = control.CmdReject
+	case "list_policies":
+		cmd.Command = control.CmdListPolicies
+	case "pause_policy":
+		cmd.Command, cmd.Name = control.CmdPausePolicy, r.name
+	case "resume_policy":
+		cmd.Command, cmd.Name = control.CmdResumePolicy, r.name
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -25,8 +25,9 @@ import (
 
 // Tokens the server accepts.
 const (
-	AdminToken  = "cli-admin-token"
-	ViewerToken = "cli-viewer-token"
+	AdminToken    = "cli-admin-token"
+	ViewerToken   = "cli-viewer-token"
+	OperatorToken = "cli-operator-token"
 )
 
 // Server runs the real API on a loopback port over a fresh schema with
@@ -43,15 +44,25 @@ func Server(t *testing.T) (url string, st *store.Store, dsn string, ids []int64)
 // confirmation of a filter above three messages. cron, when not nil,
 // serves the jobs and alerts routes.
 func Serve(t *testing.T, st *store.Store, cron ops.CronViews) string {
+	return ServeWith(t, st, cron, nil)
+}
+
+// ServeWith is Serve with the operations layer's configuration changed by
+// tweak (approval, a replay service, ...). It also takes OperatorToken.
+func ServeWith(t *testing.T, st *store.Store, cron ops.CronViews, tweak func(*ops.Config)) string {
 	t.Helper()
 	authn, err := auth.New(auth.Config{
 		AdminToken: AdminToken,
-		Tokens:     []auth.Token{{Name: "viewer", Token: ViewerToken, Role: auth.RoleViewer}},
+		Tokens: []auth.Token{{Name: "viewer", Token: ViewerToken, Role: auth.RoleViewer},
+			{Name: "operator", Token: OperatorToken, Role: auth.RoleOperator}},
 	})
 	require.NoError(t, err)
 	oc := ops.Config{Store: st, ConfirmAbove: 3}
 	if cron != nil {
 		oc.Cron = cron
+	}
+	if tweak != nil {
+		tweak(&oc)
 	}
 	operations, err := ops.New(oc)
 	require.NoError(t, err)

@@ -1,0 +1,29 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCategoryFilterBar: the messages page takes the category filter as
+// the API does, shows it selected, and lists only messages of it.
+func TestCategoryFilterBar(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t, many(4, "orders")...)
+	_, err := b.db.Exec(context.Background(), `UPDATE dead_messages SET category = 'transient' WHERE id = ANY($1)`, ids[:2])
+	require.NoError(t, err)
+	admin := b.signIn(t, tokAdmin)
+	r := admin.get(t, "/ui/messages?category=transient")
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.Equal(t, 2, strings.Count(r.text, `data-test="message-row"`), r.text)
+	require.Contains(t, r.text, `<option value="transient" selected>transient</option>`)
+	r = admin.get(t, "/ui/messages?category=unknown")
+	require.Equal(t, 2, strings.Count(r.text, `data-test="message-row"`))
+	r = admin.get(t, "/ui/messages?category=flaky")
+	require.Contains(t, r.text, `category &#34;flaky&#34;`)
+}
