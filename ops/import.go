@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/category"
 	"github.com/dlq/dlq/store"
 )
 
@@ -61,6 +62,10 @@ type importLine struct {
 	DeathHistory     json.RawMessage     `json:"death_history"`
 	XDeath           json.RawMessage     `json:"x_death"`
 	ConversionError  *string             `json:"conversion_error"`
+	// Category is kept as exported: the exporting dlq's rules judged the
+	// failure; this one's recategorisation job judges again when its rules
+	// change.
+	Category string `json:"category"`
 	// Export is the ExportEnd line's one member.
 	Export json.RawMessage `json:"export"`
 }
@@ -70,7 +75,7 @@ var exportFields = []string{
 	"id", "origin", "imported_from", "message_id", "source_queue", "source_exchange", "source_routing_key",
 	"dead_letter_queue", "reason", "death_count", "failure", "properties", "headers", "x_death", "body",
 	"body_size", "status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at",
-	"group", "death_history", "last_replay_error", "conversion_error",
+	"group", "death_history", "last_replay_error", "conversion_error", "category", "auto_exhausted", "edited",
 }
 
 // ImportMessages stores the messages of an export read from r (admin), in
@@ -233,6 +238,13 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	}
 	if l.ConversionError != nil {
 		m.ConversionError = *l.ConversionError
+	}
+	switch {
+	case l.Category == "":
+	case category.Valid(l.Category):
+		m.Category = l.Category
+	default:
+		return store.ImportMessage{}, false, fmt.Errorf("category %q is not one of %s", l.Category, strings.Join(category.All, ", "))
 	}
 	return store.ImportMessage{Message: m, From: from, DeathHistory: l.DeathHistory}, false, nil
 }
