@@ -38,7 +38,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 # Its folder is read-only, so its result files go here (tmp/ is ignored by git).
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
-.PHONY: build services run test test-cluster fuzz soak clean screenshot \
+.PHONY: build services run test test-cluster test-tls fuzz soak clean screenshot \
 	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds \
 	bench-instances
 
@@ -61,7 +61,7 @@ run: services build
 # package (without it test/ingest builds its own, and passes either way).
 test: services build
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags 'faults soak cluster' $(PKGS)
+	$(GO) vet -tags 'faults soak cluster tls' $(PKGS)
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -timeout 15m -p 2 $(PKGS)
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(PKGS)
 
@@ -142,3 +142,8 @@ bench-limits:
 clean:
 	rm -rf bin/ '$(BENCH_LIMITS_OUT)'
 	rm -f coverage*.out *.test
+
+# TLS against a RabbitMQ node and a PostgreSQL cluster the tests start on their own ports
+# (5691/5692/25691, 5491) and remove at the end; as root, alone (about a minute).
+test-tls: build
+	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -count=1 -tags tls -timeout 10m ./test/tls/

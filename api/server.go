@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,9 @@ type Config struct {
 	// Mount adds handlers beside the API's routes (the web console under
 	// /ui/). Optional.
 	Mount map[string]http.Handler
+	// TLS serves HTTPS with this configuration (its GetCertificate reloads
+	// the certificate: package tlsconf). Optional; nil serves plain HTTP.
+	TLS *tls.Config
 }
 
 // Default request body limits.
@@ -123,6 +127,10 @@ func New(cfg Config) (*Server, error) {
 		Addr:              cfg.Addr,
 		Handler:           s.withRequestID(s.withRecover(s.withErrorEnvelope(s.mux))),
 		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         cfg.TLS,
+		// A client that fails the TLS handshake is a log line each time;
+		// routed through the server's logger at its level.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }
@@ -141,12 +149,16 @@ func (s *Server) Listen() (net.Listener, error) {
 
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	s.log.Info("HTTP server listening", "addr", ln.Addr().String())
+	s.log.Info("HTTP server listening", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
 	if s.cfg.Auth != nil && s.cfg.Auth.Open() {
 		s.log.Warn("NO API TOKEN CONFIGURED: every local caller is an anonymous admin; "+
 			"set DLQ_ADMIN_TOKEN or api.tokens before exposing the API", "addr", ln.Addr().String())
 	}
-	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	serve := s.http.Serve
+	if s.cfg.TLS != nil {
+		serve = func(ln net.Listener) error { return s.http.ServeTLS(ln, "", "") }
+	}
+	if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("api: serve: %w", err)
 	}
 	return nil

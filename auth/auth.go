@@ -23,6 +23,9 @@ type Token struct {
 	// TokenSHA256 is the hex SHA-256 digest of the secret, so the secret
 	// need not appear in the configuration.
 	TokenSHA256 string `yaml:"token_sha256"`
+	// TokenFile is a file holding the secret (a container secret, private
+	// to its owner), read by package config into Token.
+	TokenFile string `yaml:"token_file"`
 	// Role is viewer, operator or admin. Required.
 	Role string `yaml:"role"`
 	// Queues restricts the token to these source queues. Optional; empty

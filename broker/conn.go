@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/dlq/dlq/internal/redact"
+	"github.com/dlq/dlq/internal/tlsconf"
 )
 
 // ConnConfig configures a Conn.
@@ -32,6 +34,12 @@ type ConnConfig struct {
 	// Up, when set, is told whether the connection is up (the dlq_up gauge).
 	// Optional.
 	Up prometheus.Gauge
+	// TLS is the client side of an amqps:// connection: the CAs to trust,
+	// a client certificate, the server name. Optional; default the
+	// system's CAs and the URL's host. The URL's own TLS parameters
+	// (cacertfile, certfile, keyfile, server_name_indication) are read
+	// when it is nil.
+	TLS *tls.Config
 }
 
 // ErrClosed is returned once Close was called.
@@ -99,9 +107,10 @@ func (c *Conn) loop() {
 		addr := c.urls[next]
 		next = (next + 1) % len(c.urls)
 		conn, err := dialFiltered(addr, amqp.Config{
-			Heartbeat:  10 * time.Second,
-			Locale:     "en_US",
-			Properties: amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
+			Heartbeat:       10 * time.Second,
+			Locale:          "en_US",
+			Properties:      amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
+			TLSClientConfig: c.cfg.TLS,
 		}, c.undecodable)
 		if err != nil {
 			c.setErr(err)
@@ -109,7 +118,11 @@ func (c *Conn) loop() {
 				c.log.Warn("cannot connect to RabbitMQ; trying the next node", "url", redact.URL(addr), "error", err)
 				continue
 			}
-			c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redact.URL(addr), "retry_in", backoff, "error", err)
+			if why, ok := tlsconf.Explain(err, "amqp_tls / DLQ_AMQP_CA_FILE, DLQ_AMQP_SERVER_NAME"); ok {
+				c.log.Error("cannot connect to RabbitMQ over TLS; retrying", "url", redact.URL(addr), "retry_in", backoff, "error", why)
+			} else {
+				c.log.Warn("cannot connect to RabbitMQ; retrying", "url", redact.URL(addr), "retry_in", backoff, "error", err)
+			}
 			select {
 			case <-c.done:
 				return

@@ -656,3 +656,9 @@ func javaClassName(line string) string {
 	}
 	return name
 }
+
+// IsFailureHeader reports whether a header is one of those the failure
+// details are read from, in any framework's convention: where a failure
+// message or stack trace may be. Encryption at rest seals them with the
+// failure details.
+func IsFailureHeader(name string) bool { return lookupFailureField(name) != ffNone }

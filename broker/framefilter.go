@@ -2,7 +2,9 @@ package broker
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -399,10 +402,10 @@ func skipFieldShallow(b []byte) ([]byte, error) {
 // dialFiltered dials like amqp.DialConfig with a frameFilter between the
 // socket and amqp091-go, and a coalescingConn over both that gathers the
 // writes. For amqps it does the TLS handshake itself, so the filter reads
-// plain frames; an amqps URL with TLS parameters
-// (cacertfile, certfile, keyfile, server_name_indication) is dialled by
-// amqp091-go unfiltered, since only it reads those. The filter keeps the
-// tables it replaces in tables.
+// plain frames, with cfg.TLSClientConfig, or else the URL's own TLS
+// parameters (cacertfile, certfile, keyfile, server_name_indication),
+// read here as amqp091-go would. The filter keeps the tables it replaces
+// in tables.
 func dialFiltered(rawURL string, cfg amqp.Config, tables *undecodableTables) (*amqp.Connection, error) {
 	uri, err := amqp.ParseURI(rawURL)
 	if err != nil {
@@ -415,10 +418,10 @@ func dialFiltered(rawURL string, cfg amqp.Config, tables *undecodableTables) (*a
 	var tlsCfg *tls.Config
 	dialURL := rawURL
 	if uri.Scheme == "amqps" {
-		if uri.CACertFile != "" || uri.CertFile != "" || uri.KeyFile != "" || uri.ServerName != "" {
-			return amqp.DialConfig(rawURL, cfg)
+		if tlsCfg, err = uriTLS(uri, cfg.TLSClientConfig); err != nil {
+			return nil, err
 		}
-		tlsCfg = &tls.Config{ServerName: uri.Host, MinVersion: tls.VersionTLS12}
+		cfg.TLSClientConfig = nil
 		// amqp091-go must not wrap the connection in TLS a second time:
 		// it gets an amqp:// URL with the amqps port spelt out, and the
 		// rest of the URL (vhost, query parameters) as it was.
@@ -451,4 +454,35 @@ func dialFiltered(rawURL string, cfg amqp.Config, tables *undecodableTables) (*a
 		return newCoalescingConn(newFrameFilter(c, tables), coalesceDelay), nil
 	}
 	return amqp.DialConfig(dialURL, cfg)
+}
+
+// uriTLS is the TLS configuration of an amqps connection: base (cloned),
+// or the URL's parameters; the server name defaults to the URL's host.
+func uriTLS(uri amqp.URI, base *tls.Config) (*tls.Config, error) {
+	if base != nil {
+		c := base.Clone()
+		if c.ServerName == "" {
+			c.ServerName = uri.Host
+		}
+		return c, nil
+	}
+	c := &tls.Config{ServerName: cmp.Or(uri.ServerName, uri.Host), MinVersion: tls.VersionTLS12}
+	if uri.CACertFile != "" {
+		pem, err := os.ReadFile(uri.CACertFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker: cacertfile: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker: cacertfile %s holds no PEM certificate", uri.CACertFile)
+		}
+	}
+	if uri.CertFile != "" || uri.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(uri.CertFile, uri.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker: certfile and keyfile: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
 }

@@ -243,9 +243,9 @@ func TestEveryBadValueIsExplained(t *testing.T) {
 
 // TestBadValuesCoverEverySetting: every environment variable and every YAML
 // key of the sections this file covers has a wrong value above, or is
-// listed in anyValue. The api and replay sections have their own tests
-// (section_api_test.go, section_replay_test.go), and the alerts package
-// checks its own YAML.
+// listed in anyValue. The api, replay and security sections have their
+// own tests (section_api_test.go, section_replay_test.go,
+// section_security_test.go), and the alerts package checks its own YAML.
 func TestBadValuesCoverEverySetting(t *testing.T) {
 	t.Parallel()
 	covered := map[string]bool{}
@@ -259,7 +259,7 @@ func TestBadValuesCoverEverySetting(t *testing.T) {
 		covered[k] = true
 	}
 	skip := map[string]bool{}
-	for _, v := range append(apiEnvVars(), replayEnvVars()...) {
+	for _, v := range append(append(apiEnvVars(), replayEnvVars()...), securityEnvVars()...) {
 		skip[v.name] = true
 	}
 	for _, v := range envVars() {
@@ -269,7 +269,7 @@ func TestBadValuesCoverEverySetting(t *testing.T) {
 	}
 	for _, key := range yamlLeaves(reflect.TypeFor[Config](), "") {
 		root, _, _ := strings.Cut(key, ".")
-		if root == "api" || root == "replay" || root == "alerts" {
+		if root == "api" || root == "replay" || root == "alerts" || root == "encryption" || root == "redaction" || root == "tls" || root == "amqp_tls" {
 			continue
 		}
 		require.True(t, covered[key], "YAML key %s has no bad-value case", key)

@@ -56,6 +56,11 @@ type Config struct {
 
 	// Recovery is failure categories and automatic replay policies.
 	Recovery Recovery `yaml:"recovery"`
+	// Encryption at rest, redaction and TLS (section_security.go).
+	Encryption Encryption `yaml:"encryption"`
+	Redaction  Redaction  `yaml:"redaction"`
+	TLS        TLS        `yaml:"tls"`
+	AMQPTLS    AMQPTLS    `yaml:"amqp_tls"`
 
 	// NoMigrate skips applying migrations at serve start (flag --no-migrate).
 	NoMigrate bool `yaml:"no_migrate"`
@@ -144,6 +149,8 @@ func Default() Config {
 	c.Management = defaultManagement()
 	c.UI = defaultUI()
 	c.Recovery = defaultRecovery()
+	c.Encryption = defaultEncryption()
+	c.TLS = defaultTLS()
 	return c
 }
 
@@ -178,7 +185,7 @@ func Load(f Flags, getenv func(string) string) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if err := applyEnv(&c, getenv); err != nil {
+	if err := errors.Join(checkSecretFileVars(getenv), applyEnv(&c, getenv), c.resolveTokenFiles()); err != nil {
 		return Config{}, err
 	}
 	if f.AMQPURL != "" {

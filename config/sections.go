@@ -5,7 +5,7 @@ package config
 
 func extraEnvVars() []envVar {
 	var v []envVar
-	for _, f := range []func() []envVar{replayEnvVars, apiEnvVars, cronEnvVars, cleanupEnvVars, alertsEnvVars, managementEnvVars, uiEnvVars, recoveryEnvVars} {
+	for _, f := range []func() []envVar{replayEnvVars, apiEnvVars, cronEnvVars, cleanupEnvVars, alertsEnvVars, managementEnvVars, uiEnvVars, recoveryEnvVars, securityEnvVars} {
 		v = append(v, f()...)
 	}
 	return v
@@ -13,7 +13,7 @@ func extraEnvVars() []envVar {
 
 func (c *Config) validateExtra() []error {
 	var errs []error
-	for _, f := range []func() []error{c.validateReplay, c.validateAPI, c.validateCron, c.validateCleanup, c.validateAlerts, c.validateManagement, c.validateUI, c.validateRecovery} {
+	for _, f := range []func() []error{c.validateReplay, c.validateAPI, c.validateCron, c.validateCleanup, c.validateAlerts, c.validateManagement, c.validateUI, c.validateRecovery, c.validateSecurity} {
 		errs = append(errs, f()...)
 	}
 	return errs

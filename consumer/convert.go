@@ -53,6 +53,7 @@ func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*am
 
 	m = store.NewMessage{
 		MessageID:        d.MessageId,
+		CorrelationID:    d.CorrelationId,
 		SourceQueue:      broker.ShortStr(death.SourceQueue),
 		SourceExchange:   broker.ShortStr(death.SourceExchange),
 		SourceRoutingKey: broker.ShortStr(death.SourceRoutingKey),

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,7 +45,13 @@ type Client struct {
 // token. url may name a cluster's nodes separated by commas
 // (broker.SplitURLs): the first that answers is used.
 func Dial(ctx context.Context, url, queue, token string) (*Client, error) {
-	cfg := amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Properties: amqp.Table{"connection_name": "dlq cli"}}
+	return DialTLS(ctx, url, queue, token, nil)
+}
+
+// DialTLS is Dial with the client side of an amqps:// connection (nil:
+// the system's CAs and the URL's host).
+func DialTLS(ctx context.Context, url, queue, token string, tlsCfg *tls.Config) (*Client, error) {
+	cfg := amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Properties: amqp.Table{"connection_name": "dlq cli"}, TLSClientConfig: tlsCfg}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Dial = amqp.DefaultDial(time.Until(dl))
 	} else {

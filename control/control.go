@@ -49,6 +49,10 @@ type Operations interface {
 	Policies(ctx context.Context, c ops.Caller) (ops.PoliciesView, error)
 	PausePolicy(ctx context.Context, c ops.Caller, name, reason string) (ops.PolicyView, error)
 	ResumePolicy(ctx context.Context, c ops.Caller, name string) (ops.PolicyView, error)
+	// SealAnswer and OpenAnswer keep a remembered answer sealed when
+	// encryption is on: an answer may carry a message.
+	SealAnswer(commandID, answer string) (string, error)
+	OpenAnswer(commandID, stored string) (string, error)
 }
 
 // CommandStore remembers commands by command_id. *store.Store implements it.
@@ -259,7 +263,12 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 	case !res.Reserved && (res.Principal != p.Name || res.Command != cmd.Command):
 		return fail(cmdErr(CodeConflict, "command_id %q was already used for another command; use a new id per command", cmd.CommandID))
 	case !res.Reserved:
-		return res.Answer, cmd.Command, "duplicate"
+		answer, err := c.cfg.Ops.OpenAnswer(cmd.CommandID, res.Answer)
+		if err != nil {
+			c.log.Error("cannot open the remembered answer of a repeated command", "command_id", cmd.CommandID, "error", err)
+			return fail(cmdErr(CodeInternal, "the first answer of command %q cannot be read: %v", cmd.CommandID, err))
+		}
+		return answer, cmd.Command, "duplicate"
 	}
 
 	answer, command, result = c.safeExecute(ctx, cmd, caller)
@@ -274,7 +283,11 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 	if result == "ok" && cmd.Command == CmdReplay && !cmd.DryRun {
 		return answer, command, result // recorded with the task
 	}
-	if err := c.cfg.Commands.SaveCommandAnswer(context.WithoutCancel(ctx), cmd.CommandID, answer); err != nil {
+	stored, err := c.cfg.Ops.SealAnswer(cmd.CommandID, answer)
+	if err == nil {
+		err = c.cfg.Commands.SaveCommandAnswer(context.WithoutCancel(ctx), cmd.CommandID, stored)
+	}
+	if err != nil {
 		c.log.Warn("cannot record a command's answer; a repeat will run it again after its reservation expires",
 			"command_id", cmd.CommandID, "error", err)
 	}

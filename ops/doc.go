@@ -17,7 +17,12 @@
 //     of its queues);
 //   - the confirmation threshold for large selections by filter, and dry
 //     runs;
-//   - whether the caller may see message bodies;
+//   - whether the caller may see message bodies, and which values are
+//     masked for it (redaction.go: headers by name, JSON body values by
+//     path, for roles below the reveal role);
+//   - opening sealed messages (sealed.go): store hands back what it sealed
+//     as it is, and the layer opens it only for a read it answers (replay
+//     opens what it publishes; nothing else does);
 //   - the actor of the audit row, which store writes in the action's own
 //     transaction.
 //

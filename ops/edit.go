@@ -13,6 +13,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -96,6 +98,11 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if err != nil {
 		return EditResult{}, err
 	}
+	// The copy is made of the real values, whatever the caller may see.
+	s.open(&m)
+	if m.Encryption != nil && m.Encryption.Error != "" {
+		return EditResult{}, fmt.Errorf("message %d cannot be read, so it cannot be edited: %s: %w", id, m.Encryption.Error, store.ErrConflict)
+	}
 	if prev, edited, err := s.st.GetMessageEdit(ctx, id); err != nil {
 		return EditResult{}, err
 	} else if edited && prev.State != store.EditFailed {
@@ -127,6 +134,16 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 		ReplayID: edit.ReplayID, Exchange: m.SourceExchange, RoutingKey: m.SourceRoutingKey,
 		Properties: m.Properties, Headers: headers, Body: pub.Body,
 	}}
+	// The caller sees the copy as it may see any message.
+	if !p.Bodies {
+		out.Copy.Body = nil
+	}
+	if s.red.masks(p) {
+		out.Copy.Headers = s.red.headersJSON(out.Copy.Headers)
+		if out.Copy.Body != nil && len(s.red.paths) > 0 {
+			out.Copy.Body = s.red.body(out.Copy.Body, contentType(m.Properties))
+		}
+	}
 	if r.DryRun {
 		return out, nil
 	}
@@ -156,9 +173,20 @@ func (s *Service) checkEdit(m store.Message, r EditRequest) (replay.Edit, map[st
 	if err != nil {
 		return edit, nil, err
 	}
+	if body != nil && m.Body != nil {
+		if body, err = s.red.restoreBody(body, *m.Body, props.ContentType); err != nil {
+			return edit, nil, err
+		}
+	}
 	if body != nil {
-		sum := sha256.Sum256(body)
-		diff["body"] = map[string]any{"size_before": m.BodySize, "size_after": len(body), "sha256_after": hex.EncodeToString(sum[:])}
+		d := map[string]any{"size_before": m.BodySize, "size_after": len(body)}
+		if !s.st.Encrypted() {
+			// An unkeyed hash of the body would let a reader of the audit
+			// log test guesses of a body that is sealed everywhere else.
+			sum := sha256.Sum256(body)
+			d["sha256_after"] = hex.EncodeToString(sum[:])
+		}
+		diff["body"] = d
 		edit.Body = body
 	}
 	check := func(field, k string) error {
@@ -191,10 +219,66 @@ func (s *Service) checkEdit(m store.Message, r EditRequest) (replay.Edit, map[st
 				return edit, nil, invalid("set_headers: header %q is also in remove_headers", k)
 			}
 		}
-		edit.SetHeaders = r.SetHeaders
-		diff["headers_set"] = r.SetHeaders
+		if set, err = s.restoreHeaders(m, set); err != nil {
+			return edit, nil, err
+		}
+		if len(set) > 0 {
+			if edit.SetHeaders, err = broker.AppendHeadersJSON(nil, set); err != nil {
+				return edit, nil, invalid("set_headers: %v", err)
+			}
+			diff["headers_set"] = s.auditHeaders(set)
+		}
+	}
+	if body == nil && len(edit.SetHeaders) == 0 && len(r.RemoveHeaders) == 0 {
+		return edit, nil, invalid("set_headers: nothing to change: the headers set hold only the placeholder of masked values")
 	}
 	return edit, diff, nil
+}
+
+// restoreHeaders drops from set the masked headers an edit sends back as
+// the placeholder: the copy keeps their real values. A placeholder for a
+// header the message does not have is refused.
+func (s *Service) restoreHeaders(m store.Message, set amqp.Table) (amqp.Table, error) {
+	if s.red == nil {
+		return set, nil
+	}
+	var orig amqp.Table
+	for k, v := range set {
+		if str, ok := v.(string); !ok || str != RedactedValue || !s.red.header(k) {
+			continue
+		}
+		if orig == nil {
+			var err error
+			if orig, err = broker.DecodeHeadersJSON(m.Headers); err != nil {
+				return nil, fmt.Errorf("ops: stored headers of message %d: %w", m.ID, err)
+			}
+		}
+		if _, ok := orig[k]; !ok {
+			return nil, invalid("set_headers: header %q holds %q, the placeholder of a masked value, but the message has no such header to keep: give the real value or leave it out",
+				k, RedactedValue)
+		}
+		delete(set, k)
+	}
+	return set, nil
+}
+
+// auditHeaders is what the audit row records of the headers an edit
+// sets: their values, masked where configured; only their names when
+// encryption is on (the audit log is not sealed).
+func (s *Service) auditHeaders(set amqp.Table) any {
+	if s.st.Encrypted() {
+		names := make([]string, 0, len(set))
+		for k := range set {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		return names
+	}
+	hj, err := broker.AppendHeadersJSON(nil, set)
+	if err != nil {
+		return nil
+	}
+	return json.RawMessage(s.red.headersJSON(hj))
 }
 
 // newBody reads the new body: body_base64 for any message, body (text)

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -98,6 +99,15 @@ func (s *Service) ExportMessages(ctx context.Context, c Caller, r ExportRequest,
 	for {
 		more, last, err := s.st.EachMessage(ctx, f, store.ListOptions{Limit: exportPage, Before: before, IncludeBody: true},
 			func(m store.Message) error {
+				// What the API would show this principal: opened, masked
+				// below the reveal role.
+				s.present(p, &m)
+				if m.Encryption != nil && m.Encryption.Error != "" {
+					// A line without its body would import as a different
+					// message: stop loudly rather than write it.
+					return fmt.Errorf("export: message %d cannot be opened (%s); configure its key (docs/SECURITY.md), or go on past it with cursor=%d",
+						m.ID, m.Encryption.Error, m.ID)
+				}
 				if err := sink.Line(ExportLine{Message: m, Origin: origin}); err != nil {
 					return err
 				}

@@ -53,6 +53,9 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if err := mayFilterBodies(p, f); err != nil {
 		return MessagePage{}, err
 	}
+	if err := s.checkSearch(f); err != nil {
+		return MessagePage{}, err
+	}
 	limit := r.Limit
 	if limit == 0 {
 		limit = store.ListLimitDefault
@@ -83,6 +86,9 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if out.Messages == nil {
 		out.Messages = []store.Message{}
 	}
+	for i := range out.Messages {
+		s.present(p, &out.Messages[i])
+	}
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
 		out.NextCursor = &next
@@ -110,9 +116,7 @@ func (s *Service) GetMessage(ctx context.Context, c Caller, id int64) (store.Mes
 	if err != nil {
 		return store.Message{}, err
 	}
-	if !p.Bodies {
-		m.Body = nil
-	}
+	s.present(p, &m)
 	e, edited, err := s.st.GetMessageEdit(ctx, id)
 	if err != nil {
 		return store.Message{}, err
@@ -159,6 +163,9 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 		return store.ActionResult{}, err
 	}
 	if err := mayFilterBodies(c.Principal, f); err != nil {
+		return store.ActionResult{}, err
+	}
+	if err := s.checkSearch(f); err != nil {
 		return store.ActionResult{}, err
 	}
 	if r.Limit < 0 {

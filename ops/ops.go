@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/crypt"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -73,6 +74,13 @@ type Config struct {
 	// KeepUserID shows an edit's copy with its user_id, as the replay
 	// service publishes it (replay.keep_user_id). Optional.
 	KeepUserID bool
+	// Ring opens sealed messages (encryption at rest, sealed.go).
+	// Optional: without it a sealed message is shown flagged, with what is
+	// stored in plain text only.
+	Ring *crypt.Ring
+	// Redaction masks configured header and body values for principals
+	// below its reveal role (redaction.go). Optional.
+	Redaction Redaction
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 }
@@ -97,6 +105,7 @@ type Service struct {
 	cfg Config
 	st  *store.Store
 	log *slog.Logger
+	red *redactor // nil: nothing masked
 }
 
 // New validates cfg.
@@ -104,7 +113,11 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, st: cfg.Store, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "ops")}, nil
+	red, err := newRedactor(cfg.Redaction)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, st: cfg.Store, log: cmp.Or(cfg.Logger, slog.Default()).With("component", "ops"), red: red}, nil
 }
 
 // Door names, recorded as the audit row's "via".

@@ -50,6 +50,9 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 	if err := mayFilterBodies(p, sel); err != nil {
 		return replay.Task{}, err
 	}
+	if err := s.checkSearch(sel); err != nil {
+		return replay.Task{}, err
+	}
 	if req.Limit < 0 {
 		return replay.Task{}, invalid("limit: %d must be >= 0", req.Limit)
 	}

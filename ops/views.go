@@ -28,6 +28,9 @@ func (s *Service) Groups(ctx context.Context, c Caller, q store.GroupQuery) ([]s
 	if groups == nil && err == nil {
 		groups = []store.Group{}
 	}
+	for i := range groups {
+		s.openGroup(&groups[i])
+	}
 	return groups, err
 }
 
@@ -40,7 +43,12 @@ func (s *Service) Group(ctx context.Context, c Caller, id string) (store.Group, 
 	if _, err := store.ParseGroupID(id); err != nil {
 		return store.Group{}, invalid("id: %q must be a group id (16 hex digits)", id)
 	}
-	return s.st.GetGroup(ctx, id, c.Principal.Queues)
+	g, err := s.st.GetGroup(ctx, id, c.Principal.Queues)
+	if err != nil {
+		return store.Group{}, err
+	}
+	s.openGroup(&g)
+	return g, nil
 }
 
 // Stats is the overview within the caller's scope.

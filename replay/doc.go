@@ -125,6 +125,13 @@
 // If so the task ends as canary_failed and the rest is not touched;
 // otherwise it replays the rest.
 //
+// # Encryption at rest
+//
+// A sealed message (package store) is opened just before it is published
+// (sealed.go), and a sealed edit with it: a replay sends what arrived. A
+// message that cannot be opened (its key is missing, it does not
+// authenticate) fails with the reason and sends nothing.
+//
 // # Cancel
 //
 // Cancelling sets the task's status in PostgreSQL and sends a notification

@@ -193,13 +193,20 @@ func (r *taskRun) onResult(b *claimBatch, id int64, replayID string, res broker.
 // publishing builds what m is published as: the message itself, or, for an
 // edit-then-replay task, its corrected copy. rid is the publish's replay id.
 func (r *taskRun) publishing(m *store.ClaimedMessage) (rid string, msg amqp.Publishing, err error) {
+	if err := r.s.open(m); err != nil {
+		return "", amqp.Publishing{}, err
+	}
 	if len(r.task.Edit) == 0 {
 		rid = newReplayID()
 		msg, err = buildPublishing(*m, rid, r.s.cfg.KeepUserID)
 		return rid, msg, err
 	}
+	edit, err := r.s.taskEdit(r.task)
+	if err != nil {
+		return "", amqp.Publishing{}, err
+	}
 	var e Edit
-	if err := json.Unmarshal(r.task.Edit, &e); err != nil {
+	if err := json.Unmarshal(edit, &e); err != nil {
 		return "", amqp.Publishing{}, fmt.Errorf("the edit of task %d: %w", r.task.ID, err)
 	}
 	msg, err = EditedPublishing(*m, e, r.s.cfg.KeepUserID)

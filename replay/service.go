@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/crypt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -67,6 +68,10 @@ type Config struct {
 	// after it ends, so that a scrape sees its final values. Optional;
 	// default 15m.
 	ProgressRetention time.Duration
+	// Ring opens sealed messages and edits to publish them (encryption
+	// at rest, package store). Optional: without it a sealed message fails
+	// its publish, naming its key.
+	Ring *crypt.Ring
 	// Name identifies this instance in claims. Optional; default host-pid.
 	Name string
 	// Logger is optional; default slog.Default().

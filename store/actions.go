@@ -102,6 +102,10 @@ func (s *Store) DeleteMessageIn(ctx context.Context, id int64, scope []string, a
 // change them, adjust the counters, write the audit row.
 func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, opt ActionOptions) (ActionResult, error) {
 	res := ActionResult{Action: action, DryRun: opt.DryRun}
+	f, err := s.withIndex(ctx, f)
+	if err != nil {
+		return res, err
+	}
 	byIDs := len(f.IDs) > 0
 	if byIDs && strings.TrimSpace(f.Status) == "" {
 		// Ids name messages whatever their status.

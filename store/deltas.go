@@ -122,7 +122,10 @@ func applyStatusDeltas(ctx context.Context, tx pgx.Tx, moves []StatusMove) error
 	var b pgx.Batch
 	queueSummaryDeltas(&b, summary)
 	queueActivityDeltas(&b, activity)
-	queueGroupChanges(&b, groups)
+	// Moves carry no group text: nothing to seal.
+	if err := queueGroupChanges(&b, groups, nil); err != nil {
+		return err
+	}
 	if b.Len() == 0 {
 		return nil
 	}

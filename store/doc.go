@@ -136,6 +136,16 @@
 // claim index (dead_messages_claim_owner: a few per running task), with
 // the whole of q checked on each.
 //
+// # Encryption at rest
+//
+// With Config.Encryption the store seals what it writes (seal.go: bodies,
+// properties, headers, failure details, failure groups' text, waiting
+// edits) under a data key per row bound to the row's id, and keeps keyed
+// hashes instead of search keys, fingerprints and group ids; it never
+// opens what it sealed (package ops and package replay do). rekey.go
+// re-wraps data keys under the active key and checks at start that no
+// key still wrapping data is missing. docs/SECURITY.md.
+//
 // # Text columns
 //
 // PostgreSQL text cannot hold NUL or invalid UTF-8. The exact bytes of every

@@ -1,12 +1,15 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlq/dlq/crypt"
 )
 
 // Filter selects dead messages. It is shared by listing, bulk actions and
@@ -48,6 +51,20 @@ type Filter struct {
 	// its selection matched when it was made. Set by the operations layer
 	// when it carries out an approved request, never from user input.
 	Approval int64 `json:"-"`
+	// index is the store's index key when it seals (withIndex): q then
+	// matches sealed rows by their keyed hashes, and only by those.
+	index *crypt.Index
+}
+
+// withIndex gives a filter with q the index key its search needs when
+// the store seals.
+func (s *Store) withIndex(ctx context.Context, f Filter) (Filter, error) {
+	if s.enc == nil || f.Query == "" {
+		return f, nil
+	}
+	_, x, err := s.sealing(ctx)
+	f.index = x
+	return f, err
 }
 
 // ErrInvalidFilter wraps every filter validation error; the message names

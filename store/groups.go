@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dlq/dlq/crypt"
 )
 
 // Failure groups gather dead messages that failed the same way: same source
@@ -228,16 +230,21 @@ func groupKeyOf(m *NewMessage) groupKey {
 }
 
 // groupArrival computes the group of a message arriving as pending (new,
-// or a replayed message dead again) and records it in changes.
-func groupArrival(m *NewMessage, changes map[int64]*groupChange) int64 {
-	return groupEnter(changes, groupKeyOf(m), m.FailureMessage, StatusPending, m.FailedAt)
+// or a replayed message dead again) and records it in changes. When the
+// store seals (index set), the id is keyed: a plain hash of the pattern
+// would let a database reader test guesses of failure messages.
+func groupArrival(m *NewMessage, changes map[int64]*groupChange, index *crypt.Index) int64 {
+	return groupEnter(changes, groupKeyOf(m), m.FailureMessage, StatusPending, m.FailedAt, index)
 }
 
 // groupEnter records a message of the given status and failure time
 // entering the group of k, with failureMessage as the group's sample if
-// the group is new.
-func groupEnter(changes map[int64]*groupChange, k groupKey, failureMessage, status string, failedAt time.Time) int64 {
+// the group is new; index keys the id as groupArrival says.
+func groupEnter(changes map[int64]*groupChange, k groupKey, failureMessage, status string, failedAt time.Time, index *crypt.Index) int64 {
 	id := groupID(k)
+	if index != nil {
+		id = index.Group(id)
+	}
 	c := changes[id]
 	if c == nil {
 		c = &groupChange{}
@@ -280,7 +287,9 @@ func groupMove(changes map[int64]*groupChange, id int64, from, to string, n int6
 // follows. A change without a key targets a group that exists (its
 // messages reference it); the placeholder values of its insert part are
 // never used, and its infinite times leave first and last seen alone.
-func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
+// When the store seals (enc set), a new group's pattern and sample go in
+// enc_text, sealed.
+func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange, enc *encState) error {
 	ids := make([]int64, 0, len(changes))
 	for id, c := range changes {
 		if c.counts != (Counts{}) || !c.lastSeen.IsZero() {
@@ -288,7 +297,7 @@ func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
 		}
 	}
 	if len(ids) == 0 {
-		return
+		return nil
 	}
 	slices.Sort(ids)
 	n := len(ids)
@@ -296,10 +305,20 @@ func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
 	cats := make([]string, n)
 	p, rg, rd, a := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	first, last := make([]*time.Time, n), make([]*time.Time, n)
+	keyIDs, texts := make([]*string, n), make([][]byte, n)
 	for i, id := range ids {
 		c := changes[id]
 		queues[i], reasons[i], types[i], patterns[i], samples[i] = c.key.queue, c.key.reason, c.key.failureType, c.key.pattern, c.sample
 		cats[i] = categoryOf(c.key.category)
+		if enc != nil && c.key != (groupKey{}) {
+			t, err := enc.sealGroupText(id, c.key.pattern, c.sample)
+			if err != nil {
+				return fmt.Errorf("seal failure group %d: %w", id, err)
+			}
+			active := enc.ring.Active()
+			keyIDs[i], texts[i] = &active, t
+			patterns[i], samples[i] = "", ""
+		}
 		p[i], rg[i], rd[i], a[i] = c.counts.Pending, c.counts.Replaying, c.counts.Replayed, c.counts.Acknowledged
 		if !c.lastSeen.IsZero() {
 			first[i], last[i] = &c.firstSeen, &c.lastSeen
@@ -307,11 +326,12 @@ func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange) {
 	}
 	b.Queue(`
 INSERT INTO failure_groups AS g (id, source_queue, reason, failure_type, pattern, sample_message,
-    pending, replaying, replayed, acknowledged, first_seen, last_seen, category)
-SELECT id, q, r, t, pt, s, p, rg, rd, a, coalesce(f, 'infinity'), coalesce(l, '-infinity'), c
+    pending, replaying, replayed, acknowledged, first_seen, last_seen, category, enc_key_id, enc_text)
+SELECT id, q, r, t, pt, s, p, rg, rd, a, coalesce(f, 'infinity'), coalesce(l, '-infinity'), c, k, x
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[], $12::timestamptz[], $13::text[])
-    AS u(id, q, r, t, pt, s, p, rg, rd, a, f, l, c)
+    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::timestamptz[], $12::timestamptz[],
+    $13::text[], $14::text[], $15::bytea[])
+    AS u(id, q, r, t, pt, s, p, rg, rd, a, f, l, c, k, x)
 ON CONFLICT (id) DO UPDATE SET
     pending = g.pending + EXCLUDED.pending,
     replaying = g.replaying + EXCLUDED.replaying,
@@ -319,7 +339,8 @@ ON CONFLICT (id) DO UPDATE SET
     acknowledged = g.acknowledged + EXCLUDED.acknowledged,
     first_seen = LEAST(g.first_seen, EXCLUDED.first_seen),
     last_seen = GREATEST(g.last_seen, EXCLUDED.last_seen)`,
-		ids, queues, reasons, types, patterns, samples, p, rg, rd, a, first, last, cats)
+		ids, queues, reasons, types, patterns, samples, p, rg, rd, a, first, last, cats, keyIDs, texts)
+	return nil
 }
 
 // Group is one failure group as the API shows it.
@@ -337,6 +358,12 @@ type Group struct {
 	Total         int64     `json:"total"`
 	FirstSeen     time.Time `json:"first_seen"`
 	LastSeen      time.Time `json:"last_seen"`
+	// Encryption is set for a group whose text is sealed, once ops opened
+	// it (see Message.Encryption).
+	Encryption *EncryptionInfo `json:"encryption,omitempty"`
+	// Sealed is the group's sealed pattern and sample (a crypt blob,
+	// OpenGroupText), nil for a plain one.
+	Sealed []byte `json:"-"`
 }
 
 // Counts are message counts by status.
@@ -418,7 +445,7 @@ func (s *Store) Groups(ctx context.Context, q GroupQuery) ([]Group, error) {
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.category, g.sample_message,
-       g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen
+       g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen, g.enc_text
 FROM failure_groups g
 WHERE `+strings.Join(conds, " AND ")+`
 ORDER BY `+order+` DESC, g.id
@@ -438,7 +465,7 @@ func (s *Store) GetGroup(ctx context.Context, id string, scope []string) (Group,
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT g.id, g.source_queue, g.reason, g.failure_type, g.pattern, g.category, g.sample_message,
-       g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen
+       g.pending, g.replaying, g.replayed, g.acknowledged, g.first_seen, g.last_seen, g.enc_text
 FROM failure_groups g
 WHERE g.id = $1 AND ($2::text[] IS NULL OR g.source_queue = ANY($2))`, gid, scope)
 	if err != nil {
@@ -464,7 +491,7 @@ func scanGroups(rows pgx.Rows) ([]Group, error) {
 		)
 		if err := rows.Scan(&id, &g.SourceQueue, &g.Reason, &g.FailureType, &g.Pattern, &g.Category, &g.SampleMessage,
 			&g.Counts.Pending, &g.Counts.Replaying, &g.Counts.Replayed, &g.Counts.Acknowledged,
-			&g.FirstSeen, &g.LastSeen); err != nil {
+			&g.FirstSeen, &g.LastSeen, &g.Sealed); err != nil {
 			return nil, fmt.Errorf("store: read failure group: %w", err)
 		}
 		g.ID = FormatGroupID(id)

@@ -78,6 +78,12 @@ var importColumns = []string{
 // The audit row is written in the same transaction.
 func (s *Store) ImportMessages(ctx context.Context, next func() (ImportMessage, error), actor Actor) (ImportResult, error) {
 	var res ImportResult
+	if s.enc != nil {
+		// Imported rows are written by COPY, not sealed like ingested ones:
+		// with encryption at rest on they would lie in the table in clear.
+		return res, fmt.Errorf("%w: import is not available while encryption at rest is on "+
+			"(imported messages would be stored unsealed); import with encryption keys off, then turn them on and run dlq rekey to seal the imported rows (docs/SECURITY.md)", ErrInvalidFilter)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("store: import: begin: %w", err)
@@ -127,7 +133,9 @@ CREATE TEMP TABLE dlq_import (
 	var b pgx.Batch
 	queueSummaryDeltas(&b, im.deltas)
 	queueActivityDeltas(&b, im.activity)
-	queueGroupChanges(&b, im.groups)
+	if err := queueGroupChanges(&b, im.groups, nil); err != nil {
+		return ImportResult{}, err
+	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return ImportResult{}, fmt.Errorf("store: import: adjust the counters: %w", err)
 	}
@@ -233,7 +241,7 @@ RETURNING imported_origin::text, imported_id`, im.self)
 		delete(stored, batch[i].From)
 		im.imported++
 		outcomes[i] = OutcomeInserted
-		groupArrival(m, im.groups)
+		groupArrival(m, im.groups, nil)
 		k := summaryKey{cleanText(m.SourceQueue), StatusPending}
 		d := im.deltas[k]
 		d.messages++

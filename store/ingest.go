@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dlq/dlq/crypt"
 )
 
 // IngestBatch is one transaction's worth of dead messages.
@@ -55,6 +57,10 @@ var ingestColumns = []string{
 	"x_death", "category",
 }
 
+// sealedIngestColumns are ingestColumns for sealed rows (seal.go): the
+// same, with the ids reserved beforehand and the envelope.
+var sealedIngestColumns = append(slices.Clip(ingestColumns), "id", "enc_key_id", "enc_dek", "enc_nonce", "enc_meta")
+
 type summaryKey struct{ queue, status string }
 
 type summaryDelta struct{ messages, bytes int64 }
@@ -65,6 +71,10 @@ type summaryDelta struct{ messages, bytes int64 }
 // BatchCommitted before trying again.
 func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, error) {
 	res := IngestResult{Outcomes: make([]Outcome, len(b.Messages))}
+	enc, index, err := s.sealing(ctx)
+	if err != nil {
+		return IngestResult{}, fmt.Errorf("store: batch %d: %w", b.ID, err)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("store: begin ingest batch %d: %w", b.ID, err)
@@ -80,7 +90,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 		m := &b.Messages[i]
 		switch {
 		case m.DLQID > 0:
-			out, err := returnToRecord(ctx, tx, m, deltas, groups)
+			out, err := returnToRecord(ctx, tx, m, deltas, groups, enc, index)
 			if err != nil {
 				return IngestResult{}, fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
 			}
@@ -90,7 +100,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 			}
 			res.Outcomes[i] = out
 		case m.Redelivered:
-			dup, err := matchRedelivery(ctx, tx, m.Fingerprint, m.Returns, b.ID)
+			dup, err := matchRedelivery(ctx, tx, keyedFingerprint(index, m.Fingerprint), m.Returns, b.ID)
 			if err != nil {
 				return IngestResult{}, fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
 			}
@@ -107,10 +117,37 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	if len(plain) > 0 {
 		groupIDs := make([]int64, len(plain))
 		for k, i := range plain {
-			groupIDs[k] = groupArrival(&b.Messages[i], groups)
+			groupIDs[k] = groupArrival(&b.Messages[i], groups, index)
 		}
+		// Sealed rows are bound to their ids, so those are reserved first.
+		var sealed []sealedRow
+		var ids []int64
+		if enc != nil {
+			if ids, err = nextMessageIDs(ctx, tx, len(plain)); err != nil {
+				return IngestResult{}, fmt.Errorf("store: batch %d: reserve %d ids: %w", b.ID, len(plain), err)
+			}
+			sealed = make([]sealedRow, len(plain))
+			for k, i := range plain {
+				if sealed[k], err = enc.sealMessage(index, ids[k], &b.Messages[i]); err != nil {
+					return IngestResult{}, fmt.Errorf("store: batch %d: seal message: %w", b.ID, err)
+				}
+			}
+		}
+		cols := ingestColumns
 		src := pgx.CopyFromSlice(len(plain), func(k int) ([]any, error) {
 			m := &b.Messages[plain[k]]
+			if sealed != nil {
+				r := &sealed[k]
+				return []any{
+					nil, cleanText(m.SourceQueue), cleanText(m.SourceExchange),
+					cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
+					m.DeathCount, nil, nullText(m.FailureType), nil,
+					emptyObject, r.headers, r.body, len(m.Body), m.FirstFailedAt, m.FailedAt,
+					index.Fingerprint(m.Fingerprint), b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], nil, r.hashes,
+					m.Returns, nullJSON(m.XDeath),
+					ids[k], r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta,
+				}, nil
+			}
 			keys := SearchKeys(m)
 			return []any{
 				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
@@ -121,7 +158,10 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category),
 			}, nil
 		})
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, ingestColumns, src); err != nil {
+		if sealed != nil {
+			cols = sealedIngestColumns
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, cols, src); err != nil {
 			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
 		}
 		for _, i := range plain {
@@ -144,7 +184,9 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	queueSummaryDeltas(&batch, deltas)
 	ingestActivity(activity, b.Messages, res.Outcomes)
 	queueActivityDeltas(&batch, activity)
-	queueGroupChanges(&batch, groups)
+	if err := queueGroupChanges(&batch, groups, enc); err != nil {
+		return IngestResult{}, fmt.Errorf("store: batch %d: %w", b.ID, err)
+	}
 	if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
 		return IngestResult{}, fmt.Errorf("store: batch %d: register batch and summary: %w", b.ID, err)
 	}
@@ -262,23 +304,43 @@ WHERE id = (SELECT id FROM dead_messages WHERE id = $1 AND ingest_batch = $2 FOR
 // returnToRecord applies a replayed message's new death to its row. It
 // returns 0 when there is no such row (deleted since, or an x-dlq-id from
 // elsewhere whose body differs), in which case the caller inserts a new one.
-func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange) (Outcome, error) {
+// A sealed row's body is compared without being read (RowKey.Matches), and
+// the row is sealed again under a new data key with its new death; a row
+// sealed while this store has no keys is never taken for the same body.
+func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange,
+	enc *encState, index *crypt.Index) (Outcome, error) {
 	var (
 		status, queue string
 		size          int64
 		lastReplayID  *string
-		sameBody      bool
+		sameBody      *bool
 		oldGroup      *int64
+		env           crypt.Envelope
+		keyID         *string
+		sealedBody    []byte
 	)
 	err := tx.QueryRow(ctx, `
-SELECT status, source_queue, body_size, last_death_replay_id, body = $2, group_id
+SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
+    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END
 FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
-		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !sameBody) {
+		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
+	}
+	same := sameBody != nil && *sameBody
+	if keyID != nil {
+		env.KeyID = *keyID
+		if enc != nil {
+			if k, err := enc.ring.Unwrap(env); err == nil {
+				same = k.Matches(MessageRef(m.DLQID), crypt.FieldBody, sealedBody, nonNilBytes(m.Body))
+			}
+		}
+	}
+	if !same {
+		return 0, nil
 	}
 	if m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
 		return OutcomeDuplicate, nil
@@ -286,26 +348,43 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
 	// The row keeps its source queue; its failure group follows the new death.
 	arrival := *m
 	arrival.SourceQueue = queue
-	newGroup := groupArrival(&arrival, groups)
+	newGroup := groupArrival(&arrival, groups, index)
 	if oldGroup != nil {
 		groupMove(groups, *oldGroup, status, "", 1)
 	}
-	keys := SearchKeys(m)
-	_, err = tx.Exec(ctx, `
-UPDATE dead_messages SET
+	const set = `
     status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
     failure_message = $6, properties = $7, headers = $8, failed_at = $9,
     dead_letter_queue = $10, last_death_replay_id = $11,
     replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
     claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
-    search_hashes = $15, death_history = `+appendDeathHistory+`, x_death = $17, category = $18
+    search_hashes = $15, death_history = ` + appendDeathHistory + `, x_death = $17, category = $18`
+	if enc != nil {
+		r, err := enc.sealMessage(index, m.DLQID, m)
+		if err != nil {
+			return 0, err
+		}
+		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`,
+    message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23
 WHERE id = $1`,
-		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
-		nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-		nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
-		categoryOf(m.Category))
-	if err != nil {
-		return 0, err
+			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
+			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
+			nullText(m.ReplayID), m.ReplayCount, newGroup, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
+			categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
+		if err != nil {
+			return 0, err
+		}
+	} else {
+		keys := SearchKeys(m)
+		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`
+WHERE id = $1`,
+			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
+			nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
+			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
+			categoryOf(m.Category))
+		if err != nil {
+			return 0, err
+		}
 	}
 	old := summaryKey{queue, status}
 	d := deltas[old]
@@ -318,6 +397,15 @@ WHERE id = $1`,
 	d.bytes += size
 	deltas[cur] = d
 	return OutcomeReturned, nil
+}
+
+// keyedFingerprint is the fingerprint a row stores: keyed when the store
+// seals (index set).
+func keyedFingerprint(index *crypt.Index, fp int64) int64 {
+	if index == nil {
+		return fp
+	}
+	return index.Fingerprint(fp)
 }
 
 // DeathHistoryMax bounds dead_messages.death_history: a message that keeps

@@ -24,7 +24,10 @@ const ReturnsUnknown = -1
 // NewMessage is one dead message on its way in. The consumer builds it from
 // a delivery; Properties and Headers hold broker.AppendHeadersJSON output.
 type NewMessage struct {
-	MessageID        string
+	MessageID string
+	// CorrelationID is the correlation_id property: a search key, as the
+	// message id is (it is stored with the properties).
+	CorrelationID    string
 	SourceQueue      string
 	SourceExchange   string
 	SourceRoutingKey string

@@ -60,6 +60,13 @@ type Message struct {
 	// Edited is the message's latest edit-then-replay, when it has one
 	// (single-message reads only).
 	Edited *MessageEdit `json:"edited,omitempty"`
+	// Encryption is set for a sealed message (seal.go) once ops opened
+	// it: the key, and why it could not be read if it could not.
+	Encryption *EncryptionInfo `json:"encryption,omitempty"`
+	// Sealed holds a sealed row's encrypted part as read: properties,
+	// headers, failure, message id and body are not filled until ops
+	// opens it. Nil for a plain row.
+	Sealed *Sealed `json:"-"`
 }
 
 // messageColumns are read in the order scanMessage expects; the body is
@@ -68,7 +75,7 @@ const messageColumns = `m.id, m.message_id, m.source_queue, m.source_exchange, m
     m.dead_letter_queue, m.reason, m.death_count, m.failure, m.properties, m.headers, coalesce(m.x_death, dlq_x_death(m.headers)),
     m.body_size, m.status, m.replay_count, m.first_failed_at, m.failed_at, m.replayed_at, m.acknowledged_at,
     m.group_id, m.last_replay_error, m.conversion_error, m.death_history, m.imported_origin::text, m.imported_id,
-    m.category, m.auto_exhausted`
+    m.category, m.auto_exhausted, m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta`
 
 func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 	var (
@@ -77,16 +84,27 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 		body           []byte
 		origin         *string
 		importedFromID *int64
+		keyID          *string
+		sl             Sealed
 	)
 	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
 		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.XDeath,
 		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
-		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID, &m.Category, &m.AutoExhausted}
+		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID, &m.Category, &m.AutoExhausted,
+		&keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta}
 	if withBody {
 		dest = append(dest, &body)
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return Message{}, err
+	}
+	if keyID != nil {
+		sl.Envelope.KeyID = *keyID
+		if withBody {
+			sl.Body, body = nonNilBytes(body), nil
+			withBody = false
+		}
+		m.Sealed = &sl
 	}
 	if withBody {
 		if body == nil {
@@ -186,6 +204,9 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 	if err := f.Validate(); err != nil {
 		return false, 0, err
 	}
+	if f, err = s.withIndex(ctx, f); err != nil {
+		return false, 0, err
+	}
 	cols := messageColumns
 	if opt.IncludeBody {
 		cols += ", m.body"
@@ -202,6 +223,7 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 		if err != nil {
 			return false, 0, err
 		}
+		sq.index = f.index
 		// A search's estimated cost can pass PostgreSQL's JIT threshold,
 		// and compiling takes longer (hundreds of ms) than running these
 		// short queries; the transaction switches JIT off for itself.
@@ -218,7 +240,7 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 		// threshold reads the GIN index and the visibility map, not rows.
 		var shared int
 		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
-WHERE k.status <> 'replaying' AND k.search_hashes @> ARRAY[$1::bigint] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, KeyHash(sq.key)).Scan(&shared)
+WHERE k.status <> 'replaying' AND k.search_hashes && $1::bigint[] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, sq.keyHashes(sq.key)).Scan(&shared)
 		if err != nil {
 			return false, 0, fmt.Errorf("store: list messages: %w", err)
 		}
@@ -389,6 +411,26 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		keyWhereSQL = w
 		return w, nil
 	}
+	// A rare key (a message id, a trace id) is read through the GIN index;
+	// a key thousands of messages share was walked to already (keyIDs, see
+	// walkKey).
+	var keyArm string
+	if keyIDs != nil {
+		keyArm = `(SELECT unnest(` + args.add(keyIDs) + `::bigint[]) AS id)`
+	} else {
+		kw, err := keyWhere()
+		if err != nil {
+			return nil, err
+		}
+		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND ` + sq.hasKeys(args, "m", sq.key) + `
+		  ORDER BY m.id DESC LIMIT ` + n + `)`
+	}
+	if sq.index != nil {
+		// Failure text and bodies are sealed: q matches keys only. (Before
+		// the other arms render: an argument no statement uses is an
+		// error.)
+		return []string{keyArm}, nil
+	}
 	// Row conditions a failure group does not already decide.
 	rowConds := []string{"m.group_id = gid"}
 	if before != "" {
@@ -429,21 +471,7 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 	// with (group_id, status, id), whose millions of entries cost far more
 	// than checking the few rows with q's values.
 	keyed := func(keys []string) string {
-		return `(SELECT * FROM dead_messages k WHERE k.status <> 'replaying' AND ` + args.hasKeys("k", keys...) + ` OFFSET 0) m`
-	}
-	// A rare key (a message id, a trace id) is read through the GIN index;
-	// a key thousands of messages share was walked to already (keyIDs, see
-	// walkKey).
-	var keyArm string
-	if keyIDs != nil {
-		keyArm = `(SELECT unnest(` + args.add(keyIDs) + `::bigint[]) AS id)`
-	} else {
-		kw, err := keyWhere()
-		if err != nil {
-			return nil, err
-		}
-		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND ` + args.hasKeys("m", sq.key) + `
-		  ORDER BY m.id DESC LIMIT ` + n + `)`
+		return `(SELECT * FROM dead_messages k WHERE k.status <> 'replaying' AND ` + sq.hasKeys(args, "k", keys...) + ` OFFSET 0) m`
 	}
 	arms := []string{
 		keyArm,
@@ -524,7 +552,7 @@ func walkKey(ctx context.Context, tx pgx.Tx, f Filter, sq searchQuery, opt ListO
 			return nil, fmt.Errorf("store: search: %w", err)
 		}
 	}
-	rows, err := tx.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+where+` AND `+args.hasKeys("m", sq.key)+`
+	rows, err := tx.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+where+` AND `+sq.hasKeys(&args, "m", sq.key)+`
 ORDER BY m.id DESC LIMIT `+args.add(limit+1), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: search key %q: %w", sq.key, err)

@@ -160,7 +160,7 @@ func (s *Store) StartPolicyAttempt(ctx context.Context, l Lease, a PolicyAttempt
 		if len(p.Queues) == 0 {
 			n.Selection.Scope = nil
 		}
-		id, err := insertReplayTask(ctx, tx, n)
+		id, err := s.insertReplayTask(ctx, tx, n)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/dlq/dlq/internal/tlsconf"
 )
 
 // The store's part in a process that starts before its database, or
@@ -26,6 +28,9 @@ func (s *Store) MigrateWhenReachable(ctx context.Context) (MigrationResult, erro
 		if s.Ping(ctx) == nil {
 			return res, err
 		}
+		if perr := s.permanent(err); perr != nil {
+			return res, perr
+		}
 		s.log.Warn("PostgreSQL unreachable; migrations wait for it", "error", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
@@ -34,6 +39,37 @@ func (s *Store) MigrateWhenReachable(ctx context.Context) (MigrationResult, erro
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// CheckKeysWhenReachable is CheckKeys, waiting for PostgreSQL if it is
+// not up yet.
+func (s *Store) CheckKeysWhenReachable(ctx context.Context, configured []string) error {
+	backoff := 500 * time.Millisecond
+	for {
+		err := s.CheckKeys(ctx, configured)
+		if err == nil || ctx.Err() != nil || s.Ping(ctx) == nil {
+			return err
+		}
+		if err := s.permanent(err); err != nil {
+			return err
+		}
+		s.log.Warn("PostgreSQL unreachable; the encryption key check waits for it", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// permanent words a failure to reach PostgreSQL that waiting cannot mend:
+// its certificate does not verify (sslmode=verify-full, sslrootcert).
+func (s *Store) permanent(err error) error {
+	if why, ok := tlsconf.Explain(err, "DLQ_DATABASE_URL's sslrootcert (and sslmode=verify-full)"); ok {
+		return fmt.Errorf("store: cannot connect to PostgreSQL over TLS: %s", why)
+	}
+	return nil
 }
 
 // watchInterval is how often Watch pings PostgreSQL.

@@ -170,6 +170,10 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	if n.MaxItems <= 0 || len(n.Request) == 0 {
 		return ReplayTask{}, errors.New("store: create replay task: MaxItems and Request are required")
 	}
+	var err error
+	if n.Selection, err = s.withIndex(ctx, n.Selection); err != nil {
+		return ReplayTask{}, err
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return ReplayTask{}, fmt.Errorf("store: begin replay task: %w", err)
@@ -179,7 +183,7 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	if err := approvedInTx(ctx, tx, n.Approval, n.Actor); err != nil {
 		return ReplayTask{}, err
 	}
-	id, err := insertReplayTask(ctx, tx, n)
+	id, err := s.insertReplayTask(ctx, tx, n)
 	if err != nil {
 		return ReplayTask{}, err
 	}
@@ -247,7 +251,7 @@ ORDER BY m.id LIMIT `+args.add(limit), args...)
 
 // insertReplayTask inserts a task's row (scheduled, nothing requested
 // yet) in tx and returns its id.
-func insertReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask) (int64, error) {
+func (s *Store) insertReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask) (int64, error) {
 	var scope any
 	if n.Selection.Scope != nil {
 		scope = n.Selection.Scope
@@ -259,18 +263,32 @@ func insertReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask) (int64, e
 	var (
 		id   int64
 		edit []byte
+		// reserved is the task's id when it had to be known before the
+		// insert: a sealed edit is bound to it.
+		reserved *int64
 	)
 	if n.Edit != nil {
 		edit = n.Edit.Edit
+		if s.enc != nil {
+			if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('replay_tasks', 'id'))`).Scan(&id); err != nil {
+				return 0, fmt.Errorf("store: reserve a replay task id: %w", err)
+			}
+			reserved = &id
+			var err error
+			if edit, err = s.enc.sealEdit(id, edit); err != nil {
+				return 0, err
+			}
+		}
 	}
 	err := tx.QueryRow(ctx, `
-INSERT INTO replay_tasks (status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
+INSERT INTO replay_tasks (id, status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
     canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit)
-VALUES ('scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14)
+VALUES (coalesce($15::bigint, nextval(pg_get_serial_sequence('replay_tasks', 'id'))),
+    'scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14)
 RETURNING id`,
 		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
 		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
-		cleanText(n.Actor.RequestID), startAt, edit).Scan(&id)
+		cleanText(n.Actor.RequestID), startAt, edit, reserved).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("store: insert replay task: %w", err)
 	}
@@ -336,6 +354,10 @@ type ReplayPreview struct {
 func (s *Store) PreviewReplay(ctx context.Context, f Filter, limit, maxItems int64, maxReplays int, sample int) (ReplayPreview, error) {
 	if limit <= 0 {
 		limit = maxItems + 1
+	}
+	f, err := s.withIndex(ctx, f)
+	if err != nil {
+		return ReplayPreview{}, err
 	}
 	args := sqlArgs{}
 	cond, err := f.where(&args)

@@ -257,6 +257,10 @@ type ClaimedMessage struct {
 	BodySize         int64
 	// ReplayCount is the count before this replay.
 	ReplayCount int64
+	// Sealed is a sealed row's encrypted part (seal.go): Properties,
+	// Headers (those left plain only) and Body are then to be opened from
+	// it. Nil for a plain row.
+	Sealed *Sealed
 }
 
 // ClaimResult is what one ClaimReplayBatch call did.
@@ -384,17 +388,26 @@ CROSS JOIN LATERAL (
     WHERE i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL LIMIT 1) i
 WHERE m.id = x.id
 RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.source_exchange,
-    m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size`,
+    m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size,
+    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta`,
 			claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 		}
 		for rows.Next() {
-			var m ClaimedMessage
+			var (
+				m     ClaimedMessage
+				keyID *string
+				sl    Sealed
+			)
 			if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
-				&m.Properties, &m.Headers, &m.Body, &m.BodySize); err != nil {
+				&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta); err != nil {
 				rows.Close()
 				return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
+			}
+			if keyID != nil {
+				sl.Envelope.KeyID, sl.Body, m.Body = *keyID, m.Body, nil
+				m.Sealed = &sl
 			}
 			res.Messages = append(res.Messages, m)
 			k := moveKey{m.SourceQueue, m.Group}

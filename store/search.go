@@ -8,13 +8,17 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dlq/dlq/crypt"
 )
 
 // Search (q) has three parts, each backed by what ingest can afford:
 //
-//   - Keys: the message id, the values of the application's headers and
-//     the variable values of the failure message (ids, numbers, quoted
-//     values), lower-cased, stored in dead_messages.search_keys by ingest.
+//   - Keys: the message id and correlation id, the values of the
+//     application's headers and the variable values of the failure
+//     message (ids, numbers, quoted values), lower-cased, stored in
+//     dead_messages.search_keys by ingest (a sealed row keeps only their
+//     keyed hashes: seal.go).
 //     The GIN index is over their 64-bit hashes (search_hashes, KeyHash),
 //     not the text: a bigint entry costs ingest about a third less than a
 //     text one (docs/BENCHMARKS.md, API). A query probes the hashes and
@@ -63,10 +67,26 @@ func KeyHashes(keys []string) []int64 {
 }
 
 // hasKeys renders the condition that the row aliased alias has every one
-// of keys: the hashes for the GIN index, then the keys themselves.
-func (a *sqlArgs) hasKeys(alias string, keys ...string) string {
-	return alias + ".search_hashes @> " + a.add(KeyHashes(keys)) + "::bigint[] AND " +
+// of keys: the hashes for the GIN index, then the keys themselves. When
+// the store seals (sq.index), a sealed row has no plain keys, only keyed
+// hashes, which are matched alone (64 bits of HMAC: a collision is not a
+// practical concern).
+func (sq searchQuery) hasKeys(a *sqlArgs, alias string, keys ...string) string {
+	plain := alias + ".search_hashes @> " + a.add(KeyHashes(keys)) + "::bigint[] AND " +
 		alias + ".search_keys @> " + a.add(keys) + "::text[]"
+	if sq.index == nil {
+		return plain
+	}
+	return "((" + plain + ") OR " + alias + ".search_hashes @> " + a.add(sq.index.Keys(keys)) + "::bigint[])"
+}
+
+// keyHashes is every hash a row having key may carry: plain, and keyed
+// when the store seals.
+func (sq searchQuery) keyHashes(key string) []int64 {
+	if sq.index == nil {
+		return []int64{KeyHash(key)}
+	}
+	return []int64{KeyHash(key), sq.index.Key(key)}
 }
 
 // SearchKeys returns the search keys of a message (see above).
@@ -82,6 +102,7 @@ func SearchKeys(m *NewMessage) []string {
 		keys = append(keys, s)
 	}
 	add(m.MessageID)
+	add(m.CorrelationID)
 	if m.HeaderValues != nil {
 		for _, v := range m.HeaderValues {
 			if v != m.FailureType && v != m.FailureMessage {
@@ -183,6 +204,9 @@ type searchQuery struct {
 	pattern string   // ILIKE pattern on group patterns
 	values  []string // q's own variable values, as keys
 	body    []byte
+	// index, when the store seals, keys the hashes; failure text and
+	// bodies are sealed then, so q matches keys only.
+	index *crypt.Index
 }
 
 func parseQuery(q string) (searchQuery, error) {
@@ -238,6 +262,7 @@ func (f Filter) searchConds(args *sqlArgs, noBodySearch bool) ([]string, error) 
 		if err != nil {
 			return nil, err
 		}
+		sq.index = f.index
 		conds = append(conds, sq.matches(args, f.SourceQueue != "" && !noBodySearch))
 	}
 	return conds, nil
@@ -247,8 +272,11 @@ func (f Filter) searchConds(args *sqlArgs, noBodySearch bool) ([]string, error) 
 // keys, its failure text through the groups, and its body when body is
 // true (a source queue is named, and the caller may see bodies).
 func (sq searchQuery) matches(args *sqlArgs, body bool) string {
+	if sq.index != nil {
+		return "(" + sq.hasKeys(args, "m", sq.key) + ")"
+	}
 	arms := []string{
-		"(" + args.hasKeys("m", sq.key) + ")",
+		"(" + sq.hasKeys(args, "m", sq.key) + ")",
 		"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
 	}
 	if body {

@@ -33,6 +33,9 @@ type Config struct {
 	// Up, when set, is told by Watch whether PostgreSQL answers (the
 	// dlq_up gauge). Optional.
 	Up prometheus.Gauge
+	// Encryption seals what the store writes (seal.go). Optional; nil
+	// stores everything in plain text.
+	Encryption *Encryption
 }
 
 const maxConnsDefault = 10
@@ -44,6 +47,9 @@ func (c *Config) validate() error {
 	if c.MaxConns < 0 {
 		return fmt.Errorf("store: MaxConns must be >= 0, got %d", c.MaxConns)
 	}
+	if c.Encryption != nil && c.Encryption.Ring == nil {
+		return errors.New("store: Encryption.Ring is required with Encryption")
+	}
 	return nil
 }
 
@@ -52,6 +58,7 @@ type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	up   prometheus.Gauge // nil: not reported
+	enc  *encState        // nil: encryption off
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
@@ -76,7 +83,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create pool for %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
-	return &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up}, nil
+	st := &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up}
+	if e := cfg.Encryption; e != nil {
+		st.enc = &encState{ring: e.Ring, sealHeader: e.SealHeader}
+	}
+	return st, nil
 }
 
 // Ping checks that PostgreSQL answers.

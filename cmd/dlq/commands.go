@@ -20,6 +20,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run dlq: ingest, replay, cron jobs and the HTTP API", cmdServe},
 		{"migrate", "apply database migrations and exit", cmdMigrate},
+		{"rekey", "re-encrypt stored messages under the first encryption key, online (-status: what each key wraps)", cli.Rekey},
 		{"topology", "declare the dead-letter exchange, queues and configured source queues", cmdTopology},
 		{"replay", "replay messages by id or filter, at a rate, after a delay, with a canary", cli.Replay},
 		{"replays", "list replay tasks, or show one", cli.Replays},

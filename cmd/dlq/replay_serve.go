@@ -9,13 +9,14 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/control"
+	"github.com/dlq/dlq/crypt"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
 // newReplay builds the replay service for serve.
-func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, log *slog.Logger, reg prometheus.Registerer) (*replay.Service, error) {
+func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, ring *crypt.Ring, log *slog.Logger, reg prometheus.Registerer) (*replay.Service, error) {
 	r := cfg.Replay
 	return replay.New(replay.Config{
 		Store:           st,
@@ -29,6 +30,7 @@ func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, log *slog.
 		PollInterval:    r.PollInterval.D(),
 		ConfirmTimeout:  r.ConfirmTimeout.D(),
 		KeepUserID:      r.KeepUserID,
+		Ring:            ring,
 		Logger:          log,
 		Registerer:      reg,
 	})

@@ -60,8 +60,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, []string{"component"})
 	reg.MustRegister(up)
 
+	ring, sealing, err := encryption(cfg)
+	if err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues) + replayConns(cfg)),
-		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres")})
+		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres"), Encryption: sealing})
 	if err != nil {
 		return err
 	}
@@ -72,8 +76,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	if err := checkKeys(ctx, cfg, st, ring, log); err != nil {
+		return err
+	}
 
-	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Logger: log, Up: up.WithLabelValues("amqp")})
+	amqpTLS, err := cfg.AMQPClientTLS()
+	if err != nil {
+		return err
+	}
+	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Logger: log, Up: up.WithLabelValues("amqp"), TLS: amqpTLS})
 	if err != nil {
 		return err
 	}
@@ -142,7 +153,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	replays, err := newReplay(cfg, st, conn, log, reg)
+	replays, err := newReplay(cfg, st, conn, ring, log, reg)
 	if err != nil {
 		return err
 	}
@@ -151,7 +162,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
 		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(),
 		EditLockedHeaders: cfg.Replay.EditLockedHeaders, EditSensitiveHeaders: cfg.Replay.EditSensitiveHeaders,
-		KeepUserID: cfg.Replay.KeepUserID, Logger: log})
+		KeepUserID: cfg.Replay.KeepUserID, Ring: ring,
+		Redaction: ops.Redaction{Headers: cfg.Redaction.Headers, BodyPaths: cfg.Redaction.BodyPaths, RevealRole: cfg.Redaction.RevealRole},
+		Logger:    log})
 	if err != nil {
 		return err
 	}
@@ -171,7 +184,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		mount[console.Path] = ui
 	}
 
+	httpTLS, err := serverTLS(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Config{
+		TLS:          httpTLS,
 		Addr:         cfg.HTTPAddr,
 		Mount:        mount,
 		Gatherer:     reg,

@@ -20,7 +20,12 @@ func cmdTopology(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Name: "dlq topology", Logger: log})
+	amqpTLS, err := cfg.AMQPClientTLS()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq topology: %v\n", err)
+		return cli.ExitUsage
+	}
+	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Name: "dlq topology", Logger: log, TLS: amqpTLS})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq topology: %v\n", err)
 		return cli.ExitUsage

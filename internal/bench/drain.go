@@ -122,7 +122,7 @@ func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, 
 
 // drainProcess runs `dlq serve` and reads its CPU time and peak memory
 // once it drained.
-func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix string, st *store.Store) (cpu, rss float64, stop func() error, err error) {
+func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry string, st *store.Store) (cpu, rss float64, stop func() error, err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, 0, nil, err
@@ -142,6 +142,9 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix string, st 
 		"DLQ_CONSUMERS="+strconv.Itoa(o.ingest.Consumers), "DLQ_PREFETCH="+strconv.Itoa(o.ingest.Prefetch),
 		"DLQ_BATCH_SIZE="+strconv.Itoa(o.ingest.BatchSize),
 	)
+	if keyEntry != "" {
+		env = append(env, "DLQ_ENCRYPTION_KEYS="+keyEntry)
+	}
 	cmd := exec.Command(bin, "serve", "--no-migrate")
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

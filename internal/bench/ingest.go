@@ -44,7 +44,9 @@ type ingestOptions struct {
 	// withoutIndexes are dropped after migrating: a diagnostic to price an
 	// index at ingest, never for recorded figures.
 	withoutIndexes []string
-	cpu            cpuMeter
+	// encrypt lists the encryption settings measured (-encrypt).
+	encrypt []bool
+	cpu     cpuMeter
 }
 
 // ingestResult is one measured drain.
@@ -74,10 +76,12 @@ type ingestResult struct {
 	BatchMsgs float64 `json:"batch_msgs,omitempty"`
 	// WithoutIndexes lists indexes dropped for a diagnostic run.
 	WithoutIndexes []string `json:"without_indexes,omitempty"`
-	Consumers      int      `json:"consumers"`
-	Prefetch       int      `json:"prefetch"`
-	BatchSize      int      `json:"batch_size"`
-	Linger         string   `json:"linger"`
+	// Encrypted: encryption at rest on (a random key, every header sealed).
+	Encrypted bool   `json:"encrypted"`
+	Consumers int    `json:"consumers"`
+	Prefetch  int    `json:"prefetch"`
+	BatchSize int    `json:"batch_size"`
+	Linger    string `json:"linger"`
 }
 
 // Ingest runs `dlq-bench ingest`: it dead-letters N messages and measures
@@ -102,8 +106,13 @@ func Ingest(args []string) error {
 	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
 	fs.IntVar(&o.ingest.Prefetch, "prefetch", def.Ingest.Prefetch, "prefetch per consumer (default: dlq's default)")
 	fs.IntVar(&o.ingest.BatchSize, "batch", def.Ingest.BatchSize, "messages per transaction (default: dlq's default)")
+	encrypt := fs.String("encrypt", "off", "encryption at rest: off, on (a random key, every header sealed), or both (interleaved in each run)")
 	without := fs.String("without-index", "", "diagnostic: drop these dead_messages indexes (comma list) before the drain, to price them; never for recorded figures")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if o.encrypt, err = encryptSettings(*encrypt); err != nil {
 		return err
 	}
 	for _, ix := range strings.Split(*without, ",") {
@@ -155,19 +164,28 @@ func Ingest(args []string) error {
 
 	var all []ingestResult
 	for _, size := range o.sizes {
+		off, on := map[int]float64{}, map[int]float64{}
 		for run := 1; run <= o.runs; run++ {
-			r, err := ingestRun(o, bin, size, run)
-			if err != nil {
-				return fmt.Errorf("size %d run %d: %w", size, run, err)
-			}
-			all = append(all, r)
-			printResult(r)
-			if o.out != "" {
-				if err := appendJSON(o.out, r); err != nil {
-					return err
+			for _, enc := range runOrder(o.encrypt, run) {
+				r, err := ingestRun(o, bin, size, run, enc)
+				if err != nil {
+					return fmt.Errorf("size %d run %d: %w", size, run, err)
+				}
+				all = append(all, r)
+				printResult(r)
+				if enc {
+					on[run] = r.MsgsSec
+				} else {
+					off[run] = r.MsgsSec
+				}
+				if o.out != "" {
+					if err := appendJSON(o.out, r); err != nil {
+						return err
+					}
 				}
 			}
 		}
+		onOffRatio(fmt.Sprintf("ingest %d B", size), off, on)
 	}
 	printIngestSummary(all)
 	return nil
@@ -185,6 +203,9 @@ func printResult(r ingestResult) {
 	if len(r.WithoutIndexes) > 0 {
 		batch += " WITHOUT " + strings.Join(r.WithoutIndexes, ",")
 	}
+	if r.Encrypted {
+		batch += " ENCRYPTED"
+	}
 	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
 		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
 }
@@ -193,18 +214,24 @@ func printResult(r ingestResult) {
 // per body size, with the median run's CPU split.
 func printIngestSummary(rs []ingestResult) {
 	fmt.Println()
-	fmt.Println("| mode | queue | dead letters | body | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | peak RSS |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
-	bySize := map[int][]ingestResult{}
-	var sizes []int
-	for _, r := range rs {
-		if _, ok := bySize[r.Size]; !ok {
-			sizes = append(sizes, r.Size)
-		}
-		bySize[r.Size] = append(bySize[r.Size], r)
+	fmt.Println("| mode | queue | dead letters | body | encryption | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	type group struct {
+		size int
+		enc  bool
 	}
-	for _, s := range sizes {
-		g := slices.Clone(bySize[s])
+	bySize := map[group][]ingestResult{}
+	var sizes []group
+	for _, r := range rs {
+		k := group{r.Size, r.Encrypted}
+		if _, ok := bySize[k]; !ok {
+			sizes = append(sizes, k)
+		}
+		bySize[k] = append(bySize[k], r)
+	}
+	for _, k := range sizes {
+		s := k.size
+		g := slices.Clone(bySize[k])
 		slices.SortFunc(g, func(a, b ingestResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
 		med := g[len(g)/2]
 		rss := "–"
@@ -215,8 +242,12 @@ func printIngestSummary(rs []ingestResult) {
 			}
 			rss = fmt.Sprintf("%.0f MB", peak)
 		}
-		fmt.Printf("| %s | %s | %s | %d B | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %s |\n",
-			med.Mode, med.QueueType, med.DeadLetter, s, med.N, len(g), med.MsgsSec, g[0].MsgsSec, g[len(g)-1].MsgsSec, med.MBSec,
+		enc := "off"
+		if k.enc {
+			enc = "on"
+		}
+		fmt.Printf("| %s | %s | %s | %d B | %s | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %s |\n",
+			med.Mode, med.QueueType, med.DeadLetter, s, enc, med.N, len(g), med.MsgsSec, g[0].MsgsSec, g[len(g)-1].MsgsSec, med.MBSec,
 			med.CPUDlq, med.CPURabbit, med.CPUPg, rss)
 	}
 }
@@ -224,7 +255,7 @@ func printIngestSummary(rs []ingestResult) {
 // ingestRun measures one drain: a fresh schema and queue, n dead letters
 // published to the exchange before any consumer runs, then the clock runs
 // from starting the consumer until the last of them is committed.
-func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error) {
+func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (ingestResult, error) {
 	ctx := context.Background()
 	suffix := randomHex(4)
 	schema := "bench_ingest_" + suffix
@@ -233,6 +264,18 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 	r := ingestResult{
 		Bench: "ingest", Mode: o.mode, QueueType: o.queueType, DeadLetter: o.deadLetter, Size: size, N: o.n, Run: run,
 		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize, Linger: o.ingest.Linger.D().String(),
+		Encrypted: encrypted,
+	}
+	// Encryption on: a random key, every header sealed, as dlq serve
+	// runs with DLQ_ENCRYPTION_KEYS alone.
+	var sealing *store.Encryption
+	var keyEntry string
+	if encrypted {
+		entry, ring, err := benchKey()
+		if err != nil {
+			return r, err
+		}
+		keyEntry, sealing = entry, &store.Encryption{Ring: ring}
 	}
 
 	// Schema.
@@ -249,12 +292,15 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 		return r, err
 	}
 	maxConns := int32(4 + 2*o.ingest.Consumers)
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: maxConns})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: maxConns, Encryption: sealing})
 	if err != nil {
 		return r, err
 	}
 	defer st.Close()
 	if _, err := st.Migrate(ctx, nil); err != nil {
+		return r, err
+	}
+	if err := st.PrepareSealing(ctx); err != nil {
 		return r, err
 	}
 	for _, ix := range o.withoutIndexes {
@@ -352,7 +398,7 @@ func ingestRun(o ingestOptions, bin string, size, run int) (ingestResult, error)
 		}
 	default:
 		drain = func() (float64, float64, func() error, error) {
-			return drainProcess(o, bin, dsn, exchange, queue, suffix, st)
+			return drainProcess(o, bin, dsn, exchange, queue, suffix, keyEntry, st)
 		}
 	}
 	c0 := o.cpu.take()

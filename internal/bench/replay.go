@@ -38,7 +38,9 @@ type replayOptions struct {
 	// dropIndexes names indexes of dead_messages to drop before the run:
 	// a diagnostic, to see what each index costs a replay.
 	dropIndexes []string
-	cpu         cpuMeter
+	// encrypt lists the encryption settings measured (-encrypt).
+	encrypt []bool
+	cpu     cpuMeter
 }
 
 // replayResult is one measured replay task.
@@ -57,6 +59,8 @@ type replayResult struct {
 	Window    int     `json:"window"`
 	QueueType string  `json:"queue_type"`
 	Dropped   string  `json:"dropped_indexes,omitempty"`
+	// Encrypted: the messages were sealed at rest, and opened to publish.
+	Encrypted bool `json:"encrypted"`
 }
 
 // Replay runs `dlq-bench replay`: it replays N stored messages with dlq's
@@ -78,6 +82,7 @@ func Replay(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured part to this file")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep the schema and the queue for inspection")
+	encrypt := fs.String("encrypt", "off", "encryption at rest: off, on (messages sealed under a random key, opened to publish), or both (interleaved in each run)")
 	fs.Func("drop-indexes", "comma list of dead_messages indexes to drop first (diagnostic: what an index costs a replay)", func(v string) error {
 		o.dropIndexes = splitList(v)
 		return nil
@@ -88,35 +93,65 @@ func Replay(args []string) error {
 	if o.n < 1 || o.size < 1 || o.runs < 1 {
 		return fmt.Errorf("-n, -size and -runs must be >= 1")
 	}
+	var err error
+	if o.encrypt, err = encryptSettings(*encrypt); err != nil {
+		return err
+	}
 	o.cpu = newCPUMeter()
 	// The replay service runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
-	var results []replayResult
+	byEnc := map[bool][]replayResult{}
+	off, on := map[int]float64{}, map[int]float64{}
 	for run := 1; run <= o.runs; run++ {
-		r, err := replayRun(o, run)
-		if err != nil {
-			return fmt.Errorf("run %d: %w", run, err)
-		}
-		fmt.Printf("replay run %d: %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
-			r.Run, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
-		if o.out != "" {
-			if err := appendJSON(o.out, r); err != nil {
-				return err
+		for _, enc := range runOrder(o.encrypt, run) {
+			r, err := replayRun(o, run, enc)
+			if err != nil {
+				return fmt.Errorf("run %d: %w", run, err)
 			}
+			note := ""
+			if enc {
+				note = ", encrypted"
+				on[run] = r.MsgsSec
+			} else {
+				off[run] = r.MsgsSec
+			}
+			fmt.Printf("replay run %d%s: %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
+				r.Run, note, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
+			if o.out != "" {
+				if err := appendJSON(o.out, r); err != nil {
+					return err
+				}
+			}
+			byEnc[enc] = append(byEnc[enc], r)
 		}
-		results = append(results, r)
 	}
-	slices.SortFunc(results, func(a, b replayResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
-	med := results[len(results)/2]
-	fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%d × %d B, batch %d, window %d, %s target%s)\n",
-		len(results), med.MsgsSec, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes))
+	for _, enc := range o.encrypt {
+		results := byEnc[enc]
+		slices.SortFunc(results, func(a, b replayResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
+		med := results[len(results)/2]
+		note := ""
+		if enc {
+			note = ", encrypted"
+		}
+		fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%d × %d B, batch %d, window %d, %s target%s%s)\n",
+			len(results), med.MsgsSec, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes), note)
+	}
+	onOffRatio("replay", off, on)
 	return nil
 }
 
-func replayRun(o replayOptions, run int) (replayResult, error) {
+func replayRun(o replayOptions, run int, encrypted bool) (replayResult, error) {
 	ctx := context.Background()
 	res := replayResult{Bench: "replay", N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
-		Dropped: strings.Join(o.dropIndexes, ",")}
+		Dropped: strings.Join(o.dropIndexes, ","), Encrypted: encrypted}
+	var sealing *store.Encryption
+	if encrypted {
+		_, ring, err := benchKey()
+		if err != nil {
+			return res, err
+		}
+		sealing = &store.Encryption{Ring: ring}
+	}
 	suffix := randomHex(4)
 	schema := "dlqbench_replay_" + suffix
 	queue := "dlqbench.replay." + suffix
@@ -137,7 +172,7 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 		return res, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: quiet})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: quiet, Encryption: sealing})
 	if err != nil {
 		return res, err
 	}
@@ -184,10 +219,14 @@ func replayRun(o replayOptions, run int) (replayResult, error) {
 		return res, err
 	}
 	defer conn.Close()
-	svc, err := replay.New(replay.Config{
+	rc := replay.Config{
 		Store: st, Conn: conn, BatchSize: o.batch, Window: o.window, PollInterval: 20 * time.Millisecond,
 		MaxTaskMessages: int64(o.n), Logger: quiet,
-	})
+	}
+	if sealing != nil {
+		rc.Ring = sealing.Ring
+	}
+	svc, err := replay.New(rc)
 	if err != nil {
 		return res, err
 	}

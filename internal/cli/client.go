@@ -15,6 +15,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dlq/dlq/internal/secrets"
+	"github.com/dlq/dlq/internal/tlsconf"
 )
 
 // The operator commands ls, show, groups, stats, status, ack, rm, audit,
@@ -43,15 +46,40 @@ func osEnv() cliEnv { return cliEnv{getenv: os.Getenv, stdout: os.Stdout, stderr
 type apiFlags struct {
 	url     string
 	token   string
+	caFile  string
 	json    bool
 	timeout time.Duration
+	// tokenErr is a token file that could not be read; reported when a
+	// command runs, not while flags are registered.
+	tokenErr error
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet, env cliEnv) {
+	token, err := envToken(env.getenv)
+	f.tokenErr = err
 	fs.StringVar(&f.url, "url", cmp.Or(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
-	fs.StringVar(&f.token, "token", cmp.Or(env.getenv("DLQ_TOKEN"), env.getenv("DLQ_ADMIN_TOKEN")), "bearer token (env DLQ_TOKEN, else DLQ_ADMIN_TOKEN)")
+	fs.StringVar(&f.token, "token", token, "bearer token (env DLQ_TOKEN or DLQ_TOKEN_FILE, else DLQ_ADMIN_TOKEN or DLQ_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&f.caFile, "ca-file", env.getenv("DLQ_CA_FILE"), "PEM file of the CA that signed an https:// API's certificate (env DLQ_CA_FILE)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the API")
+}
+
+// envToken is the operator's token from the environment: DLQ_TOKEN, else
+// DLQ_ADMIN_TOKEN, each also from a file (_FILE, private to its owner).
+func envToken(getenv func(string) string) (string, error) {
+	for _, name := range []string{"DLQ_TOKEN", "DLQ_ADMIN_TOKEN"} {
+		if v := getenv(name); v != "" {
+			return v, nil
+		}
+		if path := getenv(name + "_FILE"); path != "" {
+			v, err := secrets.ReadFile(path)
+			if err != nil {
+				return "", fmt.Errorf("%s_FILE: %w", name, err)
+			}
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", nil
 }
 
 // apiClient sends requests to the API and turns failures into exit codes.
@@ -63,7 +91,17 @@ type apiClient struct {
 }
 
 func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
-	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout}}
+	c := &http.Client{Timeout: f.timeout}
+	if f.caFile != "" {
+		// A CA that cannot be read leaves the system's: the request then
+		// fails with the certificate error, which says what is wrong.
+		if tc, err := (tlsconf.Client{CAFile: f.caFile}).Config(); err == nil {
+			c.Transport = &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}
+		} else {
+			fmt.Fprintf(env.stderr, "dlq %s: %v\n", name, err)
+		}
+	}
+	return &apiClient{name: name, flags: f, env: env, http: c}
 }
 
 // apiError is an answer other than 2xx.
@@ -93,6 +131,9 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 			return nil, err
 		}
 		rd = bytes.NewReader(b)
+	}
+	if c.flags.tokenErr != nil && c.flags.token == "" {
+		return nil, c.flags.tokenErr
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {

@@ -41,14 +41,24 @@ func (f *rpcFlags) register(fs *flag.FlagSet) {
 
 // rpc connects to the control queue named by the configuration.
 func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
-	token := cmp.Or(os.Getenv("DLQ_TOKEN"), cfg.AdminToken)
+	token, err := envToken(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return nil, ExitUsage
+	}
+	token = cmp.Or(token, cfg.AdminToken)
 	if token == "" {
-		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN)\n", name)
+		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN, or either's _FILE)\n", name)
 		return nil, ExitDenied
+	}
+	tlsCfg, err := cfg.AMQPClientTLS()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return nil, ExitUsage
 	}
 	dctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
 	defer cancel()
-	c, err := control.Dial(dctx, cfg.AMQPURL, cfg.ControlQueue, token)
+	c, err := control.DialTLS(dctx, cfg.AMQPURL, cfg.ControlQueue, token, tlsCfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
 		return nil, ExitUnavailable

@@ -1,0 +1,426 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlq/dlq/crypt"
+)
+
+// Keys and rotation (docs/SECURITY.md). encryption_keys_used lists every
+// key that ever wrapped something, so that a start can tell, without
+// scanning dead_messages, whether a key missing from the configuration
+// may still be needed; only then does it count.
+
+// KeyUse is what one key-encryption key wraps.
+type KeyUse struct {
+	// KeyID is "" for what is stored in plain text.
+	KeyID    string `json:"key_id"`
+	Messages int64  `json:"messages"`
+	Groups   int64  `json:"groups"`
+	Edits    int64  `json:"edits"`
+	Index    bool   `json:"index,omitempty"`
+}
+
+// Used reports whether anything still depends on the key.
+func (u KeyUse) Used() bool { return u.Messages+u.Groups+u.Edits > 0 || u.Index }
+
+func (u KeyUse) String() string {
+	parts := []string{fmt.Sprintf("%d messages", u.Messages), fmt.Sprintf("%d failure groups", u.Groups), fmt.Sprintf("%d edits", u.Edits)}
+	if u.Index {
+		parts = append(parts, "the index key")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// MissingKeysError refuses a start without keys that still wrap data.
+type MissingKeysError struct{ Uses []KeyUse }
+
+func (e *MissingKeysError) Error() string {
+	var b strings.Builder
+	for i, u := range e.Uses {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "encryption key %s still wraps %s", u.KeyID, u)
+	}
+	b.WriteString(", but is not configured (DLQ_ENCRYPTION_KEYS): put it back, run `dlq rekey` to re-encrypt everything under the first key, " +
+		"then remove it (or, if the key is lost for good, set encryption.allow_missing_keys to start anyway: those rows stay unreadable and are flagged)")
+	return b.String()
+}
+
+// CheckKeys refuses (*MissingKeysError) when a key that wrapped something
+// here is not among configured and still wraps data, with the counts. A
+// missing key that wraps nothing any more is forgotten. The counting
+// scans dead_messages once, and only when a registered key is missing.
+func (s *Store) CheckKeys(ctx context.Context, configured []string) error {
+	if configured == nil {
+		configured = []string{}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT key_id FROM encryption_keys_used WHERE NOT (key_id = ANY($1)) ORDER BY key_id`, configured)
+	if err != nil {
+		return fmt.Errorf("store: check encryption keys: %w", err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("store: check encryption keys: %w", err)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	s.log.Info("encryption keys used here are not configured: counting what they still wrap (one scan of dead_messages)", "keys", missing)
+	uses, err := s.keyUses(ctx, missing)
+	if err != nil {
+		return err
+	}
+	var used []KeyUse
+	for _, u := range uses {
+		if u.Used() {
+			used = append(used, u)
+			continue
+		}
+		if _, err := s.pool.Exec(ctx, `DELETE FROM encryption_keys_used WHERE key_id = $1`, u.KeyID); err != nil {
+			return fmt.Errorf("store: forget encryption key %s: %w", u.KeyID, err)
+		}
+		s.log.Info("encryption key no longer wraps anything: forgotten", "key_id", u.KeyID)
+	}
+	if len(used) > 0 {
+		return &MissingKeysError{Uses: used}
+	}
+	return nil
+}
+
+// KeyUsage counts what every key wraps, and what is plain (KeyID ""), in
+// one scan of each table.
+func (s *Store) KeyUsage(ctx context.Context) ([]KeyUse, error) {
+	return s.keyUses(ctx, nil)
+}
+
+// keyUses counts the use of keys (nil: every key, and plain data).
+func (s *Store) keyUses(ctx context.Context, keys []string) ([]KeyUse, error) {
+	byKey := map[string]*KeyUse{}
+	var order []string
+	use := func(k string) *KeyUse {
+		u := byKey[k]
+		if u == nil {
+			u = &KeyUse{KeyID: k}
+			byKey[k] = u
+			order = append(order, k)
+		}
+		return u
+	}
+	for _, k := range keys {
+		use(k)
+	}
+	count := func(sql string, add func(u *KeyUse, n int64)) error {
+		rows, err := s.pool.Query(ctx, sql, keys)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var n int64
+			if err := rows.Scan(&k, &n); err != nil {
+				return err
+			}
+			add(use(k), n)
+		}
+		return rows.Err()
+	}
+	const inKeys = `($1::text[] IS NULL OR k = ANY($1))`
+	err := errors.Join(
+		count(`SELECT k, count(*) FROM (SELECT coalesce(enc_key_id, '') AS k FROM dead_messages) x WHERE `+inKeys+` GROUP BY k`,
+			func(u *KeyUse, n int64) { u.Messages += n }),
+		count(`SELECT k, count(*) FROM (SELECT coalesce(enc_key_id, '') AS k FROM failure_groups
+    WHERE enc_key_id IS NOT NULL OR pattern <> '' OR sample_message <> '') x WHERE `+inKeys+` GROUP BY k`,
+			func(u *KeyUse, n int64) { u.Groups += n }),
+		count(`SELECT k, count(*) FROM (SELECT coalesce(edit->>'key_id', '') AS k FROM replay_tasks WHERE edit IS NOT NULL) x
+    WHERE `+inKeys+` GROUP BY k`,
+			func(u *KeyUse, n int64) { u.Edits += n }),
+		count(`SELECT k, 1 FROM (SELECT key_id AS k FROM encryption_index) x WHERE `+inKeys,
+			func(u *KeyUse, _ int64) { u.Index = true }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("store: count what encryption keys wrap: %w", err)
+	}
+	out := make([]KeyUse, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byKey[k])
+	}
+	return out, nil
+}
+
+// MessagesUnderKey lists, in id order after after, at most limit ids of
+// messages sealed under key: those a missing key leaves unreadable.
+func (s *Store) MessagesUnderKey(ctx context.Context, key string, after int64, limit int) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM dead_messages WHERE enc_key_id = $1 AND id > $2 ORDER BY id LIMIT $3`, key, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: messages under key %s: %w", key, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: messages under key %s: %w", key, err)
+	}
+	return ids, nil
+}
+
+// RekeySkip is a row Rekey could not re-encrypt, and why.
+type RekeySkip struct {
+	Table string
+	ID    int64
+	Err   error
+}
+
+// RekeyResult is what one RekeyMessages batch did.
+type RekeyResult struct {
+	// Rewrapped rows had their data key wrapped again under the active
+	// key; Sealed rows were plain and are sealed now.
+	Rewrapped, Sealed int
+	// Skipped rows cannot be re-encrypted: their key is missing, or they
+	// do not authenticate. They stay as they are and are listed.
+	Skipped []RekeySkip
+	// Last is the highest id looked at: the next batch starts after it.
+	Last int64
+	// Done is true when no row after the cursor needed anything.
+	Done bool
+}
+
+// RekeyMessages re-encrypts, under lease l (a fenced write: package
+// cron), at most limit messages after the id after that are not under
+// the active key: a sealed row gets its data key re-wrapped (its
+// ciphertexts are not touched), a plain row is sealed. Rows another
+// transaction holds are passed over (SKIP LOCKED); a later pass finds
+// them. The batch commits as a whole, so a process killed at any point
+// loses nothing and resumes from the rows' own state.
+func (s *Store) RekeyMessages(ctx context.Context, l Lease, after int64, limit int) (RekeyResult, error) {
+	enc, index, err := s.sealing(ctx)
+	if err != nil {
+		return RekeyResult{}, err
+	}
+	if enc == nil {
+		return RekeyResult{}, errors.New("store: rekey needs encryption keys")
+	}
+	var res RekeyResult
+	err = s.fenced(ctx, l, func(tx pgx.Tx) error {
+		res = RekeyResult{}
+		rows, err := tx.Query(ctx, `
+SELECT id, enc_key_id, enc_dek, enc_nonce,
+    CASE WHEN enc_key_id IS NULL THEN body END, CASE WHEN enc_key_id IS NULL THEN properties::text END,
+    CASE WHEN enc_key_id IS NULL THEN headers::text END, CASE WHEN enc_key_id IS NULL THEN failure::text END,
+    search_keys, fingerprint
+FROM dead_messages WHERE id > $1 AND enc_key_id IS DISTINCT FROM $2
+ORDER BY id LIMIT $3
+FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
+		if err != nil {
+			return err
+		}
+		type plainRow struct {
+			id          int64
+			m           NewMessage
+			keys        []string
+			fingerprint int64
+		}
+		var (
+			rewrap []int64
+			envs   []crypt.Envelope
+			plains []plainRow
+			n      int
+		)
+		for rows.Next() {
+			var (
+				id                      int64
+				keyID                   *string
+				env                     crypt.Envelope
+				body                    []byte
+				props, headers, failure *string
+				keys                    []string
+				fp                      int64
+			)
+			if err := rows.Scan(&id, &keyID, &env.DEK, &env.Nonce, &body, &props, &headers, &failure, &keys, &fp); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			res.Last = id
+			if keyID != nil {
+				env.KeyID = *keyID
+				re, err := enc.ring.Rewrap(env)
+				if err != nil {
+					res.Skipped = append(res.Skipped, RekeySkip{Table: tableMessages, ID: id, Err: err})
+					continue
+				}
+				rewrap = append(rewrap, id)
+				envs = append(envs, re)
+				continue
+			}
+			p := plainRow{id: id, keys: keys, fingerprint: fp}
+			p.m.Body = nonNilBytes(body)
+			p.m.Properties = rawOr(props, emptyObject)
+			p.m.Headers = rawOr(headers, emptyObject)
+			if failure != nil {
+				p.m.Failure = json.RawMessage(*failure)
+			}
+			plains = append(plains, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		res.Done = n < limit
+		var b pgx.Batch
+		for i, id := range rewrap {
+			b.Queue(`UPDATE dead_messages SET enc_key_id = $2, enc_dek = $3 WHERE id = $1`, id, envs[i].KeyID, envs[i].DEK)
+		}
+		for _, p := range plains {
+			r, err := enc.sealMessage(index, p.id, &p.m)
+			if err != nil {
+				res.Skipped = append(res.Skipped, RekeySkip{Table: tableMessages, ID: p.id, Err: err})
+				continue
+			}
+			// The keys were computed from the plain values at ingest; the
+			// death history loses its failure messages, which are sealed
+			// in new entries too.
+			b.Queue(`
+UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = NULL, failure_message = NULL,
+    message_id = NULL, search_keys = NULL, search_hashes = $4, fingerprint = $5,
+    death_history = (SELECT jsonb_agg(e - 'failure_message' ORDER BY i) FROM jsonb_array_elements(death_history) WITH ORDINALITY AS h(e, i)),
+    enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9
+WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p.fingerprint), r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
+			res.Sealed++
+		}
+		res.Rewrapped = len(rewrap)
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, &b).Close()
+	})
+	if err != nil {
+		return RekeyResult{}, fmt.Errorf("store: rekey messages after %d: %w", after, err)
+	}
+	return res, nil
+}
+
+func rawOr(s *string, def json.RawMessage) json.RawMessage {
+	if s == nil {
+		return def
+	}
+	return json.RawMessage(*s)
+}
+
+// RekeyRest re-encrypts, under lease l, what is sealed outside
+// dead_messages (failure groups' text, edits waiting in replay tasks, the
+// index key) and seals what of it is plain. These tables are small: one
+// transaction.
+func (s *Store) RekeyRest(ctx context.Context, l Lease) (n int, skipped []RekeySkip, err error) {
+	enc, _, err := s.sealing(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if enc == nil {
+		return 0, nil, errors.New("store: rekey needs encryption keys")
+	}
+	ring := enc.ring
+	err = s.fenced(ctx, l, func(tx pgx.Tx) error {
+		n, skipped = 0, nil
+		var b pgx.Batch
+		rows, err := tx.Query(ctx, `
+SELECT id, enc_text, pattern, sample_message FROM failure_groups
+WHERE enc_key_id IS DISTINCT FROM $1 AND (enc_key_id IS NOT NULL OR pattern <> '' OR sample_message <> '')
+FOR UPDATE`, ring.Active())
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				id              int64
+				text            []byte
+				pattern, sample string
+			)
+			if err := rows.Scan(&id, &text, &pattern, &sample); err != nil {
+				rows.Close()
+				return err
+			}
+			if text != nil {
+				text, err = ring.RewrapBlob(text)
+			} else {
+				text, err = enc.sealGroupText(id, pattern, sample)
+			}
+			if err != nil {
+				skipped = append(skipped, RekeySkip{Table: tableGroups, ID: id, Err: err})
+				continue
+			}
+			b.Queue(`UPDATE failure_groups SET enc_key_id = $2, enc_text = $3, pattern = '', sample_message = '' WHERE id = $1`, id, ring.Active(), text)
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+SELECT id, edit::text FROM replay_tasks
+WHERE edit IS NOT NULL AND coalesce(edit->>'key_id', '') <> $1
+FOR UPDATE`, ring.Active())
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				id   int64
+				edit string
+			)
+			if err := rows.Scan(&id, &edit); err != nil {
+				rows.Close()
+				return err
+			}
+			var out []byte
+			if blob, ok := SealedEdit(json.RawMessage(edit)); ok {
+				blob, err = ring.RewrapBlob(blob)
+				if err == nil {
+					out, err = json.Marshal(sealedEdit{KeyID: ring.Active(), Sealed: blob})
+				}
+			} else {
+				out, err = enc.sealEdit(id, []byte(edit))
+			}
+			if err != nil {
+				skipped = append(skipped, RekeySkip{Table: tableTasks, ID: id, Err: err})
+				continue
+			}
+			b.Queue(`UPDATE replay_tasks SET edit = $2 WHERE id = $1`, id, out)
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var keyID string
+		var wrapped []byte
+		err = tx.QueryRow(ctx, `SELECT key_id, wrapped FROM encryption_index FOR UPDATE`).Scan(&keyID, &wrapped)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case keyID != ring.Active():
+			id, w, err := ring.RewrapIndex(keyID, wrapped)
+			if err != nil {
+				skipped = append(skipped, RekeySkip{Table: "encryption_index", Err: err})
+				break
+			}
+			b.Queue(`UPDATE encryption_index SET key_id = $1, wrapped = $2, rewrapped_at = now()`, id, w)
+			n++
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, &b).Close()
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("store: rekey failure groups, edits and the index key: %w", err)
+	}
+	return n, skipped, nil
+}

@@ -1,0 +1,84 @@
+package security
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/broker"
+)
+
+// TestReplayRoundTripEncrypted: with encryption on (every header sealed),
+// a replay sends the body byte for byte, every property, and every
+// application header with its AMQP type.
+func TestReplayRoundTripEncrypted(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t)
+	d.env["DLQ_ENCRYPTION_KEYS"] = newKey(t, "k1")
+	d.serve(nil)
+	ts := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	app := amqp.Table{
+		"string": "héllo \"quoted\" <tag> \u2028", "empty": "", "bool": true, "false": false, "nil": nil,
+		"int8": int8(-8), "uint8": uint8(200), "int16": int16(-16000), "uint16": uint16(65000),
+		"int32": int32(math.MinInt32), "uint32": uint32(math.MaxUint32), "int64": int64(math.MaxInt64),
+		"float32": float32(1.5), "float64": 3.141592653589793, "decimal": amqp.Decimal{Scale: 3, Value: -12345},
+		"time": ts, "bytes": []byte{0, 1, 2, 0xff, 0xfe}, "nul_str": "a\x00b", "bad_utf8": "\xff\xfe",
+		"table":       amqp.Table{"nested": amqp.Table{"deep": int32(7)}, "list": []any{"x", int64(1), amqp.Table{"k": []byte("v")}, []any{}}},
+		"array":       []any{int8(1), uint16(2), float64(3.5), "four", nil, true},
+		"empty_table": amqp.Table{},
+	}
+	body := []byte{0, 1, 2, 0xff, 'x', 0x80, '\n', 0}
+	d.deadLetter(amqp.Publishing{
+		ContentType: "application/octet-stream", ContentEncoding: "gzip", DeliveryMode: amqp.Persistent, Priority: 7,
+		CorrelationId: "corr-1", ReplyTo: "replies", MessageId: "msg-roundtrip", Timestamp: ts, Type: "order.created",
+		AppId: "billing", Headers: app, Body: body,
+	})
+	id := d.waitMessages(1)[0].ID
+	d.replayTo(tokOperator, id)
+	got := d.sinkMessages(1)[0]
+
+	require.Equal(t, body, got.Body, "byte for byte")
+	require.Equal(t, "application/octet-stream", got.ContentType)
+	require.Equal(t, "gzip", got.ContentEncoding)
+	require.Equal(t, amqp.Persistent, got.DeliveryMode)
+	require.Equal(t, uint8(7), got.Priority)
+	require.Equal(t, "corr-1", got.CorrelationId)
+	require.Equal(t, "replies", got.ReplyTo)
+	require.Equal(t, "msg-roundtrip", got.MessageId)
+	require.True(t, ts.Equal(got.Timestamp))
+	require.Equal(t, "order.created", got.Type)
+	require.Equal(t, "billing", got.AppId)
+	h := amqp.Table{}
+	for k, v := range got.Headers {
+		if !broker.IsBrokerHeader(k) && k != "x-death" && k != broker.HeaderID && k != broker.HeaderReplayCount && k != broker.HeaderReplayID &&
+			k != "x-first-death-exchange" && k != "x-first-death-queue" && k != "x-first-death-reason" &&
+			k != "x-last-death-exchange" && k != "x-last-death-queue" && k != "x-last-death-reason" {
+			h[k] = v
+		}
+	}
+	require.Equal(t, utc(app), utc(h), "every header back with its value and type")
+	require.Equal(t, id, got.Headers[broker.HeaderID])
+}
+
+func utc(v any) any {
+	switch x := v.(type) {
+	case time.Time:
+		return x.UTC()
+	case amqp.Table:
+		out := amqp.Table{}
+		for k, e := range x {
+			out[k] = utc(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = utc(e)
+		}
+		return out
+	}
+	return v
+}
