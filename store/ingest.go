@@ -144,7 +144,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 					m.DeathCount, nil, nullText(m.FailureType), nil,
 					emptyObject, r.headers, r.body, len(m.Body), m.FirstFailedAt, m.FailedAt,
 					index.Fingerprint(m.Fingerprint), b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], nil, r.hashes,
-					m.Returns, nullJSON(m.XDeath),
+					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category),
 					ids[k], r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta,
 				}, nil
 			}
