@@ -39,7 +39,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: build services run test test-cluster test-tls fuzz soak clean screenshot \
-	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds \
+	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds \
 	bench-instances
 
 build:
@@ -123,6 +123,11 @@ bench-session: services
 # optional A/B against the build of another revision (BASELINE=<git revision>).
 bench-replay-rounds: services
 	ROUNDS='$(ROUNDS)' BASELINE='$(BASELINE)' scripts/bench-replay-rounds.sh
+
+# Ingest against the raw COPY pipeline in ROUNDS rounds, optionally A/B against
+# BASELINE (a git revision): make bench-ingest-rounds ROUNDS=3 BASELINE=fdd4749
+bench-ingest-rounds: services
+	ROUNDS='$(ROUNDS)' BASELINE='$(BASELINE)' scripts/bench-ingest-rounds.sh
 
 # Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
 # measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds

@@ -23,6 +23,12 @@ for i,(c,b,n,x) in enumerate(zip(copy,batch,naive,ing1),1):
     rc.append(x["msgs_per_s"]/c["msgs_per_s"]); rn.append(x["msgs_per_s"]/n["msgs_per_s"])
     print(f"| {i} ({t}, {l}) | {c['msgs_per_s']:,.0f} | {b['msgs_per_s']:,.0f} | {n['msgs_per_s']:,.0f} | {x['msgs_per_s']:,.0f} | {rc[-1]:.2f} | {rn[-1]:.1f}× |")
 if rc: print(f"| **median of the pairs' ratios** | | | | | **{statistics.median(rc):.2f}** | **{statistics.median(rn):.1f}×** |")
+ingb = jl("ingest-base.jsonl")
+if ingb:
+    rb = [b["msgs_per_s"]/c["msgs_per_s"] for c,b in zip(copy,ingb)]
+    print()
+    print("baseline build (ingest-base.jsonl) / COPY per pair:", [f"{r:.2f}" for r in rb], "median", f"{statistics.median(rb):.2f}",
+          "| this build / baseline per pair:", [f"{x['msgs_per_s']/b['msgs_per_s']:.2f}" for x,b in zip(ing1,ingb)])
 print()
 for x in ing1:
     print(f"  dlq cpu dlq/rabbit/pg {x['cpu_dlq_pct']:.0f}/{x['cpu_rabbit_pct']:.0f}/{x['cpu_pg_pct']:.0f}% batch {x.get('batch_msgs',0):.0f} msgs {x.get('batch_ms',0):.1f} ms")

@@ -281,7 +281,8 @@ func TestServeOverTLS(t *testing.T) {
 		got, err := servedSerial(addr)
 		return err == nil && got.Cmp(sn2) == 0
 	})
-	require.Contains(t, p.output(), "TLS certificate reloaded")
+	// The log line follows the swap: wait for it rather than race it.
+	waitFor(t, "the reload logged", 10*time.Second, func() bool { return strings.Contains(p.output(), "TLS certificate reloaded") })
 
 	// A broken pair keeps the certificate in use.
 	require.NoError(t, os.WriteFile(keyFile, []byte("not a key"), 0o600))
