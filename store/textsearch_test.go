@@ -1,0 +1,184 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// textMsg is a dead message of queue with a JSON body.
+func textMsg(queue, body string, fp int64) store.NewMessage {
+	m := msg(queue, body, fp)
+	m.Properties = json.RawMessage(`{"content_type":"application/json"}`)
+	return m
+}
+
+// searchAll pages through a search, limit at a time, and returns the ids
+// in the order the pages gave them.
+func searchAll(t *testing.T, st *store.Store, f store.Filter, opt store.ListOptions) []int64 {
+	t.Helper()
+	var ids []int64
+	for range 100 {
+		page, err := st.ListMessages(context.Background(), f, opt)
+		require.NoError(t, err, "q=%q", f.Query)
+		for _, m := range page.Messages {
+			ids = append(ids, m.ID)
+		}
+		if !page.HasMore {
+			return ids
+		}
+		opt.Before = page.LastID
+	}
+	t.Fatalf("q=%q: more than 100 pages", f.Query)
+	return nil
+}
+
+// TestTextSearchAcrossQueues: q without a source queue finds words of
+// bodies, failure types, messages and stacks, and header values, in
+// every queue, as phrases and prefixes, newest first in keyset pages;
+// never words inside a binary body.
+func TestTextSearchAcrossQueues(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+
+	body := textMsg("orders", `{"order":42,"note":"parcel quarantined by customs at Rotterdam"}`, 1)
+	failure := textMsg("billing", `{"invoice":7}`, 2)
+	failure.FailureType = "System.NullReferenceException"
+	failure.FailureMessage = "NullReferenceException in InvoiceMapper.Map"
+	failure.Failure = json.RawMessage(`{"type":"System.NullReferenceException","message":"NullReferenceException in InvoiceMapper.Map",` +
+		`"stack":"at Shop.Billing.InvoiceMapper.Map(Invoice i) in C:\\src\\InvoiceMapper.cs:line 42\n at Shop.Ledger.Compactor.Run()"}`)
+	header := textMsg("shipping", `{}`, 3)
+	header.Headers = json.RawMessage(`{"x-customer":"Greta Vikander","x-death":[],"nested":{"carrier":"Blue Heron Freight"}}`)
+	// Binary bodies: a NUL byte, invalid UTF-8, a binary content type,
+	// a compressed body: their words are never indexed.
+	nul := msg("orders", "zebrafish\x00zebrafish payload", 4)
+	invalid := msg("orders", "\xffzebrafish payload", 5)
+	octets := msg("orders", "zebrafish payload", 6)
+	octets.Properties = json.RawMessage(`{"content_type":"application/octet-stream"}`)
+	gzipped := textMsg("orders", "zebrafish payload", 7)
+	gzipped.Properties = json.RawMessage(`{"content_type":"text/plain","content_encoding":"gzip"}`)
+	// A body without a content type is text when it is UTF-8.
+	untyped := msg("refunds", "the platypus refund", 8)
+	_, res := ingest(t, st, body, failure, header, nul, invalid, octets, gzipped, untyped)
+	require.Equal(t, 8, res.Inserted)
+	ids := messageIDs(t, db, "TRUE")
+	bodyID, failureID, headerID, untypedID := ids[0], ids[1], ids[2], ids[7]
+
+	// Seven messages with the same phrase in three queues, for pages.
+	var paged []store.NewMessage
+	for i := range 7 {
+		paged = append(paged, textMsg([]string{"orders", "billing", "audit"}[i%3], fmt.Sprintf(`{"n":%d,"text":"alpha beta gamma"}`, i), int64(100+i)))
+	}
+	ingest(t, st, paged...)
+	pagedIDs := messageIDs(t, db, "id > $1", untypedID)
+
+	all := store.Filter{Status: "all"}
+	for _, c := range []struct {
+		q    string
+		want []int64
+	}{
+		{"quarantined by customs", []int64{bodyID}},                     // a phrase in a body
+		{`"parcel QUARANTINED by customs"`, []int64{bodyID}},            // quoted, any case
+		{"customs by quarantined", nil},                                 // the words, not the phrase
+		{"quarantined customs", nil},                                    // not next to each other
+		{"Rotter*", []int64{bodyID}},                                    // a prefix
+		{"quarantined by cust*", []int64{bodyID}},                       // a phrase ending in a prefix
+		{"NullReferenceException in InvoiceMapper", []int64{failureID}}, // failure message
+		{"System.NullReferenceException", []int64{failureID}},           // failure type
+		{"Shop.Ledger.Compactor", []int64{failureID}},                   // stack
+		{"Compactor", []int64{failureID}},                               // a word of a stack frame
+		{"Invoice*", []int64{failureID}},                                // prefix of failure words
+		{"Greta Vikander", []int64{headerID}},                           // a header value
+		{"heron freight", []int64{headerID}},                            // a header value one table down
+		{"platypus", []int64{untypedID}},                                // a body without a content type
+		{"zebrafish", nil},                                              // binary bodies are not text
+		{"alpha beta", reversed(pagedIDs)},                              // newest first, across queues
+		{"gamma*", reversed(pagedIDs)},                                  // the same through a prefix
+	} {
+		f := all
+		f.Query = c.q
+		got := searchAll(t, st, f, store.ListOptions{Limit: 3})
+		require.Equal(t, c.want, got, "q=%q", c.q)
+	}
+
+	// The same words select for bulk actions (one condition, not pages).
+	for q, want := range map[string]int64{"quarantined by customs": 1, "alpha beta": 7, "Invoice*": 1, "zebrafish": 0} {
+		res, err := st.Acknowledge(ctx, store.Filter{Status: "all", Query: q}, store.Actor{Name: "t"}, store.ActionOptions{DryRun: true})
+		require.NoError(t, err)
+		require.EqualValues(t, want, res.Matched, "q=%q", q)
+	}
+
+	// A caller who may not see bodies does not find body words, and
+	// still finds failure text and header values.
+	for q, want := range map[string][]int64{"quarantined": nil, "InvoiceMapper": {failureID}, "Vikander": {headerID}} {
+		got := searchAll(t, st, store.Filter{Status: "all", Query: q}, store.ListOptions{NoBodySearch: true})
+		require.Equal(t, want, got, "q=%q without bodies", q)
+	}
+
+	// A row being replayed is left out of the text index and still found.
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET status = 'replaying', claim_owner = 't', claim_expires_at = now() + interval '1 hour' WHERE id = $1`, bodyID)
+	require.NoError(t, err)
+	require.Equal(t, []int64{bodyID}, searchAll(t, st, store.Filter{Status: "all", Query: "quarantined by customs"}, store.ListOptions{}))
+	require.Equal(t, []int64{bodyID}, searchAll(t, st, store.Filter{Status: "replaying", Query: "quarantined by customs"}, store.ListOptions{}))
+	require.Empty(t, searchAll(t, st, store.Filter{Query: "quarantined by customs"}, store.ListOptions{}), "pending only")
+
+	// Exact keys still match whole, and a message id is found either way.
+	require.Equal(t, []int64{headerID}, searchAll(t, st, store.Filter{Status: "all", Query: "greta vikander"}, store.ListOptions{}))
+}
+
+func reversed(ids []int64) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[len(ids)-1-i] = id
+	}
+	return out
+}
+
+// TestBodyTextBytes: what of a body ingest marks as text.
+func TestBodyTextBytes(t *testing.T) {
+	t.Parallel()
+	js := json.RawMessage(`{"content_type":"application/json"}`)
+	long := strings.Repeat("é", store.BodyTextMax) // 2 bytes each
+	for _, c := range []struct {
+		body  string
+		props json.RawMessage
+		want  int
+	}{
+		{`{"a":"b"}`, js, 9},
+		{`plain`, nil, 5},
+		{`plain`, json.RawMessage(`{}`), 5},
+		{`plain`, json.RawMessage(`{"content_type":"text/plain; charset=utf-8"}`), 5},
+		{`<a/>`, json.RawMessage(`{"content_type":"application/soap+xml"}`), 4},
+		{`bytes`, json.RawMessage(`{"content_type":"application/octet-stream"}`), 0},
+		{`bytes`, json.RawMessage(`{"content_type":"application/x-protobuf"}`), 0},
+		{`bytes`, json.RawMessage(`{"content_type":"text/plain","content_encoding":"gzip"}`), 0},
+		{"nul\x00", js, 0},
+		{"\xff\xfe", js, 0},
+		{"", js, 0},
+		{long, js, store.BodyTextMax},           // cut between two characters
+		{"x" + long, js, store.BodyTextMax - 1}, // not inside one
+	} {
+		require.Equal(t, c.want, store.BodyTextBytes([]byte(c.body), c.props), "body %.20q props %s", c.body, c.props)
+	}
+}
+
+// TestWordSeparatorsMatchSQL holds the separators q is split on (for a
+// trailing prefix) to those of dlq_search_words in migration 00078.
+func TestWordSeparatorsMatchSQL(t *testing.T) {
+	t.Parallel()
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	seps := store.WordSeparators
+	var out string
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT dlq_search_words($1)`, "a"+strings.Join(strings.Split(seps, ""), "a")+"a").Scan(&out))
+	require.Equal(t, strings.TrimSpace(strings.Repeat("a ", len(seps)+1)), out, "every separator becomes white space")
+}
