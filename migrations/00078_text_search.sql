@@ -19,7 +19,7 @@
 -- that answers instead of failing):
 --   body_text_bytes  how many bytes at the start of the body are text to
 --                    index: the body is valid UTF-8 without NUL and its
---                    content type is a text type; at most 2 KiB, cut at a
+--                    content type is a text type; at most 1 KiB, cut at a
 --                    character boundary. 0: nothing (binary). NULL: not
 --                    looked at (a row stored before this migration: see
 --                    docs/OPERATIONS.md, "Text search of older rows").

@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"mime"
 	"strings"
 	"unicode"
@@ -22,7 +24,7 @@ import (
 // BodyTextMax is how many bytes at the start of a text body are indexed:
 // a 1 KiB body whole, the start of larger ones (docs/BENCHMARKS.md has
 // what indexing costs ingest).
-const BodyTextMax = 2048
+const BodyTextMax = 1024
 
 // headerTextMax bounds the header values indexed per message.
 const headerTextMax = 2048
@@ -225,4 +227,60 @@ func (tq textQuery) sql(args *sqlArgs) string {
 		return phrase
 	}
 	return "tsquery_phrase(" + phrase + ", " + prefix + ")"
+}
+
+// BackfillText marks what of older messages is text (body_text_bytes,
+// search_text: what ingest writes since migration 00078), for one batch:
+// the plain rows with ids in [before-batch, before) that were never
+// looked at. before 0 starts above the newest message; next is where the
+// following batch starts, 0 when every id has been seen. Newest first,
+// since searches show the newest first. Safe beside ingest and to rerun:
+// a row is only written while it is still plain and unmarked.
+func (s *Store) BackfillText(ctx context.Context, before int64, batch int) (next int64, marked int, err error) {
+	if before <= 0 {
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1 FROM dead_messages`).Scan(&before); err != nil {
+			return 0, 0, fmt.Errorf("store: backfill text: newest id: %w", err)
+		}
+	}
+	lo := max(before-int64(batch), 1)
+	rows, err := s.pool.Query(ctx, `SELECT id, body, properties, headers, coalesce(failure_type, ''), coalesce(failure_message, ''), failure
+FROM dead_messages WHERE id >= $1 AND id < $2 AND body_text_bytes IS NULL AND enc_key_id IS NULL`, lo, before)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+	}
+	var (
+		ids   []int64
+		lens  []int32
+		texts []*string
+	)
+	for rows.Next() {
+		var (
+			id              int64
+			m               NewMessage
+			failure, header []byte
+		)
+		if err := rows.Scan(&id, &m.Body, &m.Properties, &header, &m.FailureType, &m.FailureMessage, &failure); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+		}
+		m.Headers, m.Failure = header, failure
+		ids, lens, texts = append(ids, id), append(lens, int32(BodyTextBytes(m.Body, m.Properties))), append(texts, searchText(&m))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+	}
+	if len(ids) > 0 {
+		tag, err := s.pool.Exec(ctx, `UPDATE dead_messages d SET body_text_bytes = u.b, search_text = u.s
+FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s)
+WHERE d.id = u.id AND d.body_text_bytes IS NULL AND d.enc_key_id IS NULL`, ids, lens, texts)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+		}
+		marked = int(tag.RowsAffected())
+	}
+	if lo <= 1 {
+		return 0, marked, nil
+	}
+	return lo, marked, nil
 }

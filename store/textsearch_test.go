@@ -182,3 +182,94 @@ func TestWordSeparatorsMatchSQL(t *testing.T) {
 	require.NoError(t, db.QueryRow(context.Background(), `SELECT dlq_search_words($1)`, "a"+strings.Join(strings.Split(seps, ""), "a")+"a").Scan(&out))
 	require.Equal(t, strings.TrimSpace(strings.Repeat("a ", len(seps)+1)), out, "every separator becomes white space")
 }
+
+// TestBackfillText: messages stored before migration 00078 (nothing
+// marked as text) have their failure text found at once, and their
+// header values and body words once BackfillText has run.
+func TestBackfillText(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	var msgs []store.NewMessage
+	for i := range 5 {
+		m := textMsg("orders", fmt.Sprintf(`{"pet":"wombat","n":%d}`, i), int64(i+1))
+		m.Headers = json.RawMessage(`{"x-keeper":"Ottoline Brisk","x-death":[]}`)
+		m.FailureType = "ZooError"
+		m.FailureMessage = "enclosure gate ajar"
+		msgs = append(msgs, m)
+	}
+	ingest(t, st, msgs...)
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET body_text_bytes = NULL, search_text = NULL`)
+	require.NoError(t, err)
+	find := func(q string) int {
+		page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: q}, store.ListOptions{Limit: 100})
+		require.NoError(t, err)
+		return len(page.Messages)
+	}
+	require.Equal(t, 5, find("gate ajar"), "failure text is indexed from its columns")
+	require.Zero(t, find("wombat"))
+	require.Zero(t, find("ottoline"), "a word of a header value (the whole value is a key)")
+
+	var before int64
+	for range 10 {
+		next, _, err := st.BackfillText(ctx, before, 2)
+		require.NoError(t, err)
+		if next == 0 {
+			break
+		}
+		before = next
+	}
+	require.Zero(t, count(t, db, "body_text_bytes IS NULL"))
+	require.Equal(t, 5, find("wombat"))
+	require.Equal(t, 5, find("ottoline"))
+	// Once more: nothing left to mark.
+	_, n, err := st.BackfillText(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// TestSealedRowsHaveNoText: with encryption at rest, a sealed message's
+// text is not marked, not in the text index (its predicate leaves sealed
+// rows out, and their document would be empty anyway), not backfilled,
+// and q does not find it by a word.
+func TestSealedRowsHaveNoText(t *testing.T) {
+	t.Parallel()
+	ring := newRing(t, newKey(t, "k1"))
+	dsn := dlqtest.Schema(t)
+	st := openStore(t, dsn, ring, nil)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	m := sealedMsg("orders", 1)
+	m.Body = []byte(`{"note":"parcel ` + marker + ` quarantined"}`)
+	ingest(t, st, m)
+	_, _, err := st.BackfillText(ctx, 0, 100)
+	require.NoError(t, err)
+
+	require.Equal(t, 1, count(t, db, "enc_key_id IS NOT NULL AND body_text_bytes IS NULL AND search_text IS NULL"))
+	var def string
+	require.NoError(t, db.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = 'dead_messages_text' AND schemaname = current_schema()`).Scan(&def))
+	require.Contains(t, def, "enc_key_id IS NULL", "sealed rows never enter the text index")
+	// Even computed, the sealed row's document has none of its words.
+	var doc string
+	require.NoError(t, db.QueryRow(ctx, `SELECT dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes)::text FROM dead_messages`).Scan(&doc))
+	for _, w := range []string{"marker", "7b1d", "quarantined", "parcel", "bearer", "declined"} {
+		require.NotContains(t, doc, w)
+	}
+	// Through the index (sequential scans priced out): nothing.
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM dead_messages m WHERE m.status <> 'replaying' AND m.enc_key_id IS NULL
+AND dlq_search_document(m.failure_type, m.failure_message, m.failure, m.search_text, m.body, m.body_text_bytes) @@ to_tsquery('simple', 'quarantined | marker | 7b1d')`).Scan(&n))
+	require.Zero(t, n)
+	// q matches sealed messages by whole identifying values only.
+	for q, want := range map[string]int{"quarantined": 0, "parcel " + marker: 0, "mid-" + marker: 1} {
+		page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: q}, store.ListOptions{})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, want, "q=%q", q)
+	}
+}

@@ -237,6 +237,27 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 	}
 	static := func(p string) func(int) string { return func(int) string { return p } }
 
+	// Text search across every queue (migration 00078).
+	textSearches := []struct {
+		name string
+		path func(int) string
+	}{
+		{"text: rare phrase over every queue (" + "quarantined by customs" + ")", static("/api/v1/messages?status=all&q=" + url.QueryEscape("quarantined by customs"))},
+		{"text: prefix over every queue (quarant*)", static("/api/v1/messages?status=all&q=" + url.QueryEscape("quarant*"))},
+		{"text: stack frame word (LedgerCompactor)", static("/api/v1/messages?status=all&q=LedgerCompactor")},
+		{"text: header value words (a customer's name, ~250 messages each)", func(i int) string {
+			return "/api/v1/messages?status=all&q=" + url.QueryEscape(benchFirstNames[i%len(benchFirstNames)]+" "+benchLastNames[i*7%len(benchLastNames)])
+		}},
+	}
+	for _, ts := range textSearches {
+		if err := measure(ts.name, ts.path); err != nil {
+			return results, err
+		}
+	}
+	if o.searchOnly {
+		return results, nil
+	}
+
 	if err := measure("first page (pending, 50)", static("/api/v1/messages")); err != nil {
 		return results, err
 	}
