@@ -40,10 +40,14 @@ ALTER TABLE dead_messages
     ADD COLUMN IF NOT EXISTS search_text text;
 
 -- The searchable document of a row. Punctuation becomes white space
--- first (dlq_search_words), so that the parts of a class name, a path, an
+-- first (the same as dlq_search_words), so that the parts of a class name, a path, an
 -- address or "order-42" are words of their own: the parser would keep
 -- com.shop.InvoiceMapper.map as one "host" token, and InvoiceMapper would
--- not find it. A query goes through the same function (store/textsearch.go).
+-- not find it. A query goes through dlq_search_words (store/textsearch.go;
+-- TestSearchWordsMatchDocument holds the two expressions together). The
+-- document calls only pg_catalog functions: an index expression is also
+-- computed where the search path is not dlq's (autovacuum's ANALYZE,
+-- pg_restore), and a call to a function of dlq's schema would fail there.
 -- IMMUTABLE although convert_from is only STABLE (it depends on the
 -- database's encoding, which never changes for a database): an index
 -- expression must be immutable. body_text_bytes ends on a character
@@ -56,9 +60,10 @@ RETURN regexp_replace(t, '[-.:/@()\[\]{}=,;"''<>\\|#$&*+!?~`^%_]+', ' ', 'g');
 CREATE OR REPLACE FUNCTION dlq_search_document(failure_type text, failure_message text, failure jsonb,
     search_text text, body bytea, body_text_bytes integer) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT to_tsvector('simple'::regconfig, dlq_search_words(concat_ws(E'\n', failure_type, failure_message,
+    SELECT to_tsvector('simple'::regconfig, regexp_replace(concat_ws(E'\n', failure_type, failure_message,
         left(failure ->> 'stack', 4096), search_text,
-        CASE WHEN body_text_bytes > 0 THEN convert_from(substring(body FROM 1 FOR body_text_bytes), 'UTF8') END)))
+        CASE WHEN body_text_bytes > 0 THEN convert_from(substring(body FROM 1 FOR body_text_bytes), 'UTF8') END),
+        '[-.:/@()\[\]{}=,;"''<>\\|#$&*+!?~`^%_]+', ' ', 'g'))
 $$;
 -- +goose StatementEnd
 

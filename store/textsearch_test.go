@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -272,4 +273,34 @@ AND dlq_search_document(m.failure_type, m.failure_message, m.failure, m.search_t
 		require.NoError(t, err)
 		require.Len(t, page.Messages, want, "q=%q", q)
 	}
+}
+
+// TestSearchWordsMatchDocument holds the two copies of the punctuation
+// rule of migration 00078 together: the document's (which may call only
+// pg_catalog functions) and dlq_search_words (which q goes through). It
+// also computes the document with pg_catalog alone on the search path,
+// as autovacuum's ANALYZE does.
+func TestSearchWordsMatchDocument(t *testing.T) {
+	t.Parallel()
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	var schema string
+	require.NoError(t, db.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	for _, text := range []string{
+		"at com.shop.InvoiceMapper.map(InvoiceMapper.java:42)", `{"order":42,"sku":"SKU-7"}`,
+		"a.b-c/d:e@f(g)h[i]j{k}l=m,n;o\"p'q<r>s\\t|u#v$w&x*y+z!1?2~3`4^5%6_7", "grüße, 日本語 — “quoted” words",
+	} {
+		var same bool
+		require.NoError(t, db.QueryRow(ctx, `SELECT to_tsvector('simple', dlq_search_words($1)) = dlq_search_document($1, NULL, NULL, NULL, ''::bytea, 0)`, text).Scan(&same))
+		require.True(t, same, "%q", text)
+	}
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	_, err = tx.Exec(ctx, `SET LOCAL search_path = pg_catalog`)
+	require.NoError(t, err)
+	var doc string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT `+pgx.Identifier{schema, "dlq_search_document"}.Sanitize()+`('Err', 'a.b', '{"stack":"x.y"}', 'h', convert_to('body text', 'UTF8'), 9)::text`).Scan(&doc))
+	require.Equal(t, "'a':2 'b':3 'body':7 'err':1 'h':6 'text':8 'x':4 'y':5", doc)
 }
