@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -98,8 +99,10 @@ func rowsRead(node map[string]any) float64 {
 // an index condition and looks at no more rows than its matches (a few
 // dozen here, out of 2,007): the plans are those of the statements really
 // sent (captured by a pgx tracer), run under EXPLAIN ANALYZE. Dropping the
-// GIN index over the search keys, or the (group_id, status, id) index,
-// fails it.
+// GIN index over the search keys, the text index (dead_messages_text), or
+// the (group_id, status, id) index, fails it. Words of bodies, failure
+// text and header values are searched across queues, as phrases and
+// prefixes, through the text index.
 func TestSearchUsesIndexesInOrder(t *testing.T) {
 	t.Parallel()
 	var stmts statementLog
@@ -125,8 +128,9 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 		})
 	}
 	for i := range 7 {
-		ms = append(ms, msg{queue: "orders", failType: "LedgerLocked", failText: fmt.Sprintf("ledger %d is locked by batch 77", 10+i),
-			messageID: fmt.Sprintf("ledger-%d", i), body: "x", headers: amqp.Table{"tenant": "acme-corp"}})
+		ms = append(ms, msg{queue: []string{"orders", "audit"}[i%2], failType: "LedgerLocked", failText: fmt.Sprintf("ledger %d is locked by batch 77", 10+i),
+			messageID: fmt.Sprintf("ledger-%d", i), body: fmt.Sprintf(`{"note":"ledger frozen by auditor Quinlan","n":%d}`, i),
+			headers: amqp.Table{"tenant": "acme-corp", "x-approver": "Odile Marchetti"}})
 	}
 	var ids []int64
 	for chunk := range slices.Chunk(ms, 500) {
@@ -136,28 +140,44 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 	b.exec(t, `ANALYZE failure_groups`)
 	ledger := slices.Clone(ids[2000:])
 	slices.Reverse(ledger)
+	var ledgerAudit []int64
+	for i, id := range ledger {
+		if (6-i)%2 == 1 {
+			ledgerAudit = append(ledgerAudit, id)
+		}
+	}
 
 	for _, c := range []struct {
 		q, extra string
 		want     []int64
+		tok      string // default: a viewer, who may not see bodies
 	}{
-		{"billing-00041", "", []int64{ids[41]}},         // message id
-		{"TRACE-01234", "", []int64{ids[1234]}},         // header value, any case
-		{"acme-corp", "", ledger},                       // a header value several share
-		{"LedgerLocked", "", ledger},                    // failure type
-		{"is locked by batch", "", ledger},              // fixed failure text
-		{"ledger 13 is locked", "", []int64{ids[2003]}}, // failure text with a variable part
-		{"Error042", "", []int64{ids[1842], ids[1642], ids[1442], ids[1242], ids[1042], ids[842], ids[642], ids[442], ids[242], ids[42]}}, // failure type
-		{"took 1235ms", "&source_queue=billing", []int64{ids[1735], ids[1235], ids[735], ids[235]}},                                       // with a queue
+		{"billing-00041", "", []int64{ids[41]}, ""},         // message id
+		{"TRACE-01234", "", []int64{ids[1234]}, ""},         // header value, any case
+		{"acme-corp", "", ledger, ""},                       // a header value several share
+		{"LedgerLocked", "", ledger, ""},                    // failure type
+		{"is locked by batch", "", ledger, ""},              // fixed failure text
+		{"ledger 13 is locked", "", []int64{ids[2003]}, ""}, // failure text with a variable part
+		{"Error042", "", []int64{ids[1842], ids[1642], ids[1442], ids[1242], ids[1042], ids[842], ids[642], ids[442], ids[242], ids[42]}, ""}, // failure type
+		{"took 1235ms", "&source_queue=billing", []int64{ids[1735], ids[1235], ids[735], ids[235]}, ""},                                       // with a queue
+		{q: "frozen by auditor", extra: "", want: ledger, tok: tokOp},                                                                         // a phrase in bodies, across queues (text index)
+		{q: "frozen by auditor", extra: "", want: nil},                                                                                        // not for a caller who may not see bodies
+		{q: `"Auditor Quinlan"`, extra: "", want: ledger, tok: tokOp},                                                                         // quoted
+		{q: "Quinl*", extra: "", want: ledger, tok: tokOp},                                                                                    // a prefix
+		{q: "frozen by aud*", extra: "", want: ledger, tok: tokOp},                                                                            // a phrase ending in a prefix
+		{q: "odile marchetti", extra: "", want: ledger},                                                                                       // words of a header value
+		{q: "frozen by auditor", extra: "&source_queue=audit", want: ledgerAudit, tok: tokOp},                                                 // with a queue
+		{q: "auditor frozen", extra: "", want: nil, tok: tokOp},                                                                               // the words, not the phrase
 	} {
 		path := "/api/v1/messages?limit=3&q=" + url.QueryEscape(c.q) + c.extra
+		tok := cmp.Or(c.tok, tokViewer)
 		// The first page, whose plans are checked.
 		sent := stmts.record(func() {
-			require.Equal(t, http.StatusOK, b.do(t, "GET", path, tokViewer, nil).status)
+			require.Equal(t, http.StatusOK, b.do(t, "GET", path, tok, nil).status)
 		})
-		got := b.listAll(t, path, tokViewer)
+		got := b.listAll(t, path, tok)
 		require.Equal(t, c.want, got, "q=%q: newest first, each once", c.q)
-		require.Equal(t, got, b.listAll(t, path, tokViewer), "q=%q: the same answer again", c.q)
+		require.Equal(t, got, b.listAll(t, path, tok), "q=%q: the same answer again", c.q)
 
 		explained := 0
 		for _, s := range sent {
@@ -181,6 +201,7 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 WHERE id = ANY($1)`, ledger)
 	for _, c := range []struct{ q, status string }{
 		{"acme-corp", "replaying"}, {"acme-corp", "all"}, {"LedgerLocked", "all"}, {"ledger-3", "replaying"}, {"is locked by batch", "pending,replaying"},
+		{"odile marchetti", "all"}, {"Marchet*", "replaying"},
 	} {
 		want := ledger
 		if c.q == "ledger-3" {

@@ -12,6 +12,11 @@
 #
 #   scripts/bench-search-cost.sh [pairs] [messages per run] [extra dlq-bench ingest flags...]
 #
+# The text index (migration 00078) on its own, with bodies of words (random
+# bytes are binary and never tokenised):
+#
+#   SEARCH_INDEXES=dead_messages_text scripts/bench-search-cost.sh 3 100000 -text
+#
 # Results: tmp/bench-search-cost/results.jsonl (one JSON line per run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

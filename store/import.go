@@ -64,6 +64,7 @@ var importColumns = []string{
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "conversion_error", "group_id", "search_keys",
 	"search_hashes", "death_history", "imported_origin", "imported_id", "x_death", "category",
+	"body_text_bytes", "search_text",
 }
 
 // ImportMessages stores the messages next returns until it returns io.EOF,
@@ -100,7 +101,8 @@ CREATE TEMP TABLE dlq_import (
     reason text, death_count bigint, failure jsonb, failure_type text, failure_message text, properties json,
     headers json, body bytea, body_size integer, first_failed_at timestamptz, failed_at timestamptz,
     conversion_error text, group_id bigint, search_keys text[], search_hashes bigint[], death_history jsonb,
-    imported_origin uuid, imported_id bigint, x_death json, category text
+    imported_origin uuid, imported_id bigint, x_death json, category text,
+    body_text_bytes integer, search_text text
 ) ON COMMIT DROP`); err != nil {
 		return res, fmt.Errorf("store: import: create the staging table: %w", err)
 	}
@@ -192,6 +194,7 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 			m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 			nullText(m.ConversionError), groupID(groupKeyOf(m)), keys, KeyHashes(keys), nullJSON(im.DeathHistory),
 			im.From.Origin, im.From.ID, nullJSON(m.XDeath), categoryOf(m.Category),
+			BodyTextBytes(m.Body, m.Properties), searchText(m),
 		}, nil
 	})
 	if _, err := im.tx.CopyFrom(ctx, pgx.Identifier{"dlq_import"}, importColumns, src); err != nil {
@@ -199,7 +202,8 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 	}
 	cols := "message_id, source_queue, source_exchange, source_routing_key, dead_letter_queue, reason, death_count, " +
 		"failure, failure_type, failure_message, properties, headers, body, body_size, first_failed_at, failed_at, " +
-		"conversion_error, group_id, search_keys, search_hashes, death_history, imported_origin, imported_id, x_death, category"
+		"conversion_error, group_id, search_keys, search_hashes, death_history, imported_origin, imported_id, x_death, category, " +
+		"body_text_bytes, search_text"
 	// A message first stored here and still here is skipped too: its own
 	// row stands for it. fingerprint only matters for rows of ingest
 	// batches in flight, which imported rows never are.

@@ -54,7 +54,7 @@ var ingestColumns = []string{
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
 	"conversion_error", "replay_count", "group_id", "search_keys", "search_hashes", "ingest_returns",
-	"x_death", "category",
+	"x_death", "category", "body_text_bytes", "search_text",
 }
 
 // sealedIngestColumns are ingestColumns for sealed rows (seal.go): the
@@ -144,7 +144,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 					m.DeathCount, nil, nullText(m.FailureType), nil,
 					emptyObject, r.headers, r.body, len(m.Body), m.FirstFailedAt, m.FailedAt,
 					index.Fingerprint(m.Fingerprint), b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], nil, r.hashes,
-					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category),
+					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), nil, nil,
 					ids[k], r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta,
 				}, nil
 			}
@@ -155,7 +155,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
-				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category),
+				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), BodyTextBytes(m.Body, m.Properties), searchText(m),
 			}, nil
 		})
 		if sealed != nil {
@@ -365,7 +365,8 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
 			return 0, err
 		}
 		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`,
-    message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23
+    message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23,
+    search_text = NULL, body_text_bytes = NULL
 WHERE id = $1`,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
 			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
@@ -376,12 +377,14 @@ WHERE id = $1`,
 		}
 	} else {
 		keys := SearchKeys(m)
-		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`
+		// The body stays, and so does what of it is text
+		// (body_text_bytes); the header values are the new death's.
+		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = $19
 WHERE id = $1`,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 			nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category))
+			categoryOf(m.Category), searchText(m))
 		if err != nil {
 			return 0, err
 		}

@@ -380,7 +380,7 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 			return "", err
 		}
 		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+statusIn("m", []string{StatusReplaying})+` AND `+w+before+
-			` AND `+sq.matches(args, f.SourceQueue != "" && !opt.NoBodySearch)+`
+			` AND `+sq.matches(args, f.SourceQueue != "" && !opt.NoBodySearch, !opt.NoBodySearch)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	return `SELECT u.id FROM (` + strings.Join(arms, " UNION ") + `) u ORDER BY u.id DESC LIMIT ` + n, nil
@@ -476,6 +476,17 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 	arms := []string{
 		keyArm,
 		perGroup(`SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND ` + whole),
+	}
+	if sq.hasText {
+		// Words, across every queue, through the text index
+		// (dead_messages_text, whose predicate the conditions repeat).
+		kw, err := keyWhere()
+		if err != nil {
+			return nil, err
+		}
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+kw+` AND m.enc_key_id IS NULL AND `+
+			sq.textMatch(args, "m", !opt.NoBodySearch)+`
+		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	if len(sq.values) > 0 {
 		// The EXISTS is a one-time filter: with no such group, the keyed

@@ -288,7 +288,7 @@ FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
 			// in new entries too.
 			b.Queue(`
 UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = NULL, failure_message = NULL,
-    message_id = NULL, search_keys = NULL, search_hashes = $4, fingerprint = $5,
+    message_id = NULL, search_keys = NULL, search_hashes = $4, fingerprint = $5, search_text = NULL, body_text_bytes = NULL,
     death_history = (SELECT jsonb_agg(e - 'failure_message' ORDER BY i) FROM jsonb_array_elements(death_history) WITH ORDINALITY AS h(e, i)),
     enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9
 WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p.fingerprint), r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)

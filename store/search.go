@@ -204,6 +204,10 @@ type searchQuery struct {
 	pattern string   // ILIKE pattern on group patterns
 	values  []string // q's own variable values, as keys
 	body    []byte
+	// text is q as a full-text query over the text index (textsearch.go);
+	// hasText is false when q has no word in it.
+	text    textQuery
+	hasText bool
 	// index, when the store seals, keys the hashes; failure text and
 	// bodies are sealed then, so q matches keys only.
 	index *crypt.Index
@@ -223,6 +227,7 @@ func parseQuery(q string) (searchQuery, error) {
 		pattern: "%" + escapeLike(NormalizeFailure(t)) + "%",
 		body:    []byte(q),
 	}
+	sq.text, sq.hasText = parseTextQuery(t)
 	failureKeys(t, func(v string) {
 		v = strings.ToLower(strings.TrimSpace(v))
 		if len(v) >= 2 && len(v) <= maxSearchKeyLen && len(sq.values) < maxSearchKeys {
@@ -263,15 +268,17 @@ func (f Filter) searchConds(args *sqlArgs, noBodySearch bool) ([]string, error) 
 			return nil, err
 		}
 		sq.index = f.index
-		conds = append(conds, sq.matches(args, f.SourceQueue != "" && !noBodySearch))
+		conds = append(conds, sq.matches(args, f.SourceQueue != "" && !noBodySearch, !noBodySearch))
 	}
 	return conds, nil
 }
 
 // matches renders "the row aliased m matches q" as one condition: its
-// keys, its failure text through the groups, and its body when body is
-// true (a source queue is named, and the caller may see bodies).
-func (sq searchQuery) matches(args *sqlArgs, body bool) string {
+// keys, its failure text through the groups, its words (the text index's
+// document, with the body's words when bodyText is true: the caller may
+// see bodies), and its body's bytes when body is true (a source queue is
+// named, and the caller may see bodies).
+func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 	if sq.index != nil {
 		return "(" + sq.hasKeys(args, "m", sq.key) + ")"
 	}
@@ -279,10 +286,27 @@ func (sq searchQuery) matches(args *sqlArgs, body bool) string {
 		"(" + sq.hasKeys(args, "m", sq.key) + ")",
 		"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
 	}
+	if sq.hasText {
+		arms = append(arms, "(m.enc_key_id IS NULL AND "+sq.textMatch(args, "m", bodyText)+")")
+	}
 	if body {
 		arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")
 	}
 	return "(" + strings.Join(arms, " OR ") + ")"
+}
+
+// textMatch renders "the row aliased alias has q's words" through the
+// text index. Without bodyText, a row found through the index is checked
+// again against its document without the body, so that a caller who may
+// not see bodies learns nothing about them.
+func (sq searchQuery) textMatch(args *sqlArgs, alias string, bodyText bool) string {
+	tsq := sq.text.sql(args)
+	cond := bodyTextSQL(alias) + " @@ " + tsq
+	if !bodyText {
+		cond += " AND dlq_search_document(" + alias + ".failure_type, " + alias + ".failure_message, " + alias + ".failure, " +
+			alias + ".search_text, " + alias + ".body, 0) @@ " + tsq
+	}
+	return cond
 }
 
 // escapeLike makes every character of s literal in a LIKE pattern whose

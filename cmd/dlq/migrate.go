@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/store"
 )
 
 func cmdMigrate(args []string) int {
-	cfg, log, _, code := cli.LoadConfig("migrate", args, nil)
+	var backfill bool
+	cfg, log, _, code := cli.LoadConfig("migrate", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&backfill, "backfill-text", false, "then mark what of older messages is text, so that text search finds their header values and bodies (docs/OPERATIONS.md); resumable, safe beside dlq serve")
+	})
 	if code >= 0 {
 		return code
 	}
@@ -34,5 +39,33 @@ func cmdMigrate(args []string) int {
 	} else {
 		fmt.Printf("applied %d migrations: version %d -> %d\n", len(res.Applied), res.From, res.To)
 	}
+	if backfill {
+		return backfillText(ctx, st)
+	}
 	return cli.ExitOK
+}
+
+// backfillText runs store.BackfillText over every id, newest first, and
+// says how far it got.
+func backfillText(ctx context.Context, st *store.Store) int {
+	const batch = 5000
+	start := time.Now()
+	var before int64
+	total := 0
+	for {
+		next, n, err := st.BackfillText(ctx, before, batch)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dlq migrate: %v (rerun dlq migrate -backfill-text to go on)\n", err)
+			return cli.ExitUnavailable
+		}
+		total += n
+		if next == 0 {
+			fmt.Printf("text backfill done: %d messages marked in %s\n", total, time.Since(start).Round(time.Second))
+			return cli.ExitOK
+		}
+		if before/100_000 != next/100_000 {
+			fmt.Printf("text backfill: below id %d, %d messages marked so far\n", next, total)
+		}
+		before = next
+	}
 }

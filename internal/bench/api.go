@@ -27,18 +27,22 @@ import (
 
 // apiOptions are the flags of `dlq-bench api`.
 type apiOptions struct {
-	pgURL      string
-	schema     string
-	n          int
-	reuse      bool
-	iterations int
-	depth      int
-	ingestCost bool
-	ingestOnly bool
-	ingestN    int
-	out        string
-	cursor     string
-	skip       string
+	pgURL        string
+	schema       string
+	n            int
+	reuse        bool
+	iterations   int
+	depth        int
+	ingestCost   bool
+	ingestOnly   bool
+	ingestN      int
+	out          string
+	cursor       string
+	skip         string
+	genOnly      bool
+	textOnly     bool
+	ingestRounds int
+	searchOnly   bool
 }
 
 // API runs `dlq-bench api`: it fills a schema with generated messages
@@ -58,6 +62,10 @@ func API(args []string) error {
 	fs.BoolVar(&o.ingestOnly, "ingest-only", false, "measure only the ingest cost of the search index")
 	fs.IntVar(&o.ingestN, "ingest-n", 200_000, "messages per ingest-cost run")
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
+	fs.BoolVar(&o.textOnly, "ingest-text-only", false, "ingest cost: compare only every index against every index but the text index (dead_messages_text)")
+	fs.IntVar(&o.ingestRounds, "ingest-rounds", 3, "ingest cost: rounds, the variants alternating in each")
+	fs.BoolVar(&o.genOnly, "generate-only", false, "only fill the schema (or find it reusable), measure nothing")
+	fs.BoolVar(&o.searchOnly, "search-only", false, "measure only the searches (q), not the listings, stats and status")
 	fs.StringVar(&o.cursor, "cursor", "", "cursor of the deep page from an earlier run on the same data (skips paging there)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -76,6 +84,9 @@ func API(args []string) error {
 	if !o.ingestOnly {
 		if err := prepareAPISchema(ctx, o, dsn); err != nil {
 			return err
+		}
+		if o.genOnly {
+			return nil
 		}
 		res, err := measureAPI(ctx, o, dsn)
 		results = append(results, res...)
@@ -225,6 +236,27 @@ func measureAPI(ctx context.Context, o apiOptions, dsn string) ([]apiResult, err
 		return nil
 	}
 	static := func(p string) func(int) string { return func(int) string { return p } }
+
+	// Text search across every queue (migration 00078).
+	textSearches := []struct {
+		name string
+		path func(int) string
+	}{
+		{"text: rare phrase over every queue (" + "quarantined by customs" + ")", static("/api/v1/messages?status=all&q=" + url.QueryEscape("quarantined by customs"))},
+		{"text: prefix over every queue (quarant*)", static("/api/v1/messages?status=all&q=" + url.QueryEscape("quarant*"))},
+		{"text: stack frame word (LedgerCompactor)", static("/api/v1/messages?status=all&q=LedgerCompactor")},
+		{"text: header value words (a customer's name, ~250 messages each)", func(i int) string {
+			return "/api/v1/messages?status=all&q=" + url.QueryEscape(benchFirstNames[i%len(benchFirstNames)]+" "+benchLastNames[i*7%len(benchLastNames)])
+		}},
+	}
+	for _, ts := range textSearches {
+		if err := measure(ts.name, ts.path); err != nil {
+			return results, err
+		}
+	}
+	if o.searchOnly {
+		return results, nil
+	}
 
 	if err := measure("first page (pending, 50)", static("/api/v1/messages")); err != nil {
 		return results, err

@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -76,13 +77,13 @@ func rejectAll(conn *amqp.Connection, queue string) (stop func() error, err erro
 // after a retry queue, and x-first-death-*) when withDeath, else to a
 // source queue where RabbitMQ dead-letters them.
 func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string) error {
-	return prefillQueues(ctx, conn, exchange, key, withDeath, n, size, runID, 1)
+	return prefillQueues(ctx, conn, exchange, key, withDeath, n, size, runID, 1, false)
 }
 
 // prefillQueues is prefill with the death record naming one of queues
 // source queues in turn (orders.process.0, .1, ...; orders.process when
 // queues is 1), so that a benchmark can replay them as separate tasks.
-func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string, queues int) error {
+func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string, queues int, text bool) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -95,6 +96,16 @@ func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key str
 	for i := range bodies {
 		bodies[i] = make([]byte, size)
 		_, _ = crand.Read(bodies[i])
+		if text {
+			// Words, as a text body's (text search tokenises them).
+			r := rand.New(rand.NewPCG(uint64(i), 3))
+			b := bodies[i][:0]
+			for len(b) < size {
+				b = append(b, benchWords[int(r.ExpFloat64()*20)%len(benchWords)]...)
+				b = append(b, ' ')
+			}
+			bodies[i] = b[:size]
+		}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	const window = 2000

@@ -113,6 +113,10 @@ func (g *rowGen) row(i int) []any {
 	hdr := g.buf[:0]
 	hdr = append(hdr, `{"tenant":"tenant-`...)
 	hdr = strconv.AppendInt(hdr, int64(r.IntN(500)), 10)
+	hdr = append(hdr, `","x-customer":"`...)
+	hdr = append(hdr, benchFirstNames[r.IntN(len(benchFirstNames))]...)
+	hdr = append(hdr, ' ')
+	hdr = append(hdr, benchLastNames[r.IntN(len(benchLastNames))]...)
 	hdr = append(hdr, `","trace-id":"`...)
 	trace := randHex(r, 8)
 	hdr = append(hdr, trace...)
@@ -121,7 +125,11 @@ func (g *rowGen) row(i int) []any {
 		t := pickWeighted(r)
 		f := benchFailures[t]
 		m := f.msg(r)
-		fb, _ := json.Marshal(map[string]string{"type": f.typ, "message": m, "origin": "generic"})
+		fail := map[string]string{"type": f.typ, "message": m, "origin": "generic"}
+		if f.typ == "java.lang.NullPointerException" {
+			fail["stack"] = benchStack(r)
+		}
+		fb, _ := json.Marshal(fail)
 		failure, ftype, fmsg = fb, f.typ, m
 		group = g.groupID(queue, reason, t, f.typ, m)
 		hdr = append(hdr, `,"x-exception-type":`...)
@@ -149,7 +157,7 @@ func (g *rowGen) row(i int) []any {
 
 	msgID := randHex(r, 16)
 	props := []byte(`{"content_type":"application/json","delivery_mode":2,"message_id":"` + msgID + `"}`)
-	body := []byte(fmt.Sprintf(`{"order":%d,"sku":"SKU-%d","qty":%d}`, id, r.IntN(100000), 1+r.IntN(9)))
+	body := g.body(id)
 
 	age := g.start.Add(g.span).Sub(failedAt)
 	status := "pending"
@@ -172,18 +180,25 @@ func (g *rowGen) row(i int) []any {
 		nm.FailureType, nm.FailureMessage = ftype.(string), fmsg.(string)
 	}
 	keys := store.SearchKeys(&nm)
+	if failure != nil {
+		nm.Failure = failure.([]byte)
+	}
+	var searchText any
+	if t := store.HeaderText(headers, nm.FailureType, nm.FailureMessage, ""); t != "" {
+		searchText = t
+	}
 	// The death record ingest stores with the headers above.
 	xDeath, _ := json.Marshal([]broker.Death{{Queue: queue, Reason: reason, Exchange: "app",
 		RoutingKeys: []string{queue + ".created"}, Count: 1, Time: failedAt.UTC().Truncate(time.Second)}})
 	return []any{id, msgID, queue, "app", queue + ".created", "dlq", reason, int64(1), failure, ftype, fmsg,
 		props, headers, body, len(body), status, replayCount, failedAt, failedAt, replayedAt, ackAt, failedAt,
-		int64(r.Uint64() >> 1), group, keys, store.KeyHashes(keys), xDeath}
+		int64(r.Uint64() >> 1), group, keys, store.KeyHashes(keys), xDeath, store.BodyTextBytes(body, props), searchText}
 }
 
 var genColumns = []string{"id", "message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers", "body", "body_size",
 	"status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at", "status_changed_at",
-	"fingerprint", "group_id", "search_keys", "search_hashes", "x_death"}
+	"fingerprint", "group_id", "search_keys", "search_hashes", "x_death", "body_text_bytes", "search_text"}
 
 func randHex(r *rand.Rand, n int) string {
 	b := make([]byte, n)

@@ -44,6 +44,9 @@ type ingestOptions struct {
 	// withoutIndexes are dropped after migrating: a diagnostic to price an
 	// index at ingest, never for recorded figures.
 	withoutIndexes []string
+	// textBodies makes the bodies words (text search reads them) instead
+	// of random bytes (binary: never tokenised).
+	textBodies bool
 	// encrypt lists the encryption settings measured (-encrypt).
 	encrypt []bool
 	cpu     cpuMeter
@@ -107,6 +110,7 @@ func Ingest(args []string) error {
 	fs.IntVar(&o.ingest.Prefetch, "prefetch", def.Ingest.Prefetch, "prefetch per consumer (default: dlq's default)")
 	fs.IntVar(&o.ingest.BatchSize, "batch", def.Ingest.BatchSize, "messages per transaction (default: dlq's default)")
 	encrypt := fs.String("encrypt", "off", "encryption at rest: off, on (a random key, every header sealed), or both (interleaved in each run)")
+	fs.BoolVar(&o.textBodies, "text", false, "bodies of words (which text search indexes) instead of random bytes")
 	without := fs.String("without-index", "", "diagnostic: drop these dead_messages indexes (comma list) before the drain, to price them; never for recorded figures")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -371,7 +375,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 			}
 		}
 	}
-	if err := prefill(ctx, conn, target, key, o.deadLetter == "direct", o.n, size, suffix); err != nil {
+	if err := prefillQueues(ctx, conn, target, key, o.deadLetter == "direct", o.n, size, suffix, 1, o.textBodies); err != nil {
 		return r, fmt.Errorf("prefill: %w", err)
 	}
 	if err := waitReady(conn, queue, o.n, 5*time.Minute); err != nil {

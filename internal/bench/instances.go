@@ -211,7 +211,7 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 			_ = c.Close()
 		}
 	}()
-	if err := prefillQueues(ctx, conn, exchange, "orders.created", true, o.n, o.size, suffix, o.tasks); err != nil {
+	if err := prefillQueues(ctx, conn, exchange, "orders.created", true, o.n, o.size, suffix, o.tasks, false); err != nil {
 		return r, fmt.Errorf("prefill: %w", err)
 	}
 	if err := waitReady(conn, queue, o.n, 5*time.Minute); err != nil {

@@ -41,7 +41,7 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.reason, "reason", "", "death reason: rejected, expired, maxlen, delivery_limit")
 	fs.StringVar(&f.category, "category", "", "failure category: transient, permanent, unknown (or a comma list)")
 	fs.StringVar(&f.group, "group", "", "failure group id (see dlq groups)")
-	fs.StringVar(&f.q, "q", "", "search message id, failure text and header values (and bodies, with --queue)")
+	fs.StringVar(&f.q, "q", "", "search every queue: ids and header values whole, failure text, words (a phrase; a trailing * makes the last word a prefix) of failure type/message/stack, header values and text bodies; byte substrings of bodies with --queue")
 	fs.StringVar(&f.after, "after", "", "failed at or after: RFC 3339 time, or a duration ago (24h)")
 	fs.StringVar(&f.before, "before", "", "failed before: RFC 3339 time, or a duration ago")
 	fs.Func("field", "a condition on JSON bodies, repeatable: path=value, path!=value, path<n, path>=n, path? (exists); "+

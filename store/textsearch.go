@@ -1,0 +1,286 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Text search (migration 00078) finds words across every queue through a
+// GIN index over a full-text document of each plain row: the failure
+// type, failure message and stack, the application's header values, and
+// the first BodyTextMax bytes of a text body. The document is an index
+// expression (dlq_search_document); ingest only says which part of a row
+// is text (BodyTextBytes, HeaderText), since SQL cannot tell it cheaply.
+//
+// The 'simple' configuration lower-cases words and keeps every one (no
+// stemming, no stop words), so a phrase matches as written, in any case.
+
+// BodyTextMax is how many bytes at the start of a text body are indexed:
+// a 1 KiB body whole, the start of larger ones (docs/BENCHMARKS.md has
+// what indexing costs ingest).
+const BodyTextMax = 1024
+
+// headerTextMax bounds the header values indexed per message.
+const headerTextMax = 2048
+
+// bodyTextSQL is the searchable document of the row aliased m: the same
+// expression as the index dead_messages_text, which the planner must see
+// written the same way to use it.
+func bodyTextSQL(alias string) string {
+	return "dlq_search_document(" + alias + ".failure_type, " + alias + ".failure_message, " + alias + ".failure, " +
+		alias + ".search_text, " + alias + ".body, " + alias + ".body_text_bytes)"
+}
+
+// BodyTextBytes returns how many bytes at the start of body are text to
+// index: none when the content type (from the properties JSON) is not a
+// text type, or the body is not valid UTF-8, or holds a NUL byte (binary
+// data); else the body up to BodyTextMax, cut on a character boundary.
+func BodyTextBytes(body []byte, properties json.RawMessage) int {
+	if len(body) == 0 || !textContent(properties) {
+		return 0
+	}
+	if bytes.IndexByte(body, 0) >= 0 || !utf8.Valid(body) {
+		return 0
+	}
+	n := min(len(body), BodyTextMax)
+	for n > 0 && n < len(body) && !utf8.RuneStart(body[n]) {
+		n--
+	}
+	return n
+}
+
+// textContent says whether the content type and encoding in a message's
+// properties are those of text: no content type (many publishers set
+// none), text/*, or an application type that is text (JSON, XML, YAML,
+// CSV, forms, scripts), and no content encoding other than identity (a
+// gzip body is binary).
+func textContent(properties json.RawMessage) bool {
+	if len(properties) == 0 {
+		return true
+	}
+	var p struct {
+		ContentType     string `json:"content_type"`
+		ContentEncoding string `json:"content_encoding"`
+	}
+	if json.Unmarshal(properties, &p) != nil {
+		return false
+	}
+	if enc := strings.ToLower(strings.TrimSpace(p.ContentEncoding)); enc != "" && enc != "identity" && enc != "utf-8" && enc != "utf8" {
+		return false
+	}
+	if strings.TrimSpace(p.ContentType) == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(p.ContentType)
+	if err != nil {
+		return false
+	}
+	typ, sub, _ := strings.Cut(mt, "/")
+	switch typ {
+	case "text":
+		return true
+	case "application":
+		if strings.HasSuffix(sub, "+json") || strings.HasSuffix(sub, "+xml") || strings.HasSuffix(sub, "+yaml") {
+			return true
+		}
+		switch sub {
+		case "json", "xml", "yaml", "x-yaml", "csv", "x-ndjson", "ndjson", "jsonl", "x-www-form-urlencoded",
+			"javascript", "x-javascript", "graphql", "sql", "toml":
+			return true
+		}
+	}
+	return false
+}
+
+// HeaderText returns the application's header values to index, one per
+// line: strings, at the top level and in tables one level down; not
+// RabbitMQ's own death headers, not the failure type, message or stack
+// (indexed from their own columns). "" when there are none.
+func HeaderText(headers json.RawMessage, failureType, failureMessage, stack string) string {
+	var b strings.Builder
+	headerText(&b, headers, failureType, failureMessage, stack, 0)
+	return b.String()
+}
+
+func headerText(b *strings.Builder, table json.RawMessage, failureType, failureMessage, stack string, depth int) {
+	if len(table) == 0 || table[0] != '{' {
+		return
+	}
+	var h map[string]json.RawMessage
+	if json.Unmarshal(table, &h) != nil {
+		return
+	}
+	for k, raw := range h {
+		if len(raw) == 0 || b.Len() >= headerTextMax || strings.HasPrefix(k, "x-death") ||
+			strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+			continue
+		}
+		switch raw[0] {
+		case '"':
+			var s string
+			if json.Unmarshal(raw, &s) != nil || s == "" || s == failureType || s == failureMessage || s == stack {
+				continue
+			}
+			s = cleanText(s)
+			if room := headerTextMax - b.Len(); len(s) > room {
+				s = strings.ToValidUTF8(s[:room], "")
+			}
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(s)
+		case '{':
+			// A typed value of the header codec is a number, a time or
+			// bytes, whose words are not text; a table one level down is.
+			var typed struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(raw, &typed) == nil && typed.Type != "" {
+				continue
+			}
+			if depth == 0 {
+				headerText(b, raw, failureType, failureMessage, stack, depth+1)
+			}
+		}
+	}
+}
+
+// failureStack is the stack of a failure detail (its "stack" member).
+func failureStack(failure json.RawMessage) string {
+	if len(failure) == 0 {
+		return ""
+	}
+	var f struct {
+		Stack string `json:"stack"`
+	}
+	_ = json.Unmarshal(failure, &f)
+	return f.Stack
+}
+
+// searchText is the search_text column of a plain row: its header text,
+// NULL when empty.
+func searchText(m *NewMessage) *string {
+	s := HeaderText(m.Headers, m.FailureType, m.FailureMessage, failureStack(m.Failure))
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// textQuery is q as a full-text query: a phrase of its words (q's words
+// in order, next to each other), the last one a prefix when q ends with
+// '*'. Quotes around q change nothing: q is always one phrase.
+type textQuery struct {
+	phrase string // the words but a trailing prefix, for phraseto_tsquery
+	prefix string // the prefix word without its '*', or ""
+}
+
+// WordSeparators are the characters dlq_search_words (migration 00078)
+// turns into white space, in the document and in q alike.
+const WordSeparators = ".-/:@()[]{}=,;\"'<>\\|#$&*+!?~`^%_"
+
+func isWordSeparator(r rune) bool {
+	return unicode.IsSpace(r) || strings.ContainsRune(WordSeparators, r)
+}
+
+func hasWord(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) >= 0
+}
+
+// parseTextQuery reads q as a text query; ok is false when q has no word
+// to look for (only punctuation).
+func parseTextQuery(q string) (tq textQuery, ok bool) {
+	t := strings.TrimSpace(q)
+	if strings.HasSuffix(t, "*") {
+		t = strings.TrimRightFunc(strings.TrimRight(t, "*"), isWordSeparator)
+		i := strings.LastIndexFunc(t, isWordSeparator)
+		tq.prefix, tq.phrase = t[i+1:], t[:max(i, 0)]
+		if !hasWord(tq.prefix) {
+			tq.prefix, tq.phrase = "", t
+		}
+	} else {
+		tq.phrase = t
+	}
+	return tq, tq.prefix != "" || hasWord(tq.phrase)
+}
+
+// sql renders the tsquery.
+func (tq textQuery) sql(args *sqlArgs) string {
+	prefix := ""
+	if tq.prefix != "" {
+		// The prefix holds no separator, so no quote or backslash:
+		// quote_literal makes it one quoted tsquery operand, and none of
+		// its characters is read as an operator.
+		prefix = "to_tsquery('simple'::regconfig, quote_literal(" + args.add(tq.prefix) + "::text) || ':*')"
+	}
+	if !hasWord(tq.phrase) {
+		return prefix
+	}
+	phrase := "phraseto_tsquery('simple'::regconfig, dlq_search_words(" + args.add(tq.phrase) + "::text))"
+	if prefix == "" {
+		return phrase
+	}
+	return "tsquery_phrase(" + phrase + ", " + prefix + ")"
+}
+
+// BackfillText marks what of older messages is text (body_text_bytes,
+// search_text: what ingest writes since migration 00078), for one batch:
+// the plain rows with ids in [before-batch, before) that were never
+// looked at. before 0 starts above the newest message; next is where the
+// following batch starts, 0 when every id has been seen. Newest first,
+// since searches show the newest first. Safe beside ingest and to rerun:
+// a row is only written while it is still plain and unmarked.
+func (s *Store) BackfillText(ctx context.Context, before int64, batch int) (next int64, marked int, err error) {
+	if before <= 0 {
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1 FROM dead_messages`).Scan(&before); err != nil {
+			return 0, 0, fmt.Errorf("store: backfill text: newest id: %w", err)
+		}
+	}
+	lo := max(before-int64(batch), 1)
+	rows, err := s.pool.Query(ctx, `SELECT id, body, properties, headers, coalesce(failure_type, ''), coalesce(failure_message, ''), failure
+FROM dead_messages WHERE id >= $1 AND id < $2 AND body_text_bytes IS NULL AND enc_key_id IS NULL`, lo, before)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+	}
+	var (
+		ids   []int64
+		lens  []int32
+		texts []*string
+	)
+	for rows.Next() {
+		var (
+			id              int64
+			m               NewMessage
+			failure, header []byte
+		)
+		if err := rows.Scan(&id, &m.Body, &m.Properties, &header, &m.FailureType, &m.FailureMessage, &failure); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+		}
+		m.Headers, m.Failure = header, failure
+		ids, lens, texts = append(ids, id), append(lens, int32(BodyTextBytes(m.Body, m.Properties))), append(texts, searchText(&m))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+	}
+	if len(ids) > 0 {
+		tag, err := s.pool.Exec(ctx, `UPDATE dead_messages d SET body_text_bytes = u.b, search_text = u.s
+FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s)
+WHERE d.id = u.id AND d.body_text_bytes IS NULL AND d.enc_key_id IS NULL`, ids, lens, texts)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
+		}
+		marked = int(tag.RowsAffected())
+	}
+	if lo <= 1 {
+		return 0, marked, nil
+	}
+	return lo, marked, nil
+}

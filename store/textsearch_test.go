@@ -1,0 +1,306 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// textMsg is a dead message of queue with a JSON body.
+func textMsg(queue, body string, fp int64) store.NewMessage {
+	m := msg(queue, body, fp)
+	m.Properties = json.RawMessage(`{"content_type":"application/json"}`)
+	return m
+}
+
+// searchAll pages through a search, limit at a time, and returns the ids
+// in the order the pages gave them.
+func searchAll(t *testing.T, st *store.Store, f store.Filter, opt store.ListOptions) []int64 {
+	t.Helper()
+	var ids []int64
+	for range 100 {
+		page, err := st.ListMessages(context.Background(), f, opt)
+		require.NoError(t, err, "q=%q", f.Query)
+		for _, m := range page.Messages {
+			ids = append(ids, m.ID)
+		}
+		if !page.HasMore {
+			return ids
+		}
+		opt.Before = page.LastID
+	}
+	t.Fatalf("q=%q: more than 100 pages", f.Query)
+	return nil
+}
+
+// TestTextSearchAcrossQueues: q without a source queue finds words of
+// bodies, failure types, messages and stacks, and header values, in
+// every queue, as phrases and prefixes, newest first in keyset pages;
+// never words inside a binary body.
+func TestTextSearchAcrossQueues(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+
+	body := textMsg("orders", `{"order":42,"note":"parcel quarantined by customs at Rotterdam"}`, 1)
+	failure := textMsg("billing", `{"invoice":7}`, 2)
+	failure.FailureType = "System.NullReferenceException"
+	failure.FailureMessage = "NullReferenceException in InvoiceMapper.Map"
+	failure.Failure = json.RawMessage(`{"type":"System.NullReferenceException","message":"NullReferenceException in InvoiceMapper.Map",` +
+		`"stack":"at Shop.Billing.InvoiceMapper.Map(Invoice i) in C:\\src\\InvoiceMapper.cs:line 42\n at Shop.Ledger.Compactor.Run()"}`)
+	header := textMsg("shipping", `{}`, 3)
+	header.Headers = json.RawMessage(`{"x-customer":"Greta Vikander","x-death":[],"nested":{"carrier":"Blue Heron Freight"}}`)
+	// Binary bodies: a NUL byte, invalid UTF-8, a binary content type,
+	// a compressed body: their words are never indexed.
+	nul := msg("orders", "zebrafish\x00zebrafish payload", 4)
+	invalid := msg("orders", "\xffzebrafish payload", 5)
+	octets := msg("orders", "zebrafish payload", 6)
+	octets.Properties = json.RawMessage(`{"content_type":"application/octet-stream"}`)
+	gzipped := textMsg("orders", "zebrafish payload", 7)
+	gzipped.Properties = json.RawMessage(`{"content_type":"text/plain","content_encoding":"gzip"}`)
+	// A body without a content type is text when it is UTF-8.
+	untyped := msg("refunds", "the platypus refund", 8)
+	_, res := ingest(t, st, body, failure, header, nul, invalid, octets, gzipped, untyped)
+	require.Equal(t, 8, res.Inserted)
+	ids := messageIDs(t, db, "TRUE")
+	bodyID, failureID, headerID, untypedID := ids[0], ids[1], ids[2], ids[7]
+
+	// Seven messages with the same phrase in three queues, for pages.
+	var paged []store.NewMessage
+	for i := range 7 {
+		paged = append(paged, textMsg([]string{"orders", "billing", "audit"}[i%3], fmt.Sprintf(`{"n":%d,"text":"alpha beta gamma"}`, i), int64(100+i)))
+	}
+	ingest(t, st, paged...)
+	pagedIDs := messageIDs(t, db, "id > $1", untypedID)
+
+	all := store.Filter{Status: "all"}
+	for _, c := range []struct {
+		q    string
+		want []int64
+	}{
+		{"quarantined by customs", []int64{bodyID}},                     // a phrase in a body
+		{`"parcel QUARANTINED by customs"`, []int64{bodyID}},            // quoted, any case
+		{"customs by quarantined", nil},                                 // the words, not the phrase
+		{"quarantined customs", nil},                                    // not next to each other
+		{"Rotter*", []int64{bodyID}},                                    // a prefix
+		{"quarantined by cust*", []int64{bodyID}},                       // a phrase ending in a prefix
+		{"NullReferenceException in InvoiceMapper", []int64{failureID}}, // failure message
+		{"System.NullReferenceException", []int64{failureID}},           // failure type
+		{"Shop.Ledger.Compactor", []int64{failureID}},                   // stack
+		{"Compactor", []int64{failureID}},                               // a word of a stack frame
+		{"Invoice*", []int64{failureID}},                                // prefix of failure words
+		{"Greta Vikander", []int64{headerID}},                           // a header value
+		{"heron freight", []int64{headerID}},                            // a header value one table down
+		{"platypus", []int64{untypedID}},                                // a body without a content type
+		{"zebrafish", nil},                                              // binary bodies are not text
+		{"alpha beta", reversed(pagedIDs)},                              // newest first, across queues
+		{"gamma*", reversed(pagedIDs)},                                  // the same through a prefix
+	} {
+		f := all
+		f.Query = c.q
+		got := searchAll(t, st, f, store.ListOptions{Limit: 3})
+		require.Equal(t, c.want, got, "q=%q", c.q)
+	}
+
+	// The same words select for bulk actions (one condition, not pages).
+	for q, want := range map[string]int64{"quarantined by customs": 1, "alpha beta": 7, "Invoice*": 1, "zebrafish": 0} {
+		res, err := st.Acknowledge(ctx, store.Filter{Status: "all", Query: q}, store.Actor{Name: "t"}, store.ActionOptions{DryRun: true})
+		require.NoError(t, err)
+		require.EqualValues(t, want, res.Matched, "q=%q", q)
+	}
+
+	// A caller who may not see bodies does not find body words, and
+	// still finds failure text and header values.
+	for q, want := range map[string][]int64{"quarantined": nil, "InvoiceMapper": {failureID}, "Vikander": {headerID}} {
+		got := searchAll(t, st, store.Filter{Status: "all", Query: q}, store.ListOptions{NoBodySearch: true})
+		require.Equal(t, want, got, "q=%q without bodies", q)
+	}
+
+	// A row being replayed is left out of the text index and still found.
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET status = 'replaying', claim_owner = 't', claim_expires_at = now() + interval '1 hour' WHERE id = $1`, bodyID)
+	require.NoError(t, err)
+	require.Equal(t, []int64{bodyID}, searchAll(t, st, store.Filter{Status: "all", Query: "quarantined by customs"}, store.ListOptions{}))
+	require.Equal(t, []int64{bodyID}, searchAll(t, st, store.Filter{Status: "replaying", Query: "quarantined by customs"}, store.ListOptions{}))
+	require.Empty(t, searchAll(t, st, store.Filter{Query: "quarantined by customs"}, store.ListOptions{}), "pending only")
+
+	// Exact keys still match whole, and a message id is found either way.
+	require.Equal(t, []int64{headerID}, searchAll(t, st, store.Filter{Status: "all", Query: "greta vikander"}, store.ListOptions{}))
+}
+
+func reversed(ids []int64) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[len(ids)-1-i] = id
+	}
+	return out
+}
+
+// TestBodyTextBytes: what of a body ingest marks as text.
+func TestBodyTextBytes(t *testing.T) {
+	t.Parallel()
+	js := json.RawMessage(`{"content_type":"application/json"}`)
+	long := strings.Repeat("é", store.BodyTextMax) // 2 bytes each
+	for _, c := range []struct {
+		body  string
+		props json.RawMessage
+		want  int
+	}{
+		{`{"a":"b"}`, js, 9},
+		{`plain`, nil, 5},
+		{`plain`, json.RawMessage(`{}`), 5},
+		{`plain`, json.RawMessage(`{"content_type":"text/plain; charset=utf-8"}`), 5},
+		{`<a/>`, json.RawMessage(`{"content_type":"application/soap+xml"}`), 4},
+		{`bytes`, json.RawMessage(`{"content_type":"application/octet-stream"}`), 0},
+		{`bytes`, json.RawMessage(`{"content_type":"application/x-protobuf"}`), 0},
+		{`bytes`, json.RawMessage(`{"content_type":"text/plain","content_encoding":"gzip"}`), 0},
+		{"nul\x00", js, 0},
+		{"\xff\xfe", js, 0},
+		{"", js, 0},
+		{long, js, store.BodyTextMax},           // cut between two characters
+		{"x" + long, js, store.BodyTextMax - 1}, // not inside one
+	} {
+		require.Equal(t, c.want, store.BodyTextBytes([]byte(c.body), c.props), "body %.20q props %s", c.body, c.props)
+	}
+}
+
+// TestWordSeparatorsMatchSQL holds the separators q is split on (for a
+// trailing prefix) to those of dlq_search_words in migration 00078.
+func TestWordSeparatorsMatchSQL(t *testing.T) {
+	t.Parallel()
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	seps := store.WordSeparators
+	var out string
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT dlq_search_words($1)`, "a"+strings.Join(strings.Split(seps, ""), "a")+"a").Scan(&out))
+	require.Equal(t, strings.TrimSpace(strings.Repeat("a ", len(seps)+1)), out, "every separator becomes white space")
+}
+
+// TestBackfillText: messages stored before migration 00078 (nothing
+// marked as text) have their failure text found at once, and their
+// header values and body words once BackfillText has run.
+func TestBackfillText(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	var msgs []store.NewMessage
+	for i := range 5 {
+		m := textMsg("orders", fmt.Sprintf(`{"pet":"wombat","n":%d}`, i), int64(i+1))
+		m.Headers = json.RawMessage(`{"x-keeper":"Ottoline Brisk","x-death":[]}`)
+		m.FailureType = "ZooError"
+		m.FailureMessage = "enclosure gate ajar"
+		msgs = append(msgs, m)
+	}
+	ingest(t, st, msgs...)
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET body_text_bytes = NULL, search_text = NULL`)
+	require.NoError(t, err)
+	find := func(q string) int {
+		page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: q}, store.ListOptions{Limit: 100})
+		require.NoError(t, err)
+		return len(page.Messages)
+	}
+	require.Equal(t, 5, find("gate ajar"), "failure text is indexed from its columns")
+	require.Zero(t, find("wombat"))
+	require.Zero(t, find("ottoline"), "a word of a header value (the whole value is a key)")
+
+	var before int64
+	for range 10 {
+		next, _, err := st.BackfillText(ctx, before, 2)
+		require.NoError(t, err)
+		if next == 0 {
+			break
+		}
+		before = next
+	}
+	require.Zero(t, count(t, db, "body_text_bytes IS NULL"))
+	require.Equal(t, 5, find("wombat"))
+	require.Equal(t, 5, find("ottoline"))
+	// Once more: nothing left to mark.
+	_, n, err := st.BackfillText(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// TestSealedRowsHaveNoText: with encryption at rest, a sealed message's
+// text is not marked, not in the text index (its predicate leaves sealed
+// rows out, and their document would be empty anyway), not backfilled,
+// and q does not find it by a word.
+func TestSealedRowsHaveNoText(t *testing.T) {
+	t.Parallel()
+	ring := newRing(t, newKey(t, "k1"))
+	dsn := dlqtest.Schema(t)
+	st := openStore(t, dsn, ring, nil)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	m := sealedMsg("orders", 1)
+	m.Body = []byte(`{"note":"parcel ` + marker + ` quarantined"}`)
+	ingest(t, st, m)
+	_, _, err := st.BackfillText(ctx, 0, 100)
+	require.NoError(t, err)
+
+	require.Equal(t, 1, count(t, db, "enc_key_id IS NOT NULL AND body_text_bytes IS NULL AND search_text IS NULL"))
+	var def string
+	require.NoError(t, db.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = 'dead_messages_text' AND schemaname = current_schema()`).Scan(&def))
+	require.Contains(t, def, "enc_key_id IS NULL", "sealed rows never enter the text index")
+	// Even computed, the sealed row's document has none of its words.
+	var doc string
+	require.NoError(t, db.QueryRow(ctx, `SELECT dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes)::text FROM dead_messages`).Scan(&doc))
+	for _, w := range []string{"marker", "7b1d", "quarantined", "parcel", "bearer", "declined"} {
+		require.NotContains(t, doc, w)
+	}
+	// Through the index (sequential scans priced out): nothing.
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	_, err = tx.Exec(ctx, `SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM dead_messages m WHERE m.status <> 'replaying' AND m.enc_key_id IS NULL
+AND dlq_search_document(m.failure_type, m.failure_message, m.failure, m.search_text, m.body, m.body_text_bytes) @@ to_tsquery('simple', 'quarantined | marker | 7b1d')`).Scan(&n))
+	require.Zero(t, n)
+	// q matches sealed messages by whole identifying values only.
+	for q, want := range map[string]int{"quarantined": 0, "parcel " + marker: 0, "mid-" + marker: 1} {
+		page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: q}, store.ListOptions{})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, want, "q=%q", q)
+	}
+}
+
+// TestSearchWordsMatchDocument holds the two copies of the punctuation
+// rule of migration 00078 together: the document's (which may call only
+// pg_catalog functions) and dlq_search_words (which q goes through). It
+// also computes the document with pg_catalog alone on the search path,
+// as autovacuum's ANALYZE does.
+func TestSearchWordsMatchDocument(t *testing.T) {
+	t.Parallel()
+	_, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	var schema string
+	require.NoError(t, db.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	for _, text := range []string{
+		"at com.shop.InvoiceMapper.map(InvoiceMapper.java:42)", `{"order":42,"sku":"SKU-7"}`,
+		"a.b-c/d:e@f(g)h[i]j{k}l=m,n;o\"p'q<r>s\\t|u#v$w&x*y+z!1?2~3`4^5%6_7", "grüße, 日本語 — “quoted” words",
+	} {
+		var same bool
+		require.NoError(t, db.QueryRow(ctx, `SELECT to_tsvector('simple', dlq_search_words($1)) = dlq_search_document($1, NULL, NULL, NULL, ''::bytea, 0)`, text).Scan(&same))
+		require.True(t, same, "%q", text)
+	}
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	_, err = tx.Exec(ctx, `SET LOCAL search_path = pg_catalog`)
+	require.NoError(t, err)
+	var doc string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT `+pgx.Identifier{schema, "dlq_search_document"}.Sanitize()+`('Err', 'a.b', '{"stack":"x.y"}', 'h', convert_to('body text', 'UTF8'), 9)::text`).Scan(&doc))
+	require.Equal(t, "'a':2 'b':3 'body':7 'err':1 'h':6 'text':8 'x':4 'y':5", doc)
+}
