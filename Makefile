@@ -119,10 +119,13 @@ bench-search-cost:
 bench-session: services
 	scripts/bench-session.sh
 
-# Replay against its raw limit in interleaved rounds (ROUNDS, default 5), with an
+# Replay against its raw limit in interleaved rounds (ROUNDS, default 5): for each
+# queue type of QTYPES (default 'quorum classic') the raw replay, then dlq's replay
+# in each mode of MODES (default 'seeded e2e': stored rows, and dlq serve ingesting
+# then replaying on a control-queue command); N messages (default 100000); an
 # optional A/B against the build of another revision (BASELINE=<git revision>).
 bench-replay-rounds: services
-	ROUNDS='$(ROUNDS)' BASELINE='$(BASELINE)' scripts/bench-replay-rounds.sh
+	ROUNDS='$(ROUNDS)' N='$(N)' QTYPES='$(QTYPES)' MODES='$(MODES)' BASELINE='$(BASELINE)' scripts/bench-replay-rounds.sh
 
 # Ingest against the raw COPY pipeline in ROUNDS rounds, optionally A/B against
 # BASELINE (a git revision): make bench-ingest-rounds ROUNDS=3 BASELINE=fdd4749

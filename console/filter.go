@@ -9,19 +9,30 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-// filterParams are the listing filters, named as in the API.
-var filterParams = []string{"status", "source_queue", "reason", "category", "group", "failed_after", "failed_before", "q"}
+// filterParams are the listing filters, named as in the API; "field" is
+// the repeatable one.
+var filterParams = []string{"status", "source_queue", "reason", "category", "group", "failed_after", "failed_before", "q", "field"}
 
 // filterForm is a listing filter as the page's form holds it: the raw
 // text of each field, shown back as typed.
 type filterForm struct {
 	Status, SourceQueue, Reason, Category, Group, FailedAfter, FailedBefore, Q string
+	// FieldFilters are the JSON body conditions (API parameter "field",
+	// repeatable), each as typed; empty inputs are dropped.
+	FieldFilters []string
 }
 
 func readFilterForm(v url.Values, prefix string) filterForm {
 	g := func(k string) string { return strings.TrimSpace(v.Get(prefix + k)) }
-	return filterForm{Status: g("status"), SourceQueue: g("source_queue"), Reason: g("reason"), Category: g("category"), Group: g("group"),
+	f := filterForm{Status: g("status"), SourceQueue: g("source_queue"), Reason: g("reason"), Category: g("category"), Group: g("group"),
 		FailedAfter: g("failed_after"), FailedBefore: g("failed_before"), Q: g("q")}
+	for _, s := range v[prefix+"field"] {
+		// Only the ends are trimmed: a value's inner spaces are its own.
+		if s = strings.TrimSpace(s); s != "" {
+			f.FieldFilters = append(f.FieldFilters, s)
+		}
+	}
+	return f
 }
 
 // values renders the form as query parameters (empty fields left out),
@@ -34,15 +45,20 @@ func (f filterForm) values(prefix string) url.Values {
 			v.Set(prefix+kv[0], kv[1])
 		}
 	}
+	for _, s := range f.FieldFilters {
+		v.Add(prefix+"field", s)
+	}
 	return v
 }
 
-// Fields lists the form's non-empty fields, for hidden inputs.
+// Fields lists the form's non-empty fields, for hidden inputs: a
+// repeated parameter once per value, so a bulk action on "all matching"
+// carries every field filter and acts on exactly the filtered set.
 func (f filterForm) Fields() [][2]string {
 	var out [][2]string
 	v := f.values("")
 	for _, k := range filterParams {
-		if s := v.Get(k); s != "" {
+		for _, s := range v[k] {
 			out = append(out, [2]string{k, s})
 		}
 	}
@@ -55,7 +71,8 @@ func (f filterForm) Empty() bool { return len(f.values("")) == 0 }
 // filter turns the form into a store filter; an error names the field.
 // Times are RFC 3339, or a datetime-local input's value read as UTC.
 func (f filterForm) filter() (store.Filter, error) {
-	sf := store.Filter{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group, Query: f.Q}
+	sf := store.Filter{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group, Query: f.Q,
+		Fields: f.FieldFilters}
 	var err error
 	if sf.FailedAfter, err = parseTime("failed_after", f.FailedAfter); err != nil {
 		return store.Filter{}, err

@@ -97,6 +97,9 @@ type messagesData struct {
 	// Back is this page's address, for the actions to return to.
 	Back   string
 	Queues []string
+	// Failed: the filter was refused (the flash says why); nothing is
+	// listed or counted.
+	Failed bool
 }
 
 // handleMessages lists messages newest first, a keyset page at a time.
@@ -106,7 +109,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	form := readFilterForm(q, "")
 	f, err := form.filter()
 	if err != nil {
-		c.renderFailure(w, r, "read the filter", err)
+		c.renderFilterFailure(w, r, form, "read the filter", err)
 		return
 	}
 	seen, err := formInt(q, "seen", 0, 0, 1<<53)
@@ -116,7 +119,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := c.cfg.Ops.ListMessages(ctx, caller, ops.ListRequest{Filter: f, Limit: pageSize, Cursor: q.Get("cursor")})
 	if err != nil {
-		c.renderFailure(w, r, "list messages", err)
+		c.renderFilterFailure(w, r, form, "list messages", err)
 		return
 	}
 	d := messagesData{Form: form, Messages: page.Messages, Seen: seen, Back: r.URL.RequestURI()}
@@ -137,6 +140,23 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Count, d.Exact = c.count(r, f, st, page, seen)
 	c.render(w, r, http.StatusOK, "messages", sessionFrom(ctx), "Messages", d)
+}
+
+// renderFilterFailure answers a filter the layer refused (an invalid
+// field path, a field filter nothing bounds, a bad time) with the
+// messages page itself: the filter bar as typed, so it can be corrected,
+// and the layer's message in the flash. Other failures get the error
+// page.
+func (c *Console) renderFilterFailure(w http.ResponseWriter, r *http.Request, form filterForm, what string, err error) {
+	status, msg := failure(err)
+	if status != http.StatusBadRequest && status != http.StatusForbidden {
+		c.renderFailure(w, r, what, err)
+		return
+	}
+	s := sessionFrom(r.Context())
+	v := c.newView(s, "messages", "Messages", messagesData{Form: form, Failed: true, Back: r.URL.RequestURI()})
+	v.Flash = &flash{Error: true, Text: msg}
+	c.renderView(w, r, status, "messages", "layout", v)
 }
 
 // count is what the filter matches, without counting dead_messages: from
@@ -161,7 +181,8 @@ func (c *Console) count(r *http.Request, f store.Filter, st ops.StatusView, page
 		}
 		return n
 	}
-	plain := f.Reason == "" && f.Query == "" && f.FailedAfter == nil && f.FailedBefore == nil
+	// A field filter reads bodies: no counter answers it.
+	plain := f.Reason == "" && f.Query == "" && f.FailedAfter == nil && f.FailedBefore == nil && len(f.Fields) == 0
 	switch {
 	case plain && f.Group == "":
 		var n int64

@@ -2,8 +2,67 @@
 """Tables of one benchmark session (scripts/bench-session.sh): ingest pairs
 against the raw COPY and naive pipelines, replay pairs against the raw replay,
 and the search indexes' ingest cost. Usage: bench-summary.py <session dir>."""
-import json, sys, statistics, re
+import json, os, sys, statistics, re
 d = sys.argv[1]
+
+def replay_rounds(d, st):
+    """scripts/bench-replay-rounds.sh: rounds/<round>-<queue type>-<run>.jsonl;
+    a table per queue type, a row per round, each dlq run against the raw
+    replay of its own round and queue type; a run that failed shows as —."""
+    def one(path):
+        try:
+            rows = [json.loads(l) for l in open(path) if l.strip()]
+            return rows[-1] if rows else None
+        except FileNotFoundError:
+            return None
+    names = sorted(os.listdir(f"{d}/rounds"))
+    qtypes = []
+    for n in names:
+        m = re.match(r"(\d+)-(\w+)-raw\.jsonl$", n)
+        if m and m.group(2) not in qtypes: qtypes.append(m.group(2))
+    rounds = sorted({int(re.match(r"(\d+)-", n).group(1)) for n in names if re.match(r"\d+-", n)})
+    modes = [m for m in ("seeded", "e2e", "base") if any(n.endswith(f"-{m}.jsonl") for n in names)]
+    label = {"seeded": "dlq, stored rows", "e2e": "dlq serve, control queue", "base": "baseline build, stored rows"}
+    for qt in sorted(qtypes, key=lambda q: (q != "quorum", q)):
+        first = next((one(f"{d}/rounds/{i}-{qt}-raw.jsonl") for i in rounds if one(f"{d}/rounds/{i}-{qt}-raw.jsonl")), None)
+        print(f"Replay into a {qt} queue, n = {format(first['n'], ',') if first else '?'} messages of 1 KiB per run:")
+        print()
+        print("| round (start, load) | raw replay (bench-limits) | " + " | ".join(f"{label[m]} | / raw" for m in modes) + " |")
+        print("|---|---|" + "---|---|" * len(modes))
+        raws, vals, ratios = [], {m: [] for m in modes}, {m: [] for m in modes}
+        cpu = []
+        for i in rounds:
+            r = one(f"{d}/rounds/{i}-{qt}-raw.jsonl")
+            t, l = st.get(f"replay round {i} {qt}: raw", ("?", "?"))
+            cells = []
+            if r: raws.append(r["msgs_per_s"])
+            for m in modes:
+                x = one(f"{d}/rounds/{i}-{qt}-{m}.jsonl")
+                if x is None:
+                    cells.append("— | —"); continue
+                vals[m].append(x["msgs_per_s"])
+                cpu.append((i, m, x))
+                if r:
+                    ratios[m].append(x["msgs_per_s"] / r["msgs_per_s"])
+                    cells.append(f"{x['msgs_per_s']:,.0f} | {ratios[m][-1]:.2f}")
+                else:
+                    cells.append(f"{x['msgs_per_s']:,.0f} | —")
+            rs = f"{r['msgs_per_s']:,.0f}" if r else "—"
+            print(f"| {i} ({t}, {l}) | {rs} | " + " | ".join(cells) + " |")
+        med = lambda xs: statistics.median(xs) if xs else float("nan")
+        print(f"| **median** | {med(raws):,.0f} | " + " | ".join(
+            f"{med(vals[m]):,.0f} | **{med(ratios[m]):.2f}** ({min(ratios[m], default=float('nan')):.2f}–{max(ratios[m], default=float('nan')):.2f})" for m in modes) + " |")
+        print()
+        for i in rounds:
+            r = one(f"{d}/rounds/{i}-{qt}-raw.jsonl")
+            if r: print(f"  round {i} raw {r['variant']}", {k: round(v) for k, v in r.items() if k.startswith("cpu")})
+        for i, m, x in cpu:
+            line = f"  round {i} {m}: {x['secs']:.2f}s cpu dlq/rabbit/pg {x['cpu_dlq_pct']:.0f}/{x['cpu_rabbit_pct']:.0f}/{x['cpu_pg_pct']:.0f}%"
+            if x.get("ingest_msgs_per_s"):
+                c = x.get("ingest_cpu_dlq_rabbit_pg_pct", [0, 0, 0])
+                line += f"; ingest before it {x['ingest_msgs_per_s']:,.0f} msgs/s cpu {c[0]:.0f}/{c[1]:.0f}/{c[2]:.0f}%"
+            print(line)
+        print()
 def jl(name):
     try: return [json.loads(l) for l in open(f"{d}/{name}") if l.strip()]
     except FileNotFoundError: return []
@@ -38,7 +97,10 @@ for x in ing:
         print(f"other ingest: size {x['size']} n {x['n']} mode {x['mode']}: {x['msgs_per_s']:,.0f} msgs/s {x['mb_per_s']:.1f} MB/s cpu {x['cpu_dlq_pct']:.0f}/{x['cpu_rabbit_pct']:.0f}/{x['cpu_pg_pct']:.0f}% rss {x.get('peak_rss_mb')} batch {x.get('batch_msgs',0):.0f}/{x.get('batch_ms',0):.0f}ms")
 raw = [r for r in lim if r["test"].startswith("f.")]
 print()
-if base:
+if os.path.isdir(f"{d}/rounds"):
+    replay_rounds(d, st)
+    raw = []
+elif base:
     print("| round (start, load) | raw replay (bench-limits) | dlq replay | dlq / raw | baseline build (replay-base.jsonl) | / raw |")
     print("|---|---|---|---|---|---|")
 else:
@@ -54,7 +116,8 @@ for i,(r,x) in enumerate(zip(raw,rep),1):
     print(f"| {i} ({t}, {l}) | {r['msgs_per_s']:,.0f} | {x['msgs_per_s']:,.0f} | {rr[-1]:.2f} |" + (f" {bs} |" if bs else ""))
 if rr: print(f"| **median** | {statistics.median([r['msgs_per_s'] for r in raw]):,.0f} | {statistics.median([x['msgs_per_s'] for x in rep]):,.0f} | **{statistics.median(rr):.2f}** |" + (f" | {statistics.median(rb):.2f} |" if rb else ""))
 for r in raw: print("  raw", r["variant"], {k: round(v) for k,v in r.items() if k.startswith("cpu")})
-for x in rep: print("  dlq", {k: (round(v) if isinstance(v,float) else v) for k,v in x.items() if k.startswith("cpu") or k in ("secs",)})
+if raw:
+    for x in rep: print("  dlq", {k: (round(v) if isinstance(v,float) else v) for k,v in x.items() if k.startswith("cpu") or k in ("secs",)})
 w = [x["msgs_per_s"] for x in sc if not x.get("without_indexes")]
 wo = [x["msgs_per_s"] for x in sc if x.get("without_indexes")]
 if w and wo:

@@ -24,6 +24,8 @@ import (
 
 // replayOptions are the flags of `dlq-bench replay`.
 type replayOptions struct {
+	// mode is modeSeeded or modeE2E.
+	mode       string
 	n          int
 	size       int
 	runs       int
@@ -61,7 +63,22 @@ type replayResult struct {
 	Dropped   string  `json:"dropped_indexes,omitempty"`
 	// Encrypted: the messages were sealed at rest, and opened to publish.
 	Encrypted bool `json:"encrypted"`
+	// Mode is seeded (rows stored by the batch writer, the replay service
+	// in this process) or e2e (a dlq serve process ingests dead letters,
+	// the replay is asked for on the control queue).
+	Mode string `json:"mode"`
+	// IngestSecs and IngestMsgsSec: e2e only, dlq serve draining the -n
+	// dead letters before the replay; IngestCPU dlq, RabbitMQ, PostgreSQL.
+	IngestSecs    float64    `json:"ingest_secs,omitempty"`
+	IngestMsgsSec float64    `json:"ingest_msgs_per_s,omitempty"`
+	IngestCPU     [3]float64 `json:"ingest_cpu_dlq_rabbit_pg_pct,omitzero"`
 }
+
+// Modes of `dlq-bench replay`.
+const (
+	modeSeeded = "seeded"
+	modeE2E    = "e2e"
+)
 
 // Replay runs `dlq-bench replay`: it replays N stored messages with dlq's
 // replay service (a task with its snapshot, claims, confirmed mandatory
@@ -70,6 +87,8 @@ type replayResult struct {
 func Replay(args []string) error {
 	o := replayOptions{}
 	fs := flag.NewFlagSet("dlq-bench replay", flag.ContinueOnError)
+	fs.StringVar(&o.mode, "mode", modeSeeded, "seeded: rows stored through the ingest batch writer, replayed by the replay service in this process; "+
+		"e2e: dead letters from a source queue of -queue-type ingested by a dlq serve process, then replayed to that queue on a command sent to its control queue")
 	fs.IntVar(&o.n, "n", 100_000, "messages to replay")
 	fs.IntVar(&o.size, "size", 1024, "body size in bytes")
 	fs.IntVar(&o.runs, "runs", 3, "measured runs (the median is the figure)")
@@ -97,6 +116,24 @@ func Replay(args []string) error {
 	if o.encrypt, err = encryptSettings(*encrypt); err != nil {
 		return err
 	}
+	if o.queueType != "quorum" && o.queueType != "classic" {
+		return fmt.Errorf("-queue-type %q: quorum or classic", o.queueType)
+	}
+	var bin string
+	switch o.mode {
+	case modeSeeded:
+	case modeE2E:
+		if *encrypt != "off" || len(o.dropIndexes) > 0 || o.cpuProfile != "" {
+			return fmt.Errorf("-mode e2e measures dlq serve as configured: -encrypt, -drop-indexes and -cpuprofile are for -mode seeded")
+		}
+		var clean func()
+		if bin, clean, err = buildDlq(); err != nil {
+			return err
+		}
+		defer clean()
+	default:
+		return fmt.Errorf("-mode %q: seeded or e2e", o.mode)
+	}
 	o.cpu = newCPUMeter()
 	// The replay service runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
@@ -104,7 +141,13 @@ func Replay(args []string) error {
 	off, on := map[int]float64{}, map[int]float64{}
 	for run := 1; run <= o.runs; run++ {
 		for _, enc := range runOrder(o.encrypt, run) {
-			r, err := replayRun(o, run, enc)
+			var r replayResult
+			var err error
+			if o.mode == modeE2E {
+				r, err = replayE2E(o, bin, run)
+			} else {
+				r, err = replayRun(o, run, enc)
+			}
 			if err != nil {
 				return fmt.Errorf("run %d: %w", run, err)
 			}
@@ -115,8 +158,12 @@ func Replay(args []string) error {
 			} else {
 				off[run] = r.MsgsSec
 			}
-			fmt.Printf("replay run %d%s: %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
-				r.Run, note, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
+			fmt.Printf("replay run %d (%s, %s target%s): %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
+				r.Run, o.mode, o.queueType, note, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
+			if o.mode == modeE2E {
+				fmt.Printf("  ingest before it: %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
+					r.IngestSecs, r.IngestMsgsSec, r.IngestCPU[0], r.IngestCPU[1], r.IngestCPU[2])
+			}
 			if o.out != "" {
 				if err := appendJSON(o.out, r); err != nil {
 					return err
@@ -133,8 +180,8 @@ func Replay(args []string) error {
 		if enc {
 			note = ", encrypted"
 		}
-		fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%d × %d B, batch %d, window %d, %s target%s%s)\n",
-			len(results), med.MsgsSec, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes), note)
+		fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%s, %d × %d B, batch %d, window %d, %s target%s%s)\n",
+			len(results), med.MsgsSec, o.mode, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes), note)
 	}
 	onOffRatio("replay", off, on)
 	return nil
@@ -142,7 +189,7 @@ func Replay(args []string) error {
 
 func replayRun(o replayOptions, run int, encrypted bool) (replayResult, error) {
 	ctx := context.Background()
-	res := replayResult{Bench: "replay", N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
+	res := replayResult{Bench: "replay", Mode: modeSeeded, N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
 		Dropped: strings.Join(o.dropIndexes, ","), Encrypted: encrypted}
 	var sealing *store.Encryption
 	if encrypted {
