@@ -67,6 +67,22 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
+-- On an empty table (a new installation, every test schema) the index is
+-- built at once, in a transaction: CONCURRENTLY would wait for every older
+-- transaction of the whole database, other schemas' too, to end. Then the
+-- CONCURRENTLY statement finds it and does nothing.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM dead_messages LIMIT 1) THEN
+        CREATE INDEX IF NOT EXISTS dead_messages_text ON dead_messages
+            USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
+            WHERE status <> 'replaying' AND enc_key_id IS NULL;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
 CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_messages_text ON dead_messages
     USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
     WHERE status <> 'replaying' AND enc_key_id IS NULL;
