@@ -36,7 +36,12 @@ type replayOptions struct {
 	pgURL      string
 	cpuProfile string
 	out        string
-	keep       bool
+	// analyze (e2e): ANALYZE dead_messages after the ingest, before the
+	// command, untimed. A diagnostic: freshly ingested rows were never
+	// analysed, so the replay is planned on the statistics of an empty
+	// table.
+	analyze bool
+	keep    bool
 	// dropIndexes names indexes of dead_messages to drop before the run:
 	// a diagnostic, to see what each index costs a replay.
 	dropIndexes []string
@@ -72,6 +77,8 @@ type replayResult struct {
 	IngestSecs    float64    `json:"ingest_secs,omitempty"`
 	IngestMsgsSec float64    `json:"ingest_msgs_per_s,omitempty"`
 	IngestCPU     [3]float64 `json:"ingest_cpu_dlq_rabbit_pg_pct,omitzero"`
+	// Analyzed (e2e): dead_messages was analysed before the command.
+	Analyzed bool `json:"analyzed,omitempty"`
 }
 
 // Modes of `dlq-bench replay`.
@@ -101,6 +108,7 @@ func Replay(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured part to this file")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep the schema and the queue for inspection")
+	fs.BoolVar(&o.analyze, "analyze", false, "-mode e2e: ANALYZE dead_messages after the ingest, before the replay command, untimed (diagnostic: what fresh statistics change)")
 	encrypt := fs.String("encrypt", "off", "encryption at rest: off, on (messages sealed under a random key, opened to publish), or both (interleaved in each run)")
 	fs.Func("drop-indexes", "comma list of dead_messages indexes to drop first (diagnostic: what an index costs a replay)", func(v string) error {
 		o.dropIndexes = splitList(v)

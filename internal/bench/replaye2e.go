@@ -157,6 +157,13 @@ func replayE2E(o replayOptions, bin string, run int) (replayResult, error) {
 		return res, err
 	}
 
+	if o.analyze {
+		if err := st.Bench().Analyze(ctx, "dead_messages"); err != nil {
+			return res, err
+		}
+		res.Analyzed = true
+	}
+
 	// Replay through the control queue, as `dlq replay` sends it.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	client, err := control.Dial(cctx, o.amqpURL, controlQueue, benchAdminToken)
