@@ -181,8 +181,7 @@ func (c *Console) count(r *http.Request, f store.Filter, st ops.StatusView, page
 		}
 		return n
 	}
-	// A field filter reads bodies: no counter answers it.
-	plain := f.Reason == "" && f.Query == "" && f.FailedAfter == nil && f.FailedBefore == nil && len(f.Fields) == 0
+	plain := f.CountersAnswer()
 	switch {
 	case plain && f.Group == "":
 		var n int64
