@@ -90,10 +90,13 @@ func (s *Store) CountMessages(ctx context.Context, f Filter, opt CountOptions) (
 	return Total{Value: max(min(estimate, upper), counted)}, nil
 }
 
-// countedByTables reports whether the counter tables answer f exactly.
+// countedByTables reports whether the counter tables (the queue summary,
+// the failure groups' counters) answer f exactly: f narrows by status,
+// source queue, scope, reason and group only. A new Filter field is
+// weighed here: one the counters do not know makes their count a lie.
 func (f Filter) countedByTables() bool {
-	return f.FailedAfter == nil && f.FailedBefore == nil && f.Query == "" && len(f.IDs) == 0 && len(f.Fields) == 0 &&
-		f.MaxID <= 0 && f.Approval <= 0
+	return f.FailedAfter == nil && f.FailedBefore == nil && f.Query == "" && f.Category == "" &&
+		len(f.IDs) == 0 && len(f.Fields) == 0 && f.MaxID <= 0 && f.Approval <= 0
 }
 
 // statusColumns maps a status to its column in failure_groups.

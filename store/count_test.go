@@ -25,6 +25,9 @@ func TestCountMessages(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `UPDATE dead_messages SET failed_at = now() - interval '1 hour' WHERE id = ANY($1)`, ids[40:50])
 	require.NoError(t, err)
+	// Seven of them recategorised: no counter table knows categories.
+	_, err = db.Exec(ctx, `UPDATE dead_messages SET category = 'permanent' WHERE id = ANY($1)`, ids[20:27])
+	require.NoError(t, err)
 	group := store.GroupIDOf("orders", "rejected", "TimeoutError", "upstream took 1000ms for order 0")
 	hourAgo := time.Now().Add(-30 * time.Minute)
 	exact := func(n int64) store.Total { return store.Total{Value: n, Exact: true} }
@@ -47,6 +50,7 @@ func TestCountMessages(t *testing.T) {
 		"ids, counted":            {store.Filter{IDs: ids[5:15], Status: "all"}, exact(10)},
 		"ids, pending, counted":   {store.Filter{IDs: ids[5:15]}, exact(5)},
 		"time range, scoped away": {store.Filter{FailedBefore: &hourAgo, Scope: []string{"orders"}}, exact(0)},
+		"category, counted":       {store.Filter{Category: "permanent", Status: "all"}, exact(7)},
 	} {
 		got, err := st.CountMessages(ctx, c.f, store.CountOptions{})
 		require.NoError(t, err, name)

@@ -71,14 +71,12 @@ func (s *Store) withIndex(ctx context.Context, f Filter) (Filter, error) {
 // the field.
 var ErrInvalidFilter = errors.New("invalid filter")
 
-// CountersAnswer reports whether the counters (the queue summary, a
-// failure group's counts) answer how many messages f matches: f narrows by
-// status, source queue, group and scope only. Kept beside Filter so that a
-// new field is weighed here: one the counters do not know makes a count
-// from them a lie.
+// CountersAnswer reports whether a view's counters (the queue summary's
+// counts by status, a failure group's) answer how many messages f
+// matches: the counter tables' rule (countedByTables), without a reason,
+// which only the store's count reads from the groups.
 func (f Filter) CountersAnswer() bool {
-	return f.Reason == "" && f.FailedAfter == nil && f.FailedBefore == nil && f.Query == "" &&
-		f.Category == "" && len(f.IDs) == 0 && len(f.Fields) == 0 && f.MaxID == 0 && f.Approval == 0
+	return f.Reason == "" && f.countedByTables()
 }
 
 // MaxFilterIDs bounds the ids of one request.
