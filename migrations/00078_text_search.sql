@@ -1,4 +1,3 @@
--- +goose NO TRANSACTION
 -- +goose Up
 
 -- Text search across every queue (store/search.go, docs/API.md "q"): words
@@ -31,10 +30,13 @@
 -- sealed, and an index over it would keep it in plain text. The index
 -- leaves out replaying rows, like the key index (00061).
 --
--- NO TRANSACTION: the index is built CONCURRENTLY, so ingest and the API
--- go on while it is built (at 10 million rows: docs/OPERATIONS.md). If the
--- build fails, PostgreSQL leaves an invalid index behind: drop it
--- (DROP INDEX CONCURRENTLY dead_messages_text) and migrate again.
+-- The index is built in the migration's transaction, which blocks writes
+-- to dead_messages while it runs (minutes on a large table:
+-- docs/OPERATIONS.md, Upgrading). Not CONCURRENTLY: that waits for every
+-- transaction of the database, and each of many fresh schemas migrating
+-- at once (tests) waits for the others. On a large table build it
+-- CONCURRENTLY by hand before migrating (the statements below, in psql);
+-- IF NOT EXISTS then finds it and this migration builds nothing.
 ALTER TABLE dead_messages
     ADD COLUMN IF NOT EXISTS body_text_bytes integer,
     ADD COLUMN IF NOT EXISTS search_text text;
@@ -67,12 +69,12 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
-CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_messages_text ON dead_messages
+CREATE INDEX IF NOT EXISTS dead_messages_text ON dead_messages
     USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
     WHERE status <> 'replaying' AND enc_key_id IS NULL;
 
 -- +goose Down
-DROP INDEX CONCURRENTLY IF EXISTS dead_messages_text;
+DROP INDEX IF EXISTS dead_messages_text;
 DROP FUNCTION IF EXISTS dlq_search_document(text, text, jsonb, text, bytea, integer);
 DROP FUNCTION IF EXISTS dlq_search_words(text);
 ALTER TABLE dead_messages DROP COLUMN IF EXISTS search_text, DROP COLUMN IF EXISTS body_text_bytes;
