@@ -68,7 +68,9 @@ func TestFilterSearchConds(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, conds, 2)
 	require.Equal(t, []any{int64(42), []int64{KeyHash("took 1500ms")}, []string{"took 1500ms"},
-		"%Took 1500MS%", "%Took <n>MS%", "%Took 1500MS%"}, []any(args))
+		"%Took 1500MS%", "%Took <n>MS%", "%Took 1500MS%", "Took 1500MS"}, []any(args))
+	require.Contains(t, conds[1], "dlq_search_document(m.failure_type", "words through the text index")
+	require.Contains(t, conds[1], "m.enc_key_id IS NULL", "the text index's predicate")
 	require.Contains(t, conds[1], "search_hashes @>", "the GIN index is over the hashes")
 	require.Contains(t, conds[1], "search_keys @>", "the keys themselves are checked")
 	require.NotContains(t, conds[1], "position(", "bodies only with a source queue")
@@ -76,11 +78,12 @@ func TestFilterSearchConds(t *testing.T) {
 	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args, false)
 	require.NoError(t, err)
 	require.Contains(t, conds[0], "position(")
-	require.Equal(t, []any{[]int64{KeyHash("a_b%")}, []string{"a_b%"}, `%a\_b\%%`, `%a\_b\%%`, `%a\_b\%%`, []byte("a_b%")}, []any(args))
+	require.Equal(t, []any{[]int64{KeyHash("a_b%")}, []string{"a_b%"}, `%a\_b\%%`, `%a\_b\%%`, `%a\_b\%%`, "a_b%", []byte("a_b%")}, []any(args))
 	args = nil
 	conds, err = Filter{Query: "a_b%", SourceQueue: "orders"}.searchConds(&args, true)
 	require.NoError(t, err)
 	require.NotContains(t, conds[0], "position(", "not bodies for a caller who may not see them")
+	require.Contains(t, conds[0], "m.body, 0)", "nor their words: the document is checked again without the body")
 	for _, f := range []Filter{{Query: "ab"}, {Query: "  a "}, {Query: "a\x00bc"}, {Query: "\xff\xfe\xfd"}, {Group: "nope"}} {
 		_, err := f.searchConds(&args, false)
 		require.ErrorIs(t, err, ErrInvalidFilter, "%+v", f)

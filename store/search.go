@@ -31,8 +31,12 @@ import (
 //     q matches only once its variable parts are masked ("took 1500ms"),
 //     messages of the group that have those values as keys, checked
 //     against q (case-insensitive substring).
-//   - Body: with a source queue in the filter, any substring of the body's
-//     bytes (case-sensitive). Bodies are not indexed; this scans the
+//   - Words, across every queue: q as a phrase (a trailing '*' makes its
+//     last word a prefix) in the failure type, message and stack, the
+//     header values and the start of text bodies, through the text index
+//     (textsearch.go, migration 00078). Sealed rows are not in it.
+//   - Body bytes: with a source queue in the filter, any substring of the
+//     body's bytes (case-sensitive). Bytes are not indexed; this scans the
 //     queue's messages, best narrowed with failed_after.
 
 // MinQueryLen is the shortest q accepted.
