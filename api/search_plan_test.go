@@ -108,7 +108,7 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 	var stmts statementLog
 	ctx := context.Background()
 	dsn := dlqtest.Schema(t)
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4, Tracer: &stmts})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4, Tracer: &stmts, TextSearch: true})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	_, err = st.Migrate(ctx, nil)

@@ -99,6 +99,7 @@ func badValues() []badValue {
 		e("ingest.linger", "DLQ_BATCH_LINGER", "2m", "2m0s", "between 0 and 1m"),
 		y("ingest.linger", "ingest:\n  linger: fast\n", "line 2", "ingest.linger", `"fast"`, "a duration (e.g. 250ms"),
 		e("ingest.consumers", "DLQ_CONSUMERS", "100", "100", "between 1 and 64"),
+		e("ingest.text_search", "DLQ_SEARCH_TEXT", "maybe", `"maybe"`, "true or false"),
 		y("ingest.consumers", "ingest:\n  consumers: [1]\n", "ingest.consumers: a YAML list", "a whole number"),
 
 		// Flags of the file itself.

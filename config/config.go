@@ -87,6 +87,12 @@ type Ingest struct {
 	Linger Duration `yaml:"linger"`
 	// Consumers is the number of consumers per DLQ queue. Env DLQ_CONSUMERS.
 	Consumers int `yaml:"consumers"`
+	// TextSearch marks what of each new message is text, so that the text
+	// index (migration 00078) holds it and q finds its words across every
+	// queue. Off by default: keeping that index in the ingest transaction
+	// costs about half of ingest's throughput (docs/BENCHMARKS.md, "Text
+	// search"). Env DLQ_SEARCH_TEXT.
+	TextSearch bool `yaml:"text_search"`
 }
 
 // Duration is a time.Duration that reads "250ms" or "1m" from YAML.
@@ -268,6 +274,7 @@ func envVars() []envVar {
 		{"DLQ_BATCH_BYTES", intVar("DLQ_BATCH_BYTES", func(c *Config) *int { return &c.Ingest.BatchBytes })},
 		{"DLQ_BATCH_LINGER", durVar("DLQ_BATCH_LINGER", func(c *Config) *Duration { return &c.Ingest.Linger })},
 		{"DLQ_CONSUMERS", intVar("DLQ_CONSUMERS", func(c *Config) *int { return &c.Ingest.Consumers })},
+		{"DLQ_SEARCH_TEXT", replayBoolVar("ingest.text_search", "DLQ_SEARCH_TEXT", func(c *Config) *bool { return &c.Ingest.TextSearch })},
 	}
 	return append(v, extraEnvVars()...)
 }

@@ -77,7 +77,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM dead_messages LIMIT 1) THEN
         CREATE INDEX IF NOT EXISTS dead_messages_text ON dead_messages
             USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
-            WHERE status <> 'replaying' AND enc_key_id IS NULL;
+            WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;
     END IF;
 END
 $$;
@@ -85,7 +85,7 @@ $$;
 
 CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_messages_text ON dead_messages
     USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
-    WHERE status <> 'replaying' AND enc_key_id IS NULL;
+    WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;
 
 -- +goose Down
 DROP INDEX CONCURRENTLY IF EXISTS dead_messages_text;

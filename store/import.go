@@ -107,7 +107,7 @@ CREATE TEMP TABLE dlq_import (
 		return res, fmt.Errorf("store: import: create the staging table: %w", err)
 	}
 
-	im := importer{tx: tx, self: self, deltas: map[summaryKey]summaryDelta{}, groups: map[int64]*groupChange{},
+	im := importer{st: s, tx: tx, self: self, deltas: map[summaryKey]summaryDelta{}, groups: map[int64]*groupChange{},
 		activity: map[activityKey]*activityDelta{}}
 	batch := make([]ImportMessage, 0, importBatchRows)
 	var bytes int
@@ -154,6 +154,7 @@ CREATE TEMP TABLE dlq_import (
 
 // importer is one import's transaction and what it has changed so far.
 type importer struct {
+	st                *Store
 	tx                pgx.Tx
 	self              string
 	imported, skipped int64
@@ -183,10 +184,12 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 	if _, err := im.tx.Exec(ctx, `DELETE FROM dlq_import`); err != nil {
 		return fmt.Errorf("store: import: empty the staging table: %w", err)
 	}
+	st := im.st
 	src := pgx.CopyFromSlice(len(batch), func(i int) ([]any, error) {
 		im := &batch[i]
 		m := &im.Message
 		keys := SearchKeys(m)
+		textBytes, text := st.textColumns(m)
 		return []any{
 			nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
 			cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
@@ -194,7 +197,7 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 			m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 			nullText(m.ConversionError), groupID(groupKeyOf(m)), keys, KeyHashes(keys), nullJSON(im.DeathHistory),
 			im.From.Origin, im.From.ID, nullJSON(m.XDeath), categoryOf(m.Category),
-			BodyTextBytes(m.Body, m.Properties), searchText(m),
+			textBytes, text,
 		}, nil
 	})
 	if _, err := im.tx.CopyFrom(ctx, pgx.Identifier{"dlq_import"}, importColumns, src); err != nil {

@@ -149,13 +149,14 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				}, nil
 			}
 			keys := SearchKeys(m)
+			textBytes, text := s.textColumns(m)
 			return []any{
 				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
 				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
-				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), BodyTextBytes(m.Body, m.Properties), searchText(m),
+				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), textBytes, text,
 			}, nil
 		})
 		if sealed != nil {

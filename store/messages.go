@@ -484,7 +484,7 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		if err != nil {
 			return nil, err
 		}
-		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+kw+` AND m.enc_key_id IS NULL AND `+
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+kw+` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+
 			sq.textMatch(args, "m", !opt.NoBodySearch)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}

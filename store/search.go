@@ -291,7 +291,7 @@ func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 		"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
 	}
 	if sq.hasText {
-		arms = append(arms, "(m.enc_key_id IS NULL AND "+sq.textMatch(args, "m", bodyText)+")")
+		arms = append(arms, "(m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND "+sq.textMatch(args, "m", bodyText)+")")
 	}
 	if body {
 		arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")

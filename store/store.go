@@ -36,6 +36,11 @@ type Config struct {
 	// Encryption seals what the store writes (seal.go). Optional; nil
 	// stores everything in plain text.
 	Encryption *Encryption
+	// TextSearch marks what of each message written is text
+	// (body_text_bytes, search_text), which puts it in the text index
+	// (textsearch.go); without it new rows stay out of that index, and
+	// ingest does not pay for it. Optional; default off.
+	TextSearch bool
 }
 
 const maxConnsDefault = 10
@@ -59,6 +64,7 @@ type Store struct {
 	log  *slog.Logger
 	up   prometheus.Gauge // nil: not reported
 	enc  *encState        // nil: encryption off
+	text bool             // Config.TextSearch
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
@@ -83,7 +89,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create pool for %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
-	st := &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up}
+	st := &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up, text: cfg.TextSearch}
 	if e := cfg.Encryption; e != nil {
 		st.enc = &encState{ring: e.Ring, sealHeader: e.SealHeader}
 	}

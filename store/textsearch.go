@@ -163,6 +163,21 @@ func failureStack(failure json.RawMessage) string {
 	return f.Stack
 }
 
+// textColumns are body_text_bytes and search_text of a plain row written
+// by ingest or import: NULL, NULL (out of the text index) unless the
+// store marks text (Config.TextSearch).
+func (s *Store) textColumns(m *NewMessage) (*int32, *string) {
+	if !s.text {
+		return nil, nil
+	}
+	n := int32(BodyTextBytes(m.Body, m.Properties))
+	return &n, searchText(m)
+}
+
+// TextSearch reports whether the store marks new rows' text for the text
+// index (Config.TextSearch).
+func (s *Store) TextSearch() bool { return s.text }
+
 // searchText is the search_text column of a plain row: its header text,
 // NULL when empty.
 func searchText(m *NewMessage) *string {

@@ -304,3 +304,35 @@ func TestSearchWordsMatchDocument(t *testing.T) {
 	require.NoError(t, tx.QueryRow(ctx, `SELECT `+pgx.Identifier{schema, "dlq_search_document"}.Sanitize()+`('Err', 'a.b', '{"stack":"x.y"}', 'h', convert_to('body text', 'UTF8'), 9)::text`).Scan(&doc))
 	require.Equal(t, "'a':2 'b':3 'body':7 'err':1 'h':6 'text':8 'x':4 'y':5", doc)
 }
+
+// TestTextSearchOff: with text search off (the default of dlq serve),
+// ingest marks nothing, so new rows stay out of the text index and q
+// across queues does not find their body or header words; a source
+// queue's body scan and the failure groups still find what they find.
+func TestTextSearchOff(t *testing.T) {
+	t.Parallel()
+	dsn := dlqtest.Schema(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	require.False(t, st.TextSearch())
+
+	m := textMsg("orders", `{"note":"parcel quarantined by customs"}`, 1)
+	m.FailureType = "CustomsHold"
+	m.FailureMessage = "held at the border"
+	_, res := ingest(t, st, m)
+	require.Equal(t, 1, res.Inserted)
+	var marked int
+	require.NoError(t, dlqtest.DB(t, dsn).QueryRow(ctx,
+		`SELECT count(*) FROM dead_messages WHERE body_text_bytes IS NOT NULL OR search_text IS NOT NULL`).Scan(&marked))
+	require.Zero(t, marked, "nothing marked as text: the row is out of the text index")
+
+	all := store.ListOptions{Limit: 10}
+	require.Empty(t, searchAll(t, st, store.Filter{Query: "quarantined by customs"}, all), "no body words across queues")
+	require.Len(t, searchAll(t, st, store.Filter{Query: "quarantined by customs", SourceQueue: "orders"}, all), 1,
+		"a source queue's body scan still finds them")
+	require.Len(t, searchAll(t, st, store.Filter{Query: "held at the border"}, all), 1, "failure text through the groups")
+}

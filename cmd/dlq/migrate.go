@@ -40,6 +40,12 @@ func cmdMigrate(args []string) int {
 		fmt.Printf("applied %d migrations: version %d -> %d\n", len(res.Applied), res.From, res.To)
 	}
 	if backfill {
+		if !cfg.Ingest.TextSearch {
+			// Older rows in the index while new ones stay out would make
+			// q find some messages' words and not others'.
+			fmt.Fprintln(os.Stderr, "dlq migrate: -backfill-text needs text search on (ingest.text_search, DLQ_SEARCH_TEXT=true): turn it on for dlq serve and here, then run this again")
+			return cli.ExitUsage
+		}
 		return backfillText(ctx, st)
 	}
 	return cli.ExitOK

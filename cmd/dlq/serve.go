@@ -65,7 +65,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues) + replayConns(cfg)),
-		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres"), Encryption: sealing})
+		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres"), Encryption: sealing, TextSearch: cfg.Ingest.TextSearch})
 	if err != nil {
 		return err
 	}

@@ -236,7 +236,7 @@ func prepareAPISchema(ctx context.Context, o apiOptions, dsn string) error {
 	if err := admin.CreateSchema(ctx, o.schema); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4, TextSearch: true})
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func ingestOnce(ctx context.Context, o apiOptions, drop []string, pendingOnly bo
 		return 0, 0, err
 	}
 	dsn += "&application_name=" + schema
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: true})
 	if err != nil {
 		return 0, 0, err
 	}

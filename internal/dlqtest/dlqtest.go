@@ -90,14 +90,16 @@ func WithSearchPath(dsn, schema string) string {
 	return u.String()
 }
 
-// Store opens a store on a fresh, migrated schema. It returns the store and
-// its database URL (for a dlq subprocess to share the schema).
+// Store opens a store on a fresh, migrated schema, with text search on
+// (Config.TextSearch, off in dlq serve by default: the search tests need
+// it). It returns the store and its database URL (for a dlq subprocess to
+// share the schema).
 func Store(t testing.TB) (*store.Store, string) {
 	t.Helper()
 	dsn := Schema(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 8})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 8, TextSearch: true})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	_, err = st.Migrate(ctx, nil)
