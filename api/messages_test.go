@@ -261,9 +261,11 @@ func TestSearch(t *testing.T) {
 	// Body phrase: within a source queue.
 	require.Equal(t, []int64{ids[0]}, search(tokAdmin, "&source_queue=orders", `"sku":"blue-widget"`))
 	require.Equal(t, []int64{ids[2]}, search(tokAdmin, "&source_queue=billing&failed_after="+url.QueryEscape(time.Now().Add(-24*time.Hour).Format(time.RFC3339)), "blue-widget"))
-	// Without a queue, bodies are not searched.
-	require.Empty(t, search(tokAdmin, "", "blue-widget"))
+	// Without a queue, the words of bodies in every queue (the text index).
+	require.Equal(t, []int64{ids[2], ids[0]}, search(tokAdmin, "", "blue-widget"))
+	require.Equal(t, []int64{ids[1]}, search(tokAdmin, "", "red*"))
 	// A viewer without body permission cannot probe bodies by searching.
+	require.Empty(t, search(tokViewer, "", "blue-widget"))
 	require.Empty(t, search(tokViewer, "&source_queue=orders", "blue-widget"))
 	require.Equal(t, []int64{ids[0]}, search(tokViewerB, "&source_queue=orders", "blue-widget"))
 	// A scoped token never finds other queues' messages.
