@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlq/dlq/crypt"
 )
@@ -63,6 +64,11 @@ func (s *Store) CheckKeys(ctx context.Context, configured []string) error {
 		configured = []string{}
 	}
 	rows, err := s.pool.Query(ctx, `SELECT key_id FROM encryption_keys_used WHERE NOT (key_id = ANY($1)) ORDER BY key_id`, configured)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		// The schema is not migrated yet (dlq serve --no-migrate before
+		// dlq migrate): no row is sealed, so no key is in use.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("store: check encryption keys: %w", err)
 	}
