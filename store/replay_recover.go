@@ -1,0 +1,218 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Taking back claims whose lease ran out, and what a task has left to do.
+
+// UnknownOutcomeLeaseExpired is recorded on a message whose claim was taken
+// back after its lease while it may have been published: its holder
+// stopped (crash, kill, partition) after handing it to the broker, and
+// whether the broker took it is not known.
+const UnknownOutcomeLeaseExpired = "outcome unknown: the replaying process stopped before recording whether the broker confirmed this message (claim lease expired); it may have been delivered"
+
+// RecoverExpiredReplayClaims takes back at most limit claimed rows whose
+// lease ran out (the row's first lease and its claim's renewed one). A row its holder may have published (at or below the
+// claim's write-ahead mark) goes back to pending with
+// UnknownOutcomeLeaseExpired and its item is settled as unknown, so its
+// task never publishes it again on its own (no duplicate by dlq; an
+// operator may replay it). A row above the mark was never published: it
+// goes back to pending untouched and stays to do for its task. It returns
+// how many rows it took back and how many of them had an unknown outcome.
+func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (taken, unknown int64, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: begin claim recovery: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, `
+WITH e AS (
+    SELECT m.id, m.claim_owner, coalesce(m.id <= c.through_id, false) AS maybe
+    FROM dead_messages m
+    LEFT JOIN replay_claims c ON c.token = m.claim_owner
+    WHERE m.status = 'replaying' AND (m.claim_expires_at IS NULL OR m.claim_expires_at < now())
+      AND (c.token IS NULL OR c.expires_at < now())
+    ORDER BY m.id LIMIT $1
+    FOR UPDATE OF m SKIP LOCKED
+)
+UPDATE dead_messages m SET status = 'pending',
+    last_replay_error = CASE WHEN e.maybe THEN $2 ELSE m.last_replay_error END,
+    last_replay_at = CASE WHEN e.maybe THEN now() ELSE m.last_replay_at END,
+    claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
+FROM e WHERE m.id = e.id
+RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_id, 0), m.body_size, e.maybe, e.claim_owner`,
+		limit, UnknownOutcomeLeaseExpired)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	var (
+		taskIDs, msgIDs []int64
+		released        = map[int64]int64{}
+		tokens          = map[string]bool{}
+		moves           = map[moveKey]*StatusMove{}
+	)
+	for rows.Next() {
+		var id, task, group, size int64
+		var queue string
+		var maybe bool
+		var token *string
+		if err := rows.Scan(&id, &task, &queue, &group, &size, &maybe, &token); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		}
+		taken++
+		if token != nil {
+			tokens[*token] = true
+		}
+		switch {
+		case task > 0 && maybe:
+			unknown++
+			taskIDs = append(taskIDs, task)
+			msgIDs = append(msgIDs, id)
+		case task > 0:
+			released[task]++
+		}
+		k := moveKey{queue, group}
+		mv := moves[k]
+		if mv == nil {
+			mv = &StatusMove{Queue: queue, Group: group, From: StatusReplaying, To: StatusPending}
+			moves[k] = mv
+		}
+		mv.Messages++
+		mv.Bytes += size
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	if taken == 0 {
+		return 0, 0, nil
+	}
+	if len(msgIDs) > 0 {
+		_, err = tx.Exec(ctx, `
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = 'unknown', detail = $3
+    FROM unnest($1::bigint[], $2::bigint[]) AS o(task_id, id)
+    WHERE i.task_id = o.task_id AND i.message_id = o.id AND i.outcome IS NULL
+    RETURNING i.task_id
+), c AS (SELECT task_id, count(*) AS n FROM s GROUP BY task_id ORDER BY task_id)
+UPDATE replay_tasks t SET unknown = t.unknown + c.n, updated_at = now()
+FROM c WHERE t.id = c.task_id`, taskIDs, msgIDs, UnknownOutcomeLeaseExpired)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
+		}
+	}
+	if len(released) > 0 {
+		ids := slices.Sorted(maps.Keys(released))
+		counts := make([]int64, len(ids))
+		for i, id := range ids {
+			counts[i] = released[id]
+		}
+		_, err = tx.Exec(ctx, `
+UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
+FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: hand back recovered replay claims: %w", err)
+		}
+	}
+	list := make([]StatusMove, 0, len(moves))
+	for _, m := range moves {
+		list = append(list, *m)
+	}
+	if err := applyStatusDeltas(ctx, tx, list); err != nil {
+		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	// A claim's mark goes once none of its rows is replaying any more.
+	toks := make([]string, 0, len(tokens))
+	for t := range tokens {
+		toks = append(toks, t)
+	}
+	_, err = tx.Exec(ctx, `
+DELETE FROM replay_claims c WHERE c.token = ANY($1)
+  AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.status = 'replaying' AND m.claim_owner = c.token)`, toks)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: drop marks of recovered replay claims: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, fmt.Errorf("store: commit claim recovery: %w", err)
+	}
+	return taken, unknown, nil
+}
+
+// ReplayItemsLeft counts a task's unsettled items; inFlight is how many of
+// them are being replayed right now (under any claim).
+func (s *Store) ReplayItemsLeft(ctx context.Context, taskID int64) (left, inFlight int64, err error) {
+	err = s.pool.QueryRow(ctx, `
+SELECT count(*), count(*) FILTER (WHERE m.status = 'replaying')
+FROM replay_task_items i LEFT JOIN dead_messages m ON m.id = i.message_id
+WHERE i.task_id = $1 AND i.outcome IS NULL`, taskID).Scan(&left, &inFlight)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: count unsettled items of replay task %d: %w", taskID, err)
+	}
+	return left, inFlight, nil
+}
+
+// SkipDeletedReplayItems settles as skipped the unsettled items of a task
+// whose message no longer exists.
+func (s *Store) SkipDeletedReplayItems(ctx context.Context, taskID int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = 'skipped', detail = 'deleted before it was replayed'
+    WHERE i.task_id = $1 AND i.outcome IS NULL
+      AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = i.message_id)
+    RETURNING 1
+), c AS (SELECT count(*) AS n FROM s)
+UPDATE replay_tasks t SET skipped = t.skipped + c.n, updated_at = now()
+FROM c WHERE t.id = $1
+RETURNING c.n`, taskID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: skip deleted items of replay task %d: %w", taskID, err)
+	}
+	return n, nil
+}
+
+// CanaryDiedAgain returns the canary messages of a task that died again:
+// their row's last death carries the x-dlq-replay-id the canary published
+// them with (recorded as the item's detail, see ReplayOutcome.ReplayID).
+// Another copy of the same message dying — an earlier replay of it, or the
+// application's own — does not count. Canary items recorded without a
+// replay id (by an older version) fall back to the row: pending again with
+// a failure time after the canary started.
+func (s *Store) CanaryDiedAgain(ctx context.Context, taskID int64) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT m.id FROM replay_tasks t
+JOIN replay_task_items i ON i.task_id = t.id AND i.message_id = ANY(t.canary_ids)
+JOIN dead_messages m ON m.id = i.message_id
+WHERE t.id = $1 AND CASE WHEN i.detail IS NOT NULL THEN m.last_death_replay_id = i.detail
+                         ELSE m.status = 'pending' AND m.failed_at >= t.canary_started_at END
+ORDER BY m.id`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("store: check canary of replay task %d: %w", taskID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: check canary of replay task %d: %w", taskID, err)
+	}
+	return ids, nil
+}
+
+func nonNilIDs(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
