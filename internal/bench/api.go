@@ -38,7 +38,7 @@ type apiOptions struct {
 	ingestN      int
 	out          string
 	cursor       string
-	skip         string
+	withoutIdx   string // comma-separated index names the generator leaves unbuilt
 	genOnly      bool
 	textOnly     bool
 	ingestRounds int
@@ -66,6 +66,7 @@ func API(args []string) error {
 	fs.IntVar(&o.ingestRounds, "ingest-rounds", 3, "ingest cost: rounds, the variants alternating in each")
 	fs.BoolVar(&o.genOnly, "generate-only", false, "only fill the schema (or find it reusable), measure nothing")
 	fs.BoolVar(&o.searchOnly, "search-only", false, "measure only the searches (q), not the listings, stats and status")
+	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names, e.g. dead_messages_text): faster, for runs that do not need them")
 	fs.StringVar(&o.cursor, "cursor", "", "cursor of the deep page from an earlier run on the same data (skips paging there)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

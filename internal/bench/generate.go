@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -295,7 +296,12 @@ func prepareAPISchema(ctx context.Context, o apiOptions, dsn string) error {
 
 	var nGroups int
 	err = sb.Maintenance(ctx, func(m store.Bench) error {
+		without := strings.Split(o.withoutIdx, ",")
 		for _, ix := range indexes {
+			if slices.Contains(without, ix.Name) {
+				fmt.Printf("index %s left unbuilt (-without-indexes)\n", ix.Name)
+				continue
+			}
 			t := time.Now()
 			if err := m.CreateIndex(ctx, ix); err != nil {
 				return err
