@@ -87,13 +87,23 @@ type Ingest struct {
 	Linger Duration `yaml:"linger"`
 	// Consumers is the number of consumers per DLQ queue. Env DLQ_CONSUMERS.
 	Consumers int `yaml:"consumers"`
-	// TextSearch marks what of each new message is text, so that the text
-	// index (migration 00078) holds it and q finds its words across every
-	// queue. Off by default: keeping that index in the ingest transaction
-	// costs about half of ingest's throughput (docs/BENCHMARKS.md, "Text
-	// search"). Env DLQ_SEARCH_TEXT.
+	// TextSearch makes q find words across every queue: ingest marks what
+	// of each new message is text and names its rows for the text indexer
+	// (package textindex), which dlq serve runs to write their documents
+	// off the ingest path (migration 00079). On by default; off, nothing
+	// is queued and no indexer runs (docs/BENCHMARKS.md, "Text search",
+	// has what it costs ingest). Env DLQ_SEARCH_TEXT.
 	TextSearch bool `yaml:"text_search"`
+	// TextIndexDuty is the share of time, in percent, the text indexer
+	// works while messages keep arriving: after a batch that took d it
+	// pauses d*(100-duty)/duty, so that it never starves ingest on a
+	// small machine. When nothing new arrives it works without pause to
+	// catch up. Env DLQ_TEXT_INDEX_DUTY.
+	TextIndexDuty int `yaml:"text_index_duty"`
 }
+
+// TextIndexDutyDefault is ingest.text_index_duty's default.
+const TextIndexDutyDefault = 25
 
 // Duration is a time.Duration that reads "250ms" or "1m" from YAML.
 type Duration time.Duration
@@ -145,6 +155,9 @@ func Default() Config {
 			BatchBytes: 32 << 20,
 			Linger:     Duration(50 * time.Millisecond),
 			Consumers:  2,
+			TextSearch: true,
+
+			TextIndexDuty: TextIndexDutyDefault,
 		},
 	}
 	c.Replay = defaultReplay()
@@ -274,6 +287,7 @@ func envVars() []envVar {
 		{"DLQ_BATCH_BYTES", intVar("DLQ_BATCH_BYTES", func(c *Config) *int { return &c.Ingest.BatchBytes })},
 		{"DLQ_BATCH_LINGER", durVar("DLQ_BATCH_LINGER", func(c *Config) *Duration { return &c.Ingest.Linger })},
 		{"DLQ_CONSUMERS", intVar("DLQ_CONSUMERS", func(c *Config) *int { return &c.Ingest.Consumers })},
+		{"DLQ_TEXT_INDEX_DUTY", intVar("DLQ_TEXT_INDEX_DUTY", func(c *Config) *int { return &c.Ingest.TextIndexDuty })},
 		{"DLQ_SEARCH_TEXT", replayBoolVar("ingest.text_search", "DLQ_SEARCH_TEXT", func(c *Config) *bool { return &c.Ingest.TextSearch })},
 	}
 	return append(v, extraEnvVars()...)
@@ -288,6 +302,7 @@ var envKeys = map[string]string{
 	"DLQ_BATCH_BYTES":             "ingest.batch_bytes",
 	"DLQ_BATCH_LINGER":            "ingest.linger",
 	"DLQ_CONSUMERS":               "ingest.consumers",
+	"DLQ_TEXT_INDEX_DUTY":         "ingest.text_index_duty",
 	"DLQ_CRON_RECONCILE_INTERVAL": "cron.reconcile_interval",
 	"DLQ_CRON_LEASE_TTL":          "cron.lease_ttl",
 	"DLQ_CRON_DISABLED":           "cron.disabled",
@@ -377,6 +392,9 @@ func (c *Config) Validate() error {
 	in := c.Ingest
 	if in.Prefetch < 1 || in.Prefetch > 65535 {
 		bad("ingest.prefetch / DLQ_PREFETCH %d must be between 1 and 65535", in.Prefetch)
+	}
+	if in.TextIndexDuty < 1 || in.TextIndexDuty > 100 {
+		bad("ingest.text_index_duty / DLQ_TEXT_INDEX_DUTY %d must be a percentage from 1 to 100", in.TextIndexDuty)
 	}
 	if in.BatchSize < 1 {
 		bad("ingest.batch_size / DLQ_BATCH_SIZE %d must be >= 1", in.BatchSize)

@@ -36,6 +36,11 @@ type MessagePage struct {
 	// Total is there when asked for: how many messages the filter selects
 	// over every page, and whether that is exact.
 	Total *store.Total `json:"total,omitempty"`
+	// TextIncomplete is there (true) when q's words were looked for and
+	// more messages were waiting for the text index than a search reads
+	// one by one (store.TextTailMax): older matches among them show once
+	// the indexer has caught up.
+	TextIncomplete bool `json:"text_search_incomplete,omitempty"`
 }
 
 // ListMessages returns one page of the messages the filter selects within
@@ -82,7 +87,7 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if err != nil {
 		return MessagePage{}, err
 	}
-	out := MessagePage{Messages: page.Messages, HasMore: page.HasMore}
+	out := MessagePage{Messages: page.Messages, HasMore: page.HasMore, TextIncomplete: page.TextIncomplete}
 	if out.Messages == nil {
 		out.Messages = []store.Message{}
 	}

@@ -216,22 +216,33 @@ SELECT `+cols+`, 0 FROM dlq_import i
 WHERE NOT (i.imported_origin = $1::uuid AND EXISTS (SELECT 1 FROM dead_messages d WHERE d.id = i.imported_id))
 ORDER BY i.seq
 ON CONFLICT (imported_origin, imported_id) WHERE imported_origin IS NOT NULL DO NOTHING
-RETURNING imported_origin::text, imported_id`, im.self)
+RETURNING id, imported_origin::text, imported_id`, im.self)
 	if err != nil {
 		return fmt.Errorf("store: import: insert %d messages: %w", len(batch), err)
 	}
 	stored := map[ImportOrigin]bool{}
+	var ids []int64
 	for rows.Next() {
-		var o ImportOrigin
-		if err := rows.Scan(&o.Origin, &o.ID); err != nil {
+		var (
+			o  ImportOrigin
+			id int64
+		)
+		if err := rows.Scan(&id, &o.Origin, &o.ID); err != nil {
 			rows.Close()
 			return fmt.Errorf("store: import: read inserted rows: %w", err)
 		}
 		stored[o] = true
+		ids = append(ids, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("store: import: insert %d messages: %w", len(batch), err)
+	}
+	if st.text && len(ids) > 0 {
+		// The imported rows wait for their documents (textindex.go).
+		if _, err := im.tx.Exec(ctx, `INSERT INTO text_index_queue (ids) VALUES ($1)`, ids); err != nil {
+			return fmt.Errorf("store: import: queue %d rows for the text index: %w", len(ids), err)
+		}
 	}
 	msgs := make([]NewMessage, len(batch))
 	outcomes := make([]Outcome, len(batch))

@@ -86,6 +86,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	groups := make(map[int64]*groupChange)
 	activity := make(map[activityKey]*activityDelta)
 	plain := make([]int, 0, len(b.Messages))
+	var returned []int64 // plain rows returned to record: their documents change
 	for i := range b.Messages {
 		m := &b.Messages[i]
 		switch {
@@ -99,6 +100,9 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				continue
 			}
 			res.Outcomes[i] = out
+			if out == OutcomeReturned && enc == nil {
+				returned = append(returned, m.DLQID)
+			}
 		case m.Redelivered:
 			dup, err := matchRedelivery(ctx, tx, keyedFingerprint(index, m.Fingerprint), m.Returns, b.ID)
 			if err != nil {
@@ -181,6 +185,11 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 		b.ID, b.Consumer, len(plain))
 	if len(b.Confirmed) > 0 {
 		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
+	}
+	if s.text && (len(plain) > 0 || len(returned) > 0) {
+		// The text index's work is the indexer's (textindex.go): the
+		// batch only names its rows, in one row of text_index_queue.
+		enqueueBatchText(&batch, b.ID, returned)
 	}
 	queueSummaryDeltas(&batch, deltas)
 	ingestActivity(activity, b.Messages, res.Outcomes)

@@ -167,6 +167,11 @@ type MessagePage struct {
 	// next page starts (ListOptions.Before).
 	HasMore bool
 	LastID  int64
+	// TextIncomplete says q's words were looked for in the text index and
+	// the newest TextTailMax rows waiting for it, and more rows than that
+	// were waiting (textindex.go): an older match may be missing until
+	// the indexer has caught up.
+	TextIncomplete bool
 }
 
 // ListMessages returns messages matching f, newest first (by id), one page
@@ -185,7 +190,22 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 		return MessagePage{}, err
 	}
 	page.HasMore, page.LastID = more, last
+	if page.TextIncomplete, err = s.textIncomplete(ctx, f.Query); err != nil {
+		return MessagePage{}, err
+	}
 	return page, nil
+}
+
+// textIncomplete reports whether q (valid: the listing ran) has words to
+// look for and more rows wait for the text index than a search reads.
+func (s *Store) textIncomplete(ctx context.Context, q string) (bool, error) {
+	if q == "" || !s.text {
+		return false, nil
+	}
+	if sq, err := parseQuery(q); err != nil || !sq.hasText {
+		return false, nil
+	}
+	return textBehind(ctx, s.pool)
 }
 
 // EachMessage is ListMessages for one page whose messages are handed to fn
@@ -478,14 +498,20 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		perGroup(`SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND ` + whole),
 	}
 	if sq.hasText {
-		// Words, across every queue, through the text index
-		// (dead_messages_text, whose predicate the conditions repeat).
+		// Words, across every queue: the documents' GIN index
+		// (message_text), then the newest rows still waiting for theirs
+		// (textindex.go), read one by one through the primary key.
 		kw, err := keyWhere()
 		if err != nil {
 			return nil, err
 		}
-		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+kw+` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+
-			sq.textMatch(args, "m", !opt.NoBodySearch)+`
+		tsq := sq.text.sql(args)
+		bodyless := sq.bodyless("m", tsq, !opt.NoBodySearch)
+		arms = append(arms, `(SELECT t.id FROM message_text t JOIN dead_messages m ON m.id = t.id
+		  WHERE t.document @@ `+tsq+` AND `+kw+` AND m.enc_key_id IS NULL`+bodyless+`
+		  ORDER BY t.id DESC LIMIT `+n+`)`,
+			`(SELECT m.id FROM dead_messages m WHERE m.id = ANY(`+textTailSQL()+`) AND `+kw+
+				` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+bodyTextSQL("m")+` @@ `+tsq+bodyless+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	if len(sq.values) > 0 {

@@ -279,7 +279,10 @@ FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
 			return err
 		}
 		res.Done = n < limit
-		var b pgx.Batch
+		var (
+			b         pgx.Batch
+			sealedIDs []int64
+		)
 		for i, id := range rewrap {
 			b.Queue(`UPDATE dead_messages SET enc_key_id = $2, enc_dek = $3 WHERE id = $1`, id, envs[i].KeyID, envs[i].DEK)
 		}
@@ -299,6 +302,13 @@ UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = N
     enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9
 WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p.fingerprint), r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
 			res.Sealed++
+			sealedIDs = append(sealedIDs, p.id)
+		}
+		if len(sealedIDs) > 0 {
+			// A sealed row's text must not stay in plain in the text
+			// index (textindex.go locks rows while it writes documents, so
+			// none is written behind this).
+			b.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, sealedIDs)
 		}
 		res.Rewrapped = len(rewrap)
 		if b.Len() == 0 {

@@ -34,7 +34,9 @@ import (
 //   - Words, across every queue: q as a phrase (a trailing '*' makes its
 //     last word a prefix) in the failure type, message and stack, the
 //     header values and the start of text bodies, through the text index
-//     (textsearch.go, migration 00078). Sealed rows are not in it.
+//     (message_text, written off the ingest path by the indexer:
+//     textindex.go, migration 00079), and the newest rows still waiting
+//     for their documents one by one. Sealed rows are never in it.
 //   - Body bytes: with a source queue in the filter, any substring of the
 //     body's bytes (case-sensitive). Bytes are not indexed; this scans the
 //     queue's messages, best narrowed with failed_after.
@@ -291,7 +293,10 @@ func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 		"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
 	}
 	if sq.hasText {
-		arms = append(arms, "(m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND "+sq.textMatch(args, "m", bodyText)+")")
+		tsq := sq.text.sql(args)
+		arms = append(arms, "(m.enc_key_id IS NULL AND (EXISTS (SELECT 1 FROM message_text t WHERE t.id = m.id AND t.document @@ "+tsq+
+			") OR (m.id = ANY("+textTailSQL()+") AND m.body_text_bytes IS NOT NULL AND "+bodyTextSQL("m")+" @@ "+tsq+"))"+
+			sq.bodyless("m", tsq, bodyText)+")")
 	}
 	if body {
 		arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")
@@ -299,18 +304,17 @@ func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 	return "(" + strings.Join(arms, " OR ") + ")"
 }
 
-// textMatch renders "the row aliased alias has q's words" through the
-// text index. Without bodyText, a row found through the index is checked
-// again against its document without the body, so that a caller who may
-// not see bodies learns nothing about them.
-func (sq searchQuery) textMatch(args *sqlArgs, alias string, bodyText bool) string {
-	tsq := sq.text.sql(args)
-	cond := bodyTextSQL(alias) + " @@ " + tsq
-	if !bodyText {
-		cond += " AND dlq_search_document(" + alias + ".failure_type, " + alias + ".failure_message, " + alias + ".failure, " +
-			alias + ".search_text, " + alias + ".body, 0) @@ " + tsq
+// bodyless renders, when the caller may not see bodies (bodyText false),
+// " AND" the row aliased alias matching tsq (rendered) without its body:
+// a row found through its document is checked again against the
+// document without the body, so that such a caller learns nothing about
+// bodies. "" otherwise.
+func (sq searchQuery) bodyless(alias, tsq string, bodyText bool) string {
+	if bodyText {
+		return ""
 	}
-	return cond
+	return " AND dlq_search_document(" + alias + ".failure_type, " + alias + ".failure_message, " + alias + ".failure, " +
+		alias + ".search_text, " + alias + ".body, 0) @@ " + tsq
 }
 
 // escapeLike makes every character of s literal in a LIKE pattern whose

@@ -11,12 +11,14 @@ import (
 	"unicode/utf8"
 )
 
-// Text search (migration 00078) finds words across every queue through a
-// GIN index over a full-text document of each plain row: the failure
-// type, failure message and stack, the application's header values, and
-// the first BodyTextMax bytes of a text body. The document is an index
-// expression (dlq_search_document); ingest only says which part of a row
-// is text (BodyTextBytes, HeaderText), since SQL cannot tell it cheaply.
+// Text search (migrations 00078, 00079) finds words across every queue
+// through a GIN index over a full-text document of each plain row: the
+// failure type, failure message and stack, the application's header
+// values, and the first BodyTextMax bytes of a text body. Ingest only
+// says which part of a row is text (BodyTextBytes, HeaderText), since SQL
+// cannot tell it cheaply, and names the row for the indexer, which
+// computes the document (dlq_search_document) off the ingest path
+// (textindex.go).
 //
 // The 'simple' configuration lower-cases words and keeps every one (no
 // stemming, no stop words), so a phrase matches as written, in any case.
@@ -29,9 +31,9 @@ const BodyTextMax = 1024
 // headerTextMax bounds the header values indexed per message.
 const headerTextMax = 2048
 
-// bodyTextSQL is the searchable document of the row aliased m: the same
-// expression as the index dead_messages_text, which the planner must see
-// written the same way to use it.
+// bodyTextSQL is the searchable document of the row aliased alias, as the
+// indexer writes it into message_text and a search computes it for rows
+// still waiting for theirs.
 func bodyTextSQL(alias string) string {
 	return "dlq_search_document(" + alias + ".failure_type, " + alias + ".failure_message, " + alias + ".failure, " +
 		alias + ".search_text, " + alias + ".body, " + alias + ".body_text_bytes)"
@@ -164,8 +166,8 @@ func failureStack(failure json.RawMessage) string {
 }
 
 // textColumns are body_text_bytes and search_text of a plain row written
-// by ingest or import: NULL, NULL (out of the text index) unless the
-// store marks text (Config.TextSearch).
+// by ingest or import: NULL, NULL (not looked at) unless the store marks
+// text (Config.TextSearch).
 func (s *Store) textColumns(m *NewMessage) (*int32, *string) {
 	if !s.text {
 		return nil, nil
@@ -244,58 +246,33 @@ func (tq textQuery) sql(args *sqlArgs) string {
 	return "tsquery_phrase(" + phrase + ", " + prefix + ")"
 }
 
-// BackfillText marks what of older messages is text (body_text_bytes,
-// search_text: what ingest writes since migration 00078), for one batch:
-// the plain rows with ids in [before-batch, before) that were never
-// looked at. before 0 starts above the newest message; next is where the
-// following batch starts, 0 when every id has been seen. Newest first,
-// since searches show the newest first. Safe beside ingest and to rerun:
-// a row is only written while it is still plain and unmarked.
-func (s *Store) BackfillText(ctx context.Context, before int64, batch int) (next int64, marked int, err error) {
+// BackfillText queues for the text index (textindex.go) the plain rows
+// without a document with ids in [before-batch, before): rows stored
+// while text search was off, or whose entry was lost. before 0 starts
+// above the newest message; next is where the following batch starts, 0
+// when every id has been seen; queued is how many rows this batch queued.
+// Newest first, since searches show the newest first. Safe beside ingest
+// and the indexer, and to rerun: a row indexed twice gets the same
+// document.
+func (s *Store) BackfillText(ctx context.Context, before int64, batch int) (next int64, queued int, err error) {
 	if before <= 0 {
 		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1 FROM dead_messages`).Scan(&before); err != nil {
 			return 0, 0, fmt.Errorf("store: backfill text: newest id: %w", err)
 		}
 	}
 	lo := max(before-int64(batch), 1)
-	rows, err := s.pool.Query(ctx, `SELECT id, body, properties, headers, coalesce(failure_type, ''), coalesce(failure_message, ''), failure
-FROM dead_messages WHERE id >= $1 AND id < $2 AND body_text_bytes IS NULL AND enc_key_id IS NULL`, lo, before)
+	err = s.pool.QueryRow(ctx, `WITH q AS (
+    INSERT INTO text_index_queue (ids)
+    SELECT array_agg(m.id ORDER BY m.id) FROM dead_messages m
+    WHERE m.id >= $1 AND m.id < $2 AND m.enc_key_id IS NULL AND NOT EXISTS (SELECT 1 FROM message_text t WHERE t.id = m.id)
+    HAVING count(*) > 0
+    RETURNING cardinality(ids) AS n)
+SELECT coalesce(sum(n), 0)::int FROM q`, lo, before).Scan(&queued)
 	if err != nil {
-		return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
-	}
-	var (
-		ids   []int64
-		lens  []int32
-		texts []*string
-	)
-	for rows.Next() {
-		var (
-			id              int64
-			m               NewMessage
-			failure, header []byte
-		)
-		if err := rows.Scan(&id, &m.Body, &m.Properties, &header, &m.FailureType, &m.FailureMessage, &failure); err != nil {
-			rows.Close()
-			return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
-		}
-		m.Headers, m.Failure = header, failure
-		ids, lens, texts = append(ids, id), append(lens, int32(BodyTextBytes(m.Body, m.Properties))), append(texts, searchText(&m))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
-	}
-	if len(ids) > 0 {
-		tag, err := s.pool.Exec(ctx, `UPDATE dead_messages d SET body_text_bytes = u.b, search_text = u.s
-FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s)
-WHERE d.id = u.id AND d.body_text_bytes IS NULL AND d.enc_key_id IS NULL`, ids, lens, texts)
-		if err != nil {
-			return 0, 0, fmt.Errorf("store: backfill text of ids %d-%d: %w", lo, before-1, err)
-		}
-		marked = int(tag.RowsAffected())
+		return 0, 0, fmt.Errorf("store: backfill text: queue ids %d-%d: %w", lo, before-1, err)
 	}
 	if lo <= 1 {
-		return 0, marked, nil
+		return 0, queued, nil
 	}
-	return lo, marked, nil
+	return lo, queued, nil
 }

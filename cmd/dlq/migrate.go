@@ -16,7 +16,7 @@ import (
 func cmdMigrate(args []string) int {
 	var backfill bool
 	cfg, log, _, code := cli.LoadConfig("migrate", args, func(fs *flag.FlagSet) {
-		fs.BoolVar(&backfill, "backfill-text", false, "then mark what of older messages is text, so that text search finds their header values and bodies (docs/OPERATIONS.md); resumable, safe beside dlq serve")
+		fs.BoolVar(&backfill, "backfill-text", false, "then queue every plain message without a text document for the indexer of dlq serve, so that text search finds their words (docs/OPERATIONS.md); resumable, safe beside dlq serve")
 	})
 	if code >= 0 {
 		return code
@@ -51,8 +51,9 @@ func cmdMigrate(args []string) int {
 	return cli.ExitOK
 }
 
-// backfillText runs store.BackfillText over every id, newest first, and
-// says how far it got.
+// backfillText runs store.BackfillText over every id, newest first: every
+// plain row without a text document is queued for the indexer (dlq serve
+// writes the documents), and says how far it got.
 func backfillText(ctx context.Context, st *store.Store) int {
 	const batch = 5000
 	start := time.Now()
@@ -66,11 +67,11 @@ func backfillText(ctx context.Context, st *store.Store) int {
 		}
 		total += n
 		if next == 0 {
-			fmt.Printf("text backfill done: %d messages marked in %s\n", total, time.Since(start).Round(time.Second))
+			fmt.Printf("text backfill done: %d messages queued for the text index in %s (dlq serve indexes them)\n", total, time.Since(start).Round(time.Second))
 			return cli.ExitOK
 		}
 		if before/100_000 != next/100_000 {
-			fmt.Printf("text backfill: below id %d, %d messages marked so far\n", next, total)
+			fmt.Printf("text backfill: below id %d, %d messages queued so far\n", next, total)
 		}
 		before = next
 	}

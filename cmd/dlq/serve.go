@@ -22,6 +22,7 @@ import (
 	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/textindex"
 )
 
 func cmdServe(args []string) int {
@@ -47,7 +48,8 @@ func cmdServe(args []string) int {
 //     until RabbitMQ shows the acknowledgements applied (a channel that
 //     closes sooner can drop them: package consumer, "Shutdown");
 //  2. finish replays: publishes in flight get their confirms;
-//  3. stop cron jobs;
+//  3. stop cron jobs and the text indexer (a batch in flight rolls back:
+//     its rows stay queued for the next start);
 //  4. stop HTTP (readiness fails from step 1 on, so load balancers move away);
 //  5. close the AMQP connection (after every ack and publish above);
 //  6. close the PostgreSQL pool last: every step above may still write.
@@ -158,6 +160,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	// The text indexer writes q's word documents off the ingest path
+	// (package textindex); with text search off nothing is queued for it.
+	var indexer *textindex.Indexer
+	if cfg.Ingest.TextSearch {
+		if indexer, err = textindex.New(textindex.Config{Store: st, Duty: cfg.Ingest.TextIndexDuty, Logger: log, Registerer: reg}); err != nil {
+			return err
+		}
+	}
+
 	// The operations layer: every rule of every front door, once.
 	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
 		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(),
@@ -228,6 +239,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() { controlDone <- control.Run(ctx) }()
 	replayDone := make(chan error, 1)
 	go func() { replayDone <- replays.Run(ctx) }()
+	indexDone := make(chan error, 1)
+	if indexer != nil {
+		go func() { indexDone <- indexer.Run(ctx) }()
+	} else {
+		indexDone <- nil
+	}
 	cron.Start()
 	log.Info("dlq serving", "queues", cfg.Queues, "exchange", cfg.Exchange, "http_addr", cfg.HTTPAddr)
 
@@ -251,6 +268,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	// 3.
 	stopCron(cron, log)
+	if err := <-indexDone; err != nil {
+		log.Error("text indexer stopped with an error", "error", err)
+	}
 	// 4.
 	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -91,8 +91,8 @@ func WithSearchPath(dsn, schema string) string {
 }
 
 // Store opens a store on a fresh, migrated schema, with text search on
-// (Config.TextSearch, off in dlq serve by default: the search tests need
-// it). It returns the store and its database URL (for a dlq subprocess to
+// (Config.TextSearch, as in dlq serve by default; IndexText writes the
+// documents dlq serve's indexer would). It returns the store and its database URL (for a dlq subprocess to
 // share the schema).
 func Store(t testing.TB) (*store.Store, string) {
 	t.Helper()
@@ -105,6 +105,25 @@ func Store(t testing.TB) (*store.Store, string) {
 	_, err = st.Migrate(ctx, nil)
 	require.NoError(t, err)
 	return st, dsn
+}
+
+// IndexText writes the text search documents of every row waiting for
+// one (what dlq serve's indexer, package textindex, does in the
+// background), batch after batch until the queue is empty, and returns
+// how many rows it took. It fails the test after 60 seconds.
+func IndexText(t testing.TB, st *store.Store) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	total := 0
+	for {
+		res, err := st.IndexText(ctx, 0)
+		require.NoError(t, err, "index text")
+		if res.Newest == 0 {
+			return total
+		}
+		total += res.Rows
+	}
 }
 
 // DB opens a small pool of its own on dsn, the database URL Schema or Store

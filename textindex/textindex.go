@@ -1,0 +1,181 @@
+// Package textindex writes the documents of text search (q's words,
+// docs/API.md) off the ingest path: ingest names its new rows in
+// text_index_queue, in its own transaction, and the Indexer turns them
+// into documents in message_text, in bounded batches (store.IndexText).
+//
+// Several dlq instances may run an Indexer on one database: a batch
+// claims its queue entries FOR UPDATE SKIP LOCKED and deletes them in the
+// transaction that writes their documents, so no row is indexed twice by
+// two claims and none is lost when a process dies mid-batch.
+//
+// Pacing: while messages keep arriving the Indexer works a share of the
+// time (Duty, percent): after a batch that took d it pauses
+// d*(100-Duty)/Duty, so that on a 2-core machine it leaves ingest the
+// database's CPU. When nothing new arrived since its last batch (the
+// queue's newest entry did not grow) ingest is idle and it works without
+// pause until the queue is empty; then it looks again every Poll.
+package textindex
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dlq/dlq/store"
+)
+
+// Defaults.
+const (
+	DutyDefault  = 25
+	PollDefault  = time.Second
+	BatchDefault = store.TextIndexBatchDefault
+	// waitingEvery bounds how often the waiting gauge is counted.
+	waitingEvery = 5 * time.Second
+	// errorPause is the pause after a failed batch.
+	errorPause = 5 * time.Second
+)
+
+// Store is what the Indexer needs of the store.
+type Store interface {
+	IndexText(ctx context.Context, max int) (store.TextIndexResult, error)
+	TextWaiting(ctx context.Context) (int64, error)
+}
+
+// Config configures an Indexer.
+type Config struct {
+	Store Store
+	// Batch is the most rows per transaction. Default BatchDefault.
+	Batch int
+	// Duty is the share of time (percent, 1-100) it works while messages
+	// keep arriving. Default DutyDefault.
+	Duty int
+	// Poll is how often it looks for work when the queue is empty.
+	// Default PollDefault.
+	Poll       time.Duration
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Indexer drains text_index_queue.
+type Indexer struct {
+	cfg     Config
+	log     *slog.Logger
+	waiting prometheus.Gauge
+	indexed prometheus.Counter
+	docs    prometheus.Counter
+	errors  prometheus.Counter
+	seconds prometheus.Histogram
+}
+
+// New checks cfg and registers the metrics.
+func New(cfg Config) (*Indexer, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("textindex: Config.Store is required")
+	}
+	cfg.Batch = cmp.Or(cfg.Batch, BatchDefault)
+	cfg.Duty = cmp.Or(cfg.Duty, DutyDefault)
+	cfg.Poll = cmp.Or(cfg.Poll, PollDefault)
+	if cfg.Duty < 1 || cfg.Duty > 100 {
+		return nil, fmt.Errorf("textindex: duty %d must be a percentage from 1 to 100", cfg.Duty)
+	}
+	if cfg.Batch < 1 {
+		return nil, fmt.Errorf("textindex: batch %d must be >= 1", cfg.Batch)
+	}
+	ix := &Indexer{
+		cfg: cfg,
+		log: cmp.Or(cfg.Logger, slog.Default()),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dlq_text_index_waiting",
+			Help: "Messages waiting for their text search document (counted every few seconds).",
+		}),
+		indexed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_text_index_rows_total",
+			Help: "Messages taken off the text index queue (sealed and deleted ones get no document).",
+		}),
+		docs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_text_index_documents_total",
+			Help: "Text search documents written.",
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_text_index_errors_total",
+			Help: "Text index batches that failed (retried after a pause).",
+		}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dlq_text_index_batch_seconds",
+			Help:    "Time one text index batch took.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{ix.waiting, ix.indexed, ix.docs, ix.errors, ix.seconds} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("textindex: register metrics: %w", err)
+			}
+		}
+	}
+	return ix, nil
+}
+
+// Once runs one batch: at most Batch waiting rows get their documents.
+func (ix *Indexer) Once(ctx context.Context) (store.TextIndexResult, error) {
+	start := time.Now()
+	res, err := ix.cfg.Store.IndexText(ctx, ix.cfg.Batch)
+	if err != nil {
+		ix.errors.Inc()
+		return res, err
+	}
+	if res.Rows > 0 {
+		ix.seconds.Observe(time.Since(start).Seconds())
+	}
+	ix.indexed.Add(float64(res.Rows))
+	ix.docs.Add(float64(res.Documents))
+	return res, nil
+}
+
+// Run indexes until ctx ends, then returns nil; a batch cut short by the
+// end rolls back and its rows stay queued for the next start.
+func (ix *Indexer) Run(ctx context.Context) error {
+	var (
+		newest  int64
+		counted time.Time
+	)
+	for {
+		if time.Since(counted) >= waitingEvery {
+			if n, err := ix.cfg.Store.TextWaiting(ctx); err == nil {
+				ix.waiting.Set(float64(n))
+			}
+			counted = time.Now()
+		}
+		start := time.Now()
+		res, err := ix.Once(ctx)
+		took := time.Since(start)
+		var pause time.Duration
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			ix.log.Warn("text index batch failed; retrying", "error", err, "pause", errorPause)
+			pause = errorPause
+		case res.Rows == 0 && res.Newest == 0:
+			pause = ix.cfg.Poll
+		case res.Newest > newest:
+			// New entries arrived since the last batch: ingest is busy.
+			newest = res.Newest
+			pause = took * time.Duration(100-ix.cfg.Duty) / time.Duration(ix.cfg.Duty)
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+	}
+}
