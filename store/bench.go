@@ -196,11 +196,11 @@ func (b Bench) DisableAutovacuum(ctx context.Context) error {
 }
 
 // FlushSearchIndexes merges the pending lists of the GIN indexes that
-// exist (the search keys' and the text index) into the indexes: the
+// exist (the search keys' and the text documents') into the indexes: the
 // deferred part of what ingest costs them.
 func (b Bench) FlushSearchIndexes(ctx context.Context) error {
 	_, err := b.db.Exec(ctx, `SELECT gin_clean_pending_list(c.oid) FROM pg_class c
-WHERE c.relname IN ('dead_messages_search', 'dead_messages_text') AND c.relnamespace = to_regnamespace(current_schema())::oid`)
+WHERE c.relname IN ('dead_messages_search', 'dead_messages_text', 'message_text_document') AND c.relnamespace = to_regnamespace(current_schema())::oid`)
 	if err != nil {
 		return fmt.Errorf("store: flush the pending lists of the GIN indexes: %w", err)
 	}

@@ -189,7 +189,6 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 		im := &batch[i]
 		m := &im.Message
 		keys := SearchKeys(m)
-		textBytes, text := st.textColumns(m)
 		return []any{
 			nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
 			cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
@@ -197,7 +196,7 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 			m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 			nullText(m.ConversionError), groupID(groupKeyOf(m)), keys, KeyHashes(keys), nullJSON(im.DeathHistory),
 			im.From.Origin, im.From.ID, nullJSON(m.XDeath), categoryOf(m.Category),
-			textBytes, text,
+			st.bodyTextColumn(m), nil, // search_text: the indexer's (textindex.go)
 		}, nil
 	})
 	if _, err := im.tx.CopyFrom(ctx, pgx.Identifier{"dlq_import"}, importColumns, src); err != nil {

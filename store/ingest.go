@@ -54,7 +54,7 @@ var ingestColumns = []string{
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers",
 	"body", "body_size", "first_failed_at", "failed_at", "fingerprint", "ingest_batch",
 	"conversion_error", "replay_count", "group_id", "search_keys", "search_hashes", "ingest_returns",
-	"x_death", "category", "body_text_bytes", "search_text",
+	"x_death", "category", "body_text_bytes",
 }
 
 // sealedIngestColumns are ingestColumns for sealed rows (seal.go): the
@@ -148,19 +148,18 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 					m.DeathCount, nil, nullText(m.FailureType), nil,
 					emptyObject, r.headers, r.body, len(m.Body), m.FirstFailedAt, m.FailedAt,
 					index.Fingerprint(m.Fingerprint), b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], nil, r.hashes,
-					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), nil, nil,
+					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), nil,
 					ids[k], r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta,
 				}, nil
 			}
 			keys := SearchKeys(m)
-			textBytes, text := s.textColumns(m)
 			return []any{
 				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
 				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
 				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
 				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
 				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
-				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), textBytes, text,
+				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), s.bodyTextColumn(m),
 			}, nil
 		})
 		if sealed != nil {
@@ -388,13 +387,14 @@ WHERE id = $1`,
 	} else {
 		keys := SearchKeys(m)
 		// The body stays, and so does what of it is text
-		// (body_text_bytes); the header values are the new death's.
-		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = $19
+		// (body_text_bytes); the header values are the new death's, which
+		// the indexer reads from the row (the caller queues it again).
+		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
 WHERE id = $1`,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 			nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category), searchText(m))
+			categoryOf(m.Category))
 		if err != nil {
 			return 0, err
 		}

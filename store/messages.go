@@ -506,12 +506,11 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 			return nil, err
 		}
 		tsq := sq.text.sql(args)
-		bodyless := sq.bodyless("m", tsq, !opt.NoBodySearch)
 		arms = append(arms, `(SELECT t.id FROM message_text t JOIN dead_messages m ON m.id = t.id
-		  WHERE t.document @@ `+tsq+` AND `+kw+` AND m.enc_key_id IS NULL`+bodyless+`
+		  WHERE `+textDocMatch("t", tsq, !opt.NoBodySearch)+` AND `+kw+` AND m.enc_key_id IS NULL
 		  ORDER BY t.id DESC LIMIT `+n+`)`,
 			`(SELECT m.id FROM dead_messages m WHERE m.id = ANY(`+textTailSQL()+`) AND `+kw+
-				` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+bodyTextSQL("m")+` @@ `+tsq+bodyless+`
+				` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+bodyTextSQL("m")+` @@ `+tsq+sq.bodyless("m", tsq, !opt.NoBodySearch)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	if len(sq.values) > 0 {

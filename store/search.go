@@ -294,9 +294,9 @@ func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 	}
 	if sq.hasText {
 		tsq := sq.text.sql(args)
-		arms = append(arms, "(m.enc_key_id IS NULL AND (EXISTS (SELECT 1 FROM message_text t WHERE t.id = m.id AND t.document @@ "+tsq+
-			") OR (m.id = ANY("+textTailSQL()+") AND m.body_text_bytes IS NOT NULL AND "+bodyTextSQL("m")+" @@ "+tsq+"))"+
-			sq.bodyless("m", tsq, bodyText)+")")
+		arms = append(arms, "(m.enc_key_id IS NULL AND (EXISTS (SELECT 1 FROM message_text t WHERE t.id = m.id AND "+textDocMatch("t", tsq, bodyText)+
+			") OR (m.id = ANY("+textTailSQL()+") AND m.body_text_bytes IS NOT NULL AND "+bodyTextSQL("m")+" @@ "+tsq+
+			sq.bodyless("m", tsq, bodyText)+")))")
 	}
 	if body {
 		arms = append(arms, "position("+args.add(sq.body)+"::bytea IN m.body) > 0")
@@ -304,11 +304,23 @@ func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 	return "(" + strings.Join(arms, " OR ") + ")"
 }
 
+// textDocMatch renders "the document of message_text aliased alias has
+// tsq's words" (tsq rendered), through its GIN index. Without bodyText a
+// row found is checked again against the document's weight-A part (the
+// failure text and header values: textindex.go), so that a caller who
+// may not see bodies learns nothing about them.
+func textDocMatch(alias, tsq string, bodyText bool) string {
+	cond := alias + ".document @@ " + tsq
+	if !bodyText {
+		cond += " AND ts_filter(" + alias + ".document, '{a}') @@ " + tsq
+	}
+	return cond
+}
+
 // bodyless renders, when the caller may not see bodies (bodyText false),
-// " AND" the row aliased alias matching tsq (rendered) without its body:
-// a row found through its document is checked again against the
-// document without the body, so that such a caller learns nothing about
-// bodies. "" otherwise.
+// " AND" the row aliased alias (a row still waiting for its document)
+// matching tsq (rendered) without its body, so that such a caller learns
+// nothing about bodies. "" otherwise.
 func (sq searchQuery) bodyless(alias, tsq string, bodyText bool) string {
 	if bodyText {
 		return ""

@@ -83,15 +83,21 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 	}
 	res.Newest = entries[0].seq
 	ids, batch := takeTextEntries(entries, max)
-	if err := markText(ctx, tx, ids); err != nil {
+	docs, err := textOf(ctx, tx, ids)
+	if err != nil {
 		return res, fmt.Errorf("store: index text of %d rows: %w", len(ids), err)
 	}
+	// The document: the failure text and header values at weight A, the
+	// body's words after them at the default D, so that a caller who may
+	// not see bodies is answered from the A part alone (ts_filter).
 	tag, err := tx.Exec(ctx, `
 INSERT INTO message_text (id, document)
-SELECT m.id, `+bodyTextSQL("m")+` FROM dead_messages m
-WHERE m.id = ANY($1) AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL
+SELECT m.id, setweight(dlq_search_document(m.failure_type, m.failure_message, m.failure, u.s, m.body, 0), 'A') ||
+    dlq_search_document(NULL, NULL, NULL, NULL, m.body, coalesce(m.body_text_bytes, u.b))
+FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s) JOIN dead_messages m ON m.id = u.id
+WHERE m.enc_key_id IS NULL
 ORDER BY m.id FOR SHARE OF m
-ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, ids)
+ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, docs.ids, docs.bodyBytes, docs.headerText)
 	if err != nil {
 		return res, fmt.Errorf("store: index text: write documents of %d rows: %w", len(ids), err)
 	}
@@ -147,48 +153,51 @@ func takeTextEntries(entries []textEntry, max int) ([]int64, *pgx.Batch) {
 	return slices.Compact(ids), &b
 }
 
-// markText writes what of a row is text (body_text_bytes, search_text)
-// for the plain rows among ids that have never been looked at: rows
-// stored before migration 00078 or while text search was off. Ingest
-// writes both for the rows it stores, so this usually finds none.
-func markText(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	rows, err := tx.Query(ctx, `SELECT id, body, properties, headers, coalesce(failure_type, ''), coalesce(failure_message, ''), failure
-FROM dead_messages WHERE id = ANY($1) AND body_text_bytes IS NULL AND enc_key_id IS NULL`, ids)
+// textParts are what of each plain row the indexer works out in Go, as
+// parallel arrays: the application's header values (HeaderText), and how
+// much of the body is text for a row ingest did not mark (BodyTextBytes;
+// NULL: the row's own body_text_bytes).
+type textParts struct {
+	ids        []int64
+	bodyBytes  []*int32
+	headerText []*string
+}
+
+// textOf reads the plain rows among ids and works out their textParts:
+// ingest leaves the header text to the indexer (decoding the headers'
+// JSON was most of what text search cost ingest on the Go side), and
+// marks bodies only while text search is on.
+func textOf(ctx context.Context, tx pgx.Tx, ids []int64) (textParts, error) {
+	rows, err := tx.Query(ctx, `SELECT id, headers, coalesce(failure_type, ''), coalesce(failure_message, ''), failure,
+    CASE WHEN body_text_bytes IS NULL THEN body END, CASE WHEN body_text_bytes IS NULL THEN properties END
+FROM dead_messages WHERE id = ANY($1) AND enc_key_id IS NULL`, ids)
 	if err != nil {
-		return fmt.Errorf("read unmarked rows: %w", err)
+		return textParts{}, fmt.Errorf("read rows: %w", err)
 	}
-	var (
-		marked []int64
-		lens   []int32
-		texts  []*string
-	)
+	defer rows.Close()
+	var p textParts
 	for rows.Next() {
 		var (
-			id              int64
-			m               NewMessage
-			failure, header []byte
+			id               int64
+			m                NewMessage
+			headers, failure []byte
+			body, props      []byte
 		)
-		if err := rows.Scan(&id, &m.Body, &m.Properties, &header, &m.FailureType, &m.FailureMessage, &failure); err != nil {
-			rows.Close()
-			return fmt.Errorf("read unmarked rows: %w", err)
+		if err := rows.Scan(&id, &headers, &m.FailureType, &m.FailureMessage, &failure, &body, &props); err != nil {
+			return textParts{}, fmt.Errorf("read rows: %w", err)
 		}
-		m.Headers, m.Failure = header, failure
-		marked, lens, texts = append(marked, id), append(lens, int32(BodyTextBytes(m.Body, m.Properties))), append(texts, searchText(&m))
+		m.Headers, m.Failure = headers, failure
+		var b *int32
+		if body != nil {
+			n := int32(BodyTextBytes(body, props))
+			b = &n
+		}
+		p.ids, p.bodyBytes, p.headerText = append(p.ids, id), append(p.bodyBytes, b), append(p.headerText, searchText(&m))
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read unmarked rows: %w", err)
+		return textParts{}, fmt.Errorf("read rows: %w", err)
 	}
-	if len(marked) == 0 {
-		return nil
-	}
-	_, err = tx.Exec(ctx, `UPDATE dead_messages d SET body_text_bytes = u.b, search_text = u.s
-FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s)
-WHERE d.id = u.id AND d.body_text_bytes IS NULL AND d.enc_key_id IS NULL`, marked, lens, texts)
-	if err != nil {
-		return fmt.Errorf("mark text of %d rows: %w", len(marked), err)
-	}
-	return nil
+	return p, nil
 }
 
 // TextWaiting returns how many rows wait for a document (an entry's ids,

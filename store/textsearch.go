@@ -165,23 +165,24 @@ func failureStack(failure json.RawMessage) string {
 	return f.Stack
 }
 
-// textColumns are body_text_bytes and search_text of a plain row written
-// by ingest or import: NULL, NULL (not looked at) unless the store marks
-// text (Config.TextSearch).
-func (s *Store) textColumns(m *NewMessage) (*int32, *string) {
+// bodyTextColumn is body_text_bytes of a plain row written by ingest or
+// import: NULL (not looked at) unless the store marks text
+// (Config.TextSearch). search_text (the header values) is no longer
+// written there: the indexer works it out off the ingest path
+// (textindex.go).
+func (s *Store) bodyTextColumn(m *NewMessage) *int32 {
 	if !s.text {
-		return nil, nil
+		return nil
 	}
 	n := int32(BodyTextBytes(m.Body, m.Properties))
-	return &n, searchText(m)
+	return &n
 }
 
 // TextSearch reports whether the store marks new rows' text for the text
 // index (Config.TextSearch).
 func (s *Store) TextSearch() bool { return s.text }
 
-// searchText is the search_text column of a plain row: its header text,
-// NULL when empty.
+// searchText is a plain row's header text (HeaderText), nil when empty.
 func searchText(m *NewMessage) *string {
 	s := HeaderText(m.Headers, m.FailureType, m.FailureMessage, failureStack(m.Failure))
 	if s == "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,62 +14,69 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
+// ingestVariant is one side of an ingest-cost comparison.
+type ingestVariant struct {
+	name string
+	drop []string
+	// pendingOnly adds the index of pending messages by queue and time
+	// that status and alerts read without body search.
+	pendingOnly bool
+	// textOff writes with text search off (nothing marked, nothing
+	// queued for the text indexer).
+	textOff bool
+	// indexer runs the text indexer (package textindex) at its default
+	// pacing beside the writers, as dlq serve does, and waits for it to
+	// catch up after the burst.
+	indexer bool
+}
+
 // measureIngestCost writes the same messages with IngestBatch (two writers,
 // batches of 500, dlq's defaults) into fresh schemas with and without the
 // search index, and with none of the API's indexes, to show what each
-// costs on the database side of ingest.
+// costs on the database side of ingest. With -ingest-text-only it
+// compares text search on, with the indexer working beside ingest at its
+// default pacing, against text search off.
 func measureIngestCost(ctx context.Context, o apiOptions) ([]apiResult, error) {
-	variants := []struct {
-		name string
-		drop []string
-		// pendingOnly adds the index of pending messages by queue and
-		// time that status and alerts read without body search.
-		pendingOnly bool
-	}{
-		{"all indexes", nil, false},
-		{"without dead_messages_search", []string{"dead_messages_search"}, false},
+	variants := []ingestVariant{
+		{name: "all indexes"},
+		{name: "without dead_messages_search", drop: []string{"dead_messages_search"}},
 		// The indexes that exist for q: hashed keys (GIN), body search
 		// by time (BRIN), and by queue and time — the last shared with
 		// status and alerts, which without body search would need only
 		// its pending part (the index migration 00050 replaced).
-		{"without the search indexes (search, brin; queue_status_failed_at -> pending only)",
-			[]string{"dead_messages_search", "dead_messages_failed_at_brin", "dead_messages_queue_status_failed_at"},
-			true},
-		{"without any API index (search, brin, queue_status_failed_at -> pending only, group, repeat)",
-			[]string{"dead_messages_search", "dead_messages_failed_at_brin", "dead_messages_queue_status_failed_at",
+		{name: "without the search indexes (search, brin; queue_status_failed_at -> pending only)",
+			drop:        []string{"dead_messages_search", "dead_messages_failed_at_brin", "dead_messages_queue_status_failed_at"},
+			pendingOnly: true},
+		{name: "without any API index (search, brin, queue_status_failed_at -> pending only, group, repeat)",
+			drop: []string{"dead_messages_search", "dead_messages_failed_at_brin", "dead_messages_queue_status_failed_at",
 				"dead_messages_group_status_id", "dead_messages_repeat"},
-			true},
+			pendingOnly: true},
 	}
 	if o.textOnly {
-		// The text index alone: every index, and every index but it.
-		variants = variants[:0]
-		variants = append(variants, struct {
-			name        string
-			drop        []string
-			pendingOnly bool
-		}{"all indexes", nil, false}, struct {
-			name        string
-			drop        []string
-			pendingOnly bool
-		}{"without dead_messages_text", []string{"dead_messages_text"}, false})
-	} else {
-		variants = append(variants[:2], append([]struct {
-			name        string
-			drop        []string
-			pendingOnly bool
-		}{{"without dead_messages_text", []string{"dead_messages_text"}, false}}, variants[2:]...)...)
+		variants = []ingestVariant{
+			{name: "text search on, indexer at default pacing", indexer: true},
+			{name: "text search off", textOff: true},
+		}
 	}
 	var results []apiResult
-	// Alternate variants over three rounds so drift affects all alike.
+	// Alternate variants over the rounds so drift affects all alike.
 	rates, cpus := map[string][]float64{}, map[string][]float64{}
 	for round := range o.ingestRounds {
 		for _, v := range variants {
-			rate, cpu, err := ingestOnce(ctx, o, v.drop, v.pendingOnly, round)
+			r, err := ingestOnce(ctx, o, v, round)
 			if err != nil {
 				return results, err
 			}
-			rates[v.name] = append(rates[v.name], rate)
-			cpus[v.name] = append(cpus[v.name], cpu)
+			rates[v.name] = append(rates[v.name], r.rate)
+			cpus[v.name] = append(cpus[v.name], r.cpu)
+			if v.indexer {
+				fmt.Printf("  round %d %s: %.0f msgs/s; indexer: %d indexed during the burst (%.1f µs PostgreSQL CPU/msg), "+
+					"%d left, caught up in %s (%.0f msgs/s)\n", round+1, v.name, r.rate, r.indexedDuring, r.indexerCPU,
+					r.left, r.catchUp.Round(time.Millisecond), float64(r.left)/max(r.catchUp.Seconds(), 1e-9))
+				results = append(results, apiResult{Bench: "api-text-index-catch-up", Name: v.name, N: r.left,
+					MsgsSec: float64(r.left) / max(r.catchUp.Seconds(), 1e-9),
+					Note:    fmt.Sprintf("round=%d indexed_during_burst=%d indexer_cpu_us_per_msg=%.1f", round+1, r.indexedDuring, r.indexerCPU)})
+			}
 		}
 	}
 	median := func(f []float64) float64 {
@@ -76,16 +84,25 @@ func measureIngestCost(ctx context.Context, o apiOptions) ([]apiResult, error) {
 		slices.Sort(g)
 		return g[len(g)/2]
 	}
-	var base float64
+	var base, baseRate float64
 	for i, v := range variants {
 		rate, cpu := median(rates[v.name]), median(cpus[v.name])
 		if i == 0 {
-			base = cpu
+			base, baseRate = cpu, rate
 		}
-		fmt.Printf("ingest %-52s PostgreSQL CPU %6.1f µs/msg (%+5.1f vs all indexes)  %7.0f msgs/s  (runs %v)\n",
-			v.name, cpu, cpu-base, rate, roundAll(rates[v.name]))
+		fmt.Printf("ingest %-52s PostgreSQL CPU %6.1f µs/msg (%+5.1f vs first)  %7.0f msgs/s (%+5.1f%% vs first)  (runs %v)\n",
+			v.name, cpu, cpu-base, rate, 100*(rate/baseRate-1), roundAll(rates[v.name]))
 		results = append(results, apiResult{Bench: "api-ingest-cost", Name: v.name, N: o.ingestN, MsgsSec: rate,
 			Note: fmt.Sprintf("postgres_cpu_us_per_msg=%.1f", cpu)})
+	}
+	if o.textOnly {
+		var pairs []string
+		on, off := rates[variants[0].name], rates[variants[1].name]
+		for k := range on {
+			pairs = append(pairs, fmt.Sprintf("%.1f%%", 100*(1-on[k]/off[k])))
+		}
+		fmt.Printf("text search on costs ingest %.1f%% (medians; per round %s; budget: at most 15%%)\n",
+			100*(1-median(on)/median(off)), strings.Join(pairs, ", "))
 	}
 	return results, nil
 }
@@ -98,48 +115,62 @@ func roundAll(f []float64) []int {
 	return out
 }
 
+// costRun is what one ingestOnce measured.
+type costRun struct {
+	rate float64 // messages per second
+	cpu  float64 // the writers' PostgreSQL CPU µs per message
+	// With the indexer: rows it indexed during the burst, its own
+	// PostgreSQL CPU µs per indexed message, the rows left when the burst
+	// ended and how long it took to index them.
+	indexedDuring, left int
+	indexerCPU          float64
+	catchUp             time.Duration
+}
+
 // ingestOnce returns the messages per second and the CPU time PostgreSQL
 // spent per message (the writers' backends, including the search index's
 // deferred work: autovacuum is off for the table and the pending list is
 // flushed at the end). CPU per message hardly depends on what else the
-// machine runs; throughput does.
-func ingestOnce(ctx context.Context, o apiOptions, drop []string, pendingOnly bool, round int) (float64, float64, error) {
+// machine runs; throughput does. With v.indexer, the text indexer runs
+// beside the writers on a connection of its own, as in dlq serve.
+func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (costRun, error) {
+	drop, pendingOnly := v.drop, v.pendingOnly
 	schema := fmt.Sprintf("bench_api_ingest_%d_%s", round, randomHex(3))
 	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
 	if err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	defer admin.Close(ctx)
 	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	defer admin.DropSchema(context.WithoutCancel(ctx), schema) //nolint:errcheck
 	dsn, err := withSearchPath(o.pgURL, schema+",public")
 	if err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	dsn += "&application_name=" + schema
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: true})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: !v.textOff})
 	if err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	defer st.Close()
 	if _, err := st.Migrate(ctx, nil); err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	sb := st.Bench()
 	for _, ix := range drop {
 		if err := sb.DropIndex(ctx, schema, ix); err != nil {
-			return 0, 0, err
+			return costRun{}, err
 		}
 	}
 	if pendingOnly {
 		if err := sb.CreatePendingFailedAtIndex(ctx); err != nil {
-			return 0, 0, err
+			return costRun{}, err
 		}
 	}
 	if err := sb.DisableAutovacuum(ctx); err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	// Messages as the consumer stores them: typed headers with x-death and
 	// failure details, small bodies.
@@ -165,7 +196,14 @@ func ingestOnce(ctx context.Context, o apiOptions, drop []string, pendingOnly bo
 	sb.OpenConnections(ctx, writers)
 	pids, err := admin.BackendPIDs(ctx, schema)
 	if err != nil {
-		return 0, 0, err
+		return costRun{}, err
+	}
+	var ix *indexerRun
+	if v.indexer {
+		if ix, err = startIndexer(ctx, admin, dsn, schema); err != nil {
+			return costRun{}, err
+		}
+		defer ix.stop()
 	}
 	cpu0 := backendsCPU(pids)
 	start := time.Now()
@@ -182,12 +220,22 @@ func ingestOnce(ctx context.Context, o apiOptions, drop []string, pendingOnly bo
 		})
 	}
 	if err := eg.Wait(); err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	rate := float64(len(msgs)) / time.Since(start).Seconds()
+	run := costRun{rate: rate}
+	if ix != nil {
+		if err := ix.catchUp(ctx, st, &run, len(msgs)); err != nil {
+			return costRun{}, err
+		}
+	}
 	if err := sb.FlushSearchIndexes(ctx); err != nil {
-		return 0, 0, err
+		return costRun{}, err
 	}
 	cpu := backendsCPU(pids) - cpu0
-	return rate, cpu.Seconds() * 1e6 / float64(len(msgs)), nil
+	run.cpu = cpu.Seconds() * 1e6 / float64(len(msgs))
+	if ix != nil {
+		run.indexerCPU = ix.cpu().Seconds() * 1e6 / float64(len(msgs))
+	}
+	return run, nil
 }

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/textindex"
+)
+
+// indexerRun is the text indexer of an ingest-cost run: a store of its
+// own (one connection, its backend named schema_ix), running
+// textindex.Indexer at its default pacing as dlq serve does.
+type indexerRun struct {
+	st     *store.Store
+	pids   []int
+	cpu0   time.Duration
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startIndexer(ctx context.Context, admin *store.BenchAdmin, dsn, schema string) (*indexerRun, error) {
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn + "_ix", MaxConns: 1, TextSearch: true})
+	if err != nil {
+		return nil, err
+	}
+	ix, err := textindex.New(textindex.Config{Store: st})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.Bench().OpenConnections(ctx, 1)
+	pids, err := admin.BackendPIDs(ctx, schema+"_ix")
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	r := &indexerRun{st: st, pids: pids, cpu0: backendsCPU(pids), done: make(chan struct{})}
+	rctx, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	go func() { defer close(r.done); _ = ix.Run(rctx) }()
+	return r, nil
+}
+
+// catchUp notes how many rows the indexer did during the burst, then
+// waits until no row waits for a document and notes how long that took.
+func (r *indexerRun) catchUp(ctx context.Context, st *store.Store, run *costRun, n int) error {
+	start := time.Now()
+	left, err := st.TextWaiting(ctx)
+	if err != nil {
+		return err
+	}
+	run.left, run.indexedDuring = int(left), n-int(left)
+	deadline := start.Add(30 * time.Minute)
+	for left > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("text indexer: %d rows still waiting after 30 minutes", left)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a benchmark's progress, not waiting for an effect in a test
+		if left, err = st.TextWaiting(ctx); err != nil {
+			return err
+		}
+	}
+	run.catchUp = time.Since(start)
+	return nil
+}
+
+func (r *indexerRun) cpu() time.Duration { return backendsCPU(r.pids) - r.cpu0 }
+
+func (r *indexerRun) stop() {
+	r.cancel()
+	<-r.done
+	r.st.Close()
+}
