@@ -1,0 +1,252 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// find returns the ids a search across every status finds, and whether
+// the answer says rows waiting for the indexer were left unsearched.
+func find(t *testing.T, st *store.Store, q string, opt store.ListOptions) ([]int64, bool) {
+	t.Helper()
+	opt.Limit = 100
+	page, err := st.ListMessages(context.Background(), store.Filter{Status: "all", Query: q}, opt)
+	require.NoError(t, err, "q=%q", q)
+	var ids []int64
+	for _, m := range page.Messages {
+		ids = append(ids, m.ID)
+	}
+	return ids, page.TextIncomplete
+}
+
+// TestTextSearchBeforeIndexing: a message whose document the indexer has
+// not written yet is found by its body and failure words through the
+// newest waiting rows (store.TextTailMax); when more rows wait than that,
+// the answer says so; once the indexer has run, its header words too.
+func TestTextSearchBeforeIndexing(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+
+	// Rows that waited longer than the tail reaches: a range of ids (as
+	// migration 00079 queues the rows stored before it).
+	_, err := db.Exec(ctx, `INSERT INTO text_index_queue (lo, hi) VALUES (1000000, $1)`, 1000000+store.TextTailMax+5)
+	require.NoError(t, err)
+	m := textMsg("orders", `{"note":"parcel quarantined by customs at Rotterdam"}`, 1)
+	m.FailureType = "CustomsHold"
+	m.FailureMessage = "held"
+	m.Failure = json.RawMessage(`{"stack":"at Shop.Ledger.Compactor.Run()"}`)
+	m.Headers = json.RawMessage(`{"x-customer":"Greta Vikander"}`)
+	ingest(t, st, m)
+	id := messageIDs(t, db, "TRUE")[0]
+
+	for _, q := range []string{"quarantined by customs", "Rotter*", "Ledger Compactor"} {
+		ids, incomplete := find(t, st, q, store.ListOptions{})
+		require.Equal(t, []int64{id}, ids, "q=%q before the indexer ran", q)
+		require.True(t, incomplete, "q=%q: more rows wait than a search reads", q)
+	}
+	ids, _ := find(t, st, "quarantined", store.ListOptions{NoBodySearch: true})
+	require.Empty(t, ids, "no body words for a caller without bodies")
+	ids, _ = find(t, st, "Vikander Greta", store.ListOptions{})
+	require.Empty(t, ids, "header words wait for the indexer (the whole value is a key)")
+
+	require.Equal(t, store.TextTailMax+5+1, dlqtest.IndexText(t, st))
+	waiting, err := st.TextWaiting(ctx)
+	require.NoError(t, err)
+	require.Zero(t, waiting)
+	for _, q := range []string{"quarantined by customs", "Ledger Compactor", "Vikander"} {
+		ids, incomplete := find(t, st, q, store.ListOptions{})
+		require.Equal(t, []int64{id}, ids, "q=%q after the indexer ran", q)
+		require.False(t, incomplete, "q=%q", q)
+	}
+	ids, _ = find(t, st, "Vikander", store.ListOptions{NoBodySearch: true})
+	require.Equal(t, []int64{id}, ids, "header words for a caller without bodies")
+	ids, _ = find(t, st, "quarantined", store.ListOptions{NoBodySearch: true})
+	require.Empty(t, ids, "no body words for a caller without bodies")
+}
+
+// TestTextIndexersConcurrent: two indexers on one schema, each with a
+// store of its own, take every waiting row exactly once between them and
+// miss none.
+func TestTextIndexersConcurrent(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	st2, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: true})
+	require.NoError(t, err)
+	t.Cleanup(st2.Close)
+
+	const batches, per = 30, 40
+	for b := range batches {
+		msgs := make([]store.NewMessage, per)
+		for i := range msgs {
+			msgs[i] = textMsg("orders", fmt.Sprintf(`{"n":%d,"text":"kiwi mango"}`, b*per+i), int64(b*per+i+1))
+		}
+		ingest(t, st, msgs...)
+	}
+	var (
+		wg           sync.WaitGroup
+		mu           sync.Mutex
+		rows         int
+		errs         []error
+		tctx, cancel = context.WithTimeout(ctx, time.Minute)
+	)
+	defer cancel()
+	for _, s := range []*store.Store{st, st2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tctx.Err() == nil {
+				res, err := s.IndexText(tctx, 75) // not a multiple of a batch: entries are split
+				mu.Lock()
+				rows += res.Rows
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+				if err != nil || res.Newest == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	dlqtest.IndexText(t, st) // what one left while the other held it
+	require.Equal(t, batches*per, rows, "every row taken exactly once")
+	require.Equal(t, batches*per, count(t, db, "id IN (SELECT id FROM message_text)"))
+	require.Zero(t, count(t, db, "id IN (SELECT unnest(ids) FROM text_index_queue)"))
+	ids, _ := find(t, st, "kiwi mango", store.ListOptions{})
+	require.Len(t, ids, 100) // the page
+}
+
+// TestTextIndexClaimDies: a batch whose transaction dies (its context
+// cancelled while it waits) leaves its rows queued, another indexer
+// passes over them meanwhile (SKIP LOCKED), and the next batch indexes
+// them.
+func TestTextIndexClaimDies(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	st2, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: true})
+	require.NoError(t, err)
+	t.Cleanup(st2.Close)
+	ingest(t, st, textMsg("orders", `{"fruit":"durian"}`, 1), textMsg("orders", `{"fruit":"durian"}`, 2))
+	first := messageIDs(t, db, "TRUE")[0]
+
+	// Hold one of the rows, so that the batch waits for its FOR SHARE.
+	hold, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer hold.Rollback(ctx) //nolint:errcheck // ends the hold
+	_, err = hold.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, first)
+	require.NoError(t, err)
+
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := st.IndexText(bctx, 0); done <- err }()
+	// The entry is claimed once no other transaction can lock it.
+	require.Eventually(t, func() bool {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return false
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a look only
+		var free int
+		return tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM text_index_queue FOR UPDATE SKIP LOCKED) q`).Scan(&free) == nil && free == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	res, err := st2.IndexText(ctx, 0)
+	require.NoError(t, err)
+	require.Zero(t, res.Newest, "the other indexer passes over the claimed entry")
+
+	cancel()
+	require.Error(t, <-done, "the batch died")
+	require.NoError(t, hold.Rollback(ctx))
+	var entries int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM text_index_queue`).Scan(&entries))
+	require.Equal(t, 1, entries, "the dead batch's entry is back")
+	// The dead batch's backend lets go once it has seen its connection
+	// closed; until then its entry stays locked and is passed over.
+	taken := 0
+	require.Eventually(t, func() bool {
+		res, err := st2.IndexText(ctx, 0)
+		require.NoError(t, err)
+		taken += res.Rows
+		return taken == 2
+	}, 10*time.Second, 10*time.Millisecond, "the rows are still queued and indexed by a later batch")
+	require.Equal(t, 2, count(t, db, "id IN (SELECT id FROM message_text)"))
+}
+
+// TestTextDocumentsFollowRows: deleting messages deletes their documents;
+// a message coming back from a replay, and an imported one, are indexed
+// again with their new text; sealing a row deletes its document.
+func TestTextDocumentsFollowRows(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	a := textMsg("orders", `{"fruit":"rambutan"}`, 1)
+	a.Headers = json.RawMessage(`{"x-note":"first blue note"}`)
+	ingest(t, st, a)
+	ingest(t, st, textMsg("orders", `{"fruit":"rambutan"}`, 2))
+	ab := messageIDs(t, db, "TRUE")
+	aID, bID := ab[0], ab[1]
+	dlqtest.IndexText(t, st)
+	require.Equal(t, 2, count(t, db, "id IN (SELECT id FROM message_text)"))
+
+	// Back from a replay with a new death: indexed again.
+	again := a
+	again.DLQID, again.ReplayID, again.Fingerprint = aID, "r1", 3
+	again.Headers = json.RawMessage(`{"x-note":"second green note"}`)
+	_, res := ingest(t, st, again)
+	require.Equal(t, 1, res.Returned)
+	require.Equal(t, 1, dlqtest.IndexText(t, st))
+	ids, _ := find(t, st, "green note", store.ListOptions{})
+	require.Equal(t, []int64{aID}, ids)
+	ids, _ = find(t, st, "blue note", store.ListOptions{})
+	require.Empty(t, ids)
+
+	// Deleted: the document goes with the row.
+	_, err := st.Delete(ctx, store.Filter{IDs: []int64{bID}, Status: "all"}, store.Actor{Name: "t"}, store.ActionOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, count(t, db, "id IN (SELECT id FROM message_text)"))
+	ids, _ = find(t, st, "rambutan", store.ListOptions{})
+	require.Equal(t, []int64{aID}, ids)
+
+	// Imported: queued in the import's transaction.
+	im := textMsg("orders", `{"fruit":"mangosteen"}`, 4)
+	sent := false
+	_, err = st.ImportMessages(ctx, func() (store.ImportMessage, error) {
+		if sent {
+			return store.ImportMessage{}, io.EOF
+		}
+		sent = true
+		return store.ImportMessage{Message: im, From: store.ImportOrigin{Origin: "5f0c8a52-7a57-4c61-9d5e-2f7c2a0e9b11", ID: 7}}, nil
+	}, store.Actor{Name: "t"})
+	require.NoError(t, err)
+	require.Equal(t, 1, dlqtest.IndexText(t, st))
+	ids, _ = find(t, st, "mangosteen", store.ListOptions{})
+	require.Len(t, ids, 1)
+
+	// Sealed by rekey: its document is deleted in the same transaction.
+	ring := newRing(t, newKey(t, "k1"))
+	sealing := openStore(t, dsn, ring, nil)
+	_, err = sealing.RekeyMessages(ctx, rekeyLease(t, sealing), 0, 10)
+	require.NoError(t, err)
+	require.Zero(t, count(t, db, "id IN (SELECT id FROM message_text)"))
+	require.Zero(t, count(t, db, "enc_key_id IS NULL"))
+	require.Zero(t, dlqtest.IndexText(t, st))
+}
