@@ -100,6 +100,9 @@ func badValues() []badValue {
 		y("ingest.linger", "ingest:\n  linger: fast\n", "line 2", "ingest.linger", `"fast"`, "a duration (e.g. 250ms"),
 		e("ingest.consumers", "DLQ_CONSUMERS", "100", "100", "between 1 and 64"),
 		e("ingest.text_search", "DLQ_SEARCH_TEXT", "maybe", `"maybe"`, "true or false"),
+		e("ingest.text_index_duty", "DLQ_TEXT_INDEX_DUTY", "0", " 0 ", "percentage from 1 to 100"),
+		e("ingest.text_index_duty", "DLQ_TEXT_INDEX_DUTY", "half", `"half"`, "whole number", "ingest.text_index_duty"),
+		y("ingest.text_index_duty", "ingest:\n  text_index_duty: 101\n", "ingest.text_index_duty", "101", "percentage from 1 to 100"),
 		y("ingest.consumers", "ingest:\n  consumers: [1]\n", "ingest.consumers: a YAML list", "a whole number"),
 
 		// Flags of the file itself.

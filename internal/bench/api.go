@@ -43,6 +43,10 @@ type apiOptions struct {
 	textOnly     bool
 	ingestRounds int
 	searchOnly   bool
+	// buildText writes the text search documents of the schema's rows
+	// in bulk (buildtext.go) before measuring.
+	buildText        bool
+	buildTextWorkers int
 }
 
 // API runs `dlq-bench api`: it fills a schema with generated messages
@@ -62,11 +66,13 @@ func API(args []string) error {
 	fs.BoolVar(&o.ingestOnly, "ingest-only", false, "measure only the ingest cost of the search index")
 	fs.IntVar(&o.ingestN, "ingest-n", 200_000, "messages per ingest-cost run")
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
-	fs.BoolVar(&o.textOnly, "ingest-text-only", false, "ingest cost: compare only every index against every index but the text index (dead_messages_text)")
+	fs.BoolVar(&o.textOnly, "ingest-text-only", false, "ingest cost: compare only text search on (the text indexer working beside ingest at its default pacing, as in dlq serve) against text search off")
+	fs.BoolVar(&o.buildText, "build-text", false, "write the text search documents (message_text) of the schema's rows in bulk, then build their GIN index, printing timings (with -reuse on an existing schema; a fresh generation has none until this runs); with -generate-only, nothing else")
+	fs.IntVar(&o.buildTextWorkers, "build-text-workers", runtime.NumCPU(), "-build-text: parallel INSERT ... SELECT connections")
 	fs.IntVar(&o.ingestRounds, "ingest-rounds", 3, "ingest cost: rounds, the variants alternating in each")
 	fs.BoolVar(&o.genOnly, "generate-only", false, "only fill the schema (or find it reusable), measure nothing")
 	fs.BoolVar(&o.searchOnly, "search-only", false, "measure only the searches (q), not the listings, stats and status")
-	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names, e.g. dead_messages_text): faster, for runs that do not need them")
+	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names, e.g. dead_messages_search): faster, for runs that do not need them")
 	fs.StringVar(&o.cursor, "cursor", "", "cursor of the deep page from an earlier run on the same data (skips paging there)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,6 +91,11 @@ func API(args []string) error {
 	if !o.ingestOnly {
 		if err := prepareAPISchema(ctx, o, dsn); err != nil {
 			return err
+		}
+		if o.buildText {
+			if err := buildText(ctx, o, dsn); err != nil {
+				return err
+			}
 		}
 		if o.genOnly {
 			return nil

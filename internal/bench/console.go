@@ -49,7 +49,7 @@ func Console(args []string) error {
 	fs.BoolVar(&o.reuse, "reuse", false, "reuse the schema if it already holds -n messages (skip generation)")
 	fs.IntVar(&o.iterations, "iterations", 200, "timed requests per page (after 10 warm-up requests)")
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
-	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names): the pages never use dead_messages_text, which takes most of the generation's time")
+	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names): faster, for pages that never use them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
