@@ -22,6 +22,7 @@ import (
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/textindex"
 )
 
 // The timed part of the ingest benchmark: dlq draining the prefilled
@@ -93,18 +94,35 @@ func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, 
 		}
 		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
 	}
+	// The text indexer, as dlq serve runs it with text search on.
+	var indexer *textindex.Indexer
+	if st.TextSearch() {
+		if indexer, err = textindex.New(textindex.Config{Store: st, Duty: o.ingest.TextIndexDuty, Logger: quiet, Registerer: reg}); err != nil {
+			stopProfile()
+			conn.Close()
+			return 0, 0, nil, err
+		}
+	}
 	self0 := selfCPU()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	indexDone := make(chan struct{})
 	var runErr error
 	go func() {
 		defer close(done)
 		runErr = cons.Run(ctx)
 	}()
+	go func() {
+		defer close(indexDone)
+		if indexer != nil {
+			_ = indexer.Run(ctx)
+		}
+	}()
 	stop = func() error {
 		stopProfile()
 		cancel()
 		<-done
+		<-indexDone
 		conn.Close()
 		if runErr != nil {
 			return fmt.Errorf("consumer: %w", runErr)
@@ -114,6 +132,7 @@ func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, 
 	if err := waitStored(st, o.n, done, func() error { return runErr }); err != nil {
 		stopProfile()
 		cancel()
+		<-indexDone
 		conn.Close()
 		return 0, 0, nil, err
 	}
@@ -141,6 +160,7 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry s
 		"DLQ_CONTROL_QUEUE="+control, "DLQ_HTTP_ADDR="+addr, "DLQ_LOG_LEVEL=warn",
 		"DLQ_CONSUMERS="+strconv.Itoa(o.ingest.Consumers), "DLQ_PREFETCH="+strconv.Itoa(o.ingest.Prefetch),
 		"DLQ_BATCH_SIZE="+strconv.Itoa(o.ingest.BatchSize),
+		"DLQ_SEARCH_TEXT="+strconv.FormatBool(o.ingest.TextSearch),
 	)
 	if keyEntry != "" {
 		env = append(env, "DLQ_ENCRYPTION_KEYS="+keyEntry)

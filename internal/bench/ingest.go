@@ -80,11 +80,14 @@ type ingestResult struct {
 	// WithoutIndexes lists indexes dropped for a diagnostic run.
 	WithoutIndexes []string `json:"without_indexes,omitempty"`
 	// Encrypted: encryption at rest on (a random key, every header sealed).
-	Encrypted bool   `json:"encrypted"`
-	Consumers int    `json:"consumers"`
-	Prefetch  int    `json:"prefetch"`
-	BatchSize int    `json:"batch_size"`
-	Linger    string `json:"linger"`
+	Encrypted bool `json:"encrypted"`
+	// TextSearch: text search on, the text indexer running beside ingest
+	// at its default pacing (as dlq serve runs by default).
+	TextSearch bool   `json:"text_search"`
+	Consumers  int    `json:"consumers"`
+	Prefetch   int    `json:"prefetch"`
+	BatchSize  int    `json:"batch_size"`
+	Linger     string `json:"linger"`
 }
 
 // Ingest runs `dlq-bench ingest`: it dead-letters N messages and measures
@@ -110,6 +113,7 @@ func Ingest(args []string) error {
 	fs.IntVar(&o.ingest.Prefetch, "prefetch", def.Ingest.Prefetch, "prefetch per consumer (default: dlq's default)")
 	fs.IntVar(&o.ingest.BatchSize, "batch", def.Ingest.BatchSize, "messages per transaction (default: dlq's default)")
 	encrypt := fs.String("encrypt", "off", "encryption at rest: off, on (a random key, every header sealed), or both (interleaved in each run)")
+	fs.BoolVar(&o.ingest.TextSearch, "text-search", def.Ingest.TextSearch, "text search on: ingest queues its rows and the text indexer runs beside it at its default pacing, as in dlq serve (default: dlq's default)")
 	fs.BoolVar(&o.textBodies, "text", false, "bodies of words (which text search indexes) instead of random bytes")
 	without := fs.String("without-index", "", "diagnostic: drop these dead_messages indexes (comma list) before the drain, to price them; never for recorded figures")
 	if err := fs.Parse(args); err != nil {
@@ -268,7 +272,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	r := ingestResult{
 		Bench: "ingest", Mode: o.mode, QueueType: o.queueType, DeadLetter: o.deadLetter, Size: size, N: o.n, Run: run,
 		Consumers: o.ingest.Consumers, Prefetch: o.ingest.Prefetch, BatchSize: o.ingest.BatchSize, Linger: o.ingest.Linger.D().String(),
-		Encrypted: encrypted,
+		Encrypted: encrypted, TextSearch: o.ingest.TextSearch,
 	}
 	// Encryption on: a random key, every header sealed, as dlq serve
 	// runs with DLQ_ENCRYPTION_KEYS alone.
@@ -296,7 +300,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 		return r, err
 	}
 	maxConns := int32(4 + 2*o.ingest.Consumers)
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: maxConns, Encryption: sealing})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: maxConns + 1, Encryption: sealing, TextSearch: o.ingest.TextSearch})
 	if err != nil {
 		return r, err
 	}
