@@ -103,7 +103,7 @@ type Ingest struct {
 }
 
 // TextIndexDutyDefault is ingest.text_index_duty's default.
-const TextIndexDutyDefault = 25
+const TextIndexDutyDefault = 10
 
 // Duration is a time.Duration that reads "250ms" or "1m" from YAML.
 type Duration time.Duration

@@ -31,7 +31,7 @@ import (
 
 // Defaults.
 const (
-	DutyDefault  = 25
+	DutyDefault  = 10
 	PollDefault  = time.Second
 	BatchDefault = store.TextIndexBatchDefault
 	// waitingEvery bounds how often the waiting gauge is counted.

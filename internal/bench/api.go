@@ -23,6 +23,7 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/textindex"
 )
 
 // apiOptions are the flags of `dlq-bench api`.
@@ -47,6 +48,10 @@ type apiOptions struct {
 	// in bulk (buildtext.go) before measuring.
 	buildText        bool
 	buildTextWorkers int
+	// textDuty is the text indexer's duty in the ingest cost with
+	// -ingest-text-only; textNoIndexer adds text search on without it.
+	textDuty      int
+	textNoIndexer bool
 }
 
 // API runs `dlq-bench api`: it fills a schema with generated messages
@@ -67,6 +72,8 @@ func API(args []string) error {
 	fs.IntVar(&o.ingestN, "ingest-n", 200_000, "messages per ingest-cost run")
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
 	fs.BoolVar(&o.textOnly, "ingest-text-only", false, "ingest cost: compare only text search on (the text indexer working beside ingest at its default pacing, as in dlq serve) against text search off")
+	fs.IntVar(&o.textDuty, "text-index-duty", textindex.DutyDefault, "-ingest-text-only: the text indexer's duty (percent) beside ingest (default: dlq serve's)")
+	fs.BoolVar(&o.textNoIndexer, "ingest-text-no-indexer", false, "-ingest-text-only: also text search on without the indexer running (what ingest itself pays)")
 	fs.BoolVar(&o.buildText, "build-text", false, "write the text search documents (message_text) of the schema's rows in bulk, then build their GIN index, printing timings (with -reuse on an existing schema; a fresh generation has none until this runs); with -generate-only, nothing else")
 	fs.IntVar(&o.buildTextWorkers, "build-text-workers", runtime.NumCPU(), "-build-text: parallel INSERT ... SELECT connections")
 	fs.IntVar(&o.ingestRounds, "ingest-rounds", 3, "ingest cost: rounds, the variants alternating in each")

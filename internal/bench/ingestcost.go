@@ -54,8 +54,13 @@ func measureIngestCost(ctx context.Context, o apiOptions) ([]apiResult, error) {
 	}
 	if o.textOnly {
 		variants = []ingestVariant{
-			{name: "text search on, indexer at default pacing", indexer: true},
+			{name: fmt.Sprintf("text search on, indexer at duty %d%%", o.textDuty), indexer: true},
 			{name: "text search off", textOff: true},
+		}
+		if o.textNoIndexer {
+			// What ingest itself pays (marking bodies, queueing rows),
+			// without the indexer's concurrent work.
+			variants = append(variants, ingestVariant{name: "text search on, no indexer running"})
 		}
 	}
 	var results []apiResult
@@ -200,7 +205,7 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 	}
 	var ix *indexerRun
 	if v.indexer {
-		if ix, err = startIndexer(ctx, admin, dsn, schema); err != nil {
+		if ix, err = startIndexer(ctx, admin, dsn, schema, o.textDuty); err != nil {
 			return costRun{}, err
 		}
 		defer ix.stop()

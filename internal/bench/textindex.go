@@ -10,8 +10,9 @@ import (
 )
 
 // indexerRun is the text indexer of an ingest-cost run: a store of its
-// own (one connection, its backend named schema_ix), running
-// textindex.Indexer at its default pacing as dlq serve does.
+// own (one connection, its backend named schema_ix: the run's DSN ends
+// in its application_name), running textindex.Indexer at the given duty
+// (dlq serve's default unless -text-index-duty says otherwise).
 type indexerRun struct {
 	st     *store.Store
 	pids   []int
@@ -20,12 +21,12 @@ type indexerRun struct {
 	done   chan struct{}
 }
 
-func startIndexer(ctx context.Context, admin *store.BenchAdmin, dsn, schema string) (*indexerRun, error) {
+func startIndexer(ctx context.Context, admin *store.BenchAdmin, dsn, schema string, duty int) (*indexerRun, error) {
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn + "_ix", MaxConns: 1, TextSearch: true})
 	if err != nil {
 		return nil, err
 	}
-	ix, err := textindex.New(textindex.Config{Store: st})
+	ix, err := textindex.New(textindex.Config{Store: st, Duty: duty})
 	if err != nil {
 		st.Close()
 		return nil, err
