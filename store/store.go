@@ -36,10 +36,12 @@ type Config struct {
 	// Encryption seals what the store writes (seal.go). Optional; nil
 	// stores everything in plain text.
 	Encryption *Encryption
-	// TextSearch marks what of each message written is text
-	// (body_text_bytes, search_text), which puts it in the text index
-	// (textsearch.go); without it new rows stay out of that index, and
-	// ingest does not pay for it. Optional; default off.
+	// TextSearch marks what of each message body written is text
+	// (body_text_bytes) and queues the rows written for the text indexer
+	// (textindex.go, package textindex), which writes their documents;
+	// without it nothing is queued and new rows get no document. Optional;
+	// off unless set (dlq serve sets it from ingest.text_search, on by
+	// default).
 	TextSearch bool
 }
 
