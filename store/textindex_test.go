@@ -250,3 +250,37 @@ func TestTextDocumentsFollowRows(t *testing.T) {
 	require.Zero(t, count(t, db, "enc_key_id IS NULL"))
 	require.Zero(t, dlqtest.IndexText(t, st))
 }
+
+// TestMigration00079QueuesStoredRows: on a store that already holds
+// messages (migrated up to 00078, with its text index), 00079 creates the
+// documents' tables, queues every stored row for the indexer as one range
+// and drops the old index concurrently; the indexer then writes their
+// documents.
+func TestMigration00079QueuesStoredRows(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ingest(t, st, textMsg("orders", `{"fruit":"cherimoya"}`, 1), textMsg("orders", `{"fruit":"cherimoya"}`, 2))
+	// Back to the schema of 00078, rows and all.
+	_, err := db.Exec(ctx, `DROP TABLE text_index_queue; DROP TABLE message_text;
+CREATE INDEX dead_messages_text ON dead_messages
+    USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
+    WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;
+DELETE FROM goose_db_version WHERE version_id = 79`)
+	require.NoError(t, err)
+
+	res, err := st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Applied, 1)
+	ids := messageIDs(t, db, "TRUE")
+	var lo, hi int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT lo, hi FROM text_index_queue`).Scan(&lo, &hi))
+	require.Equal(t, []int64{ids[0], ids[1] + 1}, []int64{lo, hi}, "the stored rows, as one range")
+	var old int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname = 'dead_messages_text' AND schemaname = current_schema()`).Scan(&old))
+	require.Zero(t, old, "the old index is dropped")
+	require.Equal(t, 2, dlqtest.IndexText(t, st))
+	found, _ := find(t, st, "cherimoya", store.ListOptions{})
+	require.Len(t, found, 2)
+}
