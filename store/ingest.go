@@ -86,7 +86,9 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	groups := make(map[int64]*groupChange)
 	activity := make(map[activityKey]*activityDelta)
 	plain := make([]int, 0, len(b.Messages))
-	var returned []int64 // plain rows returned to record: their documents change
+	// Rows returned to record: a plain one's document changes; one sealed
+	// now (the store seals) may have had a document while it was plain.
+	var returned, resealed []int64
 	for i := range b.Messages {
 		m := &b.Messages[i]
 		switch {
@@ -100,8 +102,11 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				continue
 			}
 			res.Outcomes[i] = out
-			if out == OutcomeReturned && enc == nil {
+			switch {
+			case out == OutcomeReturned && enc == nil:
 				returned = append(returned, m.DLQID)
+			case out == OutcomeReturned:
+				resealed = append(resealed, m.DLQID)
 			}
 		case m.Redelivered:
 			dup, err := matchRedelivery(ctx, tx, keyedFingerprint(index, m.Fingerprint), m.Returns, b.ID)
@@ -185,10 +190,13 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	if len(b.Confirmed) > 0 {
 		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
 	}
-	if s.text && (len(plain) > 0 || len(returned) > 0) {
+	if s.text && enc == nil && (len(plain) > 0 || len(returned) > 0) {
 		// The text index's work is the indexer's (textindex.go): the
 		// batch only names its rows, in one row of text_index_queue.
 		enqueueBatchText(&batch, b.ID, returned)
+	}
+	if len(resealed) > 0 {
+		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, resealed)
 	}
 	queueSummaryDeltas(&batch, deltas)
 	ingestActivity(activity, b.Messages, res.Outcomes)

@@ -284,3 +284,25 @@ DELETE FROM goose_db_version WHERE version_id = 79`)
 	found, _ := find(t, st, "cherimoya", store.ListOptions{})
 	require.Len(t, found, 2)
 }
+
+// TestReturnSealedDropsDocument: a plain, indexed message that comes back
+// from a replay to a store that seals is sealed in its row, and its
+// document goes in the same transaction.
+func TestReturnSealedDropsDocument(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	a := textMsg("orders", `{"fruit":"salak"}`, 1)
+	ingest(t, st, a)
+	aID := messageIDs(t, db, "TRUE")[0]
+	require.Equal(t, 1, dlqtest.IndexText(t, st))
+	require.Equal(t, 1, count(t, db, "id IN (SELECT id FROM message_text)"))
+
+	sealing := openStore(t, dsn, newRing(t, newKey(t, "k1")), nil)
+	again := a
+	again.DLQID, again.ReplayID, again.Fingerprint = aID, "r1", 2
+	_, res := ingest(t, sealing, again)
+	require.Equal(t, 1, res.Returned)
+	require.Equal(t, 1, count(t, db, "enc_key_id IS NOT NULL"))
+	require.Zero(t, count(t, db, "id IN (SELECT id FROM message_text)"))
+}
