@@ -390,6 +390,23 @@ func (p *progress) done() {
 	}
 }
 
+// printOrDecode ends a command's answer one of two ways: with --json it
+// prints the answer as it came and returns ExitOK; else it decodes it into
+// T for the caller to print, or prints why it could not and returns
+// ExitFailure. A code of -1 means the caller goes on with the T.
+func printOrDecode[T any](name string, res json.RawMessage, asJSON bool) (T, int) {
+	var v T
+	if asJSON {
+		printJSON(res)
+		return v, ExitOK
+	}
+	if err := json.Unmarshal(res, &v); err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: decode answer: %v\n", name, err)
+		return v, ExitFailure
+	}
+	return v, -1
+}
+
 func printJSON(raw json.RawMessage) {
 	var v any
 	if json.Unmarshal(raw, &v) == nil {
@@ -491,14 +508,9 @@ func Replays(args []string) int {
 		if code >= 0 {
 			return code
 		}
-		if rf.json {
-			printJSON(res)
-			return ExitOK
-		}
-		var t replay.Task
-		if err := json.Unmarshal(res, &t); err != nil {
-			fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
-			return ExitFailure
+		t, code := printOrDecode[replay.Task]("replays", res, rf.json)
+		if code >= 0 {
+			return code
 		}
 		printTask(os.Stdout, t)
 		return ExitOK
@@ -507,16 +519,11 @@ func Replays(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if rf.json {
-		printJSON(res)
-		return ExitOK
-	}
-	var list struct {
+	list, code := printOrDecode[struct {
 		Replays []replay.Task `json:"replays"`
-	}
-	if err := json.Unmarshal(res, &list); err != nil {
-		fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
-		return ExitFailure
+	}]("replays", res, rf.json)
+	if code >= 0 {
+		return code
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
@@ -561,14 +568,9 @@ func Cancel(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if rf.json {
-		printJSON(res)
-		return ExitOK
-	}
-	var t replay.Task
-	if err := json.Unmarshal(res, &t); err != nil {
-		fmt.Fprintf(os.Stderr, "dlq cancel: decode answer: %v\n", err)
-		return ExitFailure
+	t, code := printOrDecode[replay.Task]("cancel", res, rf.json)
+	if code >= 0 {
+		return code
 	}
 	fmt.Printf("replay task %d cancelled: %d published, %d left pending\n", t.ID, t.Published, t.Remaining)
 	return ExitOK
