@@ -163,19 +163,11 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	res := cleanupResult{Bench: "cleanup", Name: "delete_under_ingest", Eligible: o.eligible, BatchSize: o.batch, Pause: pause.String()}
 	suffix := randomHex(4)
 	schema := "bench_cleanup_" + suffix
-	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
-	if err != nil {
-		return res, fmt.Errorf("%w (does database bench exist? `make bench-limits` creates it)", err)
-	}
-	defer admin.Close(context.Background())
-	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return res, err
-	}
-	defer func() { _ = admin.DropSchema(context.Background(), schema) }()
-	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	_, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, false)
 	if err != nil {
 		return res, err
 	}
+	defer dropSchema()
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16})
 	if err != nil {
 		return res, err
