@@ -193,13 +193,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		return res, err
 	}
 	version, _ := conn.Properties["version"].(string)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		return res, err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, broker.OwnQueueArgs(version)); err != nil {
-		return res, err
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
 		return res, err
 	}
 	defer func() {

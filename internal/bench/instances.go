@@ -183,15 +183,10 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 		return r, err
 	}
 	version, _ := conn.Properties["version"].(string)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
 		return r, err
 	}
-	for name, args := range map[string]amqp.Table{queue: broker.OwnQueueArgs(version), target: {"x-queue-type": "quorum"}} {
-		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-			return r, err
-		}
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(target, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return r, err
 	}
 	defer func() {
