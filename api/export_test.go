@@ -162,28 +162,6 @@ func (b *bundle) replayAll(t *testing.T, app *amqp.Connection, queue string, n i
 	return out
 }
 
-// inUTC is v with every time in it in UTC: the AMQP client reads
-// timestamps in the local zone.
-func inUTC(v any) any {
-	switch x := v.(type) {
-	case time.Time:
-		return x.UTC()
-	case amqp.Table:
-		out := amqp.Table{}
-		for k, e := range x {
-			out[k] = inUTC(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = inUTC(e)
-		}
-		return out
-	}
-	return v
-}
-
 // withoutReplayMarks is a delivery's application headers: what replay
 // adds (x-dlq-*) left out.
 func withoutReplayMarks(h amqp.Table) amqp.Table {
@@ -270,7 +248,7 @@ func TestExportImportReplayRoundTrip(t *testing.T) {
 			if k == "x-death" || strings.HasPrefix(k, "x-first-death-") {
 				continue
 			}
-			require.Equal(t, inUTC(v), inUTC(got.Headers[k]), "%s: header %s, value and type", id, k)
+			require.Equal(t, dlqtest.InUTC(v), dlqtest.InUTC(got.Headers[k]), "%s: header %s, value and type", id, k)
 		}
 		require.Equal(t, []any{want.ContentType, want.ContentEncoding, want.DeliveryMode, want.Priority, want.CorrelationId,
 			want.ReplyTo, want.Expiration, want.MessageId, want.Timestamp.Unix(), want.Type, want.AppId},
