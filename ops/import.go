@@ -160,26 +160,8 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 			return store.ImportMessage{}, true, nil // the ExportEnd line
 		}
 	}
-	var missing []string
-	for _, f := range []struct {
-		name    string
-		present bool
-	}{
-		{"id", l.ID > 0}, {"origin", l.Origin != ""}, {"source_queue", l.SourceQueue != nil},
-		{"dead_letter_queue", l.DeadLetterQueue != nil}, {"reason", l.Reason != nil},
-		{"properties", len(l.Properties) > 0}, {"headers", len(l.Headers) > 0}, {"body", l.Body != nil},
-		{"first_failed_at", l.FirstFailedAt != nil}, {"failed_at", l.FailedAt != nil},
-	} {
-		if !f.present {
-			missing = append(missing, f.name)
-		}
-	}
-	if len(missing) > 0 {
-		msg := "not an exported message: no " + strings.Join(missing, ", ")
-		if unknown := unknownMembers(line); len(unknown) > 0 {
-			msg += "; unknown field " + strings.Join(unknown, ", ")
-		}
-		return store.ImportMessage{}, false, errors.New(msg)
+	if err := requireMembers(&l, line); err != nil {
+		return store.ImportMessage{}, false, err
 	}
 	from := store.ImportOrigin{Origin: l.Origin, ID: l.ID}
 	if l.ImportedFrom != nil {
@@ -194,17 +176,8 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	if p.Queues != nil && !p.SeesQueue(*l.SourceQueue) {
 		return store.ImportMessage{}, false, forbidden("source_queue: token %s may not import into queue %q", p.Name, *l.SourceQueue)
 	}
-	if l.Properties[0] != '{' {
-		return store.ImportMessage{}, false, errors.New("properties are not a JSON object")
-	}
-	if _, err := broker.ParsePropertiesJSON(l.Properties); err != nil {
-		return store.ImportMessage{}, false, fmt.Errorf("properties are not the typed properties of an export: %w", err)
-	}
-	if l.Headers[0] != '{' {
-		return store.ImportMessage{}, false, errors.New("headers are not a JSON object")
-	}
-	if _, err := broker.DecodeHeadersJSON(l.Headers); err != nil {
-		return store.ImportMessage{}, false, fmt.Errorf("headers are not the typed headers of an export: %w", err)
+	if err := checkTypedJSON(&l); err != nil {
+		return store.ImportMessage{}, false, err
 	}
 	var fail struct {
 		Type    string `json:"type"`
@@ -249,6 +222,51 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 		return store.ImportMessage{}, false, fmt.Errorf("category %q is not one of %s", l.Category, strings.Join(category.All, ", "))
 	}
 	return store.ImportMessage{Message: m, From: from, DeathHistory: l.DeathHistory}, false, nil
+}
+
+// requireMembers refuses a line without a member every exported message
+// has, naming what it lacks and what it has that no export line has.
+func requireMembers(l *importLine, line []byte) error {
+	var missing []string
+	for _, f := range []struct {
+		name    string
+		present bool
+	}{
+		{"id", l.ID > 0}, {"origin", l.Origin != ""}, {"source_queue", l.SourceQueue != nil},
+		{"dead_letter_queue", l.DeadLetterQueue != nil}, {"reason", l.Reason != nil},
+		{"properties", len(l.Properties) > 0}, {"headers", len(l.Headers) > 0}, {"body", l.Body != nil},
+		{"first_failed_at", l.FirstFailedAt != nil}, {"failed_at", l.FailedAt != nil},
+	} {
+		if !f.present {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		msg := "not an exported message: no " + strings.Join(missing, ", ")
+		if unknown := unknownMembers(line); len(unknown) > 0 {
+			msg += "; unknown field " + strings.Join(unknown, ", ")
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// checkTypedJSON refuses properties and headers that are not the typed
+// JSON objects an export writes.
+func checkTypedJSON(l *importLine) error {
+	if l.Properties[0] != '{' {
+		return errors.New("properties are not a JSON object")
+	}
+	if _, err := broker.ParsePropertiesJSON(l.Properties); err != nil {
+		return fmt.Errorf("properties are not the typed properties of an export: %w", err)
+	}
+	if l.Headers[0] != '{' {
+		return errors.New("headers are not a JSON object")
+	}
+	if _, err := broker.DecodeHeadersJSON(l.Headers); err != nil {
+		return fmt.Errorf("headers are not the typed headers of an export: %w", err)
+	}
+	return nil
 }
 
 // unknownMembers lists the members of a JSON object line that no export
