@@ -247,14 +247,7 @@ func (c *apiClient) stream(ctx context.Context, method, path string, body io.Rea
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		e := &apiError{status: resp.StatusCode}
-		var env struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(b, &env) == nil {
-			e.code, e.message = env.Error.Code, env.Error.Message
-		}
-		return nil, e
+		return nil, newAPIError(resp.StatusCode, b)
 	}
 	return resp, nil
 }
