@@ -21,7 +21,6 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
-	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -122,21 +121,6 @@ func (r response) imported(t *testing.T) importAnswer {
 	var a importAnswer
 	r.json(t, &a)
 	return a
-}
-
-// replayer runs a real replay service over a fresh store, for a bundle
-// that replays into RabbitMQ.
-func replayer(t *testing.T, conn *broker.Conn) func(*setupOpts) {
-	return func(o *setupOpts) {
-		st, dsn := dlqtest.Store(t)
-		svc, err := replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		o.store, o.dsn, o.replayer = st, dsn, svc
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = svc.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
 }
 
 // replayAll replays every pending message of b to queue and returns the
