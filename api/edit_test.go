@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -45,22 +44,12 @@ func setupEdit(t *testing.T) *editBundle {
 	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "api-edit-test"})
 	require.NoError(t, err)
 	t.Cleanup(conn.Close)
-	var svc *replay.Service
-	e.bundle = setup(t, func(o *setupOpts) {
-		st, dsn := dlqtest.Store(t)
-		o.store, o.dsn = st, dsn
-		svc, err = replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		o.replayer = svc
+	e.bundle = setup(t, replayer(t, conn), func(o *setupOpts) {
 		o.ops = func(c *ops.Config) {
 			c.EditLockedHeaders = []string{"tenant-id"}
 			c.EditSensitiveHeaders = []string{"authorization"}
 		}
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	return e
 }
 

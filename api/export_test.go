@@ -21,7 +21,6 @@ import (
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
-	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -124,21 +123,6 @@ func (r response) imported(t *testing.T) importAnswer {
 	return a
 }
 
-// replayer runs a real replay service over a fresh store, for a bundle
-// that replays into RabbitMQ.
-func replayer(t *testing.T, conn *broker.Conn) func(*setupOpts) {
-	return func(o *setupOpts) {
-		st, dsn := dlqtest.Store(t)
-		svc, err := replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		o.store, o.dsn, o.replayer = st, dsn, svc
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = svc.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
-}
-
 // replayAll replays every pending message of b to queue and returns the
 // deliveries, by their original message id.
 func (b *bundle) replayAll(t *testing.T, app *amqp.Connection, queue string, n int) map[string]amqp.Delivery {
@@ -160,28 +144,6 @@ func (b *bundle) replayAll(t *testing.T, app *amqp.Connection, queue string, n i
 		}
 	}
 	return out
-}
-
-// inUTC is v with every time in it in UTC: the AMQP client reads
-// timestamps in the local zone.
-func inUTC(v any) any {
-	switch x := v.(type) {
-	case time.Time:
-		return x.UTC()
-	case amqp.Table:
-		out := amqp.Table{}
-		for k, e := range x {
-			out[k] = inUTC(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = inUTC(e)
-		}
-		return out
-	}
-	return v
 }
 
 // withoutReplayMarks is a delivery's application headers: what replay
@@ -270,7 +232,7 @@ func TestExportImportReplayRoundTrip(t *testing.T) {
 			if k == "x-death" || strings.HasPrefix(k, "x-first-death-") {
 				continue
 			}
-			require.Equal(t, inUTC(v), inUTC(got.Headers[k]), "%s: header %s, value and type", id, k)
+			require.Equal(t, dlqtest.InUTC(v), dlqtest.InUTC(got.Headers[k]), "%s: header %s, value and type", id, k)
 		}
 		require.Equal(t, []any{want.ContentType, want.ContentEncoding, want.DeliveryMode, want.Priority, want.CorrelationId,
 			want.ReplyTo, want.Expiration, want.MessageId, want.Timestamp.Unix(), want.Type, want.AppId},

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
@@ -91,6 +92,22 @@ func newReplayer(t *testing.T, st *store.Store) *replay.Service {
 	svc, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	return svc
+}
+
+// replayer runs a real replay service over a fresh store, for a bundle
+// that replays into RabbitMQ.
+func replayer(t *testing.T, conn *broker.Conn) func(*setupOpts) {
+	return func(o *setupOpts) {
+		st, dsn := dlqtest.Store(t)
+		svc, err := replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		o.store, o.dsn, o.replayer = st, dsn, svc
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = svc.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
 }
 
 // newOps is the operations layer over st, as dlq serve wires it, with

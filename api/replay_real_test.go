@@ -1,15 +1,11 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
@@ -34,18 +30,7 @@ func TestReplayThroughRealService(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(conn.Close)
 
-	var svc *replay.Service
-	b := setup(t, func(o *setupOpts) {
-		st, dsn := dlqtest.Store(t)
-		o.store, o.dsn = st, dsn
-		svc, err = replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		o.replayer = svc
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	b := setup(t, replayer(t, conn))
 
 	ids := b.seed(t, many("orders", 3)...)
 	r := b.do(t, "POST", "/api/v1/replays", tokOp, map[string]any{
@@ -94,20 +79,7 @@ func TestReplayScopeAndConfirm(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(conn.Close)
 
-	var svc *replay.Service
-	b := setup(t, func(o *setupOpts) {
-		st, dsn := dlqtest.Store(t)
-		o.store, o.dsn = st, dsn
-		o.confirmAbove = 2
-		svc, err = replay.New(replay.Config{Store: st, Conn: conn, PollInterval: 50 * time.Millisecond,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
-		require.NoError(t, err)
-		o.replayer = svc
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	b := setup(t, replayer(t, conn), func(o *setupOpts) { o.confirmAbove = 2 })
 
 	orders := b.seed(t, many("orders", 3)...)
 	billing := b.seed(t, many("billing", 2)...)

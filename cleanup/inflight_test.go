@@ -1,49 +1,13 @@
 package cleanup
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
-	"github.com/dlq/dlq/store"
 )
-
-// inflightRow writes a one-message batch as consumer, dated age ago in
-// ingest_inflight, and returns its id.
-func inflightRow(t *testing.T, st *store.Store, db *pgxpool.Pool, consumer string, age time.Duration) int64 {
-	t.Helper()
-	ctx := ctxT(t)
-	now := time.Now()
-	id := store.NewBatchID()
-	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: id, Consumer: consumer, Messages: []store.NewMessage{{
-		SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
-		Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{}`), Body: []byte("b"),
-		FirstFailedAt: now, FailedAt: now, Fingerprint: id,
-	}}})
-	require.NoError(t, err)
-	_, err = db.Exec(ctx, `UPDATE ingest_inflight SET committed_at = now() - $2::interval WHERE batch_id = $1`, id, age.String())
-	require.NoError(t, err)
-	return id
-}
-
-func inflightIDs(t *testing.T, db *pgxpool.Pool) []int64 {
-	t.Helper()
-	rows, err := db.Query(ctxT(t), `SELECT batch_id FROM ingest_inflight ORDER BY batch_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		out = append(out, id)
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
 
 // TestInflightExpiryWithoutIngest: a process that does not ingest deletes
 // no ingest_inflight row, and a negative TTL keeps them forever.
@@ -52,13 +16,13 @@ func TestInflightExpiryWithoutIngest(t *testing.T) {
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
-	old := inflightRow(t, st, db, "dlq-killed-1-dlq-0", 48*time.Hour)
-	l := testLease(t, st, "inflight-expiry-test")
+	old := dlqtest.InflightRow(t, st, db, "dlq-killed-1-dlq-0", 48*time.Hour)
+	l := dlqtest.Lease(t, st, "inflight-expiry-test")
 
 	n, err := inflightExpiry(st, nil, time.Hour, time.Now).Delete(ctx, l, time.Now().Add(-time.Hour), 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.Equal(t, []int64{old}, inflightIDs(t, db))
+	require.Equal(t, []int64{old}, dlqtest.InflightIDs(t, db))
 
 	var c Config
 	c.setDefaults()

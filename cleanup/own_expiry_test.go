@@ -46,7 +46,7 @@ func TestCleanupExpiresApprovalsAndSessions(t *testing.T) {
 
 	c, err := New(Config{Store: st, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	n, err := c.DeleteExpired(ctx, testLease(t, st, "own-expiry-test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	n, err := c.DeleteExpired(ctx, dlqtest.Lease(t, st, "own-expiry-test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "one request expired, one session deleted")
 

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -183,15 +184,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	default:
-		req, err := s.actionRequest(true)
-		var res store.ActionResult
-		if err == nil {
-			if s.Action == actAcknowledge {
-				res, err = c.cfg.Ops.Acknowledge(ctx, caller, req)
-			} else {
-				res, err = c.cfg.Ops.Delete(ctx, caller, req)
-			}
-		}
+		res, err := c.acknowledgeOrDelete(ctx, caller, s, true)
 		if err != nil {
 			c.renderFailure(w, r, "count the selection", err)
 			return
@@ -200,6 +193,19 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 		d.Verb = map[string]string{actAcknowledge: "Acknowledge", actDelete: "Delete"}[s.Action]
 	}
 	c.render(w, r, http.StatusOK, "confirm", sessionFrom(ctx), d.Verb+"?", d)
+}
+
+// acknowledgeOrDelete runs the selection's acknowledge or delete (a dry
+// run when dryRun: the confirm page's count).
+func (c *Console) acknowledgeOrDelete(ctx context.Context, caller ops.Caller, s selection, dryRun bool) (store.ActionResult, error) {
+	req, err := s.actionRequest(dryRun)
+	if err != nil {
+		return store.ActionResult{}, err
+	}
+	if s.Action == actAcknowledge {
+		return c.cfg.Ops.Acknowledge(ctx, caller, req)
+	}
+	return c.cfg.Ops.Delete(ctx, caller, req)
 }
 
 // handleAct performs a confirmed action and shows its result.
@@ -231,15 +237,7 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		c.renderView(w, r, http.StatusAccepted, "replays", "layout", v)
 		return
 	}
-	req, err := s.actionRequest(false)
-	var res store.ActionResult
-	if err == nil {
-		if s.Action == actAcknowledge {
-			res, err = c.cfg.Ops.Acknowledge(ctx, caller, req)
-		} else {
-			res, err = c.cfg.Ops.Delete(ctx, caller, req)
-		}
-	}
+	res, err := c.acknowledgeOrDelete(ctx, caller, s, false)
 	if c.pending(w, r, err) {
 		return
 	}

@@ -235,13 +235,8 @@ type deathRow struct {
 // handleMessage shows one message: body, headers with their AMQP types,
 // properties, failure, death timeline and replay history.
 func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.pathID(w, r)
+	id, m, ok := c.pathMessage(w, r)
 	if !ok {
-		return
-	}
-	m, err := c.cfg.Ops.GetMessage(r.Context(), c.caller(r), id)
-	if err != nil {
-		c.renderFailure(w, r, "read the message", err)
 		return
 	}
 	var props struct {
@@ -261,13 +256,8 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 // handleBody downloads a body as it was received, byte for byte, as an
 // attachment: the browser saves it and never renders it.
 func (c *Console) handleBody(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.pathID(w, r)
+	id, m, ok := c.pathMessage(w, r)
 	if !ok {
-		return
-	}
-	m, err := c.cfg.Ops.GetMessage(r.Context(), c.caller(r), id)
-	if err != nil {
-		c.renderFailure(w, r, "read the message", err)
 		return
 	}
 	if m.Body == nil {
@@ -287,6 +277,22 @@ func (c *Console) pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// pathMessage reads the message named by the path's id as the caller may
+// see it; on failure it has already answered (404 for a bad id, the
+// failure page otherwise).
+func (c *Console) pathMessage(w http.ResponseWriter, r *http.Request) (int64, store.Message, bool) {
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return 0, store.Message{}, false
+	}
+	m, err := c.cfg.Ops.GetMessage(r.Context(), c.caller(r), id)
+	if err != nil {
+		c.renderFailure(w, r, "read the message", err)
+		return 0, store.Message{}, false
+	}
+	return id, m, true
 }
 
 // groupsData is the failure groups page.

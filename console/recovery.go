@@ -89,13 +89,8 @@ type editData struct {
 // handleEditForm shows the edit form of a pending message, its body as
 // text when it is text, else as base64.
 func (c *Console) handleEditForm(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.pathID(w, r)
+	id, m, ok := c.pathMessage(w, r)
 	if !ok {
-		return
-	}
-	m, err := c.cfg.Ops.GetMessage(r.Context(), c.caller(r), id)
-	if err != nil {
-		c.renderFailure(w, r, "read the message", err)
 		return
 	}
 	d := editData{M: m, Back: "/ui/messages/" + strconv.FormatInt(id, 10), SetHeaders: "{}"}

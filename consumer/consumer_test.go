@@ -108,15 +108,7 @@ func declareOwn(t *testing.T, app *amqp.Connection, conn *broker.Conn, exchange,
 // bundle's exchange.
 func (b *bundle) sourceQueue(t *testing.T, typ string, args amqp.Table) string {
 	t.Helper()
-	name := dlqtest.Name(t, "src")
-	a := amqp.Table{"x-queue-type": typ, "x-dead-letter-exchange": b.exchange}
-	for k, v := range args {
-		a[k] = v
-	}
-	_, err := b.ch.QueueDeclare(name, true, false, false, false, a)
-	require.NoError(t, err)
-	dlqtest.DeleteQueues(t, b.app, name)
-	return name
+	return dlqtest.SourceQueue(t, b.app, b.ch, b.exchange, typ, args)
 }
 
 func (b *bundle) publish(t *testing.T, exchange, key string, p amqp.Publishing) {
@@ -128,21 +120,7 @@ func (b *bundle) publish(t *testing.T, exchange, key string, p amqp.Publishing) 
 // requeue, which dead-letters them.
 func (b *bundle) rejectAll(t *testing.T, queue string, n int) {
 	t.Helper()
-	ch := dlqtest.Channel(t, b.app)
-	require.NoError(t, ch.Qos(n, 0, false))
-	tag := dlqtest.Name(t, "rej")
-	ds, err := ch.Consume(queue, tag, false, false, false, false, nil)
-	require.NoError(t, err)
-	timeout := time.After(20 * time.Second)
-	for i := 0; i < n; i++ {
-		select {
-		case d := <-ds:
-			require.NoError(t, d.Reject(false))
-		case <-timeout:
-			t.Fatalf("received %d of %d messages from %s", i, n, queue)
-		}
-	}
-	require.NoError(t, ch.Cancel(tag, false))
+	dlqtest.RejectAll(t, b.app, queue, n)
 }
 
 func (b *bundle) count(t *testing.T, where string, args ...any) int {

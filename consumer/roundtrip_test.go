@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/dlqtest"
 )
 
 // Every AMQP field type survives publish -> dead-letter -> store, and the
@@ -78,7 +79,7 @@ func TestIngestHeaderAndPropertyRoundTrip(t *testing.T) {
 			delete(got, k)
 		}
 	}
-	require.Equal(t, utcTimes(app), utcTimes(got), "application headers come back with identical values and types")
+	require.Equal(t, dlqtest.InUTC(app), dlqtest.InUTC(got), "application headers come back with identical values and types")
 
 	p, err := broker.ParsePropertiesJSON(r.Properties)
 	require.NoError(t, err)
@@ -102,28 +103,6 @@ func TestIngestHeaderAndPropertyRoundTrip(t *testing.T) {
 	require.Len(t, deaths, 1)
 	require.Equal(t, "600000", deaths[0].OriginalExpiration)
 	require.Equal(t, `{"order":42}`, string(r.Body))
-}
-
-// utcTimes puts every timestamp in UTC: AMQP carries seconds since the
-// epoch, not a location.
-func utcTimes(v any) any {
-	switch x := v.(type) {
-	case time.Time:
-		return x.UTC()
-	case amqp.Table:
-		out := amqp.Table{}
-		for k, e := range x {
-			out[k] = utcTimes(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = utcTimes(e)
-		}
-		return out
-	}
-	return v
 }
 
 func mustDecode(t *testing.T, b []byte) amqp.Table {

@@ -116,7 +116,7 @@ func TestCategoriesPassOver100000Rows(t *testing.T) {
 
 	rules, err := category.New(nil, true)
 	require.NoError(t, err)
-	lease := testLease(t, st, JobCategories)
+	lease := dlqtest.Lease(t, st, JobCategories)
 	runs := runCategories(t, st, lease, rules, 100*time.Millisecond)
 	require.Greater(t, runs, 1, "a pass over 100,000 rows resumes across runs")
 	require.Equal(t, map[string]map[string]int64{
@@ -187,7 +187,7 @@ func TestCategoriesPassRestartsForOtherRules(t *testing.T) {
 	require.NoError(t, err)
 	b, err := category.New(nil, false)
 	require.NoError(t, err)
-	lease := testLease(t, st, JobCategories)
+	lease := dlqtest.Lease(t, st, JobCategories)
 	p, err := st.StartCategoryPass(ctxT(t), lease, b.Hash())
 	require.NoError(t, err)
 	require.NoError(t, st.SaveCategoryPass(ctxT(t), lease, store.CategoryPass{RulesHash: b.Hash(), Cursor: 10, MaxID: p.MaxID}, false))

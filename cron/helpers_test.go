@@ -230,14 +230,4 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-// testLease takes a lease for a job name private to the test, for calling
-// fenced store methods directly.
-func testLease(t testing.TB, st *store.Store, job string) store.Lease {
-	t.Helper()
-	run, ok, err := st.BeginJobRun(ctxT(t), job, "test-holder", time.Now().UTC().Truncate(time.Millisecond), time.Hour)
-	require.NoError(t, err)
-	require.True(t, ok)
-	return run.Lease
-}
-
 var _ = dlqtest.Eventually

@@ -1,13 +1,11 @@
 package cron
 
 import (
-	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -41,39 +39,6 @@ func (f *fakeIngest) set(since time.Time) {
 	f.mu.Unlock()
 }
 
-// inflightRow writes a one-message batch as consumer, dated age ago in
-// ingest_inflight, and returns its id.
-func inflightRow(t *testing.T, st *store.Store, db *pgxpool.Pool, consumer string, age time.Duration) int64 {
-	t.Helper()
-	ctx := ctxT(t)
-	now := time.Now()
-	id := store.NewBatchID()
-	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: id, Consumer: consumer, Messages: []store.NewMessage{{
-		SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
-		Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{}`), Body: []byte("b"),
-		FirstFailedAt: now, FailedAt: now, Fingerprint: id,
-	}}})
-	require.NoError(t, err)
-	_, err = db.Exec(ctx, `UPDATE ingest_inflight SET committed_at = now() - $2::interval WHERE batch_id = $1`, id, age.String())
-	require.NoError(t, err)
-	return id
-}
-
-func inflightIDs(t *testing.T, db *pgxpool.Pool) []int64 {
-	t.Helper()
-	rows, err := db.Query(ctxT(t), `SELECT batch_id FROM ingest_inflight ORDER BY batch_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		out = append(out, id)
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
-
 // TestCleanupExpiresStaleInflight runs the cleanup job over ingest_inflight
 // rows of every kind. While this process's ingest has worked for less than
 // the TTL nothing goes; once it has worked for longer, exactly the rows
@@ -88,13 +53,13 @@ func TestCleanupExpiresStaleInflight(t *testing.T) {
 	own := []string{"dlq-me-1-dlq-0", "dlq-me-1-dlq-1"}
 	ing := &fakeIngest{tags: own, since: time.Now().Add(-10 * time.Minute)}
 	stale := []int64{
-		inflightRow(t, st, db, "dlq-killed-9-dlq-0", 2*time.Hour),
-		inflightRow(t, st, db, "dlq-killed-9-dlq-1", 26*time.Hour),
-		inflightRow(t, st, db, "dlq-other-3-dlq-0", 61*time.Minute),
+		dlqtest.InflightRow(t, st, db, "dlq-killed-9-dlq-0", 2*time.Hour),
+		dlqtest.InflightRow(t, st, db, "dlq-killed-9-dlq-1", 26*time.Hour),
+		dlqtest.InflightRow(t, st, db, "dlq-other-3-dlq-0", 61*time.Minute),
 	}
 	keep := []int64{
-		inflightRow(t, st, db, own[0], 5*time.Hour),
-		inflightRow(t, st, db, "dlq-killed-9-dlq-0", 50*time.Minute),
+		dlqtest.InflightRow(t, st, db, own[0], 5*time.Hour),
+		dlqtest.InflightRow(t, st, db, "dlq-killed-9-dlq-0", 50*time.Minute),
 	}
 	all := append(append([]int64{}, stale...), keep...)
 	sorted := func(ids []int64) []int64 {
@@ -124,7 +89,7 @@ func TestCleanupExpiresStaleInflight(t *testing.T) {
 	run := waitJob(t, st, JobCleanup, 1)
 	require.NoError(t, svc.Stop(ctx))
 	require.Equal(t, store.JobSuccess, run.Outcome, run.Error)
-	require.Equal(t, sorted(all), inflightIDs(t, db))
+	require.Equal(t, sorted(all), dlqtest.InflightIDs(t, db))
 
 	// Working for two hours: the stale rows of other consumers go.
 	ing.set(time.Now().Add(-2 * time.Hour))
@@ -134,17 +99,17 @@ func TestCleanupExpiresStaleInflight(t *testing.T) {
 	run = waitJob(t, st, JobCleanup, done+1)
 	require.NoError(t, svc.Stop(ctx))
 	require.Equal(t, store.JobSuccess, run.Outcome, run.Error)
-	require.Equal(t, sorted(keep), inflightIDs(t, db))
+	require.Equal(t, sorted(keep), dlqtest.InflightIDs(t, db))
 	require.GreaterOrEqual(t, run.RowsAffected, int64(len(stale)))
 
 	// Not working now (a consumer lost its channel, or cannot write):
 	// nothing goes, however old.
-	old := inflightRow(t, st, db, "dlq-killed-10-dlq-0", 3*time.Hour)
+	old := dlqtest.InflightRow(t, st, db, "dlq-killed-10-dlq-0", 3*time.Hour)
 	ing.set(time.Time{})
 	done = int(countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'cleanup' AND outcome <> 'running'`))
 	svc = newSvc()
 	svc.Start()
 	waitJob(t, st, JobCleanup, done+1)
 	require.NoError(t, svc.Stop(ctx))
-	require.Equal(t, sorted(append(keep, old)), inflightIDs(t, db))
+	require.Equal(t, sorted(append(keep, old)), dlqtest.InflightIDs(t, db))
 }

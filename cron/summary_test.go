@@ -87,7 +87,7 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 			db := dlqtest.DB(t, dsn)
 			r := rand.New(rand.NewPCG(seed, 42))
 			queues := []string{"orders", "billing", "emails"}
-			lease := testLease(t, st, "property")
+			lease := dlqtest.Lease(t, st, "property")
 			ctx := ctxT(t)
 			var trail []string
 			for step := range 30 {
@@ -159,7 +159,7 @@ func TestReconcileWhileIngesting(t *testing.T) {
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
-	lease := testLease(t, st, "reconcile")
+	lease := dlqtest.Lease(t, st, "reconcile")
 	ingest(t, st, db, "busy", 500, 10)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

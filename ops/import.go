@@ -37,9 +37,10 @@ import (
 // export): they are ignored. A line that is no exported message at all is
 // refused, naming what it lacks and what it has that a message does not.
 
-// maxImportLine bounds one line: a message of RabbitMQ's largest size
-// (128 MiB by default), base64-encoded, with room for its headers.
-const maxImportLine = 256 << 20
+// MaxImportLine bounds one line: a message of RabbitMQ's largest size
+// (128 MiB by default), base64-encoded, with room for its headers. The CLI
+// reads export files with the same bound (ReadExportLine).
+const MaxImportLine = 256 << 20
 
 // importLine is what an import reads of a line.
 type importLine struct {
@@ -93,13 +94,13 @@ func (s *Service) ImportMessages(ctx context.Context, c Caller, r io.Reader) (st
 	next := func() (store.ImportMessage, error) {
 		for {
 			var err error
-			buf, err = readLine(lines, buf[:0])
+			buf, err = ReadExportLine(lines, buf[:0])
 			if errors.Is(err, io.EOF) && len(buf) == 0 {
 				return store.ImportMessage{}, io.EOF
 			}
 			n++
-			if errors.Is(err, errLineTooLong) {
-				return store.ImportMessage{}, invalid("line %d: longer than %d bytes", n, maxImportLine)
+			if errors.Is(err, ErrLineTooLong) {
+				return store.ImportMessage{}, invalid("line %d: longer than %d bytes", n, MaxImportLine)
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				return store.ImportMessage{}, fmt.Errorf("import: read line %d: %w", n, err)
@@ -123,16 +124,17 @@ func (s *Service) ImportMessages(ctx context.Context, c Caller, r io.Reader) (st
 	return s.st.ImportMessages(ctx, next, c.actor())
 }
 
-var errLineTooLong = errors.New("line too long")
+// ErrLineTooLong is ReadExportLine's answer to a line past MaxImportLine.
+var ErrLineTooLong = fmt.Errorf("a line is longer than %d bytes", MaxImportLine)
 
-// readLine appends the next line of r (without its newline) to buf. At the
-// end of r it returns io.EOF, with the last line in buf if it had no
+// ReadExportLine appends the next line of r (without its newline) to buf.
+// At the end of r it returns io.EOF, with the last line in buf if it had no
 // newline.
-func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+func ReadExportLine(r *bufio.Reader, buf []byte) ([]byte, error) {
 	for {
 		chunk, err := r.ReadSlice('\n')
-		if len(buf)+len(chunk) > maxImportLine {
-			return buf, errLineTooLong
+		if len(buf)+len(chunk) > MaxImportLine {
+			return buf, ErrLineTooLong
 		}
 		buf = append(buf, chunk...)
 		switch {
@@ -158,26 +160,8 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 			return store.ImportMessage{}, true, nil // the ExportEnd line
 		}
 	}
-	var missing []string
-	for _, f := range []struct {
-		name    string
-		present bool
-	}{
-		{"id", l.ID > 0}, {"origin", l.Origin != ""}, {"source_queue", l.SourceQueue != nil},
-		{"dead_letter_queue", l.DeadLetterQueue != nil}, {"reason", l.Reason != nil},
-		{"properties", len(l.Properties) > 0}, {"headers", len(l.Headers) > 0}, {"body", l.Body != nil},
-		{"first_failed_at", l.FirstFailedAt != nil}, {"failed_at", l.FailedAt != nil},
-	} {
-		if !f.present {
-			missing = append(missing, f.name)
-		}
-	}
-	if len(missing) > 0 {
-		msg := "not an exported message: no " + strings.Join(missing, ", ")
-		if unknown := unknownMembers(line); len(unknown) > 0 {
-			msg += "; unknown field " + strings.Join(unknown, ", ")
-		}
-		return store.ImportMessage{}, false, errors.New(msg)
+	if err := requireMembers(&l, line); err != nil {
+		return store.ImportMessage{}, false, err
 	}
 	from := store.ImportOrigin{Origin: l.Origin, ID: l.ID}
 	if l.ImportedFrom != nil {
@@ -192,17 +176,8 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	if p.Queues != nil && !p.SeesQueue(*l.SourceQueue) {
 		return store.ImportMessage{}, false, forbidden("source_queue: token %s may not import into queue %q", p.Name, *l.SourceQueue)
 	}
-	if l.Properties[0] != '{' {
-		return store.ImportMessage{}, false, errors.New("properties are not a JSON object")
-	}
-	if _, err := broker.ParsePropertiesJSON(l.Properties); err != nil {
-		return store.ImportMessage{}, false, fmt.Errorf("properties are not the typed properties of an export: %w", err)
-	}
-	if l.Headers[0] != '{' {
-		return store.ImportMessage{}, false, errors.New("headers are not a JSON object")
-	}
-	if _, err := broker.DecodeHeadersJSON(l.Headers); err != nil {
-		return store.ImportMessage{}, false, fmt.Errorf("headers are not the typed headers of an export: %w", err)
+	if err := checkTypedJSON(&l); err != nil {
+		return store.ImportMessage{}, false, err
 	}
 	var fail struct {
 		Type    string `json:"type"`
@@ -247,6 +222,51 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 		return store.ImportMessage{}, false, fmt.Errorf("category %q is not one of %s", l.Category, strings.Join(category.All, ", "))
 	}
 	return store.ImportMessage{Message: m, From: from, DeathHistory: l.DeathHistory}, false, nil
+}
+
+// requireMembers refuses a line without a member every exported message
+// has, naming what it lacks and what it has that no export line has.
+func requireMembers(l *importLine, line []byte) error {
+	var missing []string
+	for _, f := range []struct {
+		name    string
+		present bool
+	}{
+		{"id", l.ID > 0}, {"origin", l.Origin != ""}, {"source_queue", l.SourceQueue != nil},
+		{"dead_letter_queue", l.DeadLetterQueue != nil}, {"reason", l.Reason != nil},
+		{"properties", len(l.Properties) > 0}, {"headers", len(l.Headers) > 0}, {"body", l.Body != nil},
+		{"first_failed_at", l.FirstFailedAt != nil}, {"failed_at", l.FailedAt != nil},
+	} {
+		if !f.present {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		msg := "not an exported message: no " + strings.Join(missing, ", ")
+		if unknown := unknownMembers(line); len(unknown) > 0 {
+			msg += "; unknown field " + strings.Join(unknown, ", ")
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// checkTypedJSON refuses properties and headers that are not the typed
+// JSON objects an export writes.
+func checkTypedJSON(l *importLine) error {
+	if l.Properties[0] != '{' {
+		return errors.New("properties are not a JSON object")
+	}
+	if _, err := broker.ParsePropertiesJSON(l.Properties); err != nil {
+		return fmt.Errorf("properties are not the typed properties of an export: %w", err)
+	}
+	if l.Headers[0] != '{' {
+		return errors.New("headers are not a JSON object")
+	}
+	if _, err := broker.DecodeHeadersJSON(l.Headers); err != nil {
+		return fmt.Errorf("headers are not the typed headers of an export: %w", err)
+	}
+	return nil
 }
 
 // unknownMembers lists the members of a JSON object line that no export

@@ -135,15 +135,7 @@ func (b *bundle) run(t *testing.T, svc *replay.Service) func() {
 // bundle's exchange.
 func (b *bundle) sourceQueue(t *testing.T, args amqp.Table) string {
 	t.Helper()
-	name := dlqtest.Name(t, "src")
-	a := amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": b.exchange}
-	for k, v := range args {
-		a[k] = v
-	}
-	_, err := b.ch.QueueDeclare(name, true, false, false, false, a)
-	require.NoError(t, err)
-	dlqtest.DeleteQueues(t, b.app, name)
-	return name
+	return dlqtest.SourceQueue(t, b.app, b.ch, b.exchange, "quorum", args)
 }
 
 func (b *bundle) publish(t *testing.T, exchange, key string, p amqp.Publishing) {
@@ -155,24 +147,7 @@ func (b *bundle) publish(t *testing.T, exchange, key string, p amqp.Publishing) 
 // requeue, which dead-letters them. It returns what it received.
 func (b *bundle) rejectAll(t *testing.T, queue string, n int) []amqp.Delivery {
 	t.Helper()
-	ch := dlqtest.Channel(t, b.app)
-	require.NoError(t, ch.Qos(max(n, 1), 0, false))
-	tag := dlqtest.Name(t, "rej")
-	ds, err := ch.Consume(queue, tag, false, false, false, false, nil)
-	require.NoError(t, err)
-	defer func() { _ = ch.Cancel(tag, false) }()
-	var out []amqp.Delivery
-	timeout := time.After(20 * time.Second)
-	for i := 0; i < n; i++ {
-		select {
-		case d := <-ds:
-			out = append(out, d)
-			require.NoError(t, d.Reject(false))
-		case <-timeout:
-			t.Fatalf("received %d of %d messages from %s", i, n, queue)
-		}
-	}
-	return out
+	return dlqtest.RejectAll(t, b.app, queue, n)
 }
 
 // deadLetter publishes n messages to a fresh source queue and rejects them,

@@ -40,6 +40,7 @@ type apiOptions struct {
 	out          string
 	cursor       string
 	withoutIdx   string // comma-separated index names the generator leaves unbuilt
+	skipPages    string // console: a regular expression of page names not to measure
 	genOnly      bool
 	textOnly     bool
 	ingestRounds int

@@ -12,6 +12,20 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// declareDLQ declares a run's dead-letter exchange and dlq's own queue on
+// it, as dlq declares them: a topic exchange and a queue bound with "#",
+// the queue with args (broker.OwnQueueArgs unless a run measures another
+// queue type).
+func declareDLQ(ch *amqp.Channel, exchange, queue string, args amqp.Table) error {
+	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return err
+	}
+	return ch.QueueBind(queue, "#", exchange, false, nil)
+}
+
 // rejectAll consumes queue on a channel of its own and rejects every
 // message without requeueing, which makes RabbitMQ dead-letter it. stop
 // cancels the consumer.

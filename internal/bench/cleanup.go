@@ -163,19 +163,11 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	res := cleanupResult{Bench: "cleanup", Name: "delete_under_ingest", Eligible: o.eligible, BatchSize: o.batch, Pause: pause.String()}
 	suffix := randomHex(4)
 	schema := "bench_cleanup_" + suffix
-	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
-	if err != nil {
-		return res, fmt.Errorf("%w (does database bench exist? `make bench-limits` creates it)", err)
-	}
-	defer admin.Close(context.Background())
-	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return res, err
-	}
-	defer func() { _ = admin.DropSchema(context.Background(), schema) }()
-	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	_, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, false)
 	if err != nil {
 		return res, err
 	}
+	defer dropSchema()
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16})
 	if err != nil {
 		return res, err
@@ -201,13 +193,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		return res, err
 	}
 	version, _ := conn.Properties["version"].(string)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		return res, err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, broker.OwnQueueArgs(version)); err != nil {
-		return res, err
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
 		return res, err
 	}
 	defer func() {

@@ -50,6 +50,7 @@ func Console(args []string) error {
 	fs.IntVar(&o.iterations, "iterations", 200, "timed requests per page (after 10 warm-up requests)")
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
 	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names): faster, for pages that never use them")
+	fs.StringVar(&o.skipPages, "skip-pages", "", "a regular expression: pages whose name it matches are not measured (e.g. 'search' on a schema whose text documents were never built: -build-text of dlq-bench api)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -240,7 +241,15 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 		{"jobs and alerts", consolePageP99, static("/ui/jobs")},
 		{"audit", consolePageP99, static("/ui/audit")},
 	}
+	skip, err := regexp.Compile(o.skipPages)
+	if err != nil {
+		return results, failed, fmt.Errorf("-skip-pages %q: %w", o.skipPages, err)
+	}
 	for _, p := range pages {
+		if o.skipPages != "" && skip.MatchString(p.name) {
+			fmt.Printf("%-40s not measured (-skip-pages)\n", p.name)
+			continue
+		}
 		if err := measure(p.name, p.limit, p.path); err != nil {
 			return results, failed, err
 		}

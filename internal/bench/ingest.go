@@ -333,13 +333,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	if o.queueType == "classic" {
 		args = amqp.Table{"x-queue-type": "classic"}
 	}
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		return r, err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		return r, err
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+	if err := declareDLQ(ch, exchange, queue, args); err != nil {
 		return r, err
 	}
 	if !o.keep {

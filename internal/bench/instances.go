@@ -159,19 +159,11 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 	control, target := "bench.instances.control."+suffix, "bench.instances.target."+suffix
 	r := instancesResult{Bench: "instances", Instances: k, N: o.n, Size: o.size, Run: run, Tasks: o.tasks, Runners: make([]int, k)}
 
-	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
-	if err != nil {
-		return r, fmt.Errorf("connect to %s (does database bench exist? `make bench-limits` creates it): %w", o.pgURL, err)
-	}
-	defer admin.Close(ctx)
-	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return r, err
-	}
-	defer func() { _ = admin.DropSchema(context.Background(), schema) }()
-	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	admin, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, false)
 	if err != nil {
 		return r, err
 	}
+	defer dropSchema()
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4})
 	if err != nil {
 		return r, err
@@ -191,15 +183,10 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 		return r, err
 	}
 	version, _ := conn.Properties["version"].(string)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
 		return r, err
 	}
-	for name, args := range map[string]amqp.Table{queue: broker.OwnQueueArgs(version), target: {"x-queue-type": "quorum"}} {
-		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-			return r, err
-		}
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(target, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return r, err
 	}
 	defer func() {

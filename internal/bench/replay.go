@@ -211,21 +211,11 @@ func replayRun(o replayOptions, run int, encrypted bool) (replayResult, error) {
 	schema := "dlqbench_replay_" + suffix
 	queue := "dlqbench.replay." + suffix
 
-	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
-	if err != nil {
-		return res, fmt.Errorf("%w (create the database: make bench-limits does)", err)
-	}
-	defer admin.Close(ctx)
-	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return res, err
-	}
-	if !o.keep {
-		defer func() { _ = admin.DropSchema(context.WithoutCancel(ctx), schema) }()
-	}
-	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	_, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, o.keep)
 	if err != nil {
 		return res, err
 	}
+	defer dropSchema()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: quiet, Encryption: sealing})
 	if err != nil {

@@ -49,21 +49,11 @@ func replayE2E(o replayOptions, bin string, run int) (replayResult, error) {
 	exchange, queue := "bench.e2e.dlx."+suffix, "bench.e2e.dlq."+suffix
 	source, controlQueue := "bench.e2e.src."+suffix, "bench.e2e.control."+suffix
 
-	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
-	if err != nil {
-		return res, fmt.Errorf("%w (create the database: make bench-limits does)", err)
-	}
-	defer admin.Close(ctx)
-	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return res, err
-	}
-	if !o.keep {
-		defer func() { _ = admin.DropSchema(context.WithoutCancel(ctx), schema) }()
-	}
-	dsn, err := withSearchPath(o.pgURL, schema+",public")
+	admin, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, o.keep)
 	if err != nil {
 		return res, err
 	}
+	defer dropSchema()
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2})
 	if err != nil {
 		return res, err
@@ -85,13 +75,7 @@ func replayE2E(o replayOptions, bin string, run int) (replayResult, error) {
 		return res, err
 	}
 	version, _ := conn.Properties["version"].(string)
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		return res, err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, broker.OwnQueueArgs(version)); err != nil {
-		return res, err
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
 		return res, err
 	}
 	srcArgs := amqp.Table{"x-queue-type": o.queueType, "x-dead-letter-exchange": exchange}

@@ -118,6 +118,19 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d): %s", e.code, e.status, e.message)
 }
 
+// newAPIError is a refusal with the status and, when the body is the API's
+// error envelope, its code and message.
+func newAPIError(status int, body []byte) *apiError {
+	e := &apiError{status: status}
+	var env struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil {
+		e.code, e.message = env.Error.Code, env.Error.Message
+	}
+	return e
+}
+
 // call sends one request and returns the body of a 2xx answer.
 func (c *apiClient) call(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
 	u := strings.TrimRight(c.flags.url, "/") + path
@@ -155,14 +168,7 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 		return nil, fmt.Errorf("read the answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		e := &apiError{status: resp.StatusCode}
-		var env struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(b, &env) == nil {
-			e.code, e.message = env.Error.Code, env.Error.Message
-		}
-		return nil, e
+		return nil, newAPIError(resp.StatusCode, b)
 	}
 	return b, nil
 }

@@ -1,116 +1,23 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
-
-// The replay commands talk to a running dlq through the control queue (an
-// RPC with a direct reply-to), so they work wherever the broker is
-// reachable; they need no database access. The token comes from DLQ_TOKEN,
-// or else DLQ_ADMIN_TOKEN.
-
-type rpcFlags struct {
-	json    bool
-	timeout time.Duration
-}
-
-func (f *rpcFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&f.json, "json", false, "print the answer as JSON on stdout")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for dlq's answer")
-}
-
-// rpc connects to the control queue named by the configuration.
-func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
-	token, err := envToken(os.Getenv)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		return nil, ExitUsage
-	}
-	token = cmp.Or(token, cfg.AdminToken)
-	if token == "" {
-		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN, or either's _FILE)\n", name)
-		return nil, ExitDenied
-	}
-	tlsCfg, err := cfg.AMQPClientTLS()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		return nil, ExitUsage
-	}
-	dctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
-	defer cancel()
-	c, err := control.DialTLS(dctx, cfg.AMQPURL, cfg.ControlQueue, token, tlsCfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		return nil, ExitUnavailable
-	}
-	return c, -1
-}
-
-// send runs one command and returns its result, or prints the failure and
-// returns the exit code.
-func send(ctx context.Context, name string, c *control.Client, cmd control.Command, timeout time.Duration) (json.RawMessage, int) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	a, err := c.Call(cctx, cmd)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
-		if errors.Is(err, control.ErrNoAnswer) {
-			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered on %s in %s; is dlq serve running?\n", name, "the control queue", timeout)
-		}
-		return nil, ExitUnavailable
-	}
-	if !a.OK {
-		code, msg := "unknown", "no error in the answer"
-		if a.Error != nil {
-			code, msg = a.Error.Code, a.Error.Message
-		}
-		fmt.Fprintf(os.Stderr, "dlq %s: %s: %s\n", name, code, msg)
-		if code == control.CodeConfirmRequired {
-			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
-		}
-		return nil, answerExit(code)
-	}
-	return a.Result, -1
-}
-
-// answerExit maps an answer's error code to the exit code.
-func answerExit(code string) int {
-	switch code {
-	case control.CodeMissingToken, control.CodeInvalidToken, control.CodeForbidden:
-		return ExitDenied
-	case control.CodeNotFound:
-		return ExitNotFound
-	case control.CodeInvalidJSON, control.CodeInvalidRequest, control.CodeUnknownCommand, control.CodeTooLarge, control.CodeConfirmRequired:
-		return ExitUsage
-	case control.CodeUnavailable:
-		return ExitUnavailable
-	}
-	return ExitFailure
-}
-
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
 
 // Replay runs `dlq replay [flags] [id ...]`.
 func Replay(args []string) int {
@@ -390,16 +297,6 @@ func (p *progress) done() {
 	}
 }
 
-func printJSON(raw json.RawMessage) {
-	var v any
-	if json.Unmarshal(raw, &v) == nil {
-		if b, err := json.MarshalIndent(v, "", "  "); err == nil {
-			raw = b
-		}
-	}
-	fmt.Println(string(raw))
-}
-
 func joinInts(ids []int64) string {
 	s := make([]string, len(ids))
 	for i, id := range ids {
@@ -491,14 +388,9 @@ func Replays(args []string) int {
 		if code >= 0 {
 			return code
 		}
-		if rf.json {
-			printJSON(res)
-			return ExitOK
-		}
-		var t replay.Task
-		if err := json.Unmarshal(res, &t); err != nil {
-			fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
-			return ExitFailure
+		t, code := printOrDecode[replay.Task]("replays", res, rf.json)
+		if code >= 0 {
+			return code
 		}
 		printTask(os.Stdout, t)
 		return ExitOK
@@ -507,16 +399,11 @@ func Replays(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if rf.json {
-		printJSON(res)
-		return ExitOK
-	}
-	var list struct {
+	list, code := printOrDecode[struct {
 		Replays []replay.Task `json:"replays"`
-	}
-	if err := json.Unmarshal(res, &list); err != nil {
-		fmt.Fprintf(os.Stderr, "dlq replays: decode answer: %v\n", err)
-		return ExitFailure
+	}]("replays", res, rf.json)
+	if code >= 0 {
+		return code
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
@@ -561,14 +448,9 @@ func Cancel(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if rf.json {
-		printJSON(res)
-		return ExitOK
-	}
-	var t replay.Task
-	if err := json.Unmarshal(res, &t); err != nil {
-		fmt.Fprintf(os.Stderr, "dlq cancel: decode answer: %v\n", err)
-		return ExitFailure
+	t, code := printOrDecode[replay.Task]("cancel", res, rf.json)
+	if code >= 0 {
+		return code
 	}
 	fmt.Printf("replay task %d cancelled: %d published, %d left pending\n", t.ID, t.Published, t.Remaining)
 	return ExitOK

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlq/dlq/ops"
 )
 
 // Export runs `dlq export`: every message a filter selects, as JSON Lines.
@@ -23,9 +25,6 @@ func Export(args []string) int { return runExport(args, osEnv()) }
 
 // Import runs `dlq import`: an export's lines into this dlq.
 func Import(args []string) int { return runImport(args, osEnv()) }
-
-// maxLine bounds one line of an export: the API's own bound.
-const maxLine = 256 << 20
 
 // transferTimeout is how long export and import wait for an answer to
 // begin, unless --timeout says otherwise: an import answers once its
@@ -137,7 +136,7 @@ func runExport(args []string, env cliEnv) int {
 		buf  []byte
 	)
 	for !done {
-		buf, err = readLine(r, buf[:0])
+		buf, err = ops.ReadExportLine(r, buf[:0])
 		if len(buf) > 0 && (err == nil || errors.Is(err, io.EOF) && json.Valid(buf)) {
 			var l struct {
 				ID     int64           `json:"id"`
@@ -204,7 +203,7 @@ func exportTail(path string) (last int64, done bool, size int64, err error) {
 		pos int64
 	)
 	for {
-		buf, err = readLine(r, buf[:0])
+		buf, err = ops.ReadExportLine(r, buf[:0])
 		if errors.Is(err, io.EOF) {
 			// A last line without its newline was cut short.
 			return last, done, pos, nil
@@ -228,28 +227,6 @@ func exportTail(path string) (last int64, done bool, size int64, err error) {
 	}
 }
 
-var errLineTooLong = fmt.Errorf("a line is longer than %d bytes", maxLine)
-
-// readLine appends the next line of r, without its newline, to buf. At
-// the end of r it returns io.EOF, with a last line that had no newline in
-// buf.
-func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if len(buf)+len(chunk) > maxLine {
-			return buf, errLineTooLong
-		}
-		buf = append(buf, chunk...)
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case err != nil:
-			return buf, err
-		}
-		return buf[:len(buf)-1], nil
-	}
-}
-
 // stream sends a request and returns the response of a 2xx answer, its
 // body unread.
 func (c *apiClient) stream(ctx context.Context, method, path string, body io.Reader, header http.Header) (*http.Response, error) {
@@ -270,14 +247,7 @@ func (c *apiClient) stream(ctx context.Context, method, path string, body io.Rea
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		e := &apiError{status: resp.StatusCode}
-		var env struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(b, &env) == nil {
-			e.code, e.message = env.Error.Code, env.Error.Message
-		}
-		return nil, e
+		return nil, newAPIError(resp.StatusCode, b)
 	}
 	return resp, nil
 }
@@ -409,8 +379,8 @@ func (c *apiClient) importFile(name string, in io.Reader, batch int, maxBytes in
 	}
 	for {
 		var err error
-		buf, err = readLine(r, buf[:0])
-		if errors.Is(err, errLineTooLong) {
+		buf, err = ops.ReadExportLine(r, buf[:0])
+		if errors.Is(err, ops.ErrLineTooLong) {
 			fmt.Fprintf(c.env.stderr, "dlq import: %s:%d: %v\n", name, first+lines, err)
 			return ExitUsage
 		}

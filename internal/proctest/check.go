@@ -12,6 +12,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Retry runs fn, each try bounded by 60 s, until it succeeds; past
+// patience it fails the test with fn's last error. The process tests read
+// PostgreSQL through it while a fault test restarts it or a failover
+// promotes a standby.
+func Retry(t testing.TB, patience time.Duration, fn func(ctx context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err := fn(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			require.NoError(t, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // Tally is the checker's verdict.
 type Tally struct {
 	Confirmed, Indeterminate   int

@@ -346,19 +346,7 @@ func (d *deployment) rejecter(ctx context.Context) { proctest.Rejecter(ctx, d.ur
 // promote a standby under it).
 func (d *deployment) query(fn func(ctx context.Context) error) {
 	d.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := fn(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			require.NoError(d.t, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	proctest.Retry(d.t, 90*time.Second, fn)
 }
 
 // count runs a count(*) over dead_messages WHERE cond.

@@ -280,19 +280,7 @@ func (h *harness) rejecter(ctx context.Context) {
 // query retries fn while PostgreSQL is unreachable (fault tests restart it).
 func (h *harness) query(fn func(ctx context.Context) error) {
 	h.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := fn(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			require.NoError(h.t, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	proctest.Retry(h.t, 60*time.Second, fn)
 }
 
 func (h *harness) rowCount() int {

@@ -50,11 +50,7 @@ func TestFaultKill9(t *testing.T) {
 			// Soon after this life's first commits, so that kills also land
 			// between commits and their acknowledgements (the window in
 			// which a redelivery must be recognised, not stored again).
-			rows, deadline := h.rowCount(), time.Now().Add(8*time.Second)
-			for h.rowCount() == rows && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			time.Sleep(rand.N(300 * time.Millisecond))
+			h.afterNextCommit(300 * time.Millisecond)
 		}
 		p.Kill9(t)
 		k++
@@ -83,4 +79,16 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// afterNextCommit returns soon after dlq's next commit: once the row
+// count moves (or 8 s pass), after a random part of jitter. A kill then
+// lands between a commit and its acknowledgements, the window in which a
+// redelivery must be recognised, not stored again.
+func (h *harness) afterNextCommit(jitter time.Duration) {
+	rows, deadline := h.rowCount(), time.Now().Add(8*time.Second)
+	for h.rowCount() == rows && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(rand.N(jitter))
 }

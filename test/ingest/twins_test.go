@@ -5,7 +5,6 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -43,11 +42,7 @@ func TestFaultKill9Twins(t *testing.T) {
 	for k < kills || !isClosed(pub.Done()) {
 		// Right after this life's first commits: kills land between commits
 		// and acknowledgements, where twins and redeliveries meet.
-		rows, deadline := h.rowCount(), time.Now().Add(8*time.Second)
-		for h.rowCount() == rows && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(rand.N(400 * time.Millisecond))
+		h.afterNextCommit(400 * time.Millisecond)
 		p.Kill9(t)
 		k++
 		trace = append(trace, fmt.Sprintf("kill %d: %d rows", k, h.rowCount()))

@@ -19,18 +19,17 @@ import (
 
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proctest"
 	"github.com/dlq/dlq/store"
 )
 
-// buildDLQ builds the dlq binary of this tree (or takes DLQ_TEST_DLQ_BIN).
+// buildDLQ builds the dlq binary of this tree (or takes DLQ_TEST_DLQ_BIN),
+// removed when the test ends.
 func buildDLQ(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv("DLQ_TEST_DLQ_BIN"); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "dlq")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/dlq/dlq/cmd/dlq").CombinedOutput()
-	require.NoError(t, err, "build dlq: %s", out)
+	bin, cleanup, err := proctest.BuildDLQ()
+	require.NoError(t, err)
+	t.Cleanup(cleanup)
 	return bin
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proctest"
 )
 
 // dlqBin is the dlq binary under test, built once for the package.
@@ -33,25 +34,14 @@ var dlqBin string
 func TestMain(m *testing.M) {
 	// DLQ_TEST_DLQ_BIN runs the tests against a binary built elsewhere
 	// (make test's), as test/ingest does.
-	if bin := os.Getenv("DLQ_TEST_DLQ_BIN"); bin != "" {
-		dlqBin = bin
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "dlq-security-test-")
+	bin, cleanup, err := proctest.BuildDLQ()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "create build directory:", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	dlqBin = filepath.Join(dir, "dlq")
-	build := exec.Command("go", "build", "-o", dlqBin, "github.com/dlq/dlq/cmd/dlq")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build dlq:", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	dlqBin = bin
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

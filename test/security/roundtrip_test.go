@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/internal/dlqtest"
 )
 
 // TestReplayRoundTripEncrypted: with encryption on (every header sealed),
@@ -59,26 +60,6 @@ func TestReplayRoundTripEncrypted(t *testing.T) {
 			h[k] = v
 		}
 	}
-	require.Equal(t, utc(app), utc(h), "every header back with its value and type")
+	require.Equal(t, dlqtest.InUTC(app), dlqtest.InUTC(h), "every header back with its value and type")
 	require.Equal(t, id, got.Headers[broker.HeaderID])
-}
-
-func utc(v any) any {
-	switch x := v.(type) {
-	case time.Time:
-		return x.UTC()
-	case amqp.Table:
-		out := amqp.Table{}
-		for k, e := range x {
-			out[k] = utc(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = utc(e)
-		}
-		return out
-	}
-	return v
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/proctest"
 )
 
 var (
@@ -45,18 +47,15 @@ func TestMain(m *testing.M) {
 		srv.stop()
 		os.Exit(1)
 	}
-	dlqBin = os.Getenv("DLQ_TEST_DLQ_BIN")
-	if dlqBin == "" {
-		dlqBin = filepath.Join(srv.dir, "dlq")
-		build := exec.Command("go", "build", "-o", dlqBin, "github.com/dlq/dlq/cmd/dlq")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build dlq:", err)
-			srv.stop()
-			os.Exit(1)
-		}
+	bin, cleanup, err := proctest.BuildDLQ()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		srv.stop()
+		os.Exit(1)
 	}
+	dlqBin = bin
 	code := m.Run()
+	cleanup()
 	srv.stop()
 	os.Exit(code)
 }

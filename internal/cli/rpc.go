@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dlq/dlq/config"
+	"github.com/dlq/dlq/control"
+)
+
+// The replay commands talk to a running dlq through the control queue (an
+// RPC with a direct reply-to), so they work wherever the broker is
+// reachable; they need no database access. The token comes from DLQ_TOKEN,
+// or else DLQ_ADMIN_TOKEN.
+
+type rpcFlags struct {
+	json    bool
+	timeout time.Duration
+}
+
+func (f *rpcFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.json, "json", false, "print the answer as JSON on stdout")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for dlq's answer")
+}
+
+// rpc connects to the control queue named by the configuration.
+func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
+	token, err := envToken(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return nil, ExitUsage
+	}
+	token = cmp.Or(token, cfg.AdminToken)
+	if token == "" {
+		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN, or either's _FILE)\n", name)
+		return nil, ExitDenied
+	}
+	tlsCfg, err := cfg.AMQPClientTLS()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return nil, ExitUsage
+	}
+	dctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
+	defer cancel()
+	c, err := control.DialTLS(dctx, cfg.AMQPURL, cfg.ControlQueue, token, tlsCfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		return nil, ExitUnavailable
+	}
+	return c, -1
+}
+
+// send runs one command and returns its result, or prints the failure and
+// returns the exit code.
+func send(ctx context.Context, name string, c *control.Client, cmd control.Command, timeout time.Duration) (json.RawMessage, int) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	a, err := c.Call(cctx, cmd)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
+		if errors.Is(err, control.ErrNoAnswer) {
+			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered on %s in %s; is dlq serve running?\n", name, "the control queue", timeout)
+		}
+		return nil, ExitUnavailable
+	}
+	if !a.OK {
+		code, msg := "unknown", "no error in the answer"
+		if a.Error != nil {
+			code, msg = a.Error.Code, a.Error.Message
+		}
+		fmt.Fprintf(os.Stderr, "dlq %s: %s: %s\n", name, code, msg)
+		if code == control.CodeConfirmRequired {
+			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
+		}
+		return nil, answerExit(code)
+	}
+	return a.Result, -1
+}
+
+// answerExit maps an answer's error code to the exit code.
+func answerExit(code string) int {
+	switch code {
+	case control.CodeMissingToken, control.CodeInvalidToken, control.CodeForbidden:
+		return ExitDenied
+	case control.CodeNotFound:
+		return ExitNotFound
+	case control.CodeInvalidJSON, control.CodeInvalidRequest, control.CodeUnknownCommand, control.CodeTooLarge, control.CodeConfirmRequired:
+		return ExitUsage
+	case control.CodeUnavailable:
+		return ExitUnavailable
+	}
+	return ExitFailure
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// printOrDecode ends a command's answer one of two ways: with --json it
+// prints the answer as it came and returns ExitOK; else it decodes it into
+// T for the caller to print, or prints why it could not and returns
+// ExitFailure. A code of -1 means the caller goes on with the T.
+func printOrDecode[T any](name string, res json.RawMessage, asJSON bool) (T, int) {
+	var v T
+	if asJSON {
+		printJSON(res)
+		return v, ExitOK
+	}
+	if err := json.Unmarshal(res, &v); err != nil {
+		fmt.Fprintf(os.Stderr, "dlq %s: decode answer: %v\n", name, err)
+		return v, ExitFailure
+	}
+	return v, -1
+}
+
+func printJSON(raw json.RawMessage) {
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		if b, err := json.MarshalIndent(v, "", "  "); err == nil {
+			raw = b
+		}
+	}
+	fmt.Println(string(raw))
+}
