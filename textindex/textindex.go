@@ -126,7 +126,11 @@ func (ix *Indexer) Once(ctx context.Context) (store.TextIndexResult, error) {
 	start := time.Now()
 	res, err := ix.cfg.Store.IndexText(ctx, ix.cfg.Batch)
 	if err != nil {
-		ix.errors.Inc()
+		if ctx.Err() == nil {
+			// A batch cut short by shutdown is no failure: it rolls
+			// back and its rows stay queued.
+			ix.errors.Inc()
+		}
 		return res, err
 	}
 	if res.Rows > 0 {
