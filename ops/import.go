@@ -37,10 +37,9 @@ import (
 // export): they are ignored. A line that is no exported message at all is
 // refused, naming what it lacks and what it has that a message does not.
 
-// MaxImportLine bounds one line: a message of RabbitMQ's largest size
-// (128 MiB by default), base64-encoded, with room for its headers. The CLI
-// reads export files with the same bound (ReadExportLine).
-const MaxImportLine = 256 << 20
+// maxImportLine bounds one line: a message of RabbitMQ's largest size
+// (128 MiB by default), base64-encoded, with room for its headers.
+const maxImportLine = 256 << 20
 
 // importLine is what an import reads of a line.
 type importLine struct {
@@ -94,13 +93,13 @@ func (s *Service) ImportMessages(ctx context.Context, c Caller, r io.Reader) (st
 	next := func() (store.ImportMessage, error) {
 		for {
 			var err error
-			buf, err = ReadExportLine(lines, buf[:0])
+			buf, err = readLine(lines, buf[:0])
 			if errors.Is(err, io.EOF) && len(buf) == 0 {
 				return store.ImportMessage{}, io.EOF
 			}
 			n++
-			if errors.Is(err, ErrLineTooLong) {
-				return store.ImportMessage{}, invalid("line %d: longer than %d bytes", n, MaxImportLine)
+			if errors.Is(err, errLineTooLong) {
+				return store.ImportMessage{}, invalid("line %d: longer than %d bytes", n, maxImportLine)
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				return store.ImportMessage{}, fmt.Errorf("import: read line %d: %w", n, err)
@@ -124,17 +123,16 @@ func (s *Service) ImportMessages(ctx context.Context, c Caller, r io.Reader) (st
 	return s.st.ImportMessages(ctx, next, c.actor())
 }
 
-// ErrLineTooLong is ReadExportLine's answer to a line past MaxImportLine.
-var ErrLineTooLong = fmt.Errorf("a line is longer than %d bytes", MaxImportLine)
+var errLineTooLong = errors.New("line too long")
 
-// ReadExportLine appends the next line of r (without its newline) to buf.
-// At the end of r it returns io.EOF, with the last line in buf if it had no
+// readLine appends the next line of r (without its newline) to buf. At the
+// end of r it returns io.EOF, with the last line in buf if it had no
 // newline.
-func ReadExportLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
 	for {
 		chunk, err := r.ReadSlice('\n')
-		if len(buf)+len(chunk) > MaxImportLine {
-			return buf, ErrLineTooLong
+		if len(buf)+len(chunk) > maxImportLine {
+			return buf, errLineTooLong
 		}
 		buf = append(buf, chunk...)
 		switch {
