@@ -23,6 +23,7 @@ import (
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
+	"github.com/dlq/dlq/textindex"
 )
 
 // cleanupOptions are the flags of `dlq-bench cleanup`.
@@ -42,6 +43,7 @@ type cleanupOptions struct {
 	runs           int
 	window         time.Duration
 	out            string
+	textSearch     bool
 }
 
 type cleanupResult struct {
@@ -80,6 +82,7 @@ func Cleanup(args []string) error {
 	fs.IntVar(&o.eligible, "eligible", 1_000_000, "resolved messages past their retention, deleted while ingest runs")
 	fs.IntVar(&o.ingestN, "ingest", 1_000_000, "dead letters ingested while cleanup alternates on and off (enough to outlast the deletion)")
 	fs.DurationVar(&o.window, "window", 6*time.Second, "length of each cleanup-on and cleanup-off window")
+	fs.BoolVar(&o.textSearch, "text-search", config.Default().Ingest.TextSearch, "delete under ingest as dlq serve runs with text search (its default): the expired rows have documents, ingest queues its rows and the text indexer runs beside")
 	fs.IntVar(&o.size, "size", 512, "body bytes of the ingested dead letters")
 	fs.IntVar(&o.batch, "batch", def.Cleanup.BatchSize, "cleanup batch size (rows per transaction)")
 	fs.StringVar(&pauses, "pause", def.Cleanup.Pause.D().String(), "comma list of pauses between cleanup batches (default: the configuration default); each is one delete-under-ingest run")
@@ -168,7 +171,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		return res, err
 	}
 	defer dropSchema()
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16})
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, TextSearch: o.textSearch})
 	if err != nil {
 		return res, err
 	}
@@ -181,6 +184,32 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		return res, fmt.Errorf("load expired messages: %w", err)
 	}
 	fmt.Printf("loaded %d expired resolved messages in %s\n", o.eligible, time.Since(t).Round(time.Second))
+	if o.textSearch {
+		// Old rows have their documents, so deleting one deletes its
+		// document too (ON DELETE CASCADE), as in a store that indexed them.
+		t = time.Now()
+		sb := st.Bench()
+		lo, hi, err := sb.MessageIDRange(ctx)
+		if err != nil {
+			return res, err
+		}
+		n, err := sb.BuildTextDocuments(ctx, lo, hi)
+		if err != nil {
+			return res, err
+		}
+		if err := sb.ClearTextQueue(ctx); err != nil {
+			return res, err
+		}
+		fmt.Printf("wrote the documents of %d expired messages in %s\n", n, time.Since(t).Round(time.Second))
+		ix, err := textindex.New(textindex.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			return res, err
+		}
+		ixCtx, stopIx := context.WithCancel(ctx)
+		ixDone := make(chan struct{})
+		go func() { defer close(ixDone); _ = ix.Run(ixCtx) }()
+		defer func() { stopIx(); <-ixDone }()
+	}
 
 	conn, err := amqp.Dial(o.amqpURL)
 	if err != nil {
