@@ -100,6 +100,10 @@ type messagesData struct {
 	// Failed: the filter was refused (the flash says why); nothing is
 	// listed or counted.
 	Failed bool
+	// TextIncomplete: q's words were looked for while more messages were
+	// waiting for the text index than a search reads one by one, so older
+	// matches among them are missing (ops.MessagePage.TextIncomplete).
+	TextIncomplete bool
 }
 
 // handleMessages lists messages newest first, a keyset page at a time.
@@ -139,6 +143,9 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		d.Queues = append(d.Queues, qs.SourceQueue)
 	}
 	d.Count, d.Exact = c.count(r, f, st, page, seen)
+	// A count of a listing that may miss matches is a lower bound.
+	d.TextIncomplete = page.TextIncomplete
+	d.Exact = d.Exact && !page.TextIncomplete
 	c.render(w, r, http.StatusOK, "messages", sessionFrom(ctx), "Messages", d)
 }
 
