@@ -244,6 +244,7 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 			return false, 0, err
 		}
 		sq.index = f.index
+		sq.walk = s.textWalk
 		// A search's estimated cost can pass PostgreSQL's JIT threshold,
 		// and compiling takes longer (hundreds of ms) than running these
 		// short queries; the transaction switches JIT off for itself.
@@ -506,9 +507,7 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 			return nil, err
 		}
 		tsq := sq.text.sql(args)
-		arms = append(arms, `(SELECT t.id FROM message_text t JOIN dead_messages m ON m.id = t.id
-		  WHERE `+textDocMatch("t", tsq, !opt.NoBodySearch)+` AND `+kw+` AND m.enc_key_id IS NULL
-		  ORDER BY t.id DESC LIMIT `+n+`)`,
+		arms = append(arms, textDocArm(tsq, kw, before, n, sq.walk, !opt.NoBodySearch),
 			`(SELECT m.id FROM dead_messages m WHERE m.id = ANY(`+textTailSQL()+`) AND `+kw+
 				` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+bodyTextSQL("m")+` @@ `+tsq+sq.bodyless("m", tsq, !opt.NoBodySearch)+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
@@ -553,6 +552,45 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		}
 	}
 	return arms, nil
+}
+
+// TextWalkDefault is how many of the newest documents a text search
+// reads one by one before it asks the GIN index (textDocArm,
+// Config.TextWalk).
+const TextWalkDefault = 20000
+
+// textDocArm renders the documents' part of a text search: the newest
+// matches of tsq (rendered) among rows meeting kw, n at most. It reads
+// the newest walkRows documents one by one first, and asks the GIN index
+// only about older ones, and only when those did not give n matches.
+//
+// Why: the index answers a rare word at once, but for a word in one
+// message of a hundred ("deadlock detected", a common exception) it hands
+// every match over the whole table to be read, checked again (phrases)
+// and joined before the newest n are sorted out: 80,000 rows, 0.8-4 s at
+// 10 million messages (docs/BENCHMARKS.md, API latencies). The planner
+// cannot choose between the two ways itself: it takes a phrase's words
+// for independent and estimates a handful of rows. The walk costs a rare
+// word about 50 ms at 10 million; a word in one message of 200 or more
+// is answered by the walk alone. The walk's subqueries are fenced (OFFSET
+// 0): the inner one so that the planner cannot answer it from the GIN
+// index, the outer one so that only matches are joined; the two
+// parts cover disjoint id ranges, newest first, so UNION ALL under LIMIT
+// keeps their order and stops before the index is asked when the walk
+// found enough. (The aliases beginning with walk name the walk's
+// bounded reads in plans: api's search plan test tells them by them.)
+func textDocArm(tsq, kw, before, n string, walkRows int, bodyText bool) string {
+	walk := `SELECT walk_ids.id FROM message_text walk_ids WHERE TRUE` + strings.Replace(before, "m.id", "walk_ids.id", 1) +
+		` ORDER BY walk_ids.id DESC LIMIT ` + strconv.Itoa(walkRows)
+	return `(SELECT x.id FROM ((SELECT walked.id FROM (SELECT walk_docs.id FROM (SELECT t.id, t.document FROM (` + walk + `) walk
+		    JOIN message_text t ON t.id = walk.id OFFSET 0) walk_docs WHERE ` + textDocMatch("walk_docs", tsq, bodyText) + ` OFFSET 0) walked
+		    JOIN dead_messages m ON m.id = walked.id
+		  WHERE ` + kw + ` AND m.enc_key_id IS NULL
+		  ORDER BY walked.id DESC)
+		UNION ALL (SELECT t.id FROM message_text t JOIN dead_messages m ON m.id = t.id
+		  WHERE ` + textDocMatch("t", tsq, bodyText) + ` AND ` + kw + ` AND m.enc_key_id IS NULL
+		    AND t.id < coalesce((SELECT min(walk_end.id) FROM (` + walk + `) walk_end), 0)
+		  ORDER BY t.id DESC)) x LIMIT ` + n + `)`
 }
 
 // sharedKeyThreshold is the number of messages from which a search key is

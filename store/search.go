@@ -214,6 +214,9 @@ type searchQuery struct {
 	// hasText is false when q has no word in it.
 	text    textQuery
 	hasText bool
+	// walk is how many of the newest documents a listing's text search
+	// reads before it asks the GIN index (Config.TextWalk).
+	walk int
 	// index, when the store seals, keys the hashes; failure text and
 	// bodies are sealed then, so q matches keys only.
 	index *crypt.Index

@@ -43,6 +43,11 @@ type Config struct {
 	// off unless set (dlq serve sets it from ingest.text_search, on by
 	// default).
 	TextSearch bool
+	// TextWalk is how many of the newest documents a text search reads
+	// one by one before it asks the GIN index (textDocArm in
+	// messages.go). Optional; TextWalkDefault when 0. Tests set it small
+	// to cross from the walk to the index with few rows.
+	TextWalk int
 }
 
 const maxConnsDefault = 10
@@ -62,11 +67,12 @@ func (c *Config) validate() error {
 
 // Store is dlq's handle on PostgreSQL. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	up   prometheus.Gauge // nil: not reported
-	enc  *encState        // nil: encryption off
-	text bool             // Config.TextSearch
+	pool     *pgxpool.Pool
+	log      *slog.Logger
+	up       prometheus.Gauge // nil: not reported
+	enc      *encState        // nil: encryption off
+	text     bool             // Config.TextSearch
+	textWalk int              // Config.TextWalk
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
@@ -91,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create pool for %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
-	st := &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up, text: cfg.TextSearch}
+	st := &Store{pool: pool, log: cmp.Or(cfg.Logger, slog.Default()), up: cfg.Up, text: cfg.TextSearch, textWalk: cmp.Or(cfg.TextWalk, TextWalkDefault)}
 	if e := cfg.Encryption; e != nil {
 		st.enc = &encState{ring: e.Ring, sealHeader: e.SealHeader}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -305,4 +306,50 @@ func TestReturnSealedDropsDocument(t *testing.T) {
 	require.Equal(t, 1, res.Returned)
 	require.Equal(t, 1, count(t, db, "enc_key_id IS NOT NULL"))
 	require.Zero(t, count(t, db, "id IN (SELECT id FROM message_text)"))
+}
+
+// TestTextSearchWalksThenAsksTheIndex: a text search reads the newest
+// documents one by one (Config.TextWalk of them) and asks the GIN index
+// about older ones only when those gave too few matches. Pages of two
+// over matches spread below and above the walk's reach come out newest
+// first, each once, whichever part found them.
+func TestTextSearchWalksThenAsksTheIndex(t *testing.T) {
+	t.Parallel()
+	dsn := dlqtest.Schema(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4, TextSearch: true, TextWalk: 4})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	db := dlqtest.DB(t, dsn)
+
+	// 12 messages, one at a time so that ids follow their order; every
+	// third holds the phrase, so the newest 4 documents hold one match
+	// and the index finds the rest.
+	for i := range 12 {
+		body := `{"note":"an ordinary parcel"}`
+		if i%3 == 0 {
+			body = `{"note":"parcel quarantined by customs"}`
+		}
+		ingest(t, st, textMsg("orders", body, int64(1000+i)))
+	}
+	dlqtest.IndexText(t, st)
+	want := messageIDs(t, db, `convert_from(body, 'UTF8') LIKE '%quarantined%'`)
+	require.Len(t, want, 4)
+	slices.Reverse(want) // newest first
+	var got []int64
+	var before int64
+	for range 10 {
+		page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: "quarantined by customs"}, store.ListOptions{Limit: 2, Before: before})
+		require.NoError(t, err)
+		for _, m := range page.Messages {
+			got = append(got, m.ID)
+		}
+		if !page.HasMore {
+			break
+		}
+		before = page.LastID
+	}
+	require.Equal(t, want, got, "newest first, each once, across the walk and the index")
 }
