@@ -243,3 +243,18 @@ func enqueueBatchText(b *pgx.Batch, batch int64, returned []int64) {
 SELECT array_agg(id) || $2::bigint[] FROM dead_messages WHERE ingest_batch = $1 AND enc_key_id IS NULL
 HAVING count(*) > 0 OR cardinality($2::bigint[]) > 0`, batch, returned)
 }
+
+// ReplayRunning reports whether a replay task is publishing now (running;
+// not scheduled, nor waiting on its canary): the text indexer keeps
+// to its duty cycle meanwhile, as while ingest is busy, so that catching
+// up does not take the replay's share of the machine. Read through the
+// partial index of unfinished tasks (replay_tasks_active, whose predicate
+// 'running' implies).
+func (s *Store) ReplayRunning(ctx context.Context) (bool, error) {
+	var running bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM replay_tasks WHERE status = 'running')`).Scan(&running)
+	if err != nil {
+		return false, fmt.Errorf("store: look for running replays: %w", err)
+	}
+	return running, nil
+}

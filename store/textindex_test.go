@@ -353,3 +353,28 @@ func TestTextSearchWalksThenAsksTheIndex(t *testing.T) {
 	}
 	require.Equal(t, want, got, "newest first, each once, across the walk and the index")
 }
+
+// TestReplayRunning: the text indexer's signal to keep to its duty cycle
+// is a task that publishes now; a scheduled one or none is not.
+func TestReplayRunning(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	running := func() bool {
+		t.Helper()
+		r, err := st.ReplayRunning(ctx)
+		require.NoError(t, err)
+		return r
+	}
+	require.False(t, running(), "no task")
+	ids := seedPending(t, st, db, "orders", 2)
+	task := newTask(t, st, store.Filter{IDs: ids, Status: "all"})
+	require.False(t, running(), "a task not taken yet publishes nothing")
+	_, err := db.Exec(ctx, `UPDATE replay_tasks SET status = 'running' WHERE id = $1`, task.ID)
+	require.NoError(t, err)
+	require.True(t, running())
+	_, err = db.Exec(ctx, `UPDATE replay_tasks SET status = 'completed' WHERE id = $1`, task.ID)
+	require.NoError(t, err)
+	require.False(t, running(), "a finished task")
+}
