@@ -53,6 +53,9 @@ type apiOptions struct {
 	// -ingest-text-only; textNoIndexer adds text search on without it.
 	textDuty      int
 	textNoIndexer bool
+	// ingestInto writes the ingest-cost runs into this existing schema
+	// (the 10M bench_api) instead of fresh ones.
+	ingestInto string
 }
 
 // API runs `dlq-bench api`: it fills a schema with generated messages
@@ -73,6 +76,7 @@ func API(args []string) error {
 	fs.IntVar(&o.ingestN, "ingest-n", 200_000, "messages per ingest-cost run")
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
 	fs.BoolVar(&o.textOnly, "ingest-text-only", false, "ingest cost: compare only text search on (the text indexer working beside ingest at its default pacing, as in dlq serve) against text search off")
+	fs.StringVar(&o.ingestInto, "ingest-into", "", "ingest cost: write every run into this existing schema (e.g. bench_api, 10,000,000 rows with their text documents) instead of a fresh one; the rows stay")
 	fs.IntVar(&o.textDuty, "text-index-duty", textindex.DutyDefault, "-ingest-text-only: the text indexer's duty (percent) beside ingest (default: dlq serve's)")
 	fs.BoolVar(&o.textNoIndexer, "ingest-text-no-indexer", false, "-ingest-text-only: also text search on without the indexer running (what ingest itself pays)")
 	fs.BoolVar(&o.buildText, "build-text", false, "write the text search documents (message_text) of the schema's rows in bulk, then build their GIN index, printing timings (with -reuse on an existing schema; a fresh generation has none until this runs); with -generate-only, nothing else")

@@ -140,21 +140,30 @@ type costRun struct {
 // beside the writers on a connection of its own, as in dlq serve.
 func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (costRun, error) {
 	drop, pendingOnly := v.drop, v.pendingOnly
+	// The backends are told by their application name: the schema's
+	// name, or with -ingest-into (an existing schema, left as it is but
+	// for the rows written) a name of this run's own.
 	schema := fmt.Sprintf("bench_api_ingest_%d_%s", round, randomHex(3))
+	app := schema
+	if o.ingestInto != "" {
+		schema = o.ingestInto
+	}
 	admin, err := store.OpenBenchAdmin(ctx, o.pgURL)
 	if err != nil {
 		return costRun{}, err
 	}
 	defer admin.Close(ctx)
-	if err := admin.CreateSchema(ctx, schema); err != nil {
-		return costRun{}, err
+	if o.ingestInto == "" {
+		if err := admin.CreateSchema(ctx, schema); err != nil {
+			return costRun{}, err
+		}
+		defer admin.DropSchema(context.WithoutCancel(ctx), schema) //nolint:errcheck
 	}
-	defer admin.DropSchema(context.WithoutCancel(ctx), schema) //nolint:errcheck
 	dsn, err := withSearchPath(o.pgURL, schema+",public")
 	if err != nil {
 		return costRun{}, err
 	}
-	dsn += "&application_name=" + schema
+	dsn += "&application_name=" + app
 	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: !v.textOff})
 	if err != nil {
 		return costRun{}, err
@@ -164,18 +173,10 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 		return costRun{}, err
 	}
 	sb := st.Bench()
-	for _, ix := range drop {
-		if err := sb.DropIndex(ctx, schema, ix); err != nil {
+	if o.ingestInto == "" {
+		if err := prepareCostSchema(ctx, sb, schema, drop, pendingOnly); err != nil {
 			return costRun{}, err
 		}
-	}
-	if pendingOnly {
-		if err := sb.CreatePendingFailedAtIndex(ctx); err != nil {
-			return costRun{}, err
-		}
-	}
-	if err := sb.DisableAutovacuum(ctx); err != nil {
-		return costRun{}, err
 	}
 	// Messages as the consumer stores them: typed headers with x-death and
 	// failure details, small bodies.
@@ -199,13 +200,13 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 	const batch, writers = 500, 2
 	// Open both connections, then note their backends' CPU time.
 	sb.OpenConnections(ctx, writers)
-	pids, err := admin.BackendPIDs(ctx, schema)
+	pids, err := admin.BackendPIDs(ctx, app)
 	if err != nil {
 		return costRun{}, err
 	}
 	var ix *indexerRun
 	if v.indexer {
-		if ix, err = startIndexer(ctx, admin, dsn, schema, o.textDuty); err != nil {
+		if ix, err = startIndexer(ctx, admin, dsn, app, o.textDuty); err != nil {
 			return costRun{}, err
 		}
 		defer ix.stop()
@@ -243,4 +244,20 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 		run.indexerCPU = ix.cpu().Seconds() * 1e6 / float64(len(msgs))
 	}
 	return run, nil
+}
+
+// prepareCostSchema drops a fresh cost schema's indexes as the variant
+// asks and switches autovacuum off, so that only the writers' work counts.
+func prepareCostSchema(ctx context.Context, sb store.Bench, schema string, drop []string, pendingOnly bool) error {
+	for _, ix := range drop {
+		if err := sb.DropIndex(ctx, schema, ix); err != nil {
+			return err
+		}
+	}
+	if pendingOnly {
+		if err := sb.CreatePendingFailedAtIndex(ctx); err != nil {
+			return err
+		}
+	}
+	return sb.DisableAutovacuum(ctx)
 }
