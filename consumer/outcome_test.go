@@ -67,9 +67,12 @@ func TestUnknownCommitIsResolvedBeforeWritingAgain(t *testing.T) {
 	ch := dlqtest.Channel(t, app)
 	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
 	declareOwn(t, app, nil, exchange, queue)
-	publishDead(t, ch, exchange, "unknown", 20)
 	u := &unansweringStore{Store: st, unanswers: 3}
 	p := startPipeline(t, u, exchange, queue, 20, 40, 20*time.Millisecond)
+	// Published once the consumer is ready: while it resolves the lost
+	// commit it is not ready, and published before, the batch could
+	// fill and fail before startPipeline saw it ready.
+	publishDead(t, ch, exchange, "unknown", 20)
 	rows := func() int {
 		var n int
 		require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
