@@ -276,7 +276,11 @@ func (s *Store) ConfirmBatches(ctx context.Context, ids []int64) error {
 //     (returns only grow; unknown counts on either side do not decide), and
 //   - no concurrent transaction holds the row (SKIP LOCKED): a message is
 //     delivered to one consumer at a time, so two deliveries racing for one
-//     row are twins.
+//     row are twins. The lock is FOR NO KEY UPDATE (the update changes no
+//     key), which the text indexer's FOR KEY SHARE does not stop: with FOR
+//     UPDATE, a redelivery arriving while the indexer wrote the row's
+//     document passed over the row and stored the message twice (found by
+//     TestFaultKill9).
 //
 // For distinct messages this is exact. For twins it may store a redelivery
 // again (a duplicate, never a loss); docs/ARCHITECTURE.md describes the one
@@ -310,7 +314,7 @@ LIMIT 2`, fingerprint)
 	}
 	tag, err := tx.Exec(ctx, `
 UPDATE dead_messages SET ingest_batch = $3, ingest_returns = $4
-WHERE id = (SELECT id FROM dead_messages WHERE id = $1 AND ingest_batch = $2 FOR UPDATE SKIP LOCKED)`,
+WHERE id = (SELECT id FROM dead_messages WHERE id = $1 AND ingest_batch = $2 FOR NO KEY UPDATE SKIP LOCKED)`,
 		id, from, batch, returns)
 	if err != nil {
 		return false, err

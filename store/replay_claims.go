@@ -131,7 +131,8 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	// First the rows are locked, in id order, passing over rows another
-	// transaction holds. Only the message rows: every write that settles
+	// transaction holds (FOR NO KEY UPDATE: the claim changes no key, and
+	// so is not held up by the text indexer's FOR KEY SHARE). Only the message rows: every write that settles
 	// an item of a message it can still claim holds the message's row
 	// (claims, settlements, lease recovery), so the row lock is enough, and
 	// locking the items too cost a WAL record per message.
@@ -139,7 +140,7 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 SELECT m.id, m.status, m.replay_count FROM unnest($1::bigint[]) AS x(id)
 JOIN dead_messages m ON m.id = x.id
 ORDER BY m.id
-FOR UPDATE OF m SKIP LOCKED`, items)
+FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
 	}

@@ -39,7 +39,7 @@ WITH e AS (
     WHERE m.status = 'replaying' AND (m.claim_expires_at IS NULL OR m.claim_expires_at < now())
       AND (c.token IS NULL OR c.expires_at < now())
     ORDER BY m.id LIMIT $1
-    FOR UPDATE OF m SKIP LOCKED
+    FOR NO KEY UPDATE OF m SKIP LOCKED
 )
 UPDATE dead_messages m SET status = 'pending',
     last_replay_error = CASE WHEN e.maybe THEN $2 ELSE m.last_replay_error END,

@@ -54,9 +54,15 @@ type textEntry struct {
 // first) and takes them off the queue, in one transaction: the claim and
 // the documents commit together, so a process killed in between leaves
 // the entries to the next claim, and concurrent indexers (SKIP LOCKED)
-// never take the same entry. Rows are locked FOR SHARE while their
-// documents are written, so a row sealed meanwhile (RekeyMessages) waits
-// and deletes the document after, or is seen sealed and gets none.
+// never take the same entry. Rows are locked FOR KEY SHARE while their
+// documents are written (the lock the documents' foreign key takes
+// anyway), which conflicts only with FOR UPDATE: a row being sealed
+// (RekeyMessages locks FOR UPDATE) is waited for and seen sealed, so it
+// gets no document, and one the indexer holds is passed over by the
+// sealing pass and sealed later, its document deleted then. Writers that
+// change no key lock FOR NO KEY UPDATE, which this lock does not stop: a
+// redelivery's match (matchRedelivery) must never pass over a row because
+// the indexer holds it, or it would store the message twice.
 func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error) {
 	if max <= 0 {
 		max = TextIndexBatchDefault
@@ -96,7 +102,7 @@ SELECT m.id, setweight(dlq_search_document(m.failure_type, m.failure_message, m.
     dlq_search_document(NULL, NULL, NULL, NULL, m.body, coalesce(m.body_text_bytes, u.b))
 FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s) JOIN dead_messages m ON m.id = u.id
 WHERE m.enc_key_id IS NULL
-ORDER BY m.id FOR SHARE OF m
+ORDER BY m.id FOR KEY SHARE OF m
 ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, docs.ids, docs.bodyBytes, docs.headerText)
 	if err != nil {
 		return res, fmt.Errorf("store: index text: write documents of %d rows: %w", len(ids), err)

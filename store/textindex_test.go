@@ -378,3 +378,40 @@ func TestReplayRunning(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, running(), "a finished task")
 }
+
+// TestRedeliveryMatchedWhileIndexing: a redelivery whose row the text
+// indexer holds (its FOR KEY SHARE while it writes the row's document) is
+// still matched to the row, not stored again; and replay claims are not
+// held up by it either. With the match locking FOR UPDATE SKIP LOCKED the
+// redelivery passed over the held row and the message was stored twice
+// (TestFaultKill9 found it).
+func TestRedeliveryMatchedWhileIndexing(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ingest(t, st, msg("q", "a", 10))
+	id := messageIDs(t, db, "fingerprint = 10")[0]
+
+	// The indexer's hold on the row, in a transaction left open.
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT id FROM dead_messages WHERE id = $1 FOR KEY SHARE`, id)
+	require.NoError(t, err)
+
+	re := msg("q", "a", 10)
+	re.Redelivered = true
+	done := make(chan store.IngestResult, 1)
+	go func() {
+		_, res := ingest(t, st, re)
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		require.Equal(t, []store.Outcome{store.OutcomeDuplicate}, res.Outcomes, "matched, not stored again")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the redelivery waited for the indexer's hold")
+	}
+	require.Equal(t, []int64{id}, messageIDs(t, db, "TRUE"))
+}
