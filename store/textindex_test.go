@@ -16,6 +16,17 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
+// storeOn opens a further store with text search on, on the schema of
+// dsn, configured as cfg otherwise.
+func storeOn(t *testing.T, dsn string, cfg store.Config) *store.Store {
+	t.Helper()
+	cfg.DatabaseURL, cfg.MaxConns, cfg.TextSearch = dsn, 2, true
+	st, err := store.Open(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return st
+}
+
 // find returns the ids a search across every status finds, and whether
 // the answer says rows waiting for the indexer were left unsearched.
 func find(t *testing.T, st *store.Store, q string, opt store.ListOptions) ([]int64, bool) {
@@ -85,9 +96,7 @@ func TestTextIndexersConcurrent(t *testing.T) {
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	st2, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: true})
-	require.NoError(t, err)
-	t.Cleanup(st2.Close)
+	st2 := storeOn(t, dsn, store.Config{})
 
 	const batches, per = 30, 40
 	for b := range batches {
@@ -142,9 +151,7 @@ func TestTextIndexClaimDies(t *testing.T) {
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
-	st2, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: true})
-	require.NoError(t, err)
-	t.Cleanup(st2.Close)
+	st2 := storeOn(t, dsn, store.Config{})
 	ingest(t, st, textMsg("orders", `{"fruit":"durian"}`, 1), textMsg("orders", `{"fruit":"durian"}`, 2))
 	first := messageIDs(t, db, "TRUE")[0]
 
@@ -317,10 +324,8 @@ func TestTextSearchWalksThenAsksTheIndex(t *testing.T) {
 	t.Parallel()
 	dsn := dlqtest.Schema(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4, TextSearch: true, TextWalk: 4})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	_, err = st.Migrate(ctx, nil)
+	st := storeOn(t, dsn, store.Config{TextWalk: 4})
+	_, err := st.Migrate(ctx, nil)
 	require.NoError(t, err)
 	db := dlqtest.DB(t, dsn)
 
