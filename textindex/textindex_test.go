@@ -86,3 +86,53 @@ func TestNewChecksConfig(t *testing.T) {
 	_, err = textindex.New(textindex.Config{Store: st, Duty: 101})
 	require.ErrorContains(t, err, "duty 101")
 }
+
+// TestIndexerYieldsToReplay: while a replay task runs, the indexer keeps
+// to its duty cycle even with nothing new arriving, leaving the replay the
+// machine; once the replay has finished it catches up without pausing.
+// At 1% duty a batch of one row is followed by a pause 99 times as long,
+// so a second of work indexes a few rows, not the 40 waiting (unpaced it
+// takes them all well within it).
+func TestIndexerYieldsToReplay(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	msgs := make([]store.NewMessage, 40)
+	for i := range msgs {
+		msgs[i] = store.NewMessage{SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
+			Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{}`), Body: fmt.Appendf(nil, "papaya %d", i),
+			FirstFailedAt: now, FailedAt: now, Fingerprint: int64(i + 1), Returns: store.ReturnsUnknown}
+	}
+	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: msgs})
+	require.NoError(t, err)
+	task, err := st.CreateReplayTask(ctx, store.NewReplayTask{Selection: store.Filter{SourceQueue: "orders"},
+		MaxItems: 100, Request: json.RawMessage(`{}`), Actor: store.Actor{Name: "test", Role: "operator", Via: "test"}})
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `UPDATE replay_tasks SET status = 'running' WHERE id = $1`, task.ID)
+	require.NoError(t, err)
+
+	reg := prometheus.NewRegistry()
+	ix, err := textindex.New(textindex.Config{Store: st, Batch: 1, Duty: 1, Poll: 10 * time.Millisecond, Registerer: reg})
+	require.NoError(t, err)
+	// A second of work while the replay runs.
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	require.NoError(t, ix.Run(rctx))
+	cancel()
+	during := gauge(t, reg, "dlq_text_index_rows_total")
+	require.Positive(t, during, "it still works, at its duty")
+	require.Less(t, during, 20.0, "paced while the replay runs")
+
+	_, err = db.Exec(ctx, `UPDATE replay_tasks SET status = 'completed' WHERE id = $1`, task.ID)
+	require.NoError(t, err)
+	rctx, cancel = context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ix.Run(rctx) }()
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		n, err := st.TextWaiting(ctx)
+		return err == nil && n == 0
+	}, "the indexer never caught up after the replay")
+	cancel()
+	require.NoError(t, <-done)
+}
