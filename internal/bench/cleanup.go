@@ -23,7 +23,6 @@ import (
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
-	"github.com/dlq/dlq/textindex"
 )
 
 // cleanupOptions are the flags of `dlq-bench cleanup`.
@@ -185,30 +184,11 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	}
 	fmt.Printf("loaded %d expired resolved messages in %s\n", o.eligible, time.Since(t).Round(time.Second))
 	if o.textSearch {
-		// Old rows have their documents, so deleting one deletes its
-		// document too (ON DELETE CASCADE), as in a store that indexed them.
-		t = time.Now()
-		sb := st.Bench()
-		lo, hi, err := sb.MessageIDRange(ctx)
+		stopIndexer, err := indexExpired(ctx, st)
 		if err != nil {
 			return res, err
 		}
-		n, err := sb.BuildTextDocuments(ctx, lo, hi)
-		if err != nil {
-			return res, err
-		}
-		if err := sb.ClearTextQueue(ctx); err != nil {
-			return res, err
-		}
-		fmt.Printf("wrote the documents of %d expired messages in %s\n", n, time.Since(t).Round(time.Second))
-		ix, err := textindex.New(textindex.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
-		if err != nil {
-			return res, err
-		}
-		ixCtx, stopIx := context.WithCancel(ctx)
-		ixDone := make(chan struct{})
-		go func() { defer close(ixDone); _ = ix.Run(ixCtx) }()
-		defer func() { stopIx(); <-ixDone }()
+		defer stopIndexer()
 	}
 
 	conn, err := amqp.Dial(o.amqpURL)

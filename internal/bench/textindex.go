@@ -3,7 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dlq/dlq/store"
 	"github.com/dlq/dlq/textindex"
@@ -73,4 +77,33 @@ func (r *indexerRun) stop() {
 	r.cancel()
 	<-r.done
 	r.st.Close()
+}
+
+// indexExpired readies a cleanup run's store as dlq serve runs with text
+// search on: the expired rows get their documents, so that deleting one
+// deletes its document too (ON DELETE CASCADE), as in a store that
+// indexed them; then a text indexer runs beside ingest until stop.
+func indexExpired(ctx context.Context, st *store.Store) (stop func(), err error) {
+	t := time.Now()
+	sb := st.Bench()
+	lo, hi, err := sb.MessageIDRange(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, err := sb.BuildTextDocuments(ctx, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.ClearTextQueue(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Printf("wrote the documents of %d expired messages in %s\n", n, time.Since(t).Round(time.Second))
+	ix, err := textindex.New(textindex.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return nil, err
+	}
+	ixCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ix.Run(ixCtx) }()
+	return func() { cancel(); <-done }, nil
 }
