@@ -9,16 +9,23 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# `dlq version` prints it. .git is not in the build context, so it comes from outside:
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) .
-# (docker compose passes DLQ_VERSION).
-ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /dlq ./cmd/dlq
+# `dlq version` prints the release from the file VERSION and the commit, which comes
+# from outside because .git is not in the build context:
+#   docker build --build-arg COMMIT=$(git rev-parse --short=12 HEAD) .
+# (docker compose passes DLQ_COMMIT). `make release` builds the same image without a
+# container engine (cmd/dlq-release), for linux/amd64 and linux/arm64.
+# timetzdata: the runtime image's zone data is not needed then (CRON_TZ schedules).
+ARG COMMIT=
+RUN CGO_ENABLED=0 go build -trimpath -tags timetzdata \
+    -ldflags="-s -w -X main.version=$(cat VERSION) -X main.commit=${COMMIT}" -o /dlq ./cmd/dlq
 
 # Run: distroless static has CA certificates and tzdata, no shell, and a nonroot user.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /dlq /dlq
 USER nonroot:nonroot
+# In a container the API listens on the container's interface, so that a published
+# port reaches it (dlq's own default, 127.0.0.1, suits a host install).
+ENV DLQ_HTTP_ADDR=0.0.0.0:8080
 EXPOSE 8080
 ENTRYPOINT ["/dlq"]
 CMD ["serve"]

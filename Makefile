@@ -12,8 +12,11 @@ SHELL := bash
 
 GO ?= go
 FUZZTIME ?= 30s
-# What `dlq version` prints.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# What `dlq version` prints: the release from the file VERSION (its one place;
+# CHANGELOG.md has a section per release), and the commit it was built from.
+VERSION ?= $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 ARGS ?=
 
 # Every package of the module, except scratch under tmp/ (ignored by git, but `./...`
@@ -38,12 +41,36 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 # Its folder is read-only, so its result files go here (tmp/ is ignored by git).
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
-.PHONY: build services run test test-cluster test-tls fuzz soak clean screenshot \
+.PHONY: release build services run test test-cluster test-tls fuzz soak clean screenshot \
 	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds \
 	bench-instances
 
 build:
-	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/dlq ./cmd/dlq
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/dlq ./cmd/dlq
+
+# A release in dist/: the binaries for linux/amd64 and linux/arm64 and the container
+# image as an OCI image archive (written without a container engine by cmd/dlq-release;
+# `docker load -i` or `skopeo copy oci-archive:…` takes it), stamped with VERSION and
+# the commit, with SHA256SUMS. The archive is reproducible: the same commit gives the
+# same digest. It refuses uncommitted changes (ALLOW_DIRTY=1 for a trial build) and a
+# VERSION without its section in CHANGELOG.md. Where a Docker engine answers, the image
+# is loaded too, as dlq:VERSION. docs/UPGRADING.md says how to roll a release out.
+RELEASE_ARCHS ?= amd64 arm64
+RELEASE_CA ?= /etc/ssl/certs/ca-certificates.crt
+release:
+	@grep -q '^## \[$(VERSION)\]' CHANGELOG.md || { echo "release: CHANGELOG.md has no section '## [$(VERSION)]': write the release notes first" >&2; exit 1; }
+	@if [ -z "$(ALLOW_DIRTY)" ] && ! git diff --quiet HEAD; then echo "release: the tree has uncommitted changes: commit them (or ALLOW_DIRTY=1 for a trial build)" >&2; exit 1; fi
+	rm -rf dist && mkdir -p dist
+	for arch in $(RELEASE_ARCHS); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -tags timetzdata \
+			-ldflags '-s -w $(LDFLAGS)' -o dist/dlq-$(VERSION)-linux-$$arch ./cmd/dlq; \
+	done
+	$(GO) run ./cmd/dlq-release -version '$(VERSION)' -revision '$(COMMIT)' -created "$$(git log -1 --format=%ct)" \
+		$$([ -r '$(RELEASE_CA)' ] && echo -ca '$(RELEASE_CA)') -o dist/dlq-$(VERSION)-oci.tar \
+		$(foreach a,$(RELEASE_ARCHS),$(a)=dist/dlq-$(VERSION)-linux-$(a)) > dist/IMAGE_DIGEST
+	cd dist && sha256sum dlq-* > SHA256SUMS
+	@if docker info >/dev/null 2>&1; then docker load -i dist/dlq-$(VERSION)-oci.tar; fi
+	@echo "release $(VERSION) ($(COMMIT)) in dist/: image index $$(cat dist/IMAGE_DIGEST)"; ls -l dist
 
 # Idempotent: starts (or installs) only what does not answer. See scripts/services.sh.
 services:
@@ -148,7 +175,7 @@ bench-limits:
 		-explain '$(BENCH_LIMITS_OUT)/explain.txt' $(ARGS)
 
 clean:
-	rm -rf bin/ '$(BENCH_LIMITS_OUT)'
+	rm -rf bin/ dist/ '$(BENCH_LIMITS_OUT)'
 	rm -f coverage*.out *.test
 
 # TLS against a RabbitMQ node and a PostgreSQL cluster the tests start on their own ports

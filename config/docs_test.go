@@ -26,7 +26,7 @@ var envRe = regexp.MustCompile(`DLQ_[A-Z0-9_]*[A-Z0-9]`)
 // docker-compose.yml's.
 func notSetting(name string) bool {
 	switch {
-	case name == "DLQ_URL", name == "DLQ_TOKEN", name == "DLQ_TOKEN_FILE", name == "DLQ_CA_FILE", name == "DLQ_VERSION", name == "DLQ_PUBLISH_ADDR",
+	case name == "DLQ_URL", name == "DLQ_TOKEN", name == "DLQ_TOKEN_FILE", name == "DLQ_CA_FILE", name == "DLQ_COMMIT", name == "DLQ_PUBLISH_ADDR",
 		strings.HasPrefix(name, "DLQ_TEST_"), strings.HasPrefix(name, "DLQ_SERVICES_"):
 		return true
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/dlq/dlq/internal/cli"
+	"github.com/dlq/dlq/migrations"
 )
 
 type command struct {
@@ -43,7 +46,7 @@ func commands() []command {
 		{"edit-replay", "send a corrected copy of a message (new body, header changes); the original is kept", cli.EditReplay},
 		{"policies", "automatic replay policies: selection, schedule, paused or not", cli.Policies},
 		{"policy", "pause or resume an automatic replay policy", cli.Policy},
-		{"version", "print the version", cmdVersion},
+		{"version", "print the release, the commit and the schema version this build expects", cmdVersion},
 	}
 }
 
@@ -59,18 +62,24 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "DLQ_* environment variables and an optional --config YAML file (see README).")
 }
 
-// version is set at build time with -ldflags "-X main.version=…" (the
-// Makefile and the Dockerfile do). A plain `go build` leaves "dev", and
-// versionString then adds the commit Go recorded, if any.
-var version = "dev"
+// version and commit are stamped at build time with -ldflags "-X
+// main.version=… -X main.commit=…": the Makefile reads the release from the
+// file VERSION at the root (its one place), the Dockerfile too. A plain
+// `go build` leaves "dev", and the commit comes from what Go recorded.
+var (
+	version = "dev"
+	commit  = ""
+)
 
-func versionString() string {
-	if version != "dev" {
-		return version
+// buildCommit is the commit the binary was built from: the stamped one,
+// else the revision Go recorded (with -dirty for local changes), else "".
+func buildCommit() string {
+	if commit != "" {
+		return commit
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return version
+		return ""
 	}
 	var rev, modified string
 	for _, s := range info.Settings {
@@ -84,12 +93,25 @@ func versionString() string {
 		}
 	}
 	if rev == "" {
-		return version
+		return ""
 	}
-	return fmt.Sprintf("dev (%.12s%s)", rev, modified)
+	return fmt.Sprintf("%.12s%s", rev, modified)
 }
 
+// cmdVersion prints the release, then what an operator checks before a
+// rolling upgrade: the schema version this build migrates to (docs/UPGRADING.md).
 func cmdVersion([]string) int {
-	fmt.Println("dlq", versionString())
+	line := "dlq " + version
+	if c := buildCommit(); c != "" {
+		line += " (commit " + c + ")"
+	}
+	fmt.Println(line)
+	v, name, err := migrations.Latest()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq version: %v\n", err)
+		return cli.ExitUnavailable
+	}
+	fmt.Printf("schema %d (%s)\n", v, name)
+	fmt.Printf("go %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return cli.ExitOK
 }
