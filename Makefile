@@ -24,6 +24,10 @@ ARGS ?=
 # them instead of skipping them silently. Recursive (=), so it runs only when used.
 PKGS ?= $(shell $(GO) list -e ./... | grep -v -e '/tmp/' -e '/tmp$$')
 
+# The packages with fault tests (a _test.go file built with the tag faults, not
+# !faults): the fault pass builds and links only their test binaries, one at a time.
+FAULT_PKGS ?= $(shell grep -rlE --include='*_test.go' '^//go:build.*[^!]faults' . | grep -v '^./tmp/' | xargs -rn1 dirname | sort -u)
+
 # Tests connect to the shared local servers; each test makes its own queues/schemas.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 DLQ_TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
@@ -90,7 +94,7 @@ test: services build
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags 'faults soak cluster tls' $(PKGS)
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -timeout 15m -p 2 $(PKGS)
-	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(PKGS)
+	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(FAULT_PKGS)
 
 # The cluster tests (build tag cluster, test/cluster): three dlq instances on one
 # database and queue, two of them killed with -9 during 50,000 dead letters, then a
