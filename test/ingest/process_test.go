@@ -265,12 +265,12 @@ func TestServeExplainsClashAndKeepsRunning(t *testing.T) {
 }
 
 // TestVersionCommand: `dlq version` and `dlq --version` print the same
-// stamped version.
+// stamped release, then the schema version the build expects.
 func TestVersionCommand(t *testing.T) {
 	t.Parallel()
 	code, v1, _ := runDLQ(t, nil, "version")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `^dlq \S.*\n$`, v1)
+	require.Regexp(t, `^dlq \S.*\nschema \d+ \(\d{5}_\w+\.sql\)\ngo go1\S* \S+\n$`, v1)
 	code, v2, _ := runDLQ(t, nil, "--version")
 	require.Equal(t, 0, code)
 	require.Equal(t, v1, v2)
