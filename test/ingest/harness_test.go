@@ -292,6 +292,9 @@ func (h *harness) rowCount() int {
 	return n
 }
 
+// inflightCount is used by the tests built without the faults tag.
+//
+//lint:ignore U1000 unused only in the faults build
 func (h *harness) inflightCount() int {
 	h.t.Helper()
 	var n int

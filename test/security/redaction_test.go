@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -172,8 +171,6 @@ func TestRedactionOnEveryReadPath(t *testing.T) {
 		require.NotContains(t, logs, v, "the log")
 	}
 }
-
-var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // consolePage signs in to the console with token and returns a page.
 func consolePage(t *testing.T, d *deployment, token, path string) string {
