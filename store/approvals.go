@@ -168,6 +168,21 @@ WHERE $2 = 0 OR id < $2 ORDER BY id DESC LIMIT $1`, limit, before)
 	return out, nil
 }
 
+// ListPendingApprovals returns the requests waiting for a decision (not
+// expired), newest first, at most limit.
+func (s *Store) ListPendingApprovals(ctx context.Context, limit int) ([]Approval, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
+WHERE status = 'pending' AND expires_at > now() ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list pending approvals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Approval, error) { return scanApproval(r) })
+	if err != nil {
+		return nil, fmt.Errorf("store: list pending approvals: %w", err)
+	}
+	return out, nil
+}
+
 // RejectApproval rejects a pending request. ErrConflict when it is no
 // longer pending (decided or expired).
 func (s *Store) RejectApproval(ctx context.Context, id int64, actor Actor, reason string) (Approval, error) {

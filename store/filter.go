@@ -58,9 +58,10 @@ type Filter struct {
 	// a user filter. Nil means every queue.
 	Scope []string `json:"-"`
 	// Approval restricts to the snapshot of an approval request: the ids
-	// its selection matched when it was made. Set by the operations layer
-	// when it carries out an approved request, never from user input.
-	Approval int64 `json:"-"`
+	// its selection matched when it was made, kept while it waits for a
+	// decision. The operations layer checks that the caller sees the
+	// request; the messages are read within the caller's scope like any.
+	Approval int64 `json:"approval,omitempty"`
 	// index is the store's index key when it seals (withIndex): q then
 	// matches sealed rows by their keyed hashes, and only by those.
 	index *crypt.Index
@@ -123,6 +124,9 @@ func (f Filter) Validate() error {
 	}
 	if len(f.IDs) > MaxFilterIDs {
 		return fmt.Errorf("%w: ids lists %d ids; at most %d per request", ErrInvalidFilter, len(f.IDs), MaxFilterIDs)
+	}
+	if f.Approval < 0 {
+		return fmt.Errorf("%w: approval: %d is not an approval request id", ErrInvalidFilter, f.Approval)
 	}
 	if f.MaxID < 0 {
 		return fmt.Errorf("%w: max_id: %d must be a message id (or 0 for no bound)", ErrInvalidFilter, f.MaxID)
