@@ -336,7 +336,7 @@ type replaysData struct {
 	Tasks []taskView
 }
 
-// taskView is a replay task with what its row shows.
+// taskView is a replay task with what its row and page show.
 type taskView struct {
 	replay.Task
 	Finished bool
@@ -345,6 +345,15 @@ type taskView struct {
 	Done int64
 	// Reasons lists the skip reasons, sorted.
 	Reasons [][2]string
+	// Source is what the task was asked to replay, in words.
+	Source selectionWords
+}
+
+// OutcomeWords says the task's outcome in words ("" while it runs): the
+// colour the page gives it is never the only sign.
+func (t taskView) OutcomeWords() string {
+	return map[string]string{replay.OutcomeAllPublished: "all published", replay.OutcomePartial: "partly published",
+		replay.OutcomeNonePublished: "nothing published"}[t.Outcome]
 }
 
 func viewTask(t replay.Task) taskView {
@@ -360,6 +369,22 @@ func viewTask(t replay.Task) taskView {
 	return v
 }
 
+// viewTasks describes tasks, their selections in words (each failure
+// group looked up once).
+func (c *Console) viewTasks(r *http.Request, tasks ...replay.Task) []taskView {
+	filters := make([]*store.Filter, len(tasks))
+	for i, t := range tasks {
+		filters[i] = t.Request.Filter
+	}
+	groups := c.groupsOf(r.Context(), c.caller(r), filters...)
+	out := make([]taskView, len(tasks))
+	for i, t := range tasks {
+		out[i] = viewTask(t)
+		out[i].Source = describeSelection(taskSelection(t, groups))
+	}
+	return out
+}
+
 // handleReplays lists recent replay tasks; rows of running tasks poll
 // their own fragment (handleReplay) every few seconds.
 func (c *Console) handleReplays(w http.ResponseWriter, r *http.Request) {
@@ -368,14 +393,30 @@ func (c *Console) handleReplays(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "list replays", err)
 		return
 	}
-	d := replaysData{}
-	for _, t := range tasks {
-		d.Tasks = append(d.Tasks, viewTask(t))
-	}
-	c.render(w, r, http.StatusOK, "replays", sessionFrom(r.Context()), "Replays", d)
+	c.render(w, r, http.StatusOK, "replays", sessionFrom(r.Context()), "Replays", replaysData{Tasks: c.viewTasks(r, tasks...)})
 }
 
-// handleReplay answers one task's row (for htmx polling), or its page.
+// replayData is a replay task's page.
+type replayData struct {
+	T taskView
+	// Errors are why messages were not published, most frequent first;
+	// Rest counts the messages of the reasons left out.
+	Errors []replayError
+	Rest   int64
+	// FailedHref lists every message the task failed to publish.
+	FailedHref string
+	CSRF       string
+	CanCancel  bool
+}
+
+// replayError is one reason, with the link to its messages.
+type replayError struct {
+	store.ReplayErrorCount
+	Href string
+}
+
+// handleReplay answers a task's page; to htmx, the part of it that
+// changes while it runs (part=detail), or its row of the replays list.
 func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.pathID(w, r)
 	if !ok {
@@ -386,12 +427,32 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the replay", err)
 		return
 	}
-	if r.Header.Get("HX-Request") == "true" {
-		v := c.newView(sessionFrom(r.Context()), "replays", "", nil)
-		c.renderFragment(w, r, "replays", "replay-row", rowData{T: viewTask(t), CSRF: v.CSRF, CanCancel: v.Can.Cancel})
+	tv := c.viewTasks(r, t)[0]
+	v := c.newView(sessionFrom(r.Context()), "replays", "Replay "+strconv.FormatInt(id, 10), nil)
+	if r.Header.Get("HX-Request") == "true" && r.URL.Query().Get("part") != "detail" {
+		c.renderFragment(w, r, "replays", "replay-row", rowData{T: tv, CSRF: v.CSRF, CanCancel: v.Can.Cancel})
 		return
 	}
-	c.render(w, r, http.StatusOK, "replays", sessionFrom(r.Context()), "Replay "+strconv.FormatInt(id, 10), replaysData{Tasks: []taskView{viewTask(t)}})
+	d := replayData{T: tv, CSRF: v.CSRF, CanCancel: v.Can.Cancel}
+	errs, rest, err := c.cfg.Ops.ReplayErrors(r.Context(), c.caller(r), id, 20)
+	if err != nil {
+		c.renderFailure(w, r, "read the replay's errors", err)
+		return
+	}
+	d.Rest = rest
+	for _, e := range errs {
+		f := store.Filter{Status: "all", ReplayTask: id, ReplayOutcome: e.Outcome, ReplayError: e.Error}
+		d.Errors = append(d.Errors, replayError{ReplayErrorCount: e, Href: "/ui/messages?" + formOf(f).values("").Encode()})
+	}
+	if t.Failed > 0 {
+		d.FailedHref = "/ui/messages?" + formOf(store.Filter{Status: "all", ReplayTask: id, ReplayOutcome: store.OutcomeFailed}).values("").Encode()
+	}
+	if r.Header.Get("HX-Request") == "true" {
+		c.renderFragment(w, r, "replay", "replay-detail", d)
+		return
+	}
+	v.Data = d
+	c.renderView(w, r, http.StatusOK, "replay", "layout", v)
 }
 
 // jobsData is the jobs and alerts page.
@@ -424,8 +485,23 @@ func (c *Console) handleJobs(w http.ResponseWriter, r *http.Request) {
 type auditData struct {
 	Actor, Action, Since string
 	Page                 ops.AuditPage
-	NextURL              string
+	// Rows are the page's entries, each with its selection in words when
+	// it has one of a selection's shapes.
+	Rows    []auditRow
+	NextURL string
+	// Actions are the action filter's choices.
+	Actions []string
 }
+
+// auditRow is one audit entry as the page shows it.
+type auditRow struct {
+	store.AuditEntry
+	Words *selectionWords
+}
+
+// auditActions are the actions the audit page's filter offers.
+var auditActions = []string{"", store.ActionAcknowledge, store.ActionDelete, "replay", "replay_cancel", store.ActionEditReplay,
+	store.ActionApprovalRequest, store.ActionApprove, store.ActionReject, store.ActionApprovalWithdraw, store.ActionApprovalExpire}
 
 // handleAudit pages the audit log, filtered by actor, action and time.
 func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
@@ -440,6 +516,27 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		c.renderFailure(w, r, "read the audit log", err)
 		return
+	}
+	d.Actions = auditActions
+	sels := make([]*ops.SelectionView, len(d.Page.Entries))
+	var filters []*store.Filter
+	for i, e := range d.Page.Entries {
+		if sel, ok := auditSelection(e.Selection); ok {
+			sels[i] = &sel
+			filters = append(filters, sel.Filter)
+		}
+	}
+	groups := c.groupsOf(r.Context(), c.caller(r), filters...)
+	for i, e := range d.Page.Entries {
+		row := auditRow{AuditEntry: e}
+		if sel := sels[i]; sel != nil {
+			if sel.Filter != nil && sel.Filter.Group != "" {
+				sel.Group = groups[sel.Filter.Group]
+			}
+			w := describeSelection(*sel)
+			row.Words = &w
+		}
+		d.Rows = append(d.Rows, row)
 	}
 	if d.Page.HasMore && d.Page.NextCursor != nil {
 		v := url.Values{}

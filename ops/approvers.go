@@ -145,39 +145,62 @@ func (s *Service) ApprovalViews(ctx context.Context, c Caller, limit int) ([]App
 	groups := map[string]*store.Group{}
 	out := make([]ApprovalView, 0, len(list))
 	for _, a := range list {
-		v := ApprovalView{Approval: a, MayDecide: MayDecide(c.Principal, a), MayWithdraw: MayWithdraw(c.Principal, a)}
-		if a.Status == store.ApprovalPending {
-			v.Approvers = s.approversOf(a)
-		}
-		var sel struct {
-			IDs    []int64       `json:"ids"`
-			Filter *store.Filter `json:"filter"`
-			Limit  int           `json:"limit"`
-		}
-		if err := json.Unmarshal(a.Request, &sel); err != nil {
-			return nil, fmt.Errorf("ops: read the request of approval %d: %w", a.ID, err)
-		}
-		v.Selection = SelectionView{IDs: sel.IDs, Filter: sel.Filter, Limit: sel.Limit}
-		if g := sel.Filter; g != nil && g.Group != "" {
-			if _, ok := groups[g.Group]; !ok {
-				groups[g.Group] = s.groupOrNil(ctx, c, g.Group)
-			}
-			v.Selection.Group = groups[g.Group]
-		}
-		if a.Status == store.ApprovalPending {
-			page, err := s.st.ListMessages(ctx, store.Filter{Approval: a.ID, Status: "all", Scope: c.Principal.Queues},
-				store.ListOptions{Limit: approvalSampleSize})
-			if err != nil {
-				return nil, err
-			}
-			for i := range page.Messages {
-				s.present(c.Principal, &page.Messages[i])
-			}
-			v.Sample = page.Messages
+		v, err := s.approvalView(ctx, c, a, groups)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// ApprovalViewOf is one request the caller may see, as ApprovalViews
+// shows it.
+func (s *Service) ApprovalViewOf(ctx context.Context, c Caller, id int64) (ApprovalView, error) {
+	a, err := s.GetApproval(ctx, c, id)
+	if err != nil {
+		return ApprovalView{}, err
+	}
+	return s.approvalView(ctx, c, a, map[string]*store.Group{})
+}
+
+// ApproversOf names the configured tokens that may decide a, sorted (nil
+// when the configuration is not known here).
+func (s *Service) ApproversOf(a store.Approval) []string { return s.approversOf(a) }
+
+// approvalView describes a for the caller; groups caches the failure
+// groups already looked up.
+func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, groups map[string]*store.Group) (ApprovalView, error) {
+	v := ApprovalView{Approval: a, MayDecide: MayDecide(c.Principal, a), MayWithdraw: MayWithdraw(c.Principal, a)}
+	var sel struct {
+		IDs    []int64       `json:"ids"`
+		Filter *store.Filter `json:"filter"`
+		Limit  int           `json:"limit"`
+	}
+	if err := json.Unmarshal(a.Request, &sel); err != nil {
+		return ApprovalView{}, fmt.Errorf("ops: read the request of approval %d: %w", a.ID, err)
+	}
+	v.Selection = SelectionView{IDs: sel.IDs, Filter: sel.Filter, Limit: sel.Limit}
+	if g := sel.Filter; g != nil && g.Group != "" {
+		if _, ok := groups[g.Group]; !ok {
+			groups[g.Group] = s.groupOrNil(ctx, c, g.Group)
+		}
+		v.Selection.Group = groups[g.Group]
+	}
+	if a.Status != store.ApprovalPending {
+		return v, nil
+	}
+	v.Approvers = s.approversOf(a)
+	page, err := s.st.ListMessages(ctx, store.Filter{Approval: a.ID, Status: "all", Scope: c.Principal.Queues},
+		store.ListOptions{Limit: approvalSampleSize})
+	if err != nil {
+		return ApprovalView{}, err
+	}
+	for i := range page.Messages {
+		s.present(c.Principal, &page.Messages[i])
+	}
+	v.Sample = page.Messages
+	return v, nil
 }
 
 // groupOrNil is the failure group id as the caller sees it, nil when it
