@@ -236,9 +236,16 @@ func TestAuditMatchesMutations(t *testing.T) {
 	}, rs)
 	b.requireCounters(t)
 
-	// Through the API: admins only, the scope shown.
-	for _, tok := range []string{tokViewer, tokOp, tokScoped} {
-		require.Equal(t, http.StatusForbidden, b.do(t, "GET", "/api/v1/audit", tok, nil).status)
+	// Through the API: not viewers; a scoped operator only the rows of its
+	// queue; the scope shown.
+	require.Equal(t, http.StatusForbidden, b.do(t, "GET", "/api/v1/audit", tokViewer, nil).status)
+	var mine struct{ Entries []store.AuditEntry }
+	b.do(t, "GET", "/api/v1/audit?limit=100", tokScoped, nil).json(t, &mine)
+	require.Len(t, mine.Entries, 4, "its own three rows, and the operator's acknowledge of orders; not the others'")
+	for _, e := range mine.Entries {
+		var sel store.Filter
+		require.NoError(t, json.Unmarshal(e.Selection, &sel))
+		require.True(t, e.Actor == "orders-ops" || sel.SourceQueue == "orders", "%s %s", e.Actor, e.Selection)
 	}
 	r := b.do(t, "GET", "/api/v1/audit?actor=orders-ops", tokAdmin, nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)

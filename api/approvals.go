@@ -64,3 +64,19 @@ func (s *Server) handleReject(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, r, http.StatusOK, a)
 }
+
+// handleWithdraw serves POST /api/v1/approvals/{id}/withdraw: its
+// requester takes a pending request back; nothing runs.
+func (s *Server) handleWithdraw(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	a, err := s.cfg.Ops.Withdraw(r.Context(), caller(r), id)
+	if err != nil {
+		s.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, a)
+}

@@ -73,6 +73,7 @@ func TestAuthMatrix(t *testing.T) {
 	}
 	byOperator := approval(store.Actor{Name: "ops", Role: auth.RoleOperator, Via: "api"})
 	byAdmin := approval(store.Actor{Name: "admin", Role: auth.RoleAdmin, Via: "api"})
+	toWithdraw := approval(store.Actor{Name: "ops", Role: auth.RoleOperator, Via: "api"})
 	groups, err := b.st.Groups(t.Context(), store.GroupQuery{SourceQueue: "orders"})
 	require.NoError(t, err)
 	require.NotEmpty(t, groups)
@@ -169,6 +170,10 @@ func TestAuthMatrix(t *testing.T) {
 		"POST /api/v1/approvals/{id}/reject": {
 			{fmt.Sprintf("/api/v1/approvals/%d/reject", byAdmin.ID), nil, [6]int{u, u, f, ok, nf, f}},
 		},
+		// Its requester only; a token that cannot see it gets 404.
+		"POST /api/v1/approvals/{id}/withdraw": {
+			{fmt.Sprintf("/api/v1/approvals/%d/withdraw", toWithdraw.ID), nil, [6]int{u, u, f, ok, nf, f}},
+		},
 		"GET /api/v1/policies": {{"/api/v1/policies", nil, read}},
 		"GET /api/v1/policies/{name}": {
 			{"/api/v1/policies/orders-retry", nil, read},
@@ -192,7 +197,7 @@ func TestAuthMatrix(t *testing.T) {
 		},
 		"GET /api/v1/stats":        {{"/api/v1/stats", nil, read}},
 		"GET /api/v1/status":       {{"/api/v1/status", nil, read}},
-		"GET /api/v1/audit":        {{"/api/v1/audit", nil, [6]int{u, u, f, f, f, ok}}},
+		"GET /api/v1/audit":        {{"/api/v1/audit", nil, [6]int{u, u, f, ok, ok, ok}}},
 		"GET /api/v1/jobs":         {{"/api/v1/jobs", nil, read}},
 		"GET /api/v1/alerts":       {{"/api/v1/alerts", nil, read}},
 		"GET /api/v1/openapi.yaml": {{"/api/v1/openapi.yaml", nil, public}},

@@ -61,6 +61,19 @@ func (q query) int(name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
+// id reads a positive id parameter; empty is 0.
+func (q query) id(name string) (int64, error) {
+	s := q.v.Get(name)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return 0, badParam(name, "%q must be an id (a positive whole number)", s)
+	}
+	return n, nil
+}
+
 func (q query) bool(name string) (bool, error) {
 	s := q.v.Get(name)
 	if s == "" {
@@ -101,6 +114,15 @@ func (q query) filter() (store.Filter, error) {
 		return f, err
 	}
 	if f.FailedBefore, err = q.time("failed_before"); err != nil {
+		return f, err
+	}
+	// The messages of one replay task (those it failed to publish, for a
+	// reason), or of one approval request's snapshot.
+	if f.ReplayTask, err = q.id("replay_task"); err != nil {
+		return f, err
+	}
+	f.ReplayOutcome, f.ReplayError = q.str("replay_outcome"), q.str("replay_error")
+	if f.Approval, err = q.id("approval"); err != nil {
 		return f, err
 	}
 	return f, nil

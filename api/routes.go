@@ -44,7 +44,8 @@ func (rt route) role() string {
 // Query parameter lists shared by several routes.
 var (
 	// filterParams are the listing filters taken from the URL.
-	filterParams  = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "field", "category"}
+	filterParams = []string{"status", "source_queue", "reason", "failed_after", "failed_before", "q", "group", "field", "category",
+		"replay_task", "replay_outcome", "replay_error", "approval"}
 	messageParams = append([]string{"limit", "cursor", "include_body", "total"}, filterParams...)
 	exportParams  = append([]string{"cursor"}, filterParams...)
 )
@@ -71,6 +72,7 @@ var routeTable = []route{
 	{"GET", "/api/v1/approvals/{id}", ops.ActListApprovals, nil, false, (*Server).handleGetApproval},
 	{"POST", "/api/v1/approvals/{id}/approve", ops.ActDecideApproval, nil, false, (*Server).handleApprove},
 	{"POST", "/api/v1/approvals/{id}/reject", ops.ActDecideApproval, []string{"reason"}, false, (*Server).handleReject},
+	{"POST", "/api/v1/approvals/{id}/withdraw", ops.ActWithdrawApproval, nil, false, (*Server).handleWithdraw},
 	{"GET", "/api/v1/policies", ops.ActListPolicies, nil, false, (*Server).handleListPolicies},
 	{"GET", "/api/v1/policies/{name}", ops.ActListPolicies, nil, false, (*Server).handleGetPolicy},
 	{"POST", "/api/v1/policies/{name}/pause", ops.ActPausePolicy, []string{"reason"}, false, (*Server).handlePausePolicy},

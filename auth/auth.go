@@ -249,6 +249,21 @@ func (a *Authenticator) Lookup(name string) (Principal, bool) {
 	return Principal{}, false
 }
 
+// Principals lists the principal of every configured token, in the
+// configuration's order (the admin token first); with no token configured,
+// the anonymous admin alone. The operations layer asks it who could
+// approve a request.
+func (a *Authenticator) Principals() []Principal {
+	if a.Open() {
+		return []Principal{anonymousAdmin}
+	}
+	out := make([]Principal, len(a.entries))
+	for i := range a.entries {
+		out[i] = a.entries[i].principal
+	}
+	return out
+}
+
 // Allow takes one request from p's rate limit and reports whether it may
 // proceed.
 func (a *Authenticator) Allow(p Principal) bool {

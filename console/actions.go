@@ -104,6 +104,35 @@ func (s selection) filter() (*store.Filter, error) {
 	return &f, nil
 }
 
+// values is the selection as the query of its confirmation page (GET
+// /ui/confirm): readSelection reads it back.
+func (s selection) values() url.Values {
+	v := s.Form.values("f_")
+	v.Set("action", s.Action)
+	if s.All {
+		v.Set("all", "1")
+		v.Set("max_id", strconv.FormatInt(s.MaxID, 10))
+	}
+	for _, id := range s.IDs {
+		v.Add("id", strconv.FormatInt(id, 10))
+	}
+	for k, n := range map[string]int64{"limit": s.Limit, "rate": s.Rate, "delay": s.Delay, "canary_count": s.CanaryCount, "canary_wait": s.CanaryWait} {
+		if n != 0 {
+			v.Set(k, strconv.FormatInt(n, 10))
+		}
+	}
+	for k, t := range map[string]string{"target_exchange": s.TargetExchange, "target_routing_key": s.TargetRoutingKey} {
+		if t != "" {
+			v.Set(k, t)
+		}
+	}
+	if s.Force {
+		v.Set("force", "1")
+	}
+	v.Set("back", s.Back)
+	return v
+}
+
 func (s selection) replayRequest(dryRun bool) (ops.ReplayRequest, error) {
 	f, err := s.filter()
 	if err != nil {
@@ -137,36 +166,94 @@ type confirmData struct {
 	Reasons        [][2]string
 	NotFound       []int64
 	Verb           string
+	// Approval says whether the action will wait for a second person's
+	// approval, and who may give it.
+	Approval approvalNotice
 }
 
-// handleConfirm counts what an action would do and asks to confirm it.
-// For "all matching", it first takes the snapshot bound: the id of the
-// newest message the filter matches now. The count and the action both
-// use it, so what is acted on is what was counted, never a message that
-// arrived after this page was shown.
-func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
-	ctx, caller := r.Context(), c.caller(r)
+// approvalNotice is ops.ApprovalNotice in the confirmation's words.
+type approvalNotice struct {
+	ops.ApprovalNotice
+	// Who may approve it; Refused: nobody configured may.
+	Who     string
+	Refused bool
+}
+
+func noticeOf(n ops.ApprovalNotice) approvalNotice {
+	v := approvalNotice{ApprovalNotice: n, Who: "another person"}
+	switch {
+	case n.Approvers == nil:
+	case len(n.Approvers) == 0:
+		v.Refused = true
+	default:
+		v.Who = strings.Join(n.Approvers, " or ")
+	}
+	return v
+}
+
+// handleConfirmPost takes an action's form and sends the browser to its
+// confirmation page (POST-redirect-GET: the page is a GET, so Back to it
+// after the action sends nothing again). For "all matching", it first
+// takes the snapshot bound: the id of the newest message the filter
+// matches now. The count and the action both use it, so what is acted on
+// is what was counted, never a message that arrived after the operator
+// asked.
+func (c *Console) handleConfirmPost(w http.ResponseWriter, r *http.Request) {
 	s, err := readSelection(r.PostForm)
 	if err != nil {
 		c.renderFailure(w, r, "read the selection", err)
 		return
 	}
-	if s.All {
-		f, err := s.Form.filter()
-		if err != nil {
-			c.renderFailure(w, r, "read the filter", err)
+	if s.All && s.MaxID == 0 {
+		newest, ok := c.snapshotBound(w, r, s)
+		if !ok {
 			return
 		}
-		newest, err := c.cfg.Ops.ListMessages(ctx, caller, ops.ListRequest{Filter: f, Limit: 1})
-		if err != nil {
-			c.renderFailure(w, r, "read the selection", err)
+		s.MaxID = newest
+	}
+	http.Redirect(w, r, "/ui/confirm?"+s.values().Encode(), http.StatusSeeOther)
+}
+
+// snapshotBound is the id of the newest message an All selection's filter
+// matches; when none does, it has sent the browser back with the news.
+func (c *Console) snapshotBound(w http.ResponseWriter, r *http.Request, s selection) (int64, bool) {
+	f, err := s.Form.filter()
+	if err != nil {
+		c.renderFailure(w, r, "read the filter", err)
+		return 0, false
+	}
+	newest, err := c.cfg.Ops.ListMessages(r.Context(), c.caller(r), ops.ListRequest{Filter: f, Limit: 1})
+	if err != nil {
+		c.renderFailure(w, r, "read the selection", err)
+		return 0, false
+	}
+	if len(newest.Messages) == 0 {
+		if r.Method == http.MethodGet {
+			c.renderError(w, r, sessionFrom(r.Context()), http.StatusNotFound, "Nothing matches this filter: nothing to do.")
+		} else {
+			c.redirectWithFlash(w, r, s.Back, say(flashError, "Nothing matches this filter: nothing to do."))
+		}
+		return 0, false
+	}
+	return newest.Messages[0].ID, true
+}
+
+// handleConfirm counts what an action would do (a dry run through the
+// layer), says whether it will need approval and who can give it, and
+// asks to confirm it.
+func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
+	ctx, caller := r.Context(), c.caller(r)
+	s, err := readSelection(r.URL.Query())
+	if err != nil {
+		c.renderFailure(w, r, "read the selection", err)
+		return
+	}
+	if s.All && s.MaxID == 0 {
+		newest, ok := c.snapshotBound(w, r, s)
+		if !ok {
 			return
 		}
-		if len(newest.Messages) == 0 {
-			c.renderResult(w, r, s.Back, &flash{Error: true, Text: "Nothing matches this filter: nothing to do."})
-			return
-		}
-		s.MaxID = newest.Messages[0].ID
+		s.MaxID = newest
 	}
 	d := confirmData{S: s}
 	switch s.Action {
@@ -192,6 +279,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 		d.Count, d.Skipped, d.NotFound = res.Matched, res.Unchanged, res.NotFound
 		d.Verb = map[string]string{actAcknowledge: "Acknowledge", actDelete: "Delete"}[s.Action]
 	}
+	d.Approval = noticeOf(c.cfg.Ops.NoticeApproval(caller, s.Action, d.Count))
 	c.render(w, r, http.StatusOK, "confirm", sessionFrom(ctx), d.Verb+"?", d)
 }
 
@@ -208,7 +296,9 @@ func (c *Console) acknowledgeOrDelete(ctx context.Context, caller ops.Caller, s 
 	return c.cfg.Ops.Delete(ctx, caller, req)
 }
 
-// handleAct performs a confirmed action and shows its result.
+// handleAct performs a confirmed action and sends the browser back to the
+// page it came from, with what it did in the flash. A refusal is shown at
+// once with its status (nothing was done, so nothing can be sent twice).
 func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 	ctx, caller := r.Context(), c.caller(r)
 	s, err := readSelection(r.PostForm)
@@ -225,20 +315,18 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			t, err = c.cfg.Ops.StartReplay(ctx, caller, req)
 		}
-		if c.pending(w, r, err) {
+		if c.pending(w, r, s.Back, err) {
 			return
 		}
 		if err != nil {
 			c.renderFailure(w, r, "start the replay", err)
 			return
 		}
-		v := c.newView(sessionFrom(ctx), "replays", "Replays", replaysData{Tasks: []taskView{viewTask(t)}})
-		v.Flash = &flash{Text: fmt.Sprintf("Replay %d started: %s messages requested.", t.ID, num(t.Requested))}
-		c.renderView(w, r, http.StatusAccepted, "replays", "layout", v)
+		c.redirectWithFlash(w, r, s.Back, say(flashDone, "Replay started: ", taskLink(t.ID), ", "+counted(t.Requested, "message")+" requested."))
 		return
 	}
 	res, err := c.acknowledgeOrDelete(ctx, caller, s, false)
-	if c.pending(w, r, err) {
+	if c.pending(w, r, s.Back, err) {
 		return
 	}
 	if err != nil {
@@ -246,46 +334,50 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	past := map[string]string{actAcknowledge: "Acknowledged", actDelete: "Deleted"}[s.Action]
-	text := fmt.Sprintf("%s %s messages.", past, num(res.Changed))
+	parts := []any{past + " " + counted(res.Changed, "message")}
+	if len(s.IDs) > 0 && len(s.IDs) <= 10 && s.Action == actAcknowledge {
+		parts = append(parts, ": ")
+		for i, id := range s.IDs {
+			if i > 0 {
+				parts = append(parts, ", ")
+			}
+			parts = append(parts, messageLink(id))
+		}
+	}
+	parts = append(parts, ".")
 	if res.Unchanged > 0 {
-		text += fmt.Sprintf(" %s were already done.", num(res.Unchanged))
+		parts = append(parts, fmt.Sprintf(" %s already done.", counted(res.Unchanged, "was", "were")))
 	}
 	if len(res.NotFound) > 0 {
-		text += fmt.Sprintf(" %d were not found.", len(res.NotFound))
+		parts = append(parts, fmt.Sprintf(" %s not found.", counted(int64(len(res.NotFound)), "was", "were")))
 	}
 	back := s.Back
 	if s.Action == actDelete && strings.HasPrefix(back, "/ui/messages/") {
 		back = "/ui/messages" // the message page is gone
 	}
-	c.renderResult(w, r, back, &flash{Text: text})
+	c.redirectWithFlash(w, r, back, say(flashDone, parts...))
 }
 
 // pending answers an action the layer recorded for approval instead of
-// running (DLQ_APPROVAL_ABOVE): not a failure, a request waiting for a
-// second principal. It reports whether err was that.
-func (c *Console) pending(w http.ResponseWriter, r *http.Request, err error) bool {
+// running (DLQ_APPROVAL_ABOVE): not a failure and not done, a request
+// waiting for a second person, whom it names. It reports whether err was
+// that.
+func (c *Console) pending(w http.ResponseWriter, r *http.Request, back string, err error) bool {
 	var pa *ops.PendingApproval
 	if !errors.As(err, &pa) {
 		return false
 	}
 	a := pa.Approval
-	v := c.newView(sessionFrom(r.Context()), "result", "Result", resultData{Back: "/ui/"})
-	v.Flash = &flash{Text: fmt.Sprintf("Waiting for approval: %s of %s messages is approval %d; another person must approve it "+
-		"on the Approvals page before %s.", a.Action, num(a.Count), a.ID, fmtTime(a.ExpiresAt))}
-	c.renderView(w, r, http.StatusAccepted, "result", "layout", v)
+	who := "another person"
+	if names := c.cfg.Ops.ApproversOf(a); len(names) > 0 {
+		who = strings.Join(names, " or ")
+	}
+	c.redirectWithFlash(w, r, back, say(flashWaiting, fmt.Sprintf("Waiting for approval by %s: the %s of %s is ", who, a.Action, counted(a.Count, "message")),
+		approvalLink(a.ID), fmt.Sprintf(", until %s. Nothing has run yet; you may withdraw it on the Approvals page.", fmtTime(a.ExpiresAt))))
 	return true
 }
 
-// resultData is the result page: the flash and the way back.
-type resultData struct{ Back string }
-
-func (c *Console) renderResult(w http.ResponseWriter, r *http.Request, back string, f *flash) {
-	v := c.newView(sessionFrom(r.Context()), "result", "Result", resultData{Back: back})
-	v.Flash = f
-	c.renderView(w, r, http.StatusOK, "result", "layout", v)
-}
-
-// handleCancel cancels a replay task.
+// handleCancel cancels a replay task and returns to the page it was on.
 func (c *Console) handleCancel(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.pathID(w, r)
 	if !ok {
@@ -296,7 +388,20 @@ func (c *Console) handleCancel(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "cancel the replay", err)
 		return
 	}
-	v := c.newView(sessionFrom(r.Context()), "replays", "Replays", replaysData{Tasks: []taskView{viewTask(t)}})
-	v.Flash = &flash{Text: "Replay " + strconv.FormatInt(id, 10) + " is " + t.Status + "."}
-	c.renderView(w, r, http.StatusOK, "replays", "layout", v)
+	c.redirectWithFlash(w, r, backOf(r, "/ui/replays/"+strconv.FormatInt(id, 10)),
+		say(flashDone, "Cancel: ", taskLink(id), " is "+t.Status+"."))
+}
+
+// counted is "1 message" or "3 messages": n with the word that fits it
+// (one word: an s is added for the plural; two: the singular and the
+// plural).
+func counted(n int64, word ...string) string {
+	w := word[0]
+	switch {
+	case n != 1 && len(word) > 1:
+		w = word[1]
+	case n != 1:
+		w += "s"
+	}
+	return num(n) + " " + w
 }

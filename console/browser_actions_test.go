@@ -79,8 +79,9 @@ func TestBrowserReplaySelected(t *testing.T) {
 	}
 	tb.submit(t, `[data-test="bulk-replay"]`)
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main h1`))), "Replay 3 messages?")
-	require.Equal(t, int64(http.StatusAccepted), tb.submit(t, `[data-test="confirm"]`))
+	require.Equal(t, int64(http.StatusOK), tb.submit(t, `[data-test="confirm"]`), "back on the messages page")
 	require.Contains(t, tb.flash(t), "started")
+	require.Equal(t, 1, tb.count(t, `[data-test="flash"] a[href^="/ui/replays/"]`), "the task is a link")
 
 	var arrived []int64
 	dlqtest.Eventually(t, 20*time.Second, func() bool {
@@ -114,7 +115,9 @@ func TestBrowserGroupReplayProgressCancel(t *testing.T) {
 	tb.submit(t, `[data-test="group-replay"]`)
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main h1`))), "Replay 30 messages?", "a partial replay: 30 of 40")
 	tb.submit(t, `[data-test="confirm"]`)
-	require.Equal(t, 1, tb.count(t, `[data-test="replay-row"]`))
+	require.Contains(t, tb.flash(t), "started")
+	tb.submit(t, `[data-test="flash"] a[href^="/ui/replays/"]`)
+	require.Equal(t, 1, tb.count(t, `[data-test="replay-detail"]`))
 
 	// A mark on the page survives the updates: they are swapped in, the
 	// page is not reloaded.
@@ -145,7 +148,7 @@ func TestBrowserAcknowledgeAndDelete(t *testing.T) {
 	tb.open(t, "/ui/messages/"+strconv.FormatInt(ids[0], 10))
 	tb.submit(t, `[data-test="action-ack"]`)
 	tb.submit(t, `[data-test="confirm"]`)
-	require.Contains(t, tb.flash(t), "Acknowledged 1 messages")
+	require.Contains(t, tb.flash(t), "Acknowledged 1 message")
 	require.Equal(t, store.StatusAcknowledged, b.statuses(t, ids)[ids[0]])
 
 	tb.open(t, "/ui/messages/"+strconv.FormatInt(ids[1], 10))
@@ -154,7 +157,7 @@ func TestBrowserAcknowledgeAndDelete(t *testing.T) {
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`[data-test="confirm"]`))), "Delete 1")
 	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[1]], "not before the confirmation")
 	tb.submit(t, `[data-test="confirm"]`)
-	require.Contains(t, tb.flash(t), "Deleted 1 messages")
+	require.Contains(t, tb.flash(t), "Deleted 1 message")
 	require.Equal(t, "gone", b.statuses(t, ids)[ids[1]])
 	tb.quiet(t)
 }

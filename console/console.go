@@ -140,10 +140,12 @@ func (c *Console) routes() {
 	m.Handle("GET /ui/jobs", c.page(c.handleJobs))
 	m.Handle("GET /ui/audit", c.page(c.handleAudit))
 
-	m.Handle("POST /ui/confirm", c.action(c.handleConfirm))
+	m.Handle("GET /ui/confirm", c.page(c.handleConfirm))
+	m.Handle("POST /ui/confirm", c.action(c.handleConfirmPost))
 	m.Handle("POST /ui/act", c.action(c.handleAct))
 	m.Handle("POST /ui/replays/{id}/cancel", c.action(c.handleCancel))
 	m.Handle("GET /ui/approvals", c.page(c.handleApprovals))
+	m.Handle("GET /ui/approvals/{id}", c.page(c.handleApproval))
 	m.Handle("POST /ui/approvals/{id}", c.action(c.handleDecide))
 	m.Handle("GET /ui/messages/{id}/edit", c.page(c.handleEditForm))
 	m.Handle("POST /ui/messages/{id}/edit", c.action(c.handleEdit))

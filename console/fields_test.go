@@ -36,6 +36,8 @@ func TestFieldFilterForm(t *testing.T) {
 
 	r = op.act(t, "/ui/confirm", url.Values{"action": {"acknowledge"}, "all": {"1"}, "back": {"/ui/messages"},
 		"f_source_queue": {"orders"}, "f_field": {"order.id=42", "order.tier=gold"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, "the confirmation is a page of its own: %s", r.text)
+	r = op.follow(t, r)
 	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
 	require.Contains(t, r.text, "Acknowledge 1 message?", "both field filters reach the confirmation")
 	require.Contains(t, r.text, `<input type="hidden" name="f_field" value="order.tier=gold">`)

@@ -11,7 +11,8 @@ import (
 
 // filterParams are the listing filters, named as in the API; "field" is
 // the repeatable one.
-var filterParams = []string{"status", "source_queue", "reason", "category", "group", "failed_after", "failed_before", "q", "field"}
+var filterParams = []string{"status", "source_queue", "reason", "category", "group", "failed_after", "failed_before", "q", "field",
+	"replay_task", "replay_outcome", "replay_error", "approval"}
 
 // filterForm is a listing filter as the page's form holds it: the raw
 // text of each field, shown back as typed.
@@ -20,12 +21,16 @@ type filterForm struct {
 	// FieldFilters are the JSON body conditions (API parameter "field",
 	// repeatable), each as typed; empty inputs are dropped.
 	FieldFilters []string
+	// The messages of a replay task (those it could not publish, for a
+	// reason: a task page's error links), or of an approval's snapshot.
+	ReplayTask, ReplayOutcome, ReplayError, Approval string
 }
 
 func readFilterForm(v url.Values, prefix string) filterForm {
 	g := func(k string) string { return strings.TrimSpace(v.Get(prefix + k)) }
 	f := filterForm{Status: g("status"), SourceQueue: g("source_queue"), Reason: g("reason"), Category: g("category"), Group: g("group"),
-		FailedAfter: g("failed_after"), FailedBefore: g("failed_before"), Q: g("q")}
+		FailedAfter: g("failed_after"), FailedBefore: g("failed_before"), Q: g("q"),
+		ReplayTask: g("replay_task"), ReplayOutcome: g("replay_outcome"), ReplayError: v.Get(prefix + "replay_error"), Approval: g("approval")}
 	for _, s := range v[prefix+"field"] {
 		// Only the ends are trimmed: a value's inner spaces are its own.
 		if s = strings.TrimSpace(s); s != "" {
@@ -40,7 +45,8 @@ func readFilterForm(v url.Values, prefix string) filterForm {
 func (f filterForm) values(prefix string) url.Values {
 	v := url.Values{}
 	for _, kv := range [][2]string{{"status", f.Status}, {"source_queue", f.SourceQueue}, {"reason", f.Reason}, {"category", f.Category},
-		{"group", f.Group}, {"failed_after", f.FailedAfter}, {"failed_before", f.FailedBefore}, {"q", f.Q}} {
+		{"group", f.Group}, {"failed_after", f.FailedAfter}, {"failed_before", f.FailedBefore}, {"q", f.Q},
+		{"replay_task", f.ReplayTask}, {"replay_outcome", f.ReplayOutcome}, {"replay_error", f.ReplayError}, {"approval", f.Approval}} {
 		if kv[1] != "" {
 			v.Set(prefix+kv[0], kv[1])
 		}
@@ -80,7 +86,42 @@ func (f filterForm) filter() (store.Filter, error) {
 	if sf.FailedBefore, err = parseTime("failed_before", f.FailedBefore); err != nil {
 		return store.Filter{}, err
 	}
+	sf.ReplayOutcome, sf.ReplayError = f.ReplayOutcome, f.ReplayError
+	for _, id := range []struct {
+		name string
+		text string
+		dst  *int64
+	}{{"replay_task", f.ReplayTask, &sf.ReplayTask}, {"approval", f.Approval, &sf.Approval}} {
+		if id.text == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(id.text, 10, 64)
+		if err != nil || n <= 0 {
+			return store.Filter{}, &formError{field: id.name, msg: "must be an id (a positive whole number)"}
+		}
+		*id.dst = n
+	}
 	return sf, nil
+}
+
+// formOf is a store filter as the form holds it: the messages page's
+// address for the messages it selects.
+func formOf(f store.Filter) filterForm {
+	t := func(p *time.Time) string {
+		if p == nil {
+			return ""
+		}
+		return p.UTC().Format(time.RFC3339)
+	}
+	id := func(n int64) string {
+		if n == 0 {
+			return ""
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	return filterForm{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group,
+		FailedAfter: t(f.FailedAfter), FailedBefore: t(f.FailedBefore), Q: f.Query, FieldFilters: f.Fields,
+		ReplayTask: id(f.ReplayTask), ReplayOutcome: f.ReplayOutcome, ReplayError: f.ReplayError, Approval: id(f.Approval)}
 }
 
 func parseTime(name, s string) (*time.Time, error) {

@@ -196,7 +196,7 @@ func TestRoutes(t *testing.T) {
 	r = b.signIn(t, tokViewer).get(t, "/ui/messages/"+id+"/body")
 	require.Equal(t, http.StatusForbidden, r.StatusCode, "a token without bodies gets none")
 	r = b.signIn(t, tokViewer).get(t, "/ui/audit")
-	require.Equal(t, http.StatusForbidden, r.StatusCode, "audit is for admins")
+	require.Equal(t, http.StatusForbidden, r.StatusCode, "audit is not for viewers")
 
 	r = anon.get(t, "/ui")
 	require.Equal(t, "/ui/", r.Header.Get("Location"), "/ui leads to the console")
@@ -229,8 +229,10 @@ func TestCSRF(t *testing.T) {
 	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[0]], "nothing changed")
 
 	r = c.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "id": {strconv.FormatInt(ids[0], 10)}})
-	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
-	require.Contains(t, r.text, "Acknowledged 1 messages")
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	actReqID := r.Header.Get("X-Request-Id")
+	r = c.follow(t, r)
+	require.Contains(t, r.text, "Acknowledged 1 message")
 	require.Equal(t, store.StatusAcknowledged, b.statuses(t, ids)[ids[0]])
 	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[1]])
 
@@ -239,7 +241,7 @@ func TestCSRF(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT actor, via, request_id FROM audit_log WHERE action = 'acknowledge'`).Scan(&actor, &via, &reqID))
 	require.Equal(t, "admin", actor)
 	require.Equal(t, "console", via)
-	require.Equal(t, r.Header.Get("X-Request-Id"), reqID)
+	require.Equal(t, actReqID, reqID)
 }
 
 // TestSignOut: signing out deletes the session everywhere: the old cookie
@@ -321,8 +323,10 @@ func TestActionAwaitingApproval(t *testing.T) {
 	c := b.signIn(t, tokOp)
 	form := url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"}, "max_id": {strconv.FormatInt(ids[2], 10)}}
 	r := c.act(t, "/ui/act", form)
-	require.Equal(t, http.StatusAccepted, r.StatusCode, r.text)
-	require.Contains(t, r.text, "Waiting for approval")
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	r = c.follow(t, r)
+	require.Contains(t, r.text, "Waiting for approval by admin")
+	require.NotContains(t, r.text, "Done:", "a request that only waits is not done")
 	for _, s := range b.statuses(t, ids) {
 		require.Equal(t, store.StatusPending, s)
 	}

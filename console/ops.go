@@ -28,9 +28,15 @@ type Ops interface {
 	Audit(ctx context.Context, c ops.Caller, q ops.AuditRequest) (ops.AuditPage, error)
 	Jobs(ctx context.Context, c ops.Caller) (cron.JobsView, error)
 	Alerts(ctx context.Context, c ops.Caller) (cron.AlertsView, error)
-	ListApprovals(ctx context.Context, c ops.Caller, limit int) ([]store.Approval, error)
+	ApprovalViews(ctx context.Context, c ops.Caller, limit int) ([]ops.ApprovalView, error)
+	ApprovalViewOf(ctx context.Context, c ops.Caller, id int64) (ops.ApprovalView, error)
+	ApproversOf(a store.Approval) []string
+	NoticeApproval(c ops.Caller, action string, count int64) ops.ApprovalNotice
+	PendingForMe(ctx context.Context, c ops.Caller) (int, error)
 	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
+	Withdraw(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
+	ReplayErrors(ctx context.Context, c ops.Caller, id int64, limit int) ([]store.ReplayErrorCount, int64, error)
 	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 }
 

@@ -331,69 +331,6 @@ func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "groups", sessionFrom(ctx), "Failure groups", d)
 }
 
-// replaysData is the replays page.
-type replaysData struct {
-	Tasks []taskView
-}
-
-// taskView is a replay task with what its row shows.
-type taskView struct {
-	replay.Task
-	Finished bool
-	// Done is how many messages are settled (published, failed, skipped
-	// or unknown), the progress bar's value.
-	Done int64
-	// Reasons lists the skip reasons, sorted.
-	Reasons [][2]string
-}
-
-func viewTask(t replay.Task) taskView {
-	v := taskView{Task: t, Finished: store.TaskFinished(t.Status), Done: t.Published + t.Failed + t.Skipped + t.Unknown}
-	keys := make([]string, 0, len(t.SkipReasons))
-	for k := range t.SkipReasons {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v.Reasons = append(v.Reasons, [2]string{k, num(t.SkipReasons[k])})
-	}
-	return v
-}
-
-// handleReplays lists recent replay tasks; rows of running tasks poll
-// their own fragment (handleReplay) every few seconds.
-func (c *Console) handleReplays(w http.ResponseWriter, r *http.Request) {
-	tasks, err := c.cfg.Ops.ListReplays(r.Context(), c.caller(r), 100)
-	if err != nil {
-		c.renderFailure(w, r, "list replays", err)
-		return
-	}
-	d := replaysData{}
-	for _, t := range tasks {
-		d.Tasks = append(d.Tasks, viewTask(t))
-	}
-	c.render(w, r, http.StatusOK, "replays", sessionFrom(r.Context()), "Replays", d)
-}
-
-// handleReplay answers one task's row (for htmx polling), or its page.
-func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
-	id, ok := c.pathID(w, r)
-	if !ok {
-		return
-	}
-	t, err := c.cfg.Ops.GetReplay(r.Context(), c.caller(r), id)
-	if err != nil {
-		c.renderFailure(w, r, "read the replay", err)
-		return
-	}
-	if r.Header.Get("HX-Request") == "true" {
-		v := c.newView(sessionFrom(r.Context()), "replays", "", nil)
-		c.renderFragment(w, r, "replays", "replay-row", rowData{T: viewTask(t), CSRF: v.CSRF, CanCancel: v.Can.Cancel})
-		return
-	}
-	c.render(w, r, http.StatusOK, "replays", sessionFrom(r.Context()), "Replay "+strconv.FormatInt(id, 10), replaysData{Tasks: []taskView{viewTask(t)}})
-}
-
 // jobsData is the jobs and alerts page.
 type jobsData struct {
 	Jobs      *cron.JobsView
@@ -424,8 +361,23 @@ func (c *Console) handleJobs(w http.ResponseWriter, r *http.Request) {
 type auditData struct {
 	Actor, Action, Since string
 	Page                 ops.AuditPage
-	NextURL              string
+	// Rows are the page's entries, each with its selection in words when
+	// it has one of a selection's shapes.
+	Rows    []auditRow
+	NextURL string
+	// Actions are the action filter's choices.
+	Actions []string
 }
+
+// auditRow is one audit entry as the page shows it.
+type auditRow struct {
+	store.AuditEntry
+	Words *selectionWords
+}
+
+// auditActions are the actions the audit page's filter offers.
+var auditActions = []string{"", store.ActionAcknowledge, store.ActionDelete, "replay", "replay_cancel", store.ActionEditReplay,
+	store.ActionApprovalRequest, store.ActionApprove, store.ActionReject, store.ActionApprovalWithdraw, store.ActionApprovalExpire}
 
 // handleAudit pages the audit log, filtered by actor, action and time.
 func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
@@ -440,6 +392,27 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		c.renderFailure(w, r, "read the audit log", err)
 		return
+	}
+	d.Actions = auditActions
+	sels := make([]*ops.SelectionView, len(d.Page.Entries))
+	var filters []*store.Filter
+	for i, e := range d.Page.Entries {
+		if sel, ok := auditSelection(e.Selection); ok {
+			sels[i] = &sel
+			filters = append(filters, sel.Filter)
+		}
+	}
+	groups := c.groupsOf(r.Context(), c.caller(r), filters...)
+	for i, e := range d.Page.Entries {
+		row := auditRow{AuditEntry: e}
+		if sel := sels[i]; sel != nil {
+			if sel.Filter != nil && sel.Filter.Group != "" {
+				sel.Group = groups[sel.Filter.Group]
+			}
+			w := describeSelection(*sel)
+			row.Words = &w
+		}
+		d.Rows = append(d.Rows, row)
 	}
 	if d.Page.HasMore && d.Page.NextCursor != nil {
 		v := url.Values{}

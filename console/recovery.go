@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -17,36 +18,82 @@ import (
 // ops decides who may approve what (never the requester) and what an edit
 // may change.
 
-// approvalsData is the approvals page.
+// approvalsData is the approvals page, or one request's page.
 type approvalsData struct {
 	Approvals []approvalView
+	// One is set on a request's own page.
+	One bool
 }
 
+// approvalView is a request with its selection in words.
 type approvalView struct {
-	store.Approval
-	// Decidable says whether to show approve and reject: pending, and not
-	// the viewer's own request. The layer checks the role and the rest.
-	Decidable bool
+	ops.ApprovalView
+	Source selectionWords
 }
 
-// handleApprovals lists the requests the caller may see, newest first.
+// WaitingFor names who may decide a pending request.
+func (v approvalView) WaitingFor() string {
+	switch {
+	case v.Approvers == nil:
+		return "another person"
+	case len(v.Approvers) == 0:
+		return "nobody configured now (it will expire unless a token that may approve it is configured)"
+	}
+	return strings.Join(v.Approvers, " or ")
+}
+
+// approvalOutcome is what an approved request did (its result).
+type approvalOutcome struct {
+	TaskID  int64  `json:"task_id"`
+	Action  string `json:"action"`
+	Changed int64  `json:"changed"`
+}
+
+func readApprovalResult(raw json.RawMessage) approvalOutcome {
+	var o approvalOutcome
+	_ = jsonUnmarshal(raw, &o)
+	return o
+}
+
+func viewApproval(a ops.ApprovalView) approvalView {
+	v := approvalView{ApprovalView: a}
+	v.Source = describeSelection(a.Selection)
+	return v
+}
+
+// handleApprovals lists the requests the caller may see, newest first,
+// each with what it selects in words, a sample and a link to its
+// messages, and the controls the layer lets the caller use.
 func (c *Console) handleApprovals(w http.ResponseWriter, r *http.Request) {
-	caller := c.caller(r)
-	list, err := c.cfg.Ops.ListApprovals(r.Context(), caller, 100)
+	list, err := c.cfg.Ops.ApprovalViews(r.Context(), c.caller(r), 100)
 	if err != nil {
 		c.renderFailure(w, r, "list approval requests", err)
 		return
 	}
 	d := approvalsData{}
 	for _, a := range list {
-		d.Approvals = append(d.Approvals, approvalView{Approval: a,
-			Decidable: a.Status == store.ApprovalPending && a.RequestedBy != caller.Principal.Name &&
-				ops.Authorize(caller.Principal, ops.ActDecideApproval) == nil})
+		d.Approvals = append(d.Approvals, viewApproval(a))
 	}
 	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), "Approvals", d)
 }
 
-// handleDecide approves or rejects a request, as the form's button says.
+// handleApproval shows one request (the flash's links lead here).
+func (c *Console) handleApproval(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return
+	}
+	a, err := c.cfg.Ops.ApprovalViewOf(r.Context(), c.caller(r), id)
+	if err != nil {
+		c.renderFailure(w, r, "read the approval request", err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), "Approval "+strconv.FormatInt(id, 10),
+		approvalsData{Approvals: []approvalView{viewApproval(a)}, One: true})
+}
+
+// handleDecide approves, rejects or withdraws a request, as the form's
+// button says, and returns to the page it came from.
 func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.pathID(w, r)
 	if !ok {
@@ -57,20 +104,35 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 		a   store.Approval
 		err error
 	)
-	switch r.PostForm.Get("decision") {
+	decision := r.PostForm.Get("decision")
+	switch decision {
 	case "approve":
 		a, err = c.cfg.Ops.Approve(r.Context(), caller, id)
 	case "reject":
 		a, err = c.cfg.Ops.Reject(r.Context(), caller, id, strings.TrimSpace(r.PostForm.Get("reason")))
+	case "withdraw":
+		a, err = c.cfg.Ops.Withdraw(r.Context(), caller, id)
 	default:
-		c.renderFailure(w, r, "decide the request", &formError{field: "decision", msg: "must be approve or reject"})
+		c.renderFailure(w, r, "decide the request", &formError{field: "decision", msg: "must be approve, reject or withdraw"})
 		return
 	}
 	if err != nil {
-		c.renderFailure(w, r, "decide approval "+strconv.FormatInt(id, 10), err)
+		c.renderFailure(w, r, decision+" approval "+strconv.FormatInt(id, 10), err)
 		return
 	}
-	c.renderResult(w, r, "/ui/approvals", &flash{Text: fmt.Sprintf("Approval %d is %s: %s of %s messages.", a.ID, a.Status, a.Action, num(a.Count))})
+	parts := []any{approvalLink(a.ID), fmt.Sprintf(" is %s: the %s of %s", a.Status, a.Action, counted(a.Count, "message"))}
+	var res struct {
+		TaskID int64 `json:"task_id"`
+	}
+	switch {
+	case a.Status != store.ApprovalApproved:
+		parts = append(parts, " will not run.")
+	case jsonUnmarshal(a.Result, &res) == nil && res.TaskID > 0:
+		parts = append(parts, " runs as ", taskLink(res.TaskID), ".")
+	default:
+		parts = append(parts, " ran.")
+	}
+	c.redirectWithFlash(w, r, backOf(r, "/ui/approvals"), say(flashDone, parts...))
 }
 
 // editData is the edit form and, after a preview, the copy it would send.
@@ -163,6 +225,6 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "edit", sessionFrom(r.Context()), "Edit and replay message "+strconv.FormatInt(id, 10), d)
 		return
 	}
-	c.renderResult(w, r, d.Back, &flash{Text: fmt.Sprintf("The corrected copy of message %d is on its way (replay %d, copy %s).",
-		id, res.Task.ID, res.Copy.ReplayID)})
+	c.redirectWithFlash(w, r, d.Back, say(flashDone, "The corrected copy of ", messageLink(id), " is on its way: ", taskLink(res.Task.ID),
+		", copy "+res.Copy.ReplayID+"."))
 }

@@ -23,8 +23,8 @@ func TestApprovalsPage(t *testing.T) {
 	op := b.signIn(t, tokOp)
 	r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
 		"max_id": {strconv.FormatInt(ids[2], 10)}})
-	require.Equal(t, http.StatusAccepted, r.StatusCode, r.text)
-	require.Contains(t, r.text, "Approvals page")
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	require.Contains(t, op.follow(t, r).text, "Approvals page")
 	later := b.seed(t, many(1, "orders")...)
 
 	r = op.get(t, "/ui/approvals")
@@ -46,8 +46,8 @@ func TestApprovalsPage(t *testing.T) {
 	r = admin.get(t, "/ui/approvals")
 	require.Contains(t, r.text, `data-test="approve"`)
 	r = admin.act(t, "/ui/approvals/"+id, url.Values{"decision": {"approve"}})
-	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
-	require.Contains(t, r.text, "is approved")
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	require.Contains(t, admin.follow(t, r).text, "is approved")
 	st := b.statuses(t, append(ids, later...))
 	for _, x := range ids {
 		require.Equal(t, store.StatusAcknowledged, st[x])
@@ -89,8 +89,9 @@ func TestEditPage(t *testing.T) {
 
 	form.Set("send", "1")
 	r = op.act(t, "/ui/messages/"+id+"/edit", form)
-	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
-	require.Contains(t, r.text, "corrected copy")
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	require.Equal(t, "/ui/messages/"+id, r.Header.Get("Location"), "back to the message")
+	require.Contains(t, op.follow(t, r).text, "corrected copy")
 	r = op.get(t, "/ui/messages/"+id)
 	require.Contains(t, r.text, "Edited by ops")
 	r = op.act(t, "/ui/messages/"+id+"/edit", form)

@@ -22,8 +22,8 @@ type pages struct {
 
 // pageFiles are the page templates under templates/, each parsed with
 // layout.html and partials.html.
-var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm", "result",
-	"groups", "replays", "jobs", "audit", "approvals", "edit"}
+var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm",
+	"groups", "replays", "replay", "jobs", "audit", "approvals", "edit"}
 
 func parsePages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials.html")
@@ -55,27 +55,22 @@ type view struct {
 	Can   can
 	Flash *flash
 	Data  any
+	// Approvals is how many requests wait for a decision the viewer may
+	// give (the navigation's count); -1 when not known.
+	Approvals int
 }
 
 // can says which controls to show: what ops.Authorize allows the
 // principal. The layer checks again whatever the page showed.
 type can struct {
-	Acknowledge, Replay, Cancel, Delete, Audit, Bodies, Edit bool
-}
-
-// flash is the result or error of an action, shown at the top of a page.
-type flash struct {
-	// Error marks a refusal or failure (shown with an icon and the word
-	// "Error", not by colour alone).
-	Error bool
-	Text  string
+	Acknowledge, Replay, Cancel, Delete, Audit, Bodies, Edit, Decide bool
 }
 
 func (c *Console) newView(s *session, page, title string, data any) view {
-	v := view{Title: title, Page: page, Data: data}
+	v := view{Title: title, Page: page, Data: data, Approvals: -1}
 	if s != nil {
 		p := s.principal
-		v.Signed, v.Name, v.Role, v.Scope, v.CSRF = true, p.Name, p.Role, p.Queues, s.csrf
+		v.Signed, v.Name, v.Role, v.Scope, v.CSRF, v.Flash = true, p.Name, p.Role, p.Queues, s.csrf, s.flash
 		v.Can = can{
 			Acknowledge: ops.Authorize(p, ops.ActAcknowledge) == nil,
 			Replay:      ops.Authorize(p, ops.ActStartReplay) == nil,
@@ -84,6 +79,7 @@ func (c *Console) newView(s *session, page, title string, data any) view {
 			Audit:       ops.Authorize(p, ops.ActAudit) == nil,
 			Bodies:      p.Bodies,
 			Edit:        ops.Authorize(p, ops.ActEditReplay) == nil,
+			Decide:      ops.Authorize(p, ops.ActDecideApproval) == nil,
 		}
 	}
 	return v
@@ -102,6 +98,14 @@ func (c *Console) renderFragment(w http.ResponseWriter, r *http.Request, page, n
 }
 
 func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int, page, name string, v view) {
+	if v.Signed && name == "layout" && v.Can.Decide {
+		n, err := c.cfg.Ops.PendingForMe(r.Context(), c.caller(r))
+		if err != nil {
+			c.log.Warn("console: count the approvals waiting", "error", err, "request_id", c.cfg.RequestID(r.Context()))
+		} else {
+			v.Approvals = n
+		}
+	}
 	c.execute(w, r, status, page, name, v)
 }
 
@@ -156,20 +160,21 @@ func failure(err error) (int, string) {
 }
 
 var funcs = template.FuncMap{
-	"when":      fmtTime,
-	"whenp":     fmtTimePtr,
-	"ago":       ago,
-	"age":       func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
-	"num":       num,
-	"bytes":     fmtBytes,
-	"join":      strings.Join,
-	"list":      func(s ...string) []string { return s },
-	"add64":     func(a, b int64) int64 { return a + b },
-	"len64":     func(m []store.Message) int64 { return int64(len(m)) },
-	"max1":      func(n int64) int64 { return max(n, 1) },
-	"lower":     strings.ToLower,
-	"short":     short,
-	"failureOf": viewFailure,
+	"when":           fmtTime,
+	"whenp":          fmtTimePtr,
+	"ago":            ago,
+	"age":            func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
+	"num":            num,
+	"bytes":          fmtBytes,
+	"join":           strings.Join,
+	"list":           func(s ...string) []string { return s },
+	"add64":          func(a, b int64) int64 { return a + b },
+	"len64":          func(m []store.Message) int64 { return int64(len(m)) },
+	"max1":           func(n int64) int64 { return max(n, 1) },
+	"lower":          strings.ToLower,
+	"short":          short,
+	"failureOf":      viewFailure,
+	"approvalResult": readApprovalResult,
 	"row": func(v view, t taskView) rowData {
 		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel}
 	},

@@ -36,6 +36,10 @@ type session struct {
 	principal auth.Principal
 	idHash    []byte
 	csrf      string
+	// flashKey signs the session's flashes (flash.go); flash is the one
+	// this page request brought, taken from its cookie.
+	flashKey []byte
+	flash    *flash
 }
 
 type ctxKey int
@@ -102,7 +106,7 @@ func (c *Console) resolve(r *http.Request) (*session, error) {
 		}
 		return nil, nil
 	}
-	return &session{principal: p, idHash: h, csrf: csrfToken(ck.Value)}, nil
+	return &session{principal: p, idHash: h, csrf: csrfToken(ck.Value), flashKey: flashKey(ck.Value)}, nil
 }
 
 // withSession resolves the session, applies the token's rate limit and
@@ -130,7 +134,7 @@ func (c *Console) withSession(w http.ResponseWriter, r *http.Request, next http.
 // sign-in form, which brings it back here afterwards.
 func (c *Console) page(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.withSession(w, r, next, func() {
+		c.withSession(w, r, c.withFlash(next), func() {
 			if r.Header.Get("HX-Request") == "true" {
 				// A poll whose session ended: static/app.js sees the 401
 				// and goes to the sign-in form.
@@ -173,6 +177,18 @@ func (c *Console) action(next http.HandlerFunc) http.Handler {
 	})
 }
 
+// withFlash gives a signed-in page the flash an action left for it,
+// shown once (not to htmx's fragment requests, whose pages keep it).
+func (c *Console) withFlash(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("HX-Request") != "true" {
+			s := sessionFrom(r.Context())
+			s.flash = c.takeFlash(w, r, s)
+		}
+		next(w, r)
+	}
+}
+
 // maxFormBytes bounds a form: a few thousand ids and the filter fields.
 const maxFormBytes = 1 << 20
 
@@ -194,7 +210,7 @@ func sameOrigin(r *http.Request) bool {
 
 // handleRoot is the overview when signed in, the sign-in form otherwise.
 func (c *Console) handleRoot(w http.ResponseWriter, r *http.Request) {
-	c.withSession(w, r, c.handleOverview, func() {
+	c.withSession(w, r, c.withFlash(c.handleOverview), func() {
 		c.renderSignIn(w, r, http.StatusOK, "")
 	})
 }

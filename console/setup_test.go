@@ -118,7 +118,8 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	cr, err := cron.New(cron.Config{Store: b.st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "console-test",
 		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off}})
 	require.NoError(t, err)
-	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, ApprovalAbove: o.approvalAbove, Logger: log})
+	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, ApprovalAbove: o.approvalAbove,
+		Principals: b.authn.Principals, Logger: log})
 	require.NoError(t, err)
 	con, err := console.New(console.Config{Ops: b.ops, Auth: b.authn, Sessions: b.st, RequestID: api.RequestID,
 		Logger: log, Registerer: prometheus.NewRegistry()})
@@ -258,6 +259,16 @@ func (c *client) post(t *testing.T, path string, form url.Values) response {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", c.b.srv.URL)
 	return c.do(t, req)
+}
+
+// follow is where a redirect leads: r itself when it is not one, else
+// the page at its Location (with the flash the redirect set).
+func (c *client) follow(t *testing.T, r response) response {
+	t.Helper()
+	if r.StatusCode != http.StatusSeeOther {
+		return r
+	}
+	return c.get(t, r.Header.Get("Location"))
 }
 
 // act posts form with the session's CSRF token.

@@ -16,8 +16,9 @@ import (
 )
 
 // Control-queue commands. The first four are PRODUCT.md's contract; the
-// read-only ones serve the CLI's progress display and listings; the last
-// three decide requests waiting for approval.
+// read-only ones serve the CLI's progress display and listings; approve,
+// reject and withdraw decide (or take back) requests waiting for
+// approval.
 const (
 	CmdReplay        = "replay"
 	CmdAcknowledge   = "acknowledge"
@@ -28,6 +29,7 @@ const (
 	CmdListApprovals = "list_approvals"
 	CmdApprove       = "approve"
 	CmdReject        = "reject"
+	CmdWithdraw      = "withdraw"
 	CmdEditReplay    = "edit_replay"
 	CmdListPolicies  = "list_policies"
 	CmdPausePolicy   = "pause_policy"
@@ -35,7 +37,7 @@ const (
 )
 
 var commandNames = []string{CmdReplay, CmdAcknowledge, CmdDelete, CmdCancelReplay, CmdReplayStatus, CmdListReplays,
-	CmdListApprovals, CmdApprove, CmdReject, CmdEditReplay, CmdListPolicies, CmdPausePolicy, CmdResumePolicy}
+	CmdListApprovals, CmdApprove, CmdReject, CmdWithdraw, CmdEditReplay, CmdListPolicies, CmdPausePolicy, CmdResumePolicy}
 
 // ResultApprovalPending is the result label (dlq_control_commands_total)
 // of a command answered ok: true with a request waiting for approval.
@@ -228,14 +230,14 @@ func (c Command) checkFields() *CommandError {
 		if c.Command != CmdListPolicies && c.Name == "" {
 			return cmdErr(CodeInvalidRequest, "%s needs name, the policy's name", c.Command)
 		}
-	case CmdApprove, CmdReject:
+	case CmdApprove, CmdReject, CmdWithdraw:
 		replayOnly()
 		add(len(r.IDs) > 0, "ids")
 		add(r.Filter != nil, "filter")
 		add(r.Limit != 0, "limit")
 		add(r.DryRun, "dry_run")
 		add(c.Confirm, "confirm")
-		add(c.Command == CmdApprove && c.Reason != "", "reason")
+		add(c.Command != CmdReject && c.Reason != "", "reason")
 		if c.ID <= 0 {
 			return cmdErr(CodeInvalidRequest, "%s needs id, the approval request's id (a positive number)", c.Command)
 		}
@@ -332,6 +334,7 @@ var actionOf = map[string]ops.Action{
 	CmdListApprovals: ops.ActListApprovals,
 	CmdApprove:       ops.ActDecideApproval,
 	CmdReject:        ops.ActDecideApproval,
+	CmdWithdraw:      ops.ActWithdrawApproval,
 	CmdEditReplay:    ops.ActEditReplay,
 
 	CmdListPolicies: ops.ActListPolicies,

@@ -45,6 +45,7 @@ type Operations interface {
 	ListApprovals(ctx context.Context, c ops.Caller, limit int) ([]store.Approval, error)
 	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
+	Withdraw(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 	Policies(ctx context.Context, c ops.Caller) (ops.PoliciesView, error)
 	PausePolicy(ctx context.Context, c ops.Caller, name, reason string) (ops.PolicyView, error)
@@ -353,6 +354,9 @@ func (c *Control) execute(ctx context.Context, cmd Command, caller ops.Caller) (
 		return c.answer(cmd, a, err)
 	case CmdReject:
 		a, err := c.cfg.Ops.Reject(ctx, caller, cmd.ID, cmd.Reason)
+		return c.answer(cmd, a, err)
+	case CmdWithdraw:
+		a, err := c.cfg.Ops.Withdraw(ctx, caller, cmd.ID)
 		return c.answer(cmd, a, err)
 	case CmdPausePolicy:
 		v, err := c.cfg.Ops.PausePolicy(ctx, caller, cmd.Name, cmd.Reason)

@@ -39,10 +39,15 @@ const ApprovalTTLDefault = 24 * time.Hour
 // touch more than the threshold: matched is what it would touch now. The
 // snapshot is selection's matches (at most limit), taken in the request's
 // transaction, so an approval runs exactly what was counted. nil means
-// the action may run at once.
+// the action may run at once. A request that no configured principal may
+// approve is refused at once (ErrForbidden, saying why and what to do):
+// it would wait for nobody until it expired.
 func (s *Service) needsApproval(ctx context.Context, c Caller, action string, matched int64, request any, selection store.Filter, limit int) error {
 	if s.cfg.ApprovalAbove <= 0 || matched <= s.cfg.ApprovalAbove {
 		return nil
+	}
+	if err := s.approvable(c.Principal, action, matched, selection.Scope); err != nil {
+		return err
 	}
 	req, err := json.Marshal(request)
 	if err != nil {
@@ -133,9 +138,9 @@ func (s *Service) GetApproval(ctx context.Context, c Caller, id int64) (store.Ap
 	return a, nil
 }
 
-// decidable loads a request the caller may decide: visible to it, needing
-// a role it has, and not its own. A requester can never approve or reject
-// its own request, whichever token of its name it uses.
+// decidable loads a request the caller may decide (MayDecide): visible
+// to it, needing a role it has, and not its own. A requester can never
+// approve or reject its own request, whichever token of its name it uses.
 func (s *Service) decidable(ctx context.Context, c Caller, id int64) (store.Approval, error) {
 	if err := Authorize(c.Principal, ActDecideApproval); err != nil {
 		return store.Approval{}, err
@@ -148,7 +153,7 @@ func (s *Service) decidable(ctx context.Context, c Caller, id int64) (store.Appr
 		return store.Approval{}, err
 	}
 	if a.RequestedBy == c.Principal.Name {
-		return store.Approval{}, forbidden("token %s requested approval %d: another principal must decide it", c.Principal.Name, id)
+		return store.Approval{}, forbidden("token %s requested approval %d: another principal must decide it (the requester may withdraw it)", c.Principal.Name, id)
 	}
 	if a.Status != store.ApprovalPending {
 		return store.Approval{}, fmt.Errorf("approval %d is %s, no longer pending: %w", id, a.Status, store.ErrConflict)
@@ -156,22 +161,45 @@ func (s *Service) decidable(ctx context.Context, c Caller, id int64) (store.Appr
 	return a, nil
 }
 
-// Approve carries out a pending request on its snapshot, as the approver,
-// within the requester's scope. The approval commits with the action, so
-// it runs once however many approve at once, and never after it expired.
+// requester is the actor an approved request runs as: its requester, as
+// recorded when it asked, within the scope it had.
+func requester(a store.Approval) store.Actor {
+	return store.Actor{Name: a.RequestedBy, Role: a.RequestedRole, Via: a.RequestedVia, Scope: a.Scope}
+}
+
+// Approve carries out a pending request on its snapshot, within the
+// requester's scope. The action runs as the requester's (its task's
+// created_by, its audit row's actor), approved by the caller (approved_by,
+// and the approval's own audit row), with the selection as the requester
+// asked it. The approval commits with the action, so it runs once however
+// many approve at once, and never after it expired.
 func (s *Service) Approve(ctx context.Context, c Caller, id int64) (store.Approval, error) {
 	a, err := s.decidable(ctx, c, id)
 	if err != nil {
 		return store.Approval{}, err
 	}
-	snapshot := store.Filter{Approval: id, Status: "all", Scope: a.Scope}
+	who, approver := requester(a), c.actor()
+	who.RequestID = c.RequestID
 	switch a.Action {
 	case store.ActionAcknowledge, store.ActionDelete:
+		var r ActionRequest
+		if err := json.Unmarshal(a.Request, &r); err != nil {
+			return store.Approval{}, fmt.Errorf("ops: read the request of approval %d: %w", id, err)
+		}
+		// The audit row shows the selection as asked (a request always
+		// holds one; without, it shows the snapshot).
+		var asked any
+		if sel, err := Selection(r.IDs, r.Filter); err == nil {
+			asked = sel
+		}
 		do := s.st.Acknowledge
 		if a.Action == store.ActionDelete {
 			do = s.st.Delete
 		}
-		_, err = do(ctx, snapshot, c.actor(), store.ActionOptions{Approval: id, Confirm: true})
+		snapshot := store.Filter{Approval: id, Status: "all", Scope: a.Scope}
+		if _, err := do(ctx, snapshot, who, store.ActionOptions{Approval: id, Approver: approver, Confirm: true, AuditSelection: asked}); err != nil {
+			return store.Approval{}, err
+		}
 	default:
 		if s.cfg.Replays == nil {
 			return store.Approval{}, unavailable("replays are not available on this instance")
@@ -181,17 +209,17 @@ func (s *Service) Approve(ctx context.Context, c Caller, id int64) (store.Approv
 			return store.Approval{}, fmt.Errorf("ops: read the request of approval %d: %w", id, err)
 		}
 		req := r.Request
-		req.IDs, req.Limit, req.DryRun = nil, 0, false
-		req.Filter, req.Scope, req.Approval = &snapshot, a.Scope, id
+		// The task selects the snapshot (Approval); ids, filter and limit
+		// stay as asked, for the task and its audit row to show.
+		req.DryRun, req.Scope, req.Approval, req.Approver = false, a.Scope, id, &approver
 		if req.StartAt != nil && req.StartAt.Before(time.Now()) {
 			// Approved after the time it was to start: "not before
 			// start_at" holds, so it starts now.
 			req.StartAt = nil
 		}
-		_, err = s.cfg.Replays.Start(ctx, req, c.actor())
-	}
-	if err != nil {
-		return store.Approval{}, err
+		if _, err := s.cfg.Replays.Start(ctx, req, who); err != nil {
+			return store.Approval{}, err
+		}
 	}
 	s.log.Info("approval carried out", "approval_id", id, "action", a.Action, "approved_by", c.Principal.Name, "requested_by", a.RequestedBy)
 	return s.st.GetApproval(ctx, id)
@@ -206,4 +234,28 @@ func (s *Service) Reject(ctx context.Context, c Caller, id int64, reason string)
 		return store.Approval{}, err
 	}
 	return s.st.RejectApproval(ctx, id, c.actor(), reason)
+}
+
+// Withdraw takes back a pending request; nothing runs. Only its requester
+// may (MayWithdraw): anyone else who may decide it rejects it instead.
+func (s *Service) Withdraw(ctx context.Context, c Caller, id int64) (store.Approval, error) {
+	if err := Authorize(c.Principal, ActWithdrawApproval); err != nil {
+		return store.Approval{}, err
+	}
+	a, err := s.GetApproval(ctx, c, id)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	if a.RequestedBy != c.Principal.Name {
+		return store.Approval{}, forbidden("approval %d was requested by %s: only its requester may withdraw it (others who may decide it reject it)", id, a.RequestedBy)
+	}
+	if a.Status != store.ApprovalPending {
+		return store.Approval{}, fmt.Errorf("approval %d is %s, no longer pending: %w", id, a.Status, store.ErrConflict)
+	}
+	w, err := s.st.WithdrawApproval(ctx, id, c.actor())
+	if err != nil {
+		return store.Approval{}, err
+	}
+	s.log.Info("approval withdrawn", "approval_id", id, "action", a.Action, "requested_by", a.RequestedBy, "via", c.Via)
+	return w, nil
 }

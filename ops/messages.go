@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -59,6 +60,9 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 		return MessagePage{}, err
 	}
 	if err := s.checkSearch(f); err != nil {
+		return MessagePage{}, err
+	}
+	if err := s.checkRefs(ctx, c, f); err != nil {
 		return MessagePage{}, err
 	}
 	limit := r.Limit
@@ -173,6 +177,9 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 	if err := s.checkSearch(f); err != nil {
 		return store.ActionResult{}, err
 	}
+	if err := s.checkRefs(ctx, c, f); err != nil {
+		return store.ActionResult{}, err
+	}
 	if r.Limit < 0 {
 		return store.ActionResult{}, invalid("limit: %d must be >= 0", r.Limit)
 	}
@@ -260,11 +267,31 @@ func CheckFilter(f store.Filter) error {
 // start (failed_before alone) still covers all history, and a token's
 // scope can be every queue.
 func checkFieldBound(f store.Filter) error {
-	if len(f.Fields) == 0 || f.SourceQueue != "" || f.FailedAfter != nil || f.Group != "" || len(f.IDs) > 0 || f.Query != "" {
+	if len(f.Fields) == 0 || f.SourceQueue != "" || f.FailedAfter != nil || f.Group != "" || len(f.IDs) > 0 || f.Query != "" ||
+		f.ReplayTask > 0 || f.Approval > 0 {
 		return nil
 	}
 	return invalid("field: a field filter reads the body of every message the other filters select, " +
 		"and these select every queue and all time: add source_queue, failed_after, group, ids or q")
+}
+
+// checkRefs answers a filter naming a replay task or an approval request
+// the caller may not see (TaskVisible, approvalVisible) as not found, as
+// GetReplay and GetApproval do: its messages are the caller's own anyway
+// (the scope applies), but which of them a hidden task or request touched
+// is not.
+func (s *Service) checkRefs(ctx context.Context, c Caller, f store.Filter) error {
+	if f.ReplayTask > 0 {
+		if _, err := s.GetReplay(ctx, c, f.ReplayTask); err != nil {
+			return fmt.Errorf("replay_task: %w", err)
+		}
+	}
+	if f.Approval > 0 {
+		if _, err := s.GetApproval(ctx, c, f.Approval); err != nil {
+			return fmt.Errorf("approval: %w", err)
+		}
+	}
+	return nil
 }
 
 // mayFilterBodies refuses field filters to a caller who may not see
@@ -297,6 +324,10 @@ func canonical(f store.Filter) string {
 	if f.Category != "" {
 		// Only when set, so that cursors made before categories still hold.
 		key += "\x00category=" + f.Category
+	}
+	if f.ReplayTask != 0 || f.Approval != 0 {
+		// Likewise.
+		key += fmt.Sprintf("\x00replay=%d/%s/%s\x00approval=%d", f.ReplayTask, f.ReplayOutcome, f.ReplayError, f.Approval)
 	}
 	return key
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// ApprovalTTL is how long a request waits for a decision. Optional;
 	// default ApprovalTTLDefault.
 	ApprovalTTL time.Duration
+	// Principals returns the configured principals (the API's tokens), to
+	// know who may approve a request: one that nobody but its requester
+	// could approve is refused at once, and the console names who can.
+	// Optional: without it every request is recorded, and nobody named.
+	Principals func() []auth.Principal
 	// EditLockedHeaders may never be changed by an edit-then-replay,
 	// besides dlq's own and the broker's. Optional.
 	EditLockedHeaders []string

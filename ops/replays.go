@@ -53,6 +53,9 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 	if err := s.checkSearch(sel); err != nil {
 		return replay.Task{}, err
 	}
+	if err := s.checkRefs(ctx, c, sel); err != nil {
+		return replay.Task{}, err
+	}
 	if req.Limit < 0 {
 		return replay.Task{}, invalid("limit: %d must be >= 0", req.Limit)
 	}
@@ -198,4 +201,27 @@ func (s *Service) CancelReplay(ctx context.Context, c Caller, id int64) (replay.
 		}
 		return nil
 	})
+}
+
+// ReplayErrors are why a task the caller may see could not publish some
+// of its messages: the recorded errors of its failed and unknown
+// messages, most frequent first, at most limit (0: 20) of them, and how
+// many messages the reasons left out hold. List the messages of one with
+// the filter {replay_task, replay_outcome, replay_error}.
+func (s *Service) ReplayErrors(ctx context.Context, c Caller, id int64, limit int) ([]store.ReplayErrorCount, int64, error) {
+	t, err := s.GetReplay(ctx, c, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if t.Failed+t.Unknown == 0 {
+		return []store.ReplayErrorCount{}, 0, nil
+	}
+	if limit <= 0 {
+		limit = 20
+	}
+	reasons, rest, err := s.st.ReplayErrors(ctx, id, limit)
+	if reasons == nil && err == nil {
+		reasons = []store.ReplayErrorCount{}
+	}
+	return reasons, rest, err
 }

@@ -36,6 +36,10 @@ const (
 	// out (ops.Approve checks both).
 	ActListApprovals  Action = "list_approvals"
 	ActDecideApproval Action = "decide_approval"
+	// Withdrawing is its requester's only (ops.Withdraw checks): the role
+	// is the least, so a token whose role was lowered since can still
+	// take its own request back.
+	ActWithdrawApproval Action = "withdraw_approval"
 	// Automatic replay policies: anyone may see those of their queues;
 	// pausing and resuming one is an operator's.
 	ActListPolicies Action = "list_policies"
@@ -44,7 +48,8 @@ const (
 
 // permissions is the permission table: the least role each action needs.
 // Viewers read; operators also replay and acknowledge (reversible: the
-// message stays stored); admins also delete and read the audit log.
+// message stays stored) and read the audit rows of their queues
+// (ops.Audit); admins also delete.
 var permissions = map[Action]string{
 	ActListMessages: auth.RoleViewer,
 	ActGetMessage:   auth.RoleViewer,
@@ -60,15 +65,16 @@ var permissions = map[Action]string{
 	ActCancelReplay: auth.RoleOperator,
 	ActEditReplay:   auth.RoleOperator,
 	ActDelete:       auth.RoleAdmin,
-	ActAudit:        auth.RoleAdmin,
+	ActAudit:        auth.RoleOperator,
 	// An export is a listing with bodies: a viewer allowed to see bodies
 	// may read it. An import creates messages from outside, which only an
 	// admin may do.
 	ActExport: auth.RoleViewer,
 	ActImport: auth.RoleAdmin,
 
-	ActListApprovals:  auth.RoleViewer,
-	ActDecideApproval: auth.RoleOperator,
+	ActListApprovals:    auth.RoleViewer,
+	ActDecideApproval:   auth.RoleOperator,
+	ActWithdrawApproval: auth.RoleViewer,
 
 	ActListPolicies: auth.RoleViewer,
 	ActPausePolicy:  auth.RoleOperator,

@@ -95,9 +95,13 @@ type AuditPage struct {
 	HasMore    bool               `json:"has_more"`
 }
 
-// Audit reads the audit log (admin).
+// Audit reads the audit log. Who sees which rows: an unscoped admin or
+// operator every row; a token with queues (any role) only the rows of its
+// queues (store.AuditWithin: those it made or approved, and those that
+// provably touched only its queues). Viewers read none.
 func (s *Service) Audit(ctx context.Context, c Caller, r AuditRequest) (AuditPage, error) {
-	if err := Authorize(c.Principal, ActAudit); err != nil {
+	p := c.Principal
+	if err := Authorize(p, ActAudit); err != nil {
 		return AuditPage{}, err
 	}
 	for _, f := range []struct{ name, v string }{{"actor", r.Actor}, {"action", r.Action}} {
@@ -106,6 +110,9 @@ func (s *Service) Audit(ctx context.Context, c Caller, r AuditRequest) (AuditPag
 		}
 	}
 	q := store.AuditQuery{Actor: r.Actor, Action: r.Action, Since: r.Since, Limit: r.Limit}
+	if p.Queues != nil {
+		q.Within = &store.AuditWithin{Name: p.Name, Queues: p.Queues}
+	}
 	since := ""
 	if r.Since != nil {
 		since = r.Since.UTC().Format(time.RFC3339Nano)

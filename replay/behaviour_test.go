@@ -37,9 +37,11 @@ func TestReplayUnroutableAndMissingExchange(t *testing.T) {
 		task := b.waitTask(t, id, 20*time.Second, replay.StatusCompleted)
 		require.Equal(t, int64(10), task.Failed, "task %d", id)
 		require.Zero(t, task.Published)
+		require.Equal(t, replay.OutcomeNonePublished, task.Outcome, "completed, but nothing delivered")
 	}
 	task := b.waitTask(t, fine.ID, 20*time.Second, replay.StatusCompleted)
 	require.Equal(t, int64(10), task.Published)
+	require.Equal(t, replay.OutcomeAllPublished, task.Outcome)
 	b.consume(t, good, 10, 10*time.Second)
 
 	require.Equal(t, 10, b.count(t, "status = 'replayed'"))

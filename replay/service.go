@@ -233,6 +233,9 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		CommandID:      commandID,
 		Approval:       req.Approval,
 	}
+	if req.Approver != nil {
+		n.Approver = *req.Approver
+	}
 	if req.Edit != nil {
 		if len(req.IDs) != 1 {
 			return Task{}, invalid("an edit replays exactly one message, not %d", len(req.IDs))
@@ -390,6 +393,8 @@ func taskOf(t store.ReplayTask) Task {
 		ID: t.ID, Status: t.Status, Requested: t.Requested, Claimed: t.Claimed, Published: t.Published,
 		Failed: t.Failed, Skipped: t.Skipped, Unknown: t.Unknown, Remaining: t.Remaining(),
 		Error: t.Error, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt.UTC(), StartAt: t.StartAt.UTC(),
+		Outcome:    TaskOutcome(t.Status, t.Published, t.Failed, t.Unknown, t.Remaining()),
+		ApprovalID: t.ApprovalID, ApprovedBy: t.ApprovedBy,
 	}
 	if t.FinishedAt != nil {
 		f := t.FinishedAt.UTC()

@@ -39,10 +39,15 @@ type Request struct {
 	// permission (auth.Principal.Queues), never user input. Nil means every
 	// queue.
 	Scope []string `json:"-"`
-	// Approval is the approval request this replay carries out (its filter
-	// then selects the request's snapshot): approved in the task's own
+	// Approval is the approval request this replay carries out: the task
+	// selects the request's snapshot (what was counted when it was asked
+	// for), while IDs, Filter and Limit stay as the requester asked, for
+	// the task and its audit row to show. Approved in the task's own
 	// transaction. Set by the operations layer, never user input.
 	Approval int64 `json:"-"`
+	// Approver is who approves it; the task's actor is then the requester.
+	// Set by the operations layer with Approval.
+	Approver *store.Actor `json:"-"`
 	// Edit makes this an edit-then-replay of the one message IDs names.
 	// Set by the operations layer, never decoded from a request.
 	Edit *Edit `json:"-"`
@@ -107,4 +112,13 @@ type Task struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	StartAt    time.Time  `json:"start_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Outcome says, once the task has finished, what it delivered:
+	// OutcomeAllPublished, OutcomePartial or OutcomeNonePublished
+	// (TaskOutcome). Absent while it runs, and for a dry run.
+	Outcome string `json:"outcome,omitempty"`
+	// ApprovalID is the approval request the task carried out and
+	// ApprovedBy who approved it (CreatedBy is its requester); absent for
+	// a task that needed no approval.
+	ApprovalID int64  `json:"approval_id,omitempty"`
+	ApprovedBy string `json:"approved_by,omitempty"`
 }

@@ -119,9 +119,14 @@ func (r Request) startAt(now time.Time) time.Time {
 // selection is the filter a request stands for, with the caller's scope.
 func (r Request) selection() store.Filter {
 	var f store.Filter
-	if r.Filter != nil {
+	switch {
+	case r.Approval > 0:
+		// What was counted when the request was made, whatever its
+		// filter would match now.
+		f = store.Filter{Approval: r.Approval, Status: "all"}
+	case r.Filter != nil:
 		f = *r.Filter
-	} else {
+	default:
 		// Ids name messages whatever their status; the ones not pending are
 		// settled as skipped with the reason, so the caller sees why.
 		f = store.Filter{IDs: r.IDs, Status: "all"}

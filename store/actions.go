@@ -25,6 +25,14 @@ type ActionOptions struct {
 	// it is approved in the action's own transaction (ErrConflict when it
 	// is no longer pending), and records the result.
 	Approval int64
+	// Approver, with Approval, is the principal who approves it: the
+	// decision's audit row is its, and the action's row (whose actor is
+	// then the requester) names it as approved_by.
+	Approver Actor
+	// AuditSelection is what the audit row says was selected: the
+	// selection as asked. Optional; default the filter acted on (which,
+	// for an approval, is its snapshot).
+	AuditSelection any
 }
 
 // ActionResult reports a bulk acknowledge or delete.
@@ -137,7 +145,7 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	if !opt.DryRun {
-		if err := approvedInTx(ctx, tx, opt.Approval, actor); err != nil {
+		if err := approvedInTx(ctx, tx, opt.Approval, approverOr(opt.Approver, actor)); err != nil {
 			return res, err
 		}
 	}
@@ -223,7 +231,15 @@ FROM chg GROUP BY 1, 2, 3, 4`, args...)
 	if opt.Approval > 0 {
 		detail["approval_id"] = opt.Approval
 	}
-	if err := insertAudit(ctx, tx, actor, action, f, res.Changed, detail); err != nil {
+	var sel any = f
+	if opt.AuditSelection != nil {
+		sel = opt.AuditSelection
+	}
+	approvedBy := ""
+	if opt.Approval > 0 {
+		approvedBy = approverOr(opt.Approver, actor).Name
+	}
+	if err := insertAuditApproved(ctx, tx, actor, approvedBy, action, sel, res.Changed, detail); err != nil {
 		return res, fmt.Errorf("store: %s: %w", action, err)
 	}
 	if err := approvalResult(ctx, tx, opt.Approval, res); err != nil {

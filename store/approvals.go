@@ -17,14 +17,17 @@ const (
 	ApprovalApproved = "approved"
 	ApprovalRejected = "rejected"
 	ApprovalExpired  = "expired"
+	// ApprovalWithdrawn: its requester took it back before anyone decided.
+	ApprovalWithdrawn = "withdrawn"
 )
 
 // Audit actions of approvals.
 const (
-	ActionApprovalRequest = "approval_request"
-	ActionApprove         = "approve"
-	ActionReject          = "reject"
-	ActionApprovalExpire  = "approval_expire"
+	ActionApprovalRequest  = "approval_request"
+	ActionApprove          = "approve"
+	ActionReject           = "reject"
+	ActionApprovalExpire   = "approval_expire"
+	ActionApprovalWithdraw = "approval_withdraw"
 )
 
 // Approval is a bulk replay, acknowledge or delete waiting for, or past,
@@ -35,10 +38,13 @@ type Approval struct {
 	Status string `json:"status"`
 	// Count is how many messages the snapshot holds: what the requester's
 	// selection matched when the request was made.
-	Count        int64           `json:"count"`
-	RequestedBy  string          `json:"requested_by"`
-	RequestedVia string          `json:"requested_via"`
-	Request      json.RawMessage `json:"request"`
+	Count        int64  `json:"count"`
+	RequestedBy  string `json:"requested_by"`
+	RequestedVia string `json:"requested_via"`
+	// RequestedRole is the requester's role when it asked: the action runs
+	// as the requester's once approved.
+	RequestedRole string          `json:"-"`
+	Request       json.RawMessage `json:"request"`
 	// Scope is the requester's queues; null: every queue.
 	Scope     []string   `json:"scope"`
 	CreatedAt time.Time  `json:"created_at"`
@@ -53,12 +59,12 @@ type Approval struct {
 const approvalColumns = `id, action,
     CASE WHEN status = 'pending' AND expires_at <= now() THEN 'expired' ELSE status END,
     count, requested_by, requested_via, request, scope, created_at, expires_at,
-    coalesce(decided_by, ''), decided_at, coalesce(reason, ''), result`
+    coalesce(decided_by, ''), decided_at, coalesce(reason, ''), result, requested_role`
 
 func scanApproval(row pgx.Row) (Approval, error) {
 	var a Approval
 	err := row.Scan(&a.ID, &a.Action, &a.Status, &a.Count, &a.RequestedBy, &a.RequestedVia, &a.Request, &a.Scope,
-		&a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &a.DecidedAt, &a.Reason, &a.Result)
+		&a.CreatedAt, &a.ExpiresAt, &a.DecidedBy, &a.DecidedAt, &a.Reason, &a.Result, &a.RequestedRole)
 	return a, err
 }
 
@@ -162,15 +168,43 @@ WHERE $2 = 0 OR id < $2 ORDER BY id DESC LIMIT $1`, limit, before)
 	return out, nil
 }
 
+// ListPendingApprovals returns the requests waiting for a decision (not
+// expired), newest first, at most limit.
+func (s *Store) ListPendingApprovals(ctx context.Context, limit int) ([]Approval, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
+WHERE status = 'pending' AND expires_at > now() ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list pending approvals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Approval, error) { return scanApproval(r) })
+	if err != nil {
+		return nil, fmt.Errorf("store: list pending approvals: %w", err)
+	}
+	return out, nil
+}
+
 // RejectApproval rejects a pending request. ErrConflict when it is no
 // longer pending (decided or expired).
 func (s *Store) RejectApproval(ctx context.Context, id int64, actor Actor, reason string) (Approval, error) {
+	return s.closeApproval(ctx, id, ApprovalRejected, actor, reason)
+}
+
+// WithdrawApproval is its requester's taking back a pending request:
+// nothing runs. ErrConflict when it is no longer pending. Who may
+// withdraw is the operations layer's rule.
+func (s *Store) WithdrawApproval(ctx context.Context, id int64, actor Actor) (Approval, error) {
+	return s.closeApproval(ctx, id, ApprovalWithdrawn, actor, "")
+}
+
+// closeApproval ends a pending request without running it: rejected or
+// withdrawn.
+func (s *Store) closeApproval(ctx context.Context, id int64, status string, actor Actor, reason string) (Approval, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return Approval{}, fmt.Errorf("store: begin reject of approval %d: %w", id, err)
+		return Approval{}, fmt.Errorf("store: begin %s of approval %d: %w", status, id, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := decideApproval(ctx, tx, id, ApprovalRejected, actor, reason); err != nil {
+	if err := decideApproval(ctx, tx, id, status, actor, reason); err != nil {
 		return Approval{}, err
 	}
 	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
@@ -178,13 +212,13 @@ func (s *Store) RejectApproval(ctx context.Context, id int64, actor Actor, reaso
 		return Approval{}, fmt.Errorf("store: read approval %d: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Approval{}, fmt.Errorf("store: commit reject of approval %d: %w", id, err)
+		return Approval{}, fmt.Errorf("store: commit %s of approval %d: %w", status, id, err)
 	}
 	return a, nil
 }
 
-// decideApproval moves a pending, unexpired request to status (approved or
-// rejected) inside tx and writes the decision's audit row: the approval of
+// decideApproval moves a pending, unexpired request to status (approved,
+// rejected or withdrawn) inside tx and writes the decision's audit row: the approval of
 // a request commits with the action it lets run, or not at all, so an
 // approval runs its action exactly once however many approve at once.
 func decideApproval(ctx context.Context, tx pgx.Tx, id int64, status string, actor Actor, reason string) error {
@@ -209,10 +243,7 @@ RETURNING count`, id, status, cleanText(actor.Name), cleanText(reason)).Scan(&co
 	if err != nil {
 		return fmt.Errorf("store: decide approval %d: %w", id, err)
 	}
-	action := ActionApprove
-	if status == ApprovalRejected {
-		action = ActionReject
-	}
+	action := map[string]string{ApprovalApproved: ActionApprove, ApprovalRejected: ActionReject, ApprovalWithdrawn: ActionApprovalWithdraw}[status]
 	detail := map[string]any{"approval_id": id}
 	if reason != "" {
 		detail["reason"] = reason
@@ -220,7 +251,7 @@ RETURNING count`, id, status, cleanText(actor.Name), cleanText(reason)).Scan(&co
 	if err := insertAudit(ctx, tx, actor, action, map[string]any{"approval_id": id}, count, detail); err != nil {
 		return err
 	}
-	if status == ApprovalRejected {
+	if status != ApprovalApproved {
 		return dropSnapshot(ctx, tx, id)
 	}
 	return nil
@@ -233,6 +264,15 @@ func approvedInTx(ctx context.Context, tx pgx.Tx, id int64, actor Actor) error {
 		return nil
 	}
 	return decideApproval(ctx, tx, id, ApprovalApproved, actor, "")
+}
+
+// approverOr is who approves an action that runs on approval: approver,
+// or actor itself when no approver is named.
+func approverOr(approver, actor Actor) Actor {
+	if approver.Name == "" {
+		return actor
+	}
+	return approver
 }
 
 // approvalResult records what an approved action did.

@@ -37,13 +37,23 @@ type AuditEntry struct {
 	Count     int64           `json:"count"`
 	RequestID string          `json:"request_id"`
 	// Scope is the actor's queues when it acted; null: every queue.
-	Scope  []string        `json:"scope"`
-	Detail json.RawMessage `json:"detail,omitempty"`
+	Scope []string `json:"scope"`
+	// ApprovedBy names the second principal who approved the action (four-
+	// eyes approval); the actor is then its requester. Absent otherwise.
+	ApprovedBy string          `json:"approved_by,omitempty"`
+	Detail     json.RawMessage `json:"detail,omitempty"`
 }
 
 // insertAudit writes one audit row inside tx, so the row exists exactly
 // when the change it describes committed.
 func insertAudit(ctx context.Context, tx pgx.Tx, a Actor, action string, selection any, count int64, detail any) error {
+	return insertAuditApproved(ctx, tx, a, "", action, selection, count, detail)
+}
+
+// insertAuditApproved is insertAudit for an action that runs on approval:
+// a is its requester, approvedBy the principal who approved it ("" when
+// none did).
+func insertAuditApproved(ctx context.Context, tx pgx.Tx, a Actor, approvedBy, action string, selection any, count int64, detail any) error {
 	sel, err := json.Marshal(selection)
 	if err != nil {
 		return fmt.Errorf("encode audit selection: %w", err)
@@ -55,9 +65,9 @@ func insertAudit(ctx context.Context, tx pgx.Tx, a Actor, action string, selecti
 		}
 	}
 	_, err = tx.Exec(ctx, `
-INSERT INTO audit_log (actor, role, via, action, selection, count, request_id, detail, scope)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		cleanText(a.Name), a.Role, a.Via, action, sel, count, cleanText(a.RequestID), det, a.Scope)
+INSERT INTO audit_log (actor, role, via, action, selection, count, request_id, detail, scope, approved_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''))`,
+		cleanText(a.Name), a.Role, a.Via, action, sel, count, cleanText(a.RequestID), det, a.Scope, cleanText(approvedBy))
 	if err != nil {
 		return fmt.Errorf("write audit row for %s by %s: %w", action, a.Name, err)
 	}

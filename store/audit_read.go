@@ -19,6 +19,23 @@ type AuditQuery struct {
 	Actor, Action string
 	// Since bounds the time. Optional.
 	Since *time.Time
+	// Within, when set, keeps only the rows a principal of limited queues
+	// may read (the operations layer decides who that is). Optional; nil
+	// reads every row.
+	Within *AuditWithin
+}
+
+// AuditWithin names the rows of one principal's queues: those it made or
+// approved, and those that provably touched only Queues: recorded with a
+// scope inside them (the action was restricted to it in SQL), or whose
+// selection names one source queue among them. A row that may have
+// touched any queue (ids, or a filter without a queue, by an unscoped
+// actor) is left out.
+type AuditWithin struct {
+	// Name is the principal's token name.
+	Name string
+	// Queues are its source queues. Required.
+	Queues []string
 }
 
 // AuditPage is one page of the audit log.
@@ -51,15 +68,24 @@ func (s *Store) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	if q.Since != nil {
 		where += " AND a.at >= " + args.add(*q.Since)
 	}
+	if w := q.Within; w != nil {
+		name, queues := args.add(w.Name), args.add(w.Queues)
+		// A replay's selection holds its filter under "filter"; every other
+		// action's selection is the filter itself.
+		where += " AND (a.actor = " + name + " OR a.approved_by = " + name + " OR a.scope <@ " + queues + "::text[]" +
+			" OR coalesce(a.selection->>'source_queue', a.selection#>>'{filter,source_queue}') = ANY(" + queues + "::text[]))"
+	}
 	rows, err := s.pool.Query(ctx, `
-SELECT a.id, a.at, a.actor, a.role, a.via, a.action, a.selection, a.count, a.request_id, a.detail, a.scope
+SELECT a.id, a.at, a.actor, a.role, a.via, a.action, a.selection, a.count, a.request_id, a.detail, a.scope,
+       coalesce(a.approved_by, '')
 FROM audit_log a WHERE `+where+` ORDER BY a.id DESC LIMIT `+args.add(limit+1), args...)
 	if err != nil {
 		return AuditPage{}, fmt.Errorf("store: read audit log: %w", err)
 	}
 	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Via, &e.Action, &e.Selection, &e.Count, &e.RequestID, &e.Detail, &e.Scope)
+		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Via, &e.Action, &e.Selection, &e.Count, &e.RequestID, &e.Detail, &e.Scope,
+			&e.ApprovedBy)
 		e.At = e.At.UTC()
 		return e, err
 	})

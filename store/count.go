@@ -96,7 +96,7 @@ func (s *Store) CountMessages(ctx context.Context, f Filter, opt CountOptions) (
 // weighed here: one the counters do not know makes their count a lie.
 func (f Filter) countedByTables() bool {
 	return f.FailedAfter == nil && f.FailedBefore == nil && f.Query == "" && f.Category == "" &&
-		len(f.IDs) == 0 && len(f.Fields) == 0 && f.MaxID <= 0 && f.Approval <= 0
+		len(f.IDs) == 0 && len(f.Fields) == 0 && f.MaxID <= 0 && f.Approval <= 0 && f.ReplayTask <= 0
 }
 
 // statusColumns maps a status to its column in failure_groups.

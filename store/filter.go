@@ -44,13 +44,24 @@ type Filter struct {
 	// confirmed (the web console's "all N matching") leaves out every
 	// message stored after it was counted.
 	MaxID int64 `json:"max_id,omitempty"`
+	// ReplayTask selects the messages of one replay task's snapshot;
+	// ReplayOutcome (published, failed, unknown, skipped) those of them
+	// the task settled so, and ReplayError those whose recorded error (the
+	// item's detail, a failed, unknown or skipped one's reason) is exactly
+	// it: "the messages task T could not publish, because R". Both need
+	// ReplayTask. Task visibility is the operations layer's to check; the
+	// messages themselves are read within the caller's scope like any.
+	ReplayTask    int64  `json:"replay_task,omitempty"`
+	ReplayOutcome string `json:"replay_outcome,omitempty"`
+	ReplayError   string `json:"replay_error,omitempty"`
 	// Scope restricts to these source queues: the caller's permission, not
 	// a user filter. Nil means every queue.
 	Scope []string `json:"-"`
 	// Approval restricts to the snapshot of an approval request: the ids
-	// its selection matched when it was made. Set by the operations layer
-	// when it carries out an approved request, never from user input.
-	Approval int64 `json:"-"`
+	// its selection matched when it was made, kept while it waits for a
+	// decision. The operations layer checks that the caller sees the
+	// request; the messages are read within the caller's scope like any.
+	Approval int64 `json:"approval,omitempty"`
 	// index is the store's index key when it seals (withIndex): q then
 	// matches sealed rows by their keyed hashes, and only by those.
 	index *crypt.Index
@@ -114,6 +125,9 @@ func (f Filter) Validate() error {
 	if len(f.IDs) > MaxFilterIDs {
 		return fmt.Errorf("%w: ids lists %d ids; at most %d per request", ErrInvalidFilter, len(f.IDs), MaxFilterIDs)
 	}
+	if f.Approval < 0 {
+		return fmt.Errorf("%w: approval: %d is not an approval request id", ErrInvalidFilter, f.Approval)
+	}
 	if f.MaxID < 0 {
 		return fmt.Errorf("%w: max_id: %d must be a message id (or 0 for no bound)", ErrInvalidFilter, f.MaxID)
 	}
@@ -121,6 +135,9 @@ func (f Filter) Validate() error {
 		if id <= 0 {
 			return fmt.Errorf("%w: ids: %d is not a message id", ErrInvalidFilter, id)
 		}
+	}
+	if err := f.validateReplay(); err != nil {
+		return err
 	}
 	if len(f.Query) > 1000 {
 		return fmt.Errorf("%w: q is %d bytes; at most 1000", ErrInvalidFilter, len(f.Query))
@@ -134,6 +151,40 @@ func (f Filter) Validate() error {
 		}
 	}
 	return nil
+}
+
+// ReplayOutcomes are the values of Filter.ReplayOutcome: the outcomes a
+// task settles its items with.
+var ReplayOutcomes = []string{OutcomePublished, OutcomeFailed, OutcomeUnknown, OutcomeSkipped}
+
+func (f Filter) validateReplay() error {
+	switch {
+	case f.ReplayTask < 0:
+		return fmt.Errorf("%w: replay_task: %d is not a replay task id", ErrInvalidFilter, f.ReplayTask)
+	case f.ReplayTask == 0 && (f.ReplayOutcome != "" || f.ReplayError != ""):
+		return fmt.Errorf("%w: replay_outcome and replay_error need replay_task, the task whose messages they select", ErrInvalidFilter)
+	case f.ReplayOutcome != "" && !slices.Contains(ReplayOutcomes, f.ReplayOutcome):
+		return fmt.Errorf("%w: replay_outcome %q must be one of %s", ErrInvalidFilter, f.ReplayOutcome, strings.Join(ReplayOutcomes, ", "))
+	case f.ReplayOutcome == OutcomePublished && f.ReplayError != "":
+		return fmt.Errorf("%w: replay_error: a published message recorded no error", ErrInvalidFilter)
+	case len(f.ReplayError) > 10000:
+		return fmt.Errorf("%w: replay_error is %d bytes; at most 10000", ErrInvalidFilter, len(f.ReplayError))
+	}
+	return nil
+}
+
+// replayCond renders the replay-task conditions: the ids of the task's
+// items that match, each one probe of replay_task_items' primary key.
+func (f Filter) replayCond(args *sqlArgs) string {
+	q := "SELECT i.message_id FROM replay_task_items i WHERE i.task_id = " + args.add(f.ReplayTask)
+	if f.ReplayOutcome != "" {
+		q += " AND i.outcome = " + args.add(f.ReplayOutcome)
+	}
+	if f.ReplayError != "" {
+		// A published item's detail is its replay id, not an error.
+		q += " AND i.outcome <> 'published' AND i.detail = " + args.add(f.ReplayError)
+	}
+	return "m.id IN (" + q + ")"
 }
 
 // parseCategories reads a category or a comma list of them.
@@ -229,6 +280,9 @@ func (f Filter) appendRowConds(conds []string, args *sqlArgs) ([]string, error) 
 	}
 	if f.Approval > 0 {
 		conds = append(conds, "m.id IN (SELECT a.message_id FROM approval_items a WHERE a.approval_id = "+args.add(f.Approval)+")")
+	}
+	if f.ReplayTask > 0 {
+		conds = append(conds, f.replayCond(args))
 	}
 	if f.Category != "" {
 		// Validated before any SQL is written (Validate).

@@ -86,6 +86,11 @@ type ReplayTask struct {
 	// Edit is the edit an edit-then-replay task applies to its message
 	// (package replay's form); nil for every other task.
 	Edit json.RawMessage
+	// ApprovalID is the approval request the task carried out, and
+	// ApprovedBy the principal who approved it (CreatedBy is then its
+	// requester); 0 and "" for a task that needed no approval.
+	ApprovalID int64
+	ApprovedBy string
 }
 
 // Remaining is how many selected messages are not settled yet.
@@ -97,7 +102,7 @@ const replayTaskColumns = `id, status, request, scope, target_exchange, target_r
     canary_count, canary_wait_seconds, canary_started_at, canary_until, canary_ids, canary_passed,
     requested, claimed, published, failed, skipped, unknown, coalesce(error, ''),
     created_by, created_role, created_via, request_id, created_at, start_at, started_at, finished_at, updated_at,
-    coalesce(runner_owner, ''), runner_expires_at, edit`
+    coalesce(runner_owner, ''), runner_expires_at, edit, coalesce(approval_id, 0), coalesce(approved_by, '')`
 
 func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 	var t ReplayTask
@@ -105,7 +110,7 @@ func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 		&t.RatePerSecond, &t.Force, &t.CanaryCount, &t.CanaryWaitSeconds, &t.CanaryStartedAt, &t.CanaryUntil,
 		&t.CanaryIDs, &t.CanaryPassed, &t.Requested, &t.Claimed, &t.Published, &t.Failed, &t.Skipped, &t.Unknown,
 		&t.Error, &t.CreatedBy, &t.CreatedRole, &t.CreatedVia, &t.RequestID, &t.CreatedAt, &t.StartAt,
-		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt, &t.Edit)
+		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt, &t.Edit, &t.ApprovalID, &t.ApprovedBy)
 	return t, err
 }
 
@@ -142,6 +147,9 @@ type NewReplayTask struct {
 	// approved in the task's own transaction (ErrConflict when it is no
 	// longer pending), with the task's id as its result.
 	Approval int64
+	// Approver, with Approval, is the principal who approves it; Actor is
+	// then the requester. Optional: default Actor.
+	Approver Actor
 	// Edit, when set, makes this the task of an edit-then-replay of the one
 	// message its selection names: the edit rides on the task (never in
 	// its request), and the message's edit is recorded in the same
@@ -180,7 +188,7 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	if err := approvedInTx(ctx, tx, n.Approval, n.Actor); err != nil {
+	if err := approvedInTx(ctx, tx, n.Approval, approverOr(n.Approver, n.Actor)); err != nil {
 		return ReplayTask{}, err
 	}
 	id, err := s.insertReplayTask(ctx, tx, n)
@@ -280,15 +288,21 @@ func (s *Store) insertReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask
 			}
 		}
 	}
+	var approvalID *int64
+	approvedBy := ""
+	if n.Approval > 0 {
+		approvalID, approvedBy = &n.Approval, approverOr(n.Approver, n.Actor).Name
+	}
 	err := tx.QueryRow(ctx, `
 INSERT INTO replay_tasks (id, status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
-    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit)
+    canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit,
+    approval_id, approved_by)
 VALUES (coalesce($15::bigint, nextval(pg_get_serial_sequence('replay_tasks', 'id'))),
-    'scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14)
+    'scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14, $16, nullif($17, ''))
 RETURNING id`,
 		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
 		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
-		cleanText(n.Actor.RequestID), startAt, edit, reserved).Scan(&id)
+		cleanText(n.Actor.RequestID), startAt, edit, reserved, approvalID, cleanText(approvedBy)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("store: insert replay task: %w", err)
 	}
@@ -322,7 +336,7 @@ UPDATE replay_tasks SET requested = $2 WHERE id = $1 RETURNING `+replayTaskColum
 	for k, v := range extra {
 		detail[k] = v
 	}
-	if err := insertAudit(ctx, tx, n.Actor, action, n.AuditSelection, requested, detail); err != nil {
+	if err := insertAuditApproved(ctx, tx, n.Actor, t.ApprovedBy, action, n.AuditSelection, requested, detail); err != nil {
 		return ReplayTask{}, err
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_notify('dlq_replay', current_schema() || ':start:' || $1::bigint::text)`, id); err != nil {

@@ -43,6 +43,7 @@ func commands() []command {
 		{"approvals", "requests for approval (four-eyes), newest first", cli.Approvals},
 		{"approve", "approve a request: it runs on its snapshot (never your own)", cli.Approve},
 		{"reject", "reject a request for approval; nothing runs", cli.Reject},
+		{"withdraw", "take back your own request for approval; nothing runs", cli.Withdraw},
 		{"edit-replay", "send a corrected copy of a message (new body, header changes); the original is kept", cli.EditReplay},
 		{"policies", "automatic replay policies: selection, schedule, paused or not", cli.Policies},
 		{"policy", "pause or resume an automatic replay policy", cli.Policy},

@@ -171,7 +171,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The operations layer: every rule of every front door, once.
 	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
-		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(),
+		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(), Principals: authn.Principals,
 		EditLockedHeaders: cfg.Replay.EditLockedHeaders, EditSensitiveHeaders: cfg.Replay.EditSensitiveHeaders,
 		KeepUserID: cfg.Replay.KeepUserID, Ring: ring,
 		Redaction: ops.Redaction{Headers: cfg.Redaction.Headers, BodyPaths: cfg.Redaction.BodyPaths, RevealRole: cfg.Redaction.RevealRole},

@@ -32,6 +32,9 @@ func Approve(args []string) int { return runDecide("approve", args, osEnv()) }
 // Reject runs `dlq reject ID [--reason TEXT]`.
 func Reject(args []string) int { return runDecide("reject", args, osEnv()) }
 
+// Withdraw runs `dlq withdraw ID`: take back one's own request.
+func Withdraw(args []string) int { return runDecide("withdraw", args, osEnv()) }
+
 // EditReplay runs `dlq edit-replay ID`: send a corrected copy.
 func EditReplay(args []string) int { return runEditReplay(args, osEnv(), os.Stdin) }
 
@@ -55,6 +58,7 @@ func waitsForApproval(w io.Writer, answer []byte) bool {
 	fmt.Fprintf(w, "not run: %s of %s messages waits for approval %d (expires %s)\n", a.Action, thousands(a.Count), a.ID,
 		a.ExpiresAt.Local().Format(time.RFC3339))
 	fmt.Fprintf(w, "another person approves it with: dlq approve %d   (or rejects it: dlq reject %d)\n", a.ID, a.ID)
+	fmt.Fprintf(w, "you may take it back with: dlq withdraw %d\n", a.ID)
 	return true
 }
 
@@ -134,10 +138,11 @@ func runDecide(verb string, args []string, env cliEnv) int {
 		fs.StringVar(&reason, "reason", "", "why (recorded with the decision)")
 	}
 	fs.Usage = func() {
-		what := "run a request for approval on its snapshot (you cannot approve your own)"
-		if verb == "reject" {
-			what = "turn a request for approval down; nothing runs"
-		}
+		what := map[string]string{
+			"approve":  "run a request for approval on its snapshot (you cannot approve your own)",
+			"reject":   "turn a request for approval down; nothing runs",
+			"withdraw": "take back your own request for approval; nothing runs",
+		}[verb]
 		fmt.Fprintf(env.stderr, "usage: dlq %s [flags] ID   %s\n", verb, what)
 		fs.PrintDefaults()
 	}

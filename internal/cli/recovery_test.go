@@ -103,6 +103,18 @@ func TestApprovalCommands(t *testing.T) {
 	require.Equal(t, ExitNotFound, code)
 	code, _, _ = cli(t, url, admin, func(a []string, e cliEnv) int { return runDecide("approve", a, e) })
 	require.Equal(t, ExitUsage, code)
+
+	// Its requester withdraws it; nobody else may.
+	withdraw := func(a []string, e cliEnv) int { return runDecide("withdraw", a, e) }
+	code, _, errOut = cli(t, url, op, withdraw, id2)
+	require.Equal(t, ExitDenied, code, "not its requester: %s", errOut)
+	require.Contains(t, errOut, "only its requester may withdraw it")
+	code, out, errOut = cli(t, url, admin, withdraw, id2)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "approval "+id2+" withdrawn: delete of")
+	code, _, _ = cli(t, url, admin, withdraw, id2)
+	require.Equal(t, ExitFailure, code, "no longer pending: 409")
+
 	code, out, _ = cli(t, url, admin, runApprovals, "--json")
 	require.Equal(t, ExitOK, code)
 	var list struct{ Approvals []store.Approval }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -309,6 +310,9 @@ func printTask(w io.Writer, t replay.Task) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "task\t%d\n", t.ID)
 	fmt.Fprintf(tw, "status\t%s\n", t.Status)
+	if t.Outcome != "" {
+		fmt.Fprintf(tw, "outcome\t%s\n", t.Outcome)
+	}
 	fmt.Fprintf(tw, "requested\t%d\n", t.Requested)
 	fmt.Fprintf(tw, "published\t%d\n", t.Published)
 	fmt.Fprintf(tw, "failed\t%d\n", t.Failed)
@@ -325,6 +329,9 @@ func printTask(w io.Writer, t replay.Task) {
 		fmt.Fprintf(tw, "canary\t%d messages, %ds\n", c.Count, c.WaitSeconds)
 	}
 	fmt.Fprintf(tw, "created\t%s by %s\n", t.CreatedAt.Local().Format(time.RFC3339), t.CreatedBy)
+	if t.ApprovedBy != "" {
+		fmt.Fprintf(tw, "approved\tby %s (approval %d)\n", t.ApprovedBy, t.ApprovalID)
+	}
 	fmt.Fprintf(tw, "start\t%s\n", t.StartAt.Local().Format(time.RFC3339))
 	if t.FinishedAt != nil {
 		fmt.Fprintf(tw, "finished\t%s\n", t.FinishedAt.Local().Format(time.RFC3339))
@@ -406,10 +413,14 @@ func Replays(args []string) int {
 		return code
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
+	fmt.Fprintln(tw, "ID\tSTATUS\tOUTCOME\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
 	for _, t := range list.Replays {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", t.ID, t.Status, t.Requested, t.Published, t.Failed,
-			t.Skipped, t.Unknown, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), t.CreatedBy)
+		by := t.CreatedBy
+		if t.ApprovedBy != "" {
+			by += ", approved by " + t.ApprovedBy
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", t.ID, t.Status, cmp.Or(t.Outcome, "-"), t.Requested, t.Published, t.Failed,
+			t.Skipped, t.Unknown, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), by)
 	}
 	tw.Flush()
 	return ExitOK

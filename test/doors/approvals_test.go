@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -101,6 +102,18 @@ func TestApprovalThroughEveryDoor(t *testing.T) {
 		{who: "admin", req: decide("reject"), expect: outcome{Code: ops.CodeForbidden}},
 		{who: "admin-2", req: decide("reject"), expect: outcome{Code: "ok", Status: store.ApprovalRejected, Count: 7},
 			after: func(f *fixture) { require.Equal(t, int64(7), f.pendingCount(t, "billing"), "nothing deleted") }},
+		// Its requester withdraws a request: nobody else may, and it is
+		// no longer pending.
+		{who: "op", req: func(*fixture) request {
+			return request{action: "replay", filter: &store.Filter{SourceQueue: "billing"}}
+		},
+			expect: outcome{Code: ops.CodeApprovalPending, Status: store.ApprovalPending, Count: 7}},
+		{who: "admin", req: decide("withdraw"), expect: outcome{Code: ops.CodeForbidden}},
+		{who: "orders-ops", req: decide("withdraw"), expect: outcome{Code: ops.CodeNotFound}},
+		{who: "op", req: decide("withdraw"), expect: outcome{Code: "ok", Status: store.ApprovalWithdrawn, Count: 7},
+			after: func(f *fixture) { require.Equal(t, int64(7), f.pendingCount(t, "billing"), "nothing replayed") }},
+		{who: "op", req: decide("withdraw"), expect: outcome{Code: ops.CodeConflict}},
+		{who: "admin", req: decide("approve"), expect: outcome{Code: ops.CodeConflict}},
 		// An expired request cannot be approved.
 		{who: "op", req: func(*fixture) request {
 			return request{action: "replay", filter: &store.Filter{SourceQueue: "billing"}}
@@ -149,9 +162,57 @@ func TestApprovalThroughEveryDoor(t *testing.T) {
 		for _, e := range page.Entries {
 			n[e.Action]++
 		}
-		require.Equal(t, 4, n[store.ActionApprovalRequest], d.name())
+		require.Equal(t, 5, n[store.ActionApprovalRequest], d.name())
 		require.Equal(t, 2, n[store.ActionApprove], d.name())
 		require.Equal(t, 1, n[store.ActionReject], d.name())
+		require.Equal(t, 1, n[store.ActionApprovalWithdraw], d.name())
+	}
+}
+
+// A request that no configured principal but its requester could approve
+// is refused at once by every door, and records nothing: here the only
+// admin token asks to delete more than the threshold. One that another
+// configured token may approve waits as before.
+func TestUnapprovableRequestRefusedByEveryDoor(t *testing.T) {
+	t.Parallel()
+	configured := func() []auth.Principal {
+		var out []auth.Principal
+		for _, p := range authenticator().Principals() {
+			if p.Name != "admin-2" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	tweak := func(c *ops.Config) { c.ApprovalAbove, c.ConfirmAbove, c.Principals = approvalAbove, 0, configured }
+	doors := []door{newHTTPDoor(t, tweak), newControlDoor(t, tweak)}
+	steps := []struct {
+		who    string
+		req    request
+		expect outcome
+	}{
+		{"admin", request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}}, outcome{Code: ops.CodeForbidden}},
+		{"admin", request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, limit: approvalAbove},
+			outcome{Code: "ok", Matched: approvalAbove, Changed: approvalAbove}},
+		{"op", request{action: "acknowledge", filter: &store.Filter{SourceQueue: "orders"}},
+			outcome{Code: ops.CodeApprovalPending, Status: store.ApprovalPending, Count: 8}},
+	}
+	for i, s := range steps {
+		var got [2]outcome
+		for j, d := range doors {
+			reqID := fmt.Sprintf("unapprovable-%d-%s", i, d.name())
+			got[j] = d.do(t, s.who, reqID, s.req)
+			if s.expect.Code == ops.CodeForbidden {
+				require.Zero(t, countAudit(t, d.fixture(), reqID), "step %d via %s: nothing audited", i, d.name())
+			}
+		}
+		require.Equal(t, got[0], got[1], "step %d: the doors disagree", i)
+		require.Equal(t, s.expect, got[0], "step %d", i)
+	}
+	for _, d := range doors {
+		list, err := d.fixture().ops.ListApprovals(context.Background(), caller("admin"), 10)
+		require.NoError(t, err)
+		require.Len(t, list, 1, "%s: only the acknowledge was recorded", d.name())
 	}
 }
 

@@ -382,7 +382,7 @@ func (d *httpDoor) do(t *testing.T, who, requestID string, r request) outcome {
 		body = map[string]any{"body_base64": base64.StdEncoding.EncodeToString([]byte(r.body)), "dry_run": r.dryRun}
 	case "list_approvals":
 		path = "/api/v1/approvals"
-	case "approve", "reject":
+	case "approve", "reject", "withdraw":
 		method, path = http.MethodPost, fmt.Sprintf("/api/v1/approvals/%d/%s", r.id, r.action)
 	case "list_policies":
 		path = "/api/v1/policies"
@@ -434,7 +434,7 @@ func decodeResult(t *testing.T, f *fixture, action string, raw []byte) outcome {
 			return outcome{Code: "ok", Status: "dry_run"}
 		}
 		return outcome{Code: "ok", Status: res.Task.Status, Requested: res.Task.Requested}
-	case "approve", "reject":
+	case "approve", "reject", "withdraw":
 		var a store.Approval
 		require.NoError(t, json.Unmarshal(raw, &a), "%s", raw)
 		return outcome{Code: "ok", Status: a.Status, Count: a.Count}
@@ -541,6 +541,8 @@ func (d *controlDoor) do(t *testing.T, who, requestID string, r request) outcome
 		cmd.Command = control.CmdApprove
 	case "reject":
 		cmd.Command = control.CmdReject
+	case "withdraw":
+		cmd.Command = control.CmdWithdraw
 	case "list_policies":
 		cmd.Command = control.CmdListPolicies
 	case "pause_policy":

@@ -1,0 +1,237 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/store"
+)
+
+// Who may decide a request, in one place: the approvals page's buttons,
+// the navigation's count, the confirmation's "who can approve it", the
+// refusal of a request nobody could approve, and Approve and Reject
+// themselves all follow MayDecide.
+
+// MayDecide reports whether p may approve or reject a: it sees the
+// request (every queue of the request's scope is among its own), its role
+// allows deciding and the action the request carries out (a delete needs
+// an admin), it is not the requester, and the request is still pending.
+func MayDecide(p auth.Principal, a store.Approval) bool {
+	return a.Status == store.ApprovalPending && mayDecide(p, a)
+}
+
+func mayDecide(p auth.Principal, a store.Approval) bool {
+	return a.RequestedBy != p.Name && Authorize(p, ActDecideApproval) == nil &&
+		Authorize(p, actionOfApproval(a)) == nil && approvalVisible(p, a)
+}
+
+// MayWithdraw reports whether p may withdraw a: its own request, still
+// pending.
+func MayWithdraw(p auth.Principal, a store.Approval) bool {
+	return a.Status == store.ApprovalPending && a.RequestedBy == p.Name && Authorize(p, ActWithdrawApproval) == nil
+}
+
+// approversOf names the configured principals who may decide a, sorted;
+// nil when the layer does not know the configuration (Config.Principals).
+func (s *Service) approversOf(a store.Approval) []string {
+	if s.cfg.Principals == nil {
+		return nil
+	}
+	out := []string{}
+	for _, p := range s.cfg.Principals() {
+		if mayDecide(p, a) {
+			out = append(out, p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// approvable refuses a request that no configured principal but its
+// requester could decide: it would wait for nobody and expire. scope is
+// the request's (the requester's queues). It says what approving needs and
+// what to do instead.
+func (s *Service) approvable(p auth.Principal, action string, count int64, scope []string) error {
+	a := store.Approval{Action: action, RequestedBy: p.Name, Scope: scope, Status: store.ApprovalPending}
+	if names := s.approversOf(a); names == nil || len(names) > 0 {
+		return nil
+	}
+	return forbidden("this %s of %d messages needs a second person's approval (it selects more than approval_above, %d), "+
+		"and no configured token but %s may approve it: approving it needs %s. Select at most %d messages at a time, "+
+		"or have an administrator configure a second token that may approve (api.tokens; docs/REPLAY.md, \"Approval\")",
+		action, count, s.cfg.ApprovalAbove, p.Name, approverNeeds(a), s.cfg.ApprovalAbove)
+}
+
+// approverNeeds says in words what a principal needs to decide a.
+func approverNeeds(a store.Approval) string {
+	role := RoleFor(actionOfApproval(a))
+	if r := RoleFor(ActDecideApproval); !(auth.Principal{Role: role}).Can(r) {
+		role = r
+	}
+	queues := "every queue"
+	if a.Scope != nil {
+		queues = "the queues " + strings.Join(a.Scope, ", ")
+	}
+	return fmt.Sprintf("role %s or higher, with %s, and not to be its requester", role, queues)
+}
+
+// ApprovalNotice says, before an action is asked for, whether it will wait
+// for approval and who can give it: the confirmation page's words.
+type ApprovalNotice struct {
+	// Needed: the action selects more than Above messages.
+	Needed bool
+	Above  int64
+	// Approvers names the configured tokens that may approve it (nil: not
+	// known on this instance); empty when needed means the request will be
+	// refused, and Needs says what an approver must have.
+	Approvers []string
+	Needs     string
+}
+
+// NoticeApproval tells the caller whether its action (replay, acknowledge
+// or delete) of count messages will need approval, and who may give it.
+func (s *Service) NoticeApproval(c Caller, action string, count int64) ApprovalNotice {
+	n := ApprovalNotice{Above: s.cfg.ApprovalAbove}
+	if s.cfg.ApprovalAbove <= 0 || count <= s.cfg.ApprovalAbove {
+		return n
+	}
+	a := store.Approval{Action: action, RequestedBy: c.Principal.Name, Scope: c.Principal.Queues, Status: store.ApprovalPending}
+	n.Needed, n.Approvers, n.Needs = true, s.approversOf(a), approverNeeds(a)
+	return n
+}
+
+// ApprovalView is a request as one caller sees it: what its selection
+// is, in words, and what the caller may do with it.
+type ApprovalView struct {
+	store.Approval
+	// Selection is what the requester asked for: ids, or a filter (with
+	// its failure group, when it names one the caller sees), and a limit.
+	Selection SelectionView
+	// Sample holds a few of the selected messages (the snapshot, while the
+	// request waits), as the caller may see them.
+	Sample []store.Message
+	// MayDecide and MayWithdraw say which controls the caller gets.
+	MayDecide, MayWithdraw bool
+	// Approvers names the configured tokens that may decide it (nil: not
+	// known on this instance).
+	Approvers []string
+}
+
+// SelectionView is a selection as asked: ids or a filter, and a limit.
+type SelectionView struct {
+	IDs    []int64
+	Filter *store.Filter
+	Limit  int
+	// Group is the filter's failure group, when it names one the caller
+	// sees (nil otherwise): its title names it, not its id.
+	Group *store.Group
+}
+
+// approvalSampleSize is how many selected messages a view shows.
+const approvalSampleSize = 5
+
+// ApprovalViews returns the newest limit requests the caller may see
+// (as ListApprovals), each with its selection in words, a sample of its
+// snapshot while it waits, and what the caller may do with it.
+func (s *Service) ApprovalViews(ctx context.Context, c Caller, limit int) ([]ApprovalView, error) {
+	list, err := s.ListApprovals(ctx, c, limit)
+	if err != nil {
+		return nil, err
+	}
+	groups := map[string]*store.Group{}
+	out := make([]ApprovalView, 0, len(list))
+	for _, a := range list {
+		v, err := s.approvalView(ctx, c, a, groups)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ApprovalViewOf is one request the caller may see, as ApprovalViews
+// shows it.
+func (s *Service) ApprovalViewOf(ctx context.Context, c Caller, id int64) (ApprovalView, error) {
+	a, err := s.GetApproval(ctx, c, id)
+	if err != nil {
+		return ApprovalView{}, err
+	}
+	return s.approvalView(ctx, c, a, map[string]*store.Group{})
+}
+
+// ApproversOf names the configured tokens that may decide a, sorted (nil
+// when the configuration is not known here).
+func (s *Service) ApproversOf(a store.Approval) []string { return s.approversOf(a) }
+
+// approvalView describes a for the caller; groups caches the failure
+// groups already looked up.
+func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, groups map[string]*store.Group) (ApprovalView, error) {
+	v := ApprovalView{Approval: a, MayDecide: MayDecide(c.Principal, a), MayWithdraw: MayWithdraw(c.Principal, a)}
+	var sel struct {
+		IDs    []int64       `json:"ids"`
+		Filter *store.Filter `json:"filter"`
+		Limit  int           `json:"limit"`
+	}
+	if err := json.Unmarshal(a.Request, &sel); err != nil {
+		return ApprovalView{}, fmt.Errorf("ops: read the request of approval %d: %w", a.ID, err)
+	}
+	v.Selection = SelectionView{IDs: sel.IDs, Filter: sel.Filter, Limit: sel.Limit}
+	if g := sel.Filter; g != nil && g.Group != "" {
+		if _, ok := groups[g.Group]; !ok {
+			groups[g.Group] = s.groupOrNil(ctx, c, g.Group)
+		}
+		v.Selection.Group = groups[g.Group]
+	}
+	if a.Status != store.ApprovalPending {
+		return v, nil
+	}
+	v.Approvers = s.approversOf(a)
+	page, err := s.st.ListMessages(ctx, store.Filter{Approval: a.ID, Status: "all", Scope: c.Principal.Queues},
+		store.ListOptions{Limit: approvalSampleSize})
+	if err != nil {
+		return ApprovalView{}, err
+	}
+	for i := range page.Messages {
+		s.present(c.Principal, &page.Messages[i])
+	}
+	v.Sample = page.Messages
+	return v, nil
+}
+
+// groupOrNil is the failure group id as the caller sees it, nil when it
+// does not see it or it has no message left.
+func (s *Service) groupOrNil(ctx context.Context, c Caller, id string) *store.Group {
+	g, err := s.Group(ctx, c, id)
+	if err != nil {
+		return nil
+	}
+	return &g
+}
+
+// PendingForMe counts the requests waiting for a decision that the
+// caller may decide: the console navigation's count.
+func (s *Service) PendingForMe(ctx context.Context, c Caller) (int, error) {
+	if Authorize(c.Principal, ActDecideApproval) != nil {
+		return 0, nil
+	}
+	list, err := s.st.ListPendingApprovals(ctx, pendingCountMax)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range list {
+		if MayDecide(c.Principal, a) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// pendingCountMax bounds the requests PendingForMe reads: requests wait
+// at most a day, and a console shows "1000" as well as more.
+const pendingCountMax = 1000
