@@ -47,13 +47,18 @@ const (
 	Returned
 	// Nacked: the broker refused the message; it was not delivered.
 	Nacked
-	// Failed: the message was never sent, or was refused because its
-	// exchange does not exist; it was not delivered.
+	// Failed: the broker refused the message because its exchange does not
+	// exist, or because the connection's user may not write to it; it was
+	// not delivered.
 	Failed
 	// Unknown: the message was sent but its confirm never came (the channel
 	// or connection was lost first, or it timed out). It may have been
 	// delivered.
 	Unknown
+	// Unsent: the message never left, because the channel or connection
+	// had closed under it (a fault, not the message's doing): it was not
+	// delivered and may be sent again as it is.
+	Unsent
 )
 
 func (o Outcome) String() string {
@@ -68,6 +73,8 @@ func (o Outcome) String() string {
 		return "failed"
 	case Unknown:
 		return "unknown"
+	case Unsent:
+		return "unsent"
 	}
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
@@ -196,9 +203,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if pc.dead {
 		why := cmp.Or(pc.cause, "channel closed before the message was sent")
 		p.mu.Unlock()
-		// Died between opening and now: report it like any send failure.
+		// Died between opening and now: it never left.
 		sent = true
-		p.deliver(pb, Result{Outcome: Failed, Reason: "not sent: " + why})
+		p.deliver(pb, Result{Outcome: Unsent, Reason: "not sent: " + why})
 		return nil
 	}
 	if _, dup := pc.byCorr[corr]; dup {
@@ -225,7 +232,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		delete(pc.byCorr, corr)
 		p.mu.Unlock()
 		if still {
-			res := Result{Outcome: Failed, Reason: "not sent: " + p.closedReason(pc, err)}
+			res := Result{Outcome: Unsent, Reason: "not sent: " + p.closedReason(pc, err)}
 			if !errors.Is(err, amqp.ErrClosed) {
 				// A write that failed part way may have reached the broker
 				// whole before the error surfaced.
@@ -411,8 +418,12 @@ func (p *Publisher) onConfirm(pc *pubChannel, c amqp.Confirmation) {
 }
 
 // onDead ends every publish still in flight on a channel that died. A
-// message refused because its exchange does not exist was not delivered;
-// any other was sent and may have been routed before the end: Unknown.
+// message refused because its exchange does not exist, or because the
+// connection's user may not write to it (403 ACCESS_REFUSED names the
+// exchange), was not delivered: the broker checks both before routing, and
+// a publish to the same exchange sent earlier would have been refused
+// first, one sent later was discarded with the channel. Any other was sent
+// and may have been routed before the end: Unknown.
 func (p *Publisher) onDead(pc *pubChannel) {
 	var cause *amqp.Error
 	select {
@@ -442,6 +453,8 @@ func (p *Publisher) onDead(pc *pubChannel) {
 		switch {
 		case cause != nil && cause.Code == amqp.NotFound && strings.Contains(cause.Reason, "exchange '"+pb.exchange+"'"):
 			p.deliver(pb, Result{Outcome: Failed, Reason: fmt.Sprintf("exchange %q does not exist (%s)", pb.exchange, cause.Reason)})
+		case cause != nil && cause.Code == amqp.AccessRefused && strings.Contains(cause.Reason, "exchange '"+pb.exchange+"'"):
+			p.deliver(pb, Result{Outcome: Failed, Reason: fmt.Sprintf("refused: %d %s", cause.Code, cause.Reason)})
 		case pb.returned != nil:
 			p.deliver(pb, Result{Outcome: Returned, Reason: fmt.Sprintf("unroutable: %d %s", pb.returned.ReplyCode, pb.returned.ReplyText)})
 		default:
