@@ -4,8 +4,6 @@ package replay_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,23 +14,6 @@ import (
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 )
-
-// queueProcess suspends ("suspend") or resumes ("resume") the Erlang
-// process of a classic queue. A suspended queue takes deliveries into its
-// mailbox but handles none, so the broker withholds the confirms of
-// messages routed to it, without blocking the publishing connection (as an
-// alarm would) or closing anything.
-func queueProcess(t *testing.T, action, queue string) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	expr := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), sys:%s(amqqueue:get_pid(Q)).`, queue, action)
-	out, err := dlqtest.Rabbitmqctl(ctx, "eval", expr).CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "ok" {
-		return fmt.Errorf("rabbitmqctl eval %s: %v: %s", expr, err, out)
-	}
-	return nil
-}
 
 // The broker withholds confirms longer than replay.confirm_timeout (the
 // target queue's process is suspended; the connection is not blocked):

@@ -65,9 +65,9 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = 'b'`)
 	require.NoError(t, err)
-	taken, _, err := st.RecoverExpiredReplayClaims(ctx, 100)
+	got, err := st.RecoverExpiredReplayClaims(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, int64(2), taken)
+	require.Equal(t, int64(2), got.Taken)
 
 	// The stalled heartbeat comes back: it renews a, not b.
 	a.deadline, lost.deadline = past, past

@@ -85,6 +85,10 @@ type ClaimedMessage struct {
 	BodySize         int64
 	// ReplayCount is the count before this replay.
 	ReplayCount int64
+	// Unknowns is how many of this task's publishes of the message had an
+	// unknown outcome (0: this is its first). A publish's outcome carries
+	// it (ReplayOutcome.Attempt).
+	Unknowns int
 	// Sealed is a sealed row's encrypted part (seal.go): Properties,
 	// Headers (those left plain only) and Body are then to be opened from
 	// it. Nil for a plain row.
@@ -99,6 +103,10 @@ type ClaimResult struct {
 	// Deferred items are being replayed under another claim; they stay
 	// unsettled and are looked at again on a later pass.
 	Deferred int
+	// Returned items were settled as published without a publish: a copy
+	// sent before an unknown outcome died and came back to its row, so it
+	// was delivered, and is not sent again.
+	Returned int
 	// Scanned is how many items were looked at; Last the highest id among
 	// them (the next cursor). Scanned < Limit means the pass reached the end,
 	// except for items locked by others at that moment.
@@ -147,6 +155,7 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 	var (
 		res       = ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
 		claimable []int64
+		guarded   []int64 // pending, stopped by the loop guard
 		skipIDs   []int64
 		skipWhy   []string
 	)
@@ -167,6 +176,7 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 		case status == StatusReplaying:
 			res.Deferred++
 		case status == StatusPending:
+			guarded = append(guarded, id)
 			skipIDs = append(skipIDs, id)
 			skipWhy = append(skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays))
 		default:
@@ -213,12 +223,15 @@ FROM x
 -- unsettled when it was created) made the planner hash the whole task's
 -- items on every claim.
 CROSS JOIN LATERAL (
-    SELECT 1 FROM replay_task_items i
+    SELECT i.unknown_count, i.copy_replay_count FROM replay_task_items i
     WHERE i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL LIMIT 1) i
-WHERE m.id = x.id
+-- A message whose earlier publish had an unknown outcome is sent again
+-- only if none of those copies came back dead meanwhile: the consumer
+-- raises the row's replay_count to the copy's x-dlq-replay-count.
+WHERE m.id = x.id AND (i.copy_replay_count IS NULL OR m.replay_count < i.copy_replay_count)
 RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.source_exchange,
     m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size,
-    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta`,
+    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta, coalesce(i.unknown_count, 0)`,
 			claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
@@ -230,7 +243,7 @@ RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.sourc
 				sl    Sealed
 			)
 			if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
-				&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta); err != nil {
+				&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta, &m.Unknowns); err != nil {
 				rows.Close()
 				return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
 			}
@@ -256,6 +269,18 @@ RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.sourc
 		// Published in id order (the write-ahead mark relies on it).
 		slices.SortFunc(res.Messages, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
 	}
+	// A pending row the claim passed over had its item settled since it
+	// was selected, or is back from the dead after an unknown outcome; so,
+	// perhaps, is one the loop guard stops (the copy that came back raised
+	// its replay_count). Rare, and looked for only then.
+	returned, err := settleReturned(ctx, tx, c.TaskID, append(guarded, passedOver(claimable, res.Messages)...))
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	if len(returned) > 0 {
+		skipIDs, skipWhy = without(skipIDs, skipWhy, returned)
+		res.Returned = len(returned)
+	}
 	var b pgx.Batch
 	// Skipped items are settled here; the counter adds those this
 	// statement settled, exactly.
@@ -267,9 +292,12 @@ WITH s AS (
     WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
     RETURNING 1
 ), n AS (SELECT count(*) AS n FROM s)
-UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n, updated_at = now()
+UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n,
+    published = published + cardinality($5::bigint[]),
+    canary_ids = CASE WHEN $6 THEN canary_ids || $5::bigint[] ELSE canary_ids END,
+    updated_at = now()
 FROM n WHERE id = $1
-RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(skipWhy)).QueryRow(func(row pgx.Row) error {
+RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(skipWhy), nonNilIDs(returned), c.Canary).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&skipped)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -303,6 +331,70 @@ RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(s
 	return res, nil
 }
 
+// settleReturned settles as published the items, among ids (rows this
+// transaction holds, pending), whose earlier publish had an unknown outcome
+// and one of whose copies died and came back: the consumer raised the
+// row's replay_count to the copy's x-dlq-replay-count. That copy was
+// delivered, and the row holds its new death; sending it again would
+// replay a message that already failed again. The item's detail is the
+// replay id the copy died with, so that a canary knows it for its own
+// (CanaryDiedAgain), and the row loses the unknown outcome's error.
+func settleReturned(ctx context.Context, tx pgx.Tx, taskID int64, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+WITH r AS (
+    UPDATE replay_task_items i SET outcome = 'published', detail = m.last_death_replay_id
+    FROM dead_messages m
+    WHERE i.task_id = $1 AND i.message_id = ANY($2) AND m.id = i.message_id AND i.outcome IS NULL
+      AND i.copy_replay_count IS NOT NULL AND m.replay_count >= i.copy_replay_count
+    RETURNING i.message_id
+)
+UPDATE dead_messages m SET last_replay_error = NULL FROM r WHERE m.id = r.message_id
+RETURNING m.id`, taskID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: settle returned messages of replay task %d: %w", taskID, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: settle returned messages of replay task %d: %w", taskID, err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// passedOver returns the ids of claimable that the claim did not take.
+func passedOver(claimable []int64, claimed []ClaimedMessage) []int64 {
+	if len(claimable) == len(claimed) {
+		return nil
+	}
+	took := make(map[int64]bool, len(claimed))
+	for _, m := range claimed {
+		took[m.ID] = true
+	}
+	var out []int64
+	for _, id := range claimable {
+		if !took[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// without drops the ids in drop (sorted) from ids and their reasons.
+func without(ids []int64, why []string, drop []int64) ([]int64, []string) {
+	var keptIDs []int64
+	var keptWhy []string
+	for i, id := range ids {
+		if _, found := slices.BinarySearch(drop, id); !found {
+			keptIDs = append(keptIDs, id)
+			keptWhy = append(keptWhy, why[i])
+		}
+	}
+	return keptIDs, keptWhy
+}
+
 type moveKey struct {
 	queue string
 	group int64
@@ -327,20 +419,34 @@ ON CONFLICT (token) DO UPDATE SET through_id = greatest(replay_claims.through_id
 type ReplayOutcome struct {
 	ID    int64
 	Token string
-	// Result is OutcomePublished, OutcomeFailed, OutcomeUnknown or
-	// OutcomeReleased.
+	// Result is OutcomePublished, OutcomeFailed, OutcomeUnknown,
+	// OutcomeRetry or OutcomeReleased.
 	Result string
-	// Error is recorded as last_replay_error (failed, unknown).
+	// Error is recorded as last_replay_error (failed, unknown, retry).
 	Error string
-	// ReplayID, on a published outcome, is recorded as the item's detail:
-	// the x-dlq-replay-id it went out with. The canary sets it, to know its
-	// own publishes when they die again (CanaryDiedAgain).
+	// ReplayID, on a published or retry outcome, is recorded in the item's
+	// detail: the x-dlq-replay-id it went out with. The canary sets it, to
+	// know its own publishes when they die again (CanaryDiedAgain), the
+	// copies of a publish sent again included.
 	ReplayID string
+	// Attempt is the item's unknown count its claim read
+	// (ClaimedMessage.Unknowns): the outcome is recorded for the item only
+	// while it still is, so a holder whose claim was taken back (and the
+	// message made ready to be sent again) cannot settle it. Above 0, the
+	// publish was sent again after an unknown outcome (republished).
+	Attempt int
+	// CopyReplayCount, on a retry outcome, is the x-dlq-replay-count the
+	// publish carried; a copy that comes back dead raises the row's
+	// replay_count to it, and the message is then not sent again.
+	CopyReplayCount int64
 }
 
 // SettleResult counts what SettleReplayOutcomes recorded for the task.
 type SettleResult struct {
 	Published, Failed, Unknown, Released int64
+	// Retried items await being sent again; Republished outcomes were of
+	// publishes sent again.
+	Retried, Republished int64
 	// Marked is how many rows actually changed status; a row can be missing
 	// because it died again and came back first, or because the claim was
 	// taken back after its lease.
@@ -348,10 +454,12 @@ type SettleResult struct {
 }
 
 // SettleReplayOutcomes ends claims: published messages become replayed
-// (replayed_at, replay_count + 1); failed and unknown ones go back to
-// pending with the error recorded; released ones go back to pending
-// untouched and stay unsettled for the task. Each row changes only if it
-// is still replaying under the token the outcome names. The task's items
+// (replayed_at, replay_count + 1); failed, unknown and retry ones go back
+// to pending with the error recorded; released ones go back to pending
+// untouched and stay unsettled for the task, and so do retry ones, their
+// unknown count one higher, to be sent again. Each row changes only if it
+// is still replaying under the token the outcome names, and each item only
+// if its unknown count is still the outcome's Attempt. The task's items
 // and counters, and the summary counters, change in the same transaction.
 // canary adds the published ids to the task's canary set.
 //
@@ -366,19 +474,30 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 	n := len(outs)
 	ids, toks, kinds, errs := make([]int64, n), make([]string, n), make([]string, n), make([]*string, n)
 	var res SettleResult
-	var itemIDs []int64
-	var itemKinds []string
-	var itemErrs []*string
+	var (
+		itemIDs      []int64
+		itemKinds    []string
+		itemDetails  []*string
+		itemAttempts []int32
+		itemCopies   []int64
+	)
 	for i, o := range outs {
 		ids[i], toks[i], kinds[i] = o.ID, o.Token, o.Result
+		var detail *string
+		if o.ReplayID != "" {
+			id := cleanText(o.ReplayID)
+			detail = &id
+		}
 		switch o.Result {
 		case OutcomePublished:
-			if o.ReplayID != "" {
-				// The item's detail; the row's error is cleared on publish.
-				id := cleanText(o.ReplayID)
-				errs[i] = &id
-			}
+			// The replay id is the item's detail; the row's error is
+			// cleared on publish.
 		case OutcomeFailed, OutcomeUnknown:
+			e := cleanText(o.Error)
+			errs[i], detail = &e, &e
+		case OutcomeRetry:
+			// The row's error says why; the item keeps the copy's replay id
+			// for the canary, nothing otherwise.
 			e := cleanText(o.Error)
 			errs[i] = &e
 		case OutcomeReleased:
@@ -389,7 +508,9 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 		if o.Result != OutcomeReleased {
 			itemIDs = append(itemIDs, o.ID)
 			itemKinds = append(itemKinds, o.Result)
-			itemErrs = append(itemErrs, errs[i])
+			itemDetails = append(itemDetails, detail)
+			itemAttempts = append(itemAttempts, int32(max(o.Attempt, 0)))
+			itemCopies = append(itemCopies, o.CopyReplayCount)
 		}
 	}
 
@@ -415,24 +536,37 @@ WITH s AS (
     -- worth: joined only, the items' statistics (every item of the task
     -- unsettled when it was created) made it hash the whole task's items
     -- on every settlement.
-    UPDATE replay_task_items i SET outcome = o.kind, detail = o.err
-    FROM unnest($2::bigint[], $3::text[], $4::text[]) AS o(id, kind, err)
+    UPDATE replay_task_items i SET
+        outcome = CASE WHEN o.kind = 'retry' THEN NULL ELSE o.kind END,
+        -- A canary's publishes keep the replay ids of every copy: any of
+        -- them may die again.
+        detail = CASE WHEN o.kind IN ('published', 'retry') THEN nullif(concat_ws(' ', i.detail, o.detail), '')
+                      ELSE o.detail END,
+        unknown_count = CASE WHEN o.kind = 'retry' THEN o.attempt + 1 ELSE i.unknown_count END,
+        copy_replay_count = CASE WHEN o.kind = 'retry' THEN o.copy ELSE i.copy_replay_count END
+    FROM unnest($2::bigint[], $3::text[], $4::text[], $7::int[], $8::bigint[]) AS o(id, kind, detail, attempt, copy)
     WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.message_id = o.id AND i.outcome IS NULL
-    RETURNING i.message_id, i.outcome
+      AND coalesce(i.unknown_count, 0) = o.attempt
+    RETURNING i.message_id, o.kind, o.attempt
 ), c AS (
-    SELECT count(*) FILTER (WHERE outcome = 'published') AS p,
-           count(*) FILTER (WHERE outcome = 'failed') AS f,
-           count(*) FILTER (WHERE outcome = 'unknown') AS u,
-           coalesce(array_agg(message_id) FILTER (WHERE outcome = 'published'), '{}') AS pub
+    SELECT count(*) FILTER (WHERE kind = 'published') AS p,
+           count(*) FILTER (WHERE kind = 'failed') AS f,
+           count(*) FILTER (WHERE kind = 'unknown') AS u,
+           count(*) FILTER (WHERE kind = 'retry') AS r,
+           count(*) FILTER (WHERE attempt > 0) AS rp,
+           coalesce(array_agg(message_id) FILTER (WHERE kind = 'published'), '{}') AS pub
     FROM s
 )
 UPDATE replay_tasks t SET published = t.published + c.p, failed = t.failed + c.f, unknown = t.unknown + c.u,
-    claimed = t.claimed - $5,
+    republished = t.republished + c.rp,
+    -- Released messages, and those to be sent again, are claimed again.
+    claimed = t.claimed - $5 - c.r,
     canary_ids = CASE WHEN $6 THEN t.canary_ids || c.pub ELSE t.canary_ids END,
     updated_at = now()
 FROM c WHERE t.id = $1
-RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), itemErrs, res.Released, canary).
-		Scan(&res.Published, &res.Failed, &res.Unknown)
+RETURNING c.p, c.f, c.u, c.r, c.rp`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), itemDetails, res.Released, canary,
+		nonNilInt32s(itemAttempts), nonNilIDs(itemCopies)).
+		Scan(&res.Published, &res.Failed, &res.Unknown, &res.Retried, &res.Republished)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return SettleResult{}, fmt.Errorf("store: count outcomes of replay task %d: %w", taskID, err)
 	}
