@@ -108,11 +108,14 @@ type Publisher struct {
 
 	pubMu sync.Mutex // serialises publishes: delivery tags follow call order
 
-	mu     sync.Mutex
-	cur    *pubChannel
-	closed bool
-	idle   *sync.Cond // signalled when a publish ends
-	active int
+	mu  sync.Mutex
+	cur *pubChannel
+	// retired are channels that take no new publish (a nack came on
+	// them) and close once their last publish has its outcome.
+	retired map[*pubChannel]bool
+	closed  bool
+	idle    *sync.Cond // signalled when a publish ends
+	active  int
 }
 
 type pubChannel struct {
@@ -124,6 +127,7 @@ type pubChannel struct {
 	pending  map[uint64]*publish
 	byCorr   map[string]*publish
 	dead     bool
+	retired  bool          // a nack came: no new publish goes here
 	timedOut bool          // closed by checkTimeouts
 	cause    string        // why it died, set by onDead before done closes
 	done     chan struct{} // closed when its watcher returned
@@ -151,9 +155,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.CorrelationHeader = cmp.Or(cfg.CorrelationHeader, HeaderReplayID)
 	cfg.ConfirmTimeout = cmp.Or(cfg.ConfirmTimeout, 2*time.Minute)
 	p := &Publisher{
-		cfg:   cfg,
-		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "publisher"),
-		slots: make(chan struct{}, cfg.Window),
+		cfg:     cfg,
+		log:     cmp.Or(cfg.Logger, slog.Default()).With("component", "publisher"),
+		slots:   make(chan struct{}, cfg.Window),
+		retired: map[*pubChannel]bool{},
 	}
 	p.idle = sync.NewCond(&p.mu)
 	return p, nil
@@ -194,12 +199,20 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if err := p.waitUnblocked(ctx); err != nil {
 		return err
 	}
-	pc, err := p.channel(ctx)
-	if err != nil {
-		return err
+	var pc *pubChannel
+	for {
+		var err error
+		if pc, err = p.channel(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		if !pc.retired {
+			break
+		}
+		p.mu.Unlock() // retired since channel() looked: take another
+
 	}
 	pb := &publish{exchange: exchange, corr: corr, done: done, sentAt: time.Now()}
-	p.mu.Lock()
 	if pc.dead {
 		why := cmp.Or(pc.cause, "channel closed before the message was sent")
 		p.mu.Unlock()
@@ -297,7 +310,7 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		return nil, errors.New("broker: publisher closed")
 	}
 	pc := p.cur
-	live := pc != nil && !pc.dead // dead is written by the watcher, under mu
+	live := pc != nil && !pc.dead && !pc.retired // written by the watcher, under mu
 	p.mu.Unlock()
 	if live {
 		return pc, nil
@@ -402,7 +415,23 @@ func (p *Publisher) onConfirm(pc *pubChannel, c amqp.Confirmation) {
 		delete(pc.pending, c.DeliveryTag)
 		delete(pc.byCorr, pb.corr)
 	}
+	if !c.Ack && !pc.retired {
+		// A nack is the broker refusing responsibility for a message a
+		// queue could not take. A quorum queue whose leader was lost goes
+		// on refusing every later publish on a channel that knew the old
+		// leader, for as long as the channel lives (seen with RabbitMQ
+		// 3.10, for minutes); a new channel looks the queue up afresh. So
+		// nothing more is sent on this one: it closes once its last
+		// publish has its outcome.
+		pc.retired = true
+		p.retired[pc] = true
+		p.log.Warn("the broker refused a message (basic.nack); publishing on a new channel", "in_flight", len(pc.pending))
+	}
+	drained := pc.retired && len(pc.pending) == 0
 	p.mu.Unlock()
+	if drained {
+		defer func() { _ = pc.ch.Close() }()
+	}
 	if pb == nil {
 		return
 	}
@@ -440,6 +469,7 @@ func (p *Publisher) onDead(pc *pubChannel) {
 	}
 	pc.dead = true
 	pc.cause = reason
+	delete(p.retired, pc)
 	left := make([]*publish, 0, len(pc.pending))
 	for _, pb := range pc.pending {
 		left = append(left, pb)
@@ -537,10 +567,16 @@ func (p *Publisher) Close(ctx context.Context) error {
 	defer p.pubMu.Unlock()
 	p.mu.Lock()
 	p.closed = true
-	pc := p.cur
+	open := make([]*pubChannel, 0, 1+len(p.retired))
+	if p.cur != nil {
+		open = append(open, p.cur)
+	}
+	for pc := range p.retired {
+		open = append(open, pc)
+	}
 	p.cur = nil
 	p.mu.Unlock()
-	if pc != nil {
+	for _, pc := range open {
 		_ = pc.ch.Close()
 		<-pc.done
 	}

@@ -87,7 +87,7 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 			}
 			n = min(n, int(left))
 		}
-		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes)
+		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes, retryDelay)
 		if err != nil {
 			<-sem
 			if ctx.Err() != nil {

@@ -41,7 +41,7 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	defer cancel(nil)
 	r.ctx, r.stop = ctx, cancel
 
-	items, _, err := st.ReplayItemsAfter(ctx, task.ID, 0, 10, 0)
+	items, _, err := st.ReplayItemsAfter(ctx, task.ID, 0, 10, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, items, 4)
 	batch := func(token string, ids []int64) *claimBatch {

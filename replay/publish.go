@@ -187,7 +187,15 @@ func (r *taskRun) onResult(b *claimBatch, m sentMessage, res broker.Result) {
 	case broker.Returned:
 		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultUnroutable
 	case broker.Nacked:
-		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultNacked
+		// The broker refused responsibility for it: RabbitMQ lets the
+		// publisher send it again, and a quorum queue that lost its
+		// leader nacks messages it may yet have taken. Sent again like an
+		// unknown outcome; the last refusal fails it.
+		if r.sendAgain(m.attempt) {
+			o.Result, o.Error, o.CopyReplayCount = store.OutcomeRetry, res.Reason, m.copyReplayCount
+		} else {
+			o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultNacked
+		}
 	case broker.Unknown:
 		o.Result, o.Error = r.unknownOutcome(m.attempt, res.Reason)
 		o.CopyReplayCount = m.copyReplayCount

@@ -37,6 +37,13 @@ const (
 // copies of one message that can arrive: 1 + UnknownRetries.
 const UnknownRetriesDefault = 3
 
+// retryDelay is how long after an unknown outcome a message is sent again,
+// doubled for each one it had: 1 s, 2 s, 4 s. The fault that ended it (a
+// node lost, a quorum queue electing a new leader, a connection coming
+// back) takes seconds to pass; a message sent again at once could spend its
+// retries within it.
+const retryDelay = time.Second
+
 // MaxUnknownRetries bounds Config.UnknownRetries: eleven copies of one
 // message are already more than a consumer should have to drop.
 const MaxUnknownRetries = 10
@@ -81,13 +88,20 @@ func (s *Service) UnknownRetries(v string) (int, error) {
 // guard; an edited copy keeps its x-dlq-replay-id, by which its original
 // names it.
 func (r *taskRun) unknownOutcome(attempt int, reason string) (result, why string) {
-	if attempt < r.task.UnknownRetries && !errors.Is(context.Cause(r.ctx), errCancelled) {
+	if r.sendAgain(attempt) {
 		return store.OutcomeRetry, reason
 	}
 	if attempt > 0 {
 		reason = fmt.Sprintf("%s (sent %d times by replay task %d)", reason, attempt+1, r.task.ID)
 	}
 	return store.OutcomeUnknown, reason
+}
+
+// sendAgain reports whether the task sends a message again whose publish
+// ended without its confirm, after attempt such outcomes before it: while
+// it has retries left for it, and is not being cancelled.
+func (r *taskRun) sendAgain(attempt int) bool {
+	return attempt < r.task.UnknownRetries && !errors.Is(context.Cause(r.ctx), errCancelled)
 }
 
 // settleStoppedRetries settles, once a task stopped without completing

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -31,13 +32,18 @@ import (
 // Items whose message is being replayed (this task's own batches in
 // flight, or another task's claim) are not worth a claim attempt, and
 // items whose message was deleted are left for SkipDeletedReplayItems.
-func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64) (ids []int64, more bool, err error) {
+// An item whose publish had an unknown outcome k times waits retryAfter ×
+// 2^(k-1) (at most 32 ×) after that outcome before it is sent again
+// (0: not at all).
+func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64, retryAfter time.Duration) (ids []int64, more bool, err error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT i.message_id, m.body_size
 FROM replay_task_items i
-CROSS JOIN LATERAL (SELECT d.body_size, d.status FROM dead_messages d WHERE d.id = i.message_id LIMIT 1) m -- one index lookup per item, never a scan
+CROSS JOIN LATERAL (SELECT d.body_size, d.status, d.last_replay_at FROM dead_messages d WHERE d.id = i.message_id LIMIT 1) m -- one index lookup per item, never a scan
 WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2 AND m.status <> 'replaying'
-ORDER BY i.message_id LIMIT $3`, taskID, after, limit)
+  AND (i.unknown_count IS NULL OR $4 = 0 OR m.last_replay_at IS NULL
+       OR m.last_replay_at <= now() - $4 * interval '1 millisecond' * (1 << least(i.unknown_count - 1, 5)))
+ORDER BY i.message_id LIMIT $3`, taskID, after, limit, retryAfter.Milliseconds())
 	if err != nil {
 		return nil, false, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
 	}
@@ -126,7 +132,7 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	items := c.IDs
 	if len(items) == 0 {
 		var err error
-		if items, _, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit, 0); err != nil {
+		if items, _, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit, 0, 0); err != nil {
 			return ClaimResult{}, err
 		}
 		if len(items) == 0 {

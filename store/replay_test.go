@@ -335,11 +335,11 @@ func TestReplaySnapshotAndSkips(t *testing.T) {
 		Selection: store.Filter{SourceQueue: "later"}, MaxItems: 100, Request: json.RawMessage(`{}`), Actor: replayActor,
 	})
 	require.NoError(t, err)
-	items, more, err := st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 10)
+	items, more, err := st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 10, 0)
 	require.NoError(t, err)
 	require.Len(t, items, 1)
 	require.True(t, more)
-	items, more, err = st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 0)
+	items, more, err = st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, items, 2)
 	require.False(t, more)
