@@ -289,3 +289,33 @@ func TestReplaySettleStoppedRetries(t *testing.T) {
 	require.Zero(t, n, "once")
 	requireCountersConsistent(t, db)
 }
+
+// A message to be sent again waits after its unknown outcome: retryAfter,
+// doubled for each further one, before the task's next items include it.
+func TestReplayItemsAfterWaitsToSendAgain(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ids := seedPending(t, st, db, "orders", 2)
+	task := retryTask(t, st, db, "orders", 3)
+	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok", IDs: ids[:1]})
+	require.Len(t, res.Messages, 1)
+	_, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "tok", Result: store.OutcomeRetry,
+		Error: "outcome unknown: lost", CopyReplayCount: 1}}, false)
+	require.NoError(t, err)
+	next := func(after time.Duration) []int64 {
+		t.Helper()
+		got, _, err := st.ReplayItemsAfter(ctx, task.ID, 0, 10, 0, after)
+		require.NoError(t, err)
+		return got
+	}
+	require.Equal(t, ids[1:], next(time.Hour), "just settled: it waits")
+	require.Equal(t, ids, next(0), "no wait asked")
+	_, err = db.Exec(ctx, `UPDATE dead_messages SET last_replay_at = now() - interval '3 seconds' WHERE id = $1`, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, ids, next(2*time.Second), "one unknown outcome: 2 s")
+	_, err = db.Exec(ctx, `UPDATE replay_task_items SET unknown_count = 2 WHERE message_id = $1`, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, ids[1:], next(2*time.Second), "two: 4 s")
+}
