@@ -32,7 +32,11 @@ func TestFaultKillReplayingProcess(t *testing.T) {
 	b.seed(t, q, n)
 	control := dlqtest.Name(t, "ctl")
 	dlqtest.DeleteQueues(t, b.app, control)
-	env := []string{"DLQ_REPLAY_LEASE=1s", fmt.Sprintf("DLQ_REPLAY_WINDOW=%d", window), fmt.Sprintf("DLQ_REPLAY_BATCH_SIZE=%d", batch)}
+	// Ten kills a few hundred messages apart: a message in doubt at one
+	// kill could be in doubt at the next ones too, so the bound is raised
+	// past what ten kills can spend.
+	env := []string{"DLQ_REPLAY_LEASE=1s", fmt.Sprintf("DLQ_REPLAY_WINDOW=%d", window), fmt.Sprintf("DLQ_REPLAY_BATCH_SIZE=%d", batch),
+		"DLQ_REPLAY_UNKNOWN_RETRIES=10"}
 	p := b.serve(t, control, env...)
 	c := b.waitAnswering(t, control)
 	task := taskOf(t, call(t, c, fmt.Sprintf(`{"command":"replay","command_id":"kill","filter":{"source_queue":%q},"rate_per_second":1500,"confirm":true}`, q)))

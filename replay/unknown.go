@@ -70,16 +70,6 @@ func (s *Service) unknownRetries(v string) int {
 	return s.cfg.UnknownRetries
 }
 
-// UnknownRetries is the bound a task with on_unknown v (retry, hold, or ""
-// for the configured default) records: what the automatic replay policies
-// give the tasks they create.
-func (s *Service) UnknownRetries(v string) (int, error) {
-	if err := checkOnUnknown("on_unknown", v); err != nil {
-		return 0, err
-	}
-	return s.unknownRetries(v), nil
-}
-
 // unknownOutcome is what becomes of a publish with an unknown outcome: sent
 // again while the task has retries left for the message and is not being
 // cancelled, settled as unknown otherwise. A message published again is
