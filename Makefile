@@ -99,13 +99,15 @@ test: services build
 # The cluster tests (build tag cluster, test/cluster): three dlq instances on one
 # database and queue, two of them killed with -9 during 50,000 dead letters, then a
 # replay handed from instance to instance; a three-node RabbitMQ cluster that loses
-# the node of dlq's queue leader during ingest and the target's node during a replay;
+# the node of dlq's queue leader during ingest and the target's node during a replay
+# (every message arrives; what arrived twice printed as MEASURED), then restarts each
+# node in turn during another replay (a rolling broker upgrade);
 # a PostgreSQL primary whose streaming standby is promoted during ingest and a replay
 # (synchronous replication: nothing lost; asynchronous: the loss measured and printed
 # as MEASURED). Lost, duplicated and unexpected are counted and asserted zero. They
 # start and stop extra servers of their own (RabbitMQ nodes on free ports, PostgreSQL
 # clusters made with initdb as the postgres user, so run them as root) and never touch
-# the shared ones; 4 to 8 minutes on 2 cores, depending on the machine's load.
+# the shared ones; 5 to 10 minutes on 2 cores, depending on the machine's load.
 test-cluster: services build
 	$(GO) vet -tags cluster ./test/cluster/
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags cluster -p 1 -timeout 45m -v ./test/cluster/

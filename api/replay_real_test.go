@@ -57,6 +57,9 @@ func TestReplayThroughRealService(t *testing.T) {
 	// replay request the service refuses is a 400.
 	r = b.do(t, "POST", "/api/v1/replays", tokOp, map[string]any{"ids": ids[2:], "rate_per_second": -5})
 	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	r = b.do(t, "POST", "/api/v1/replays", tokOp, map[string]any{"ids": ids[2:], "on_unknown": "twice"})
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), `on_unknown \"twice\" must be \"retry\"`, "the error names the field and the values")
 	// Audit rows from the replay service for the replay.
 	require.Positive(t, b.count(t, `SELECT count(*) FROM audit_log WHERE action = 'replay'`))
 }

@@ -47,13 +47,18 @@ const (
 	Returned
 	// Nacked: the broker refused the message; it was not delivered.
 	Nacked
-	// Failed: the message was never sent, or was refused because its
-	// exchange does not exist; it was not delivered.
+	// Failed: the broker refused the message because its exchange does not
+	// exist, or because the connection's user may not write to it; it was
+	// not delivered.
 	Failed
 	// Unknown: the message was sent but its confirm never came (the channel
 	// or connection was lost first, or it timed out). It may have been
 	// delivered.
 	Unknown
+	// Unsent: the message never left, because the channel or connection
+	// had closed under it (a fault, not the message's doing): it was not
+	// delivered and may be sent again as it is.
+	Unsent
 )
 
 func (o Outcome) String() string {
@@ -68,6 +73,8 @@ func (o Outcome) String() string {
 		return "failed"
 	case Unknown:
 		return "unknown"
+	case Unsent:
+		return "unsent"
 	}
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
@@ -101,11 +108,14 @@ type Publisher struct {
 
 	pubMu sync.Mutex // serialises publishes: delivery tags follow call order
 
-	mu     sync.Mutex
-	cur    *pubChannel
-	closed bool
-	idle   *sync.Cond // signalled when a publish ends
-	active int
+	mu  sync.Mutex
+	cur *pubChannel
+	// retired are channels that take no new publish (a nack came on
+	// them) and close once their last publish has its outcome.
+	retired map[*pubChannel]bool
+	closed  bool
+	idle    *sync.Cond // signalled when a publish ends
+	active  int
 }
 
 type pubChannel struct {
@@ -117,6 +127,7 @@ type pubChannel struct {
 	pending  map[uint64]*publish
 	byCorr   map[string]*publish
 	dead     bool
+	retired  bool          // a nack came: no new publish goes here
 	timedOut bool          // closed by checkTimeouts
 	cause    string        // why it died, set by onDead before done closes
 	done     chan struct{} // closed when its watcher returned
@@ -144,9 +155,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.CorrelationHeader = cmp.Or(cfg.CorrelationHeader, HeaderReplayID)
 	cfg.ConfirmTimeout = cmp.Or(cfg.ConfirmTimeout, 2*time.Minute)
 	p := &Publisher{
-		cfg:   cfg,
-		log:   cmp.Or(cfg.Logger, slog.Default()).With("component", "publisher"),
-		slots: make(chan struct{}, cfg.Window),
+		cfg:     cfg,
+		log:     cmp.Or(cfg.Logger, slog.Default()).With("component", "publisher"),
+		slots:   make(chan struct{}, cfg.Window),
+		retired: map[*pubChannel]bool{},
 	}
 	p.idle = sync.NewCond(&p.mu)
 	return p, nil
@@ -187,18 +199,26 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if err := p.waitUnblocked(ctx); err != nil {
 		return err
 	}
-	pc, err := p.channel(ctx)
-	if err != nil {
-		return err
+	var pc *pubChannel
+	for {
+		var err error
+		if pc, err = p.channel(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		if !pc.retired {
+			break
+		}
+		p.mu.Unlock() // retired since channel() looked: take another
+
 	}
 	pb := &publish{exchange: exchange, corr: corr, done: done, sentAt: time.Now()}
-	p.mu.Lock()
 	if pc.dead {
 		why := cmp.Or(pc.cause, "channel closed before the message was sent")
 		p.mu.Unlock()
-		// Died between opening and now: report it like any send failure.
+		// Died between opening and now: it never left.
 		sent = true
-		p.deliver(pb, Result{Outcome: Failed, Reason: "not sent: " + why})
+		p.deliver(pb, Result{Outcome: Unsent, Reason: "not sent: " + why})
 		return nil
 	}
 	if _, dup := pc.byCorr[corr]; dup {
@@ -225,7 +245,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		delete(pc.byCorr, corr)
 		p.mu.Unlock()
 		if still {
-			res := Result{Outcome: Failed, Reason: "not sent: " + p.closedReason(pc, err)}
+			res := Result{Outcome: Unsent, Reason: "not sent: " + p.closedReason(pc, err)}
 			if !errors.Is(err, amqp.ErrClosed) {
 				// A write that failed part way may have reached the broker
 				// whole before the error surfaced.
@@ -290,7 +310,7 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		return nil, errors.New("broker: publisher closed")
 	}
 	pc := p.cur
-	live := pc != nil && !pc.dead // dead is written by the watcher, under mu
+	live := pc != nil && !pc.dead && !pc.retired // written by the watcher, under mu
 	p.mu.Unlock()
 	if live {
 		return pc, nil
@@ -395,7 +415,23 @@ func (p *Publisher) onConfirm(pc *pubChannel, c amqp.Confirmation) {
 		delete(pc.pending, c.DeliveryTag)
 		delete(pc.byCorr, pb.corr)
 	}
+	if !c.Ack && !pc.retired {
+		// A nack is the broker refusing responsibility for a message a
+		// queue could not take. A quorum queue whose leader was lost goes
+		// on refusing every later publish on a channel that knew the old
+		// leader, for as long as the channel lives (seen with RabbitMQ
+		// 3.10, for minutes); a new channel looks the queue up afresh. So
+		// nothing more is sent on this one: it closes once its last
+		// publish has its outcome.
+		pc.retired = true
+		p.retired[pc] = true
+		p.log.Warn("the broker refused a message (basic.nack); publishing on a new channel", "in_flight", len(pc.pending))
+	}
+	drained := pc.retired && len(pc.pending) == 0
 	p.mu.Unlock()
+	if drained {
+		defer func() { _ = pc.ch.Close() }()
+	}
 	if pb == nil {
 		return
 	}
@@ -411,8 +447,12 @@ func (p *Publisher) onConfirm(pc *pubChannel, c amqp.Confirmation) {
 }
 
 // onDead ends every publish still in flight on a channel that died. A
-// message refused because its exchange does not exist was not delivered;
-// any other was sent and may have been routed before the end: Unknown.
+// message refused because its exchange does not exist, or because the
+// connection's user may not write to it (403 ACCESS_REFUSED names the
+// exchange), was not delivered: the broker checks both before routing, and
+// a publish to the same exchange sent earlier would have been refused
+// first, one sent later was discarded with the channel. Any other was sent
+// and may have been routed before the end: Unknown.
 func (p *Publisher) onDead(pc *pubChannel) {
 	var cause *amqp.Error
 	select {
@@ -429,6 +469,7 @@ func (p *Publisher) onDead(pc *pubChannel) {
 	}
 	pc.dead = true
 	pc.cause = reason
+	delete(p.retired, pc)
 	left := make([]*publish, 0, len(pc.pending))
 	for _, pb := range pc.pending {
 		left = append(left, pb)
@@ -442,6 +483,8 @@ func (p *Publisher) onDead(pc *pubChannel) {
 		switch {
 		case cause != nil && cause.Code == amqp.NotFound && strings.Contains(cause.Reason, "exchange '"+pb.exchange+"'"):
 			p.deliver(pb, Result{Outcome: Failed, Reason: fmt.Sprintf("exchange %q does not exist (%s)", pb.exchange, cause.Reason)})
+		case cause != nil && cause.Code == amqp.AccessRefused && strings.Contains(cause.Reason, "exchange '"+pb.exchange+"'"):
+			p.deliver(pb, Result{Outcome: Failed, Reason: fmt.Sprintf("refused: %d %s", cause.Code, cause.Reason)})
 		case pb.returned != nil:
 			p.deliver(pb, Result{Outcome: Returned, Reason: fmt.Sprintf("unroutable: %d %s", pb.returned.ReplyCode, pb.returned.ReplyText)})
 		default:
@@ -524,10 +567,16 @@ func (p *Publisher) Close(ctx context.Context) error {
 	defer p.pubMu.Unlock()
 	p.mu.Lock()
 	p.closed = true
-	pc := p.cur
+	open := make([]*pubChannel, 0, 1+len(p.retired))
+	if p.cur != nil {
+		open = append(open, p.cur)
+	}
+	for pc := range p.retired {
+		open = append(open, pc)
+	}
 	p.cur = nil
 	p.mu.Unlock()
-	if pc != nil {
+	for _, pc := range open {
 		_ = pc.ch.Close()
 		<-pc.done
 	}

@@ -206,6 +206,9 @@ func badValues() []badValue {
 		y("recovery.policies[].queues", "recovery:\n  policies:\n    - {name: a, queues: ['']}\n", "recovery.policies[0].queues[0]", "empty"),
 		y("recovery.policies[].reasons", "recovery:\n  policies:\n    - {name: a, reasons: ['']}\n", "recovery.policies[0].reasons[0]", "empty"),
 		y("recovery.policies[].dry_run", "recovery:\n  policies:\n    - {name: a, dry_run: perhaps}\n", "dry_run", `"perhaps"`, "true or false"),
+		y("recovery.policies[].on_unknown", "recovery:\n  policies:\n    - {name: a, on_unknown: drop}\n", "recovery.policies[0].on_unknown", `"drop"`, "retry or hold"),
+		e("replay.on_unknown", "DLQ_REPLAY_ON_UNKNOWN", "drop", "replay.on_unknown", `"drop"`, "retry", "hold"),
+		y("replay.unknown_retries", "replay:\n  unknown_retries: 0\n", "replay.unknown_retries", "0", "between 1 and 10"),
 	}
 }
 

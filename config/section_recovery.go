@@ -58,6 +58,7 @@ type Categories struct {
 //     max_attempts: 3
 //     rate_per_second: 200
 //     canary: {count: 5, wait_seconds: 60}
+//     on_unknown: retry
 //     dry_run: false
 type Policy struct {
 	Name       string   `yaml:"name"`
@@ -85,6 +86,10 @@ type Policy struct {
 	// attempt and waits wait_seconds: if one of them dies again, the
 	// attempt stops and the policy pauses itself.
 	Canary *PolicyCanary `yaml:"canary"`
+	// OnUnknown is what each attempt's task does with a publish whose
+	// outcome is unknown: retry (send it again) or hold (never), as a
+	// replay request's on_unknown. Default replay.on_unknown.
+	OnUnknown string `yaml:"on_unknown"`
 	// DryRun only reports what the policy would replay (GET
 	// /api/v1/policies) and replays nothing.
 	DryRun bool `yaml:"dry_run"`
@@ -209,6 +214,9 @@ func (c *Config) validateRecovery() []error {
 		}
 		if math.IsNaN(d.RatePerSecond) || d.RatePerSecond < 0 || d.RatePerSecond > 100000 {
 			bad("%s.rate_per_second %v must be between 0 (unthrottled) and 100000", f, p.RatePerSecond)
+		}
+		if p.OnUnknown != "" && !ValidOnUnknown(p.OnUnknown) {
+			bad("%s.on_unknown %q must be retry or hold (default replay.on_unknown)", f, p.OnUnknown)
 		}
 		if cn := p.Canary; cn != nil && (cn.Count < 1 || cn.Count > 1000 || cn.WaitSeconds < 1 || cn.WaitSeconds > 86400) {
 			bad("%s.canary: count %d must be between 1 and 1000 and wait_seconds %d between 1 and 86400", f, cn.Count, cn.WaitSeconds)

@@ -19,6 +19,8 @@ import (
 //	  poll_interval: 1s          # how often an idle runner looks for due tasks
 //	  confirm_timeout: 2m        # a publish unconfirmed this long is recorded as unknown
 //	  keep_user_id: false        # republish the user_id property (see KeepUserID)
+//	  on_unknown: retry          # send a publish whose outcome is unknown again (retry) or never (hold)
+//	  unknown_retries: 3         # how often at most, per message and task
 //	  control_consumers: 1       # control commands handled at once
 //	  control_max_bytes: 1048576 # largest control command
 //	  edit_locked_headers: []    # headers an edit-then-replay may never change
@@ -58,6 +60,17 @@ type Replay struct {
 	// connects as the same user as the applications, or as a user with the
 	// impersonator tag. Env DLQ_REPLAY_KEEP_USER_ID.
 	KeepUserID bool `yaml:"keep_user_id"`
+	// OnUnknown is what a replay task does with a publish whose confirm
+	// never came (connection or node lost, confirm timeout, dlq killed),
+	// unless its request says: retry sends it again once the connection is
+	// back (same x-dlq-id and x-dlq-replay-count, a new x-dlq-replay-id),
+	// hold never does (at most one copy; the message stays pending as
+	// unknown). Env DLQ_REPLAY_ON_UNKNOWN.
+	OnUnknown string `yaml:"on_unknown"`
+	// UnknownRetries bounds how often a task with on_unknown retry sends
+	// one message again: at most 1 + UnknownRetries copies of it can
+	// arrive. Env DLQ_REPLAY_UNKNOWN_RETRIES.
+	UnknownRetries int `yaml:"unknown_retries"`
 	// ControlConsumers is how many control commands are handled at once.
 	// Env DLQ_CONTROL_CONSUMERS.
 	ControlConsumers int `yaml:"control_consumers"`
@@ -83,6 +96,8 @@ const (
 	ReplayMaxTaskMessagesDefault = 1_000_000
 	ReplayPollIntervalDefault    = time.Second
 	ReplayConfirmTimeoutDefault  = 2 * time.Minute
+	ReplayOnUnknownDefault       = "retry"
+	ReplayUnknownRetriesDefault  = 3
 	ControlConsumersDefault      = 1
 	ControlMaxBytesDefault       = 1 << 20
 )
@@ -97,6 +112,8 @@ func defaultReplay() Replay {
 		MaxTaskMessages:  ReplayMaxTaskMessagesDefault,
 		PollInterval:     Duration(ReplayPollIntervalDefault),
 		ConfirmTimeout:   Duration(ReplayConfirmTimeoutDefault),
+		OnUnknown:        ReplayOnUnknownDefault,
+		UnknownRetries:   ReplayUnknownRetriesDefault,
 		ControlConsumers: ControlConsumersDefault,
 		ControlMaxBytes:  ControlMaxBytesDefault,
 	}
@@ -116,6 +133,8 @@ func replayEnvVars() []envVar {
 		{"DLQ_REPLAY_POLL_INTERVAL", durVar("DLQ_REPLAY_POLL_INTERVAL", func(c *Config) *Duration { return &c.Replay.PollInterval })},
 		{"DLQ_REPLAY_CONFIRM_TIMEOUT", durVar("DLQ_REPLAY_CONFIRM_TIMEOUT", func(c *Config) *Duration { return &c.Replay.ConfirmTimeout })},
 		{"DLQ_REPLAY_KEEP_USER_ID", replayBoolVar("replay.keep_user_id", "DLQ_REPLAY_KEEP_USER_ID", func(c *Config) *bool { return &c.Replay.KeepUserID })},
+		{"DLQ_REPLAY_ON_UNKNOWN", strVar(func(c *Config) *string { return &c.Replay.OnUnknown })},
+		{"DLQ_REPLAY_UNKNOWN_RETRIES", intVar("DLQ_REPLAY_UNKNOWN_RETRIES", func(c *Config) *int { return &c.Replay.UnknownRetries })},
 		{"DLQ_CONTROL_CONSUMERS", intVar("DLQ_CONTROL_CONSUMERS", func(c *Config) *int { return &c.Replay.ControlConsumers })},
 		{"DLQ_CONTROL_MAX_BYTES", intVar("DLQ_CONTROL_MAX_BYTES", func(c *Config) *int { return &c.Replay.ControlMaxBytes })},
 	}
@@ -161,6 +180,12 @@ func (c *Config) validateReplay() []error {
 	if r.ConfirmTimeout.D() < time.Second || r.ConfirmTimeout.D() > time.Hour {
 		bad("replay.confirm_timeout / DLQ_REPLAY_CONFIRM_TIMEOUT %s must be between 1s and 1h", r.ConfirmTimeout.D())
 	}
+	if !ValidOnUnknown(r.OnUnknown) {
+		bad("replay.on_unknown / DLQ_REPLAY_ON_UNKNOWN %q must be retry (send a publish whose outcome is unknown again) or hold (never)", r.OnUnknown)
+	}
+	if r.UnknownRetries < 1 || r.UnknownRetries > 10 {
+		bad("replay.unknown_retries / DLQ_REPLAY_UNKNOWN_RETRIES %d must be between 1 and 10", r.UnknownRetries)
+	}
 	if r.ControlConsumers < 1 || r.ControlConsumers > 64 {
 		bad("replay.control_consumers / DLQ_CONTROL_CONSUMERS %d must be between 1 and 64", r.ControlConsumers)
 	}
@@ -168,4 +193,10 @@ func (c *Config) validateReplay() []error {
 		bad("replay.control_max_bytes / DLQ_CONTROL_MAX_BYTES %d must be >= 1024", r.ControlMaxBytes)
 	}
 	return errs
+}
+
+// ValidOnUnknown reports whether v is a value of replay.on_unknown (and of
+// a policy's on_unknown): retry or hold.
+func ValidOnUnknown(v string) bool {
+	return v == "retry" || v == "hold"
 }

@@ -186,6 +186,7 @@ func TestRoutes(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.True(t, strings.HasPrefix(strings.TrimSpace(r.text), `<tr data-test="replay-row"`), r.text)
 	require.Contains(t, r.text, `hx-trigger="every 2s"`, "a task not finished keeps polling")
+	require.Contains(t, r.text, `<span data-test="republished">0</span>`, "what the task sent again after an unknown outcome")
 	req.Header.Del("Cookie")
 	r = anon.do(t, req)
 	require.Equal(t, http.StatusUnauthorized, r.StatusCode, "a poll without a session is told so, not redirected")

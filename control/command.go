@@ -180,6 +180,7 @@ func (c Command) checkFields() *CommandError {
 		add(r.Target != nil, "target")
 		add(r.Canary != nil, "canary")
 		add(r.Force, "force")
+		add(r.OnUnknown != "", "on_unknown")
 	}
 	switch c.Command {
 	case CmdReplay:
@@ -207,6 +208,7 @@ func (c Command) checkFields() *CommandError {
 		add(c.ID != 0, "id")
 		add(c.Confirm, "confirm")
 	case CmdEditReplay:
+		add(r.OnUnknown != "", "on_unknown")
 		add(r.RatePerSecond != 0, "rate_per_second")
 		add(r.DelaySeconds != 0, "delay_seconds")
 		add(r.Target != nil, "target")

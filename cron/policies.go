@@ -39,8 +39,21 @@ type Policy struct {
 	// Canary, when set, goes with each attempt: if one of its first
 	// messages dies again, the attempt stops and the policy pauses.
 	Canary *PolicyCanary `json:"canary"`
+	// UnknownRetries is how often each attempt's task sends a publish
+	// whose outcome is unknown again (replay's on_unknown retry and its
+	// bound); 0 holds it (on_unknown hold).
+	UnknownRetries int `json:"-"`
 	// DryRun only records what the policy would do.
 	DryRun bool `json:"dry_run"`
+}
+
+// onUnknown names what the policy's tasks do with unknown outcomes, as a
+// replay request's on_unknown.
+func (p Policy) onUnknown() string {
+	if p.UnknownRetries > 0 {
+		return "retry"
+	}
+	return "hold"
 }
 
 // PolicyCanary is a policy's canary, as a replay request's.
@@ -243,8 +256,9 @@ func (j *policiesJob) runOne(ctx context.Context, r *Run, p Policy, state store.
 		j.parked.WithLabelValues(p.Name).Add(float64(n))
 		log.Warn("messages parked after the policy's last attempt", "source_queue", q, "messages", n, "max_attempts", p.MaxAttempts)
 	}
-	a := store.PolicyAttempt{Selection: sel, Limit: int64(j.limit), RatePerSecond: p.RatePerSecond}
+	a := store.PolicyAttempt{Selection: sel, Limit: int64(j.limit), RatePerSecond: p.RatePerSecond, UnknownRetries: p.UnknownRetries}
 	req := map[string]any{}
+	req["on_unknown"] = p.onUnknown()
 	if p.RatePerSecond > 0 {
 		req["rate_per_second"] = p.RatePerSecond
 	}
@@ -284,6 +298,8 @@ type PolicyView struct {
 	Policy
 	FirstDelay string `json:"first_delay"`
 	MaxDelay   string `json:"max_delay"`
+	// OnUnknown is what its tasks do with unknown outcomes: retry or hold.
+	OnUnknown string `json:"on_unknown"`
 	// Delays are the delays of its attempts, without jitter.
 	Delays []string `json:"delays"`
 	store.PolicyState
@@ -297,7 +313,8 @@ func (s *Service) Policies(ctx context.Context) (PoliciesView, error) {
 	}
 	v := PoliciesView{Schedule: s.schedule(s.cfg.Schedules.Policies), Policies: []PolicyView{}}
 	for _, p := range s.cfg.Policies.Policies {
-		pv := PolicyView{Policy: p, FirstDelay: p.FirstDelay.String(), MaxDelay: p.MaxDelay.String(), PolicyState: states[p.Name]}
+		pv := PolicyView{Policy: p, FirstDelay: p.FirstDelay.String(), MaxDelay: p.MaxDelay.String(), PolicyState: states[p.Name],
+			OnUnknown: p.onUnknown()}
 		for k := 1; k <= p.MaxAttempts; k++ {
 			flat := p
 			flat.Jitter = 0

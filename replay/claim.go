@@ -87,7 +87,7 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 			}
 			n = min(n, int(left))
 		}
-		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes)
+		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes, retryDelay)
 		if err != nil {
 			<-sem
 			if ctx.Err() != nil {
@@ -151,8 +151,8 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 
 // claim claims the given items and hands the batch to the publisher loop.
 // It retries a failed claim until it succeeds or the run stops, and
-// returns how many messages it claimed and how many items it settled as
-// skipped.
+// returns how many messages it claimed and how many items it settled
+// (skipped, or returned from the dead after an unknown outcome).
 func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch) (claimed, skipped int) {
 	backoff := 100 * time.Millisecond
 	for {
@@ -164,7 +164,7 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		res, err := r.s.st.ClaimReplayBatch(cctx, store.ReplayClaim{
 			TaskID: r.task.ID, Token: token, Lease: r.s.cfg.Lease, IDs: ids,
-			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markFirst,
+			MaxReplays: r.s.cfg.MaxReplays, Force: r.task.Force, MarkFirst: markFirst, Canary: r.canary.Load(),
 		})
 		cancel()
 		if err != nil {
@@ -181,8 +181,15 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 		if res.Skipped > 0 {
 			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(res.Skipped))
 		}
+		if res.Returned > 0 {
+			// Delivered before its outcome was known: a copy died and came
+			// back (store.ClaimResult.Returned).
+			r.s.metrics.replays.WithLabelValues(resultPublished).Add(float64(res.Returned))
+			r.log.Info("messages whose outcome was unknown came back dead before they were sent again; not sending them again",
+				"messages", res.Returned)
+		}
 		if len(res.Messages) == 0 {
-			return 0, res.Skipped
+			return 0, res.Skipped + res.Returned
 		}
 		b := &claimBatch{token: token, msgs: res.Messages, deadline: start.Add(r.fenceLease()), open: len(res.Messages),
 			marked: min(markFirst, len(res.Messages)) - 1}
@@ -195,6 +202,6 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 		case <-ctx.Done():
 			r.release(b, b.msgs)
 		}
-		return len(res.Messages), res.Skipped
+		return len(res.Messages), res.Skipped + res.Returned
 	}
 }

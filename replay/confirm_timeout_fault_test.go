@@ -4,8 +4,6 @@ package replay_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,53 +15,21 @@ import (
 	"github.com/dlq/dlq/replay"
 )
 
-// queueProcess suspends ("suspend") or resumes ("resume") the Erlang
-// process of a classic queue. A suspended queue takes deliveries into its
-// mailbox but handles none, so the broker withholds the confirms of
-// messages routed to it, without blocking the publishing connection (as an
-// alarm would) or closing anything.
-func queueProcess(t *testing.T, action, queue string) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	expr := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), sys:%s(amqqueue:get_pid(Q)).`, queue, action)
-	out, err := dlqtest.Rabbitmqctl(ctx, "eval", expr).CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "ok" {
-		return fmt.Errorf("rabbitmqctl eval %s: %v: %s", expr, err, out)
-	}
-	return nil
-}
-
 // The broker withholds confirms longer than replay.confirm_timeout (the
 // target queue's process is suspended; the connection is not blocked):
-// every publish ends unknown. Nothing is marked replayed, the rows are
-// pending again with last_replay_error "outcome unknown: …", the task
-// counts them unknown (and publishes none of them twice), and once the
-// queue runs again nothing is lost: the messages the broker held arrive,
-// once each, and the rows can be replayed again — a second copy that
-// shares (x-dlq-id, x-dlq-replay-count) with the first, as docs/REPLAY.md
-// says.
+// with on_unknown hold, every publish ends unknown. Nothing is marked
+// replayed, the rows are pending again with last_replay_error "outcome
+// unknown: …", the task counts them unknown (and publishes none of them
+// twice), and once the queue runs again nothing is lost: the messages the
+// broker held arrive, once each, and the rows can be replayed again — a
+// second copy that shares (x-dlq-id, x-dlq-replay-count) with the first,
+// as docs/REPLAY.md says.
 func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 	const timeout = time.Second
-	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
-	q := dlqtest.Name(t, "tgt")
-	_, err := b.ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic"})
-	require.NoError(t, err)
-	dlqtest.DeleteQueues(t, b.app, q)
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout, o.onUnknown = true, timeout, replay.OnUnknownHold })
+	q, resume := b.suspendedQueue(t)
 	const n = 20
 	ids := b.seed(t, q, n)
-
-	require.NoError(t, queueProcess(t, "suspend", q))
-	resumed := false
-	// Registered after the queue's deletion, so it runs first: a
-	// suspended queue would never answer the delete.
-	t.Cleanup(func() {
-		if !resumed {
-			if err := queueProcess(t, "resume", q); err != nil {
-				t.Errorf("queue %s left suspended: %v", q, err)
-			}
-		}
-	})
 
 	start := time.Now()
 	task, err := b.svc.Start(context.Background(), replay.Request{IDs: ids}, operator)
@@ -91,8 +57,7 @@ func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 
 	// The condition clears: the queue handles what it was sent. Every
 	// message arrives once: the task published each one once and never again.
-	require.NoError(t, queueProcess(t, "resume", q))
-	resumed = true
+	resume()
 	first := map[int64]amqp.Delivery{}
 	for _, d := range b.consume(t, q, n, 30*time.Second) {
 		id := d.Headers[broker.HeaderID].(int64)
@@ -117,6 +82,57 @@ func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 		// The copy a consumer must drop shares the pair; the publish id differs.
 		require.Equal(t, f.Headers[broker.HeaderReplayCount], d.Headers[broker.HeaderReplayCount])
 		require.NotEqual(t, f.Headers[broker.HeaderReplayID], d.Headers[broker.HeaderReplayID])
+	}
+	b.requireSummaryExact(t)
+}
+
+// The same withheld confirms with on_unknown retry (the default): the
+// task sends each message again after its confirm timeout, and once the
+// queue runs again, within the retries, it completes with every message
+// replayed and none unknown. Every message arrives twice or more (the
+// broker held each copy), at most once plus once per unknown outcome, all
+// copies with the same (x-dlq-id, x-dlq-replay-count) and each with its
+// own x-dlq-replay-id.
+func TestFaultConfirmTimeoutSentAgain(t *testing.T) {
+	const timeout = time.Second
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
+	q, resume := b.suspendedQueue(t)
+	const n = 20
+	ids := b.seed(t, q, n)
+	task, err := b.svc.Start(context.Background(), replay.Request{IDs: ids}, operator)
+	require.NoError(t, err)
+	// The first sends time out, and the task sends them again.
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		got, err := b.svc.Get(context.Background(), task.ID)
+		require.NoError(t, err)
+		return got.Republished >= n
+	}, "nothing was sent again")
+	resume()
+	final := b.waitTask(t, task.ID, 60*time.Second, replay.StatusCompleted)
+	t.Logf("%+v", final)
+	require.Equal(t, int64(n), final.Published)
+	require.Zero(t, final.Unknown+final.Failed)
+	require.Equal(t, n, b.count(t, "status = 'replayed' AND replay_count = 1 AND last_replay_error IS NULL"))
+	var sent int64
+	require.NoError(t, b.db.QueryRow(context.Background(),
+		`SELECT sum(unknown_count) FROM replay_task_items WHERE task_id = $1`, task.ID).Scan(&sent))
+	require.Equal(t, final.Republished, sent)
+	copies := map[int64][]amqp.Delivery{}
+	for _, d := range b.consume(t, q, dlqtest.QueueDepth(t, b.app, q), 30*time.Second) {
+		id := d.Headers[broker.HeaderID].(int64)
+		copies[id] = append(copies[id], d)
+	}
+	require.Len(t, copies, n)
+	for id, cs := range copies {
+		require.GreaterOrEqual(t, len(cs), 2, "message %d: the broker held its first copy", id)
+		require.LessOrEqual(t, int64(len(cs)), 1+int64(replay.UnknownRetriesDefault), "message %d", id)
+		seen := map[string]bool{}
+		for _, d := range cs {
+			require.Equal(t, int64(1), d.Headers[broker.HeaderReplayCount])
+			rid := d.Headers[broker.HeaderReplayID].(string)
+			require.False(t, seen[rid])
+			seen[rid] = true
+		}
 	}
 	b.requireSummaryExact(t)
 }

@@ -317,12 +317,17 @@ func TestControlMalformedCommands(t *testing.T) {
 		{"nothing selected", `{"command":"acknowledge","command_id":"o3"}`, control.CodeInvalidRequest},
 		{"bad target", `{"command":"replay","command_id":"o4","ids":[1],"target":{"exchange":"","routing_key":""}}`, control.CodeInvalidRequest},
 		{"bad canary", `{"command":"replay","command_id":"o5","ids":[1],"canary":{"count":0,"wait_seconds":5}}`, control.CodeInvalidRequest},
+		{"bad on_unknown", `{"command":"replay","command_id":"o6","ids":[1],"on_unknown":"drop"}`, control.CodeInvalidRequest},
+		{"on_unknown of another command", `{"command":"delete","command_id":"o7","ids":[1],"on_unknown":"hold"}`, control.CodeInvalidRequest},
 	}
 	for _, c := range cases {
 		a := call(t, ops, c.body)
 		require.False(t, a.OK, "%s: %+v", c.name, a)
 		require.NotNil(t, a.Error, c.name)
 		require.Equal(t, c.code, a.Error.Code, "%s: %s", c.name, a.Error.Message)
+		if strings.Contains(c.name, "on_unknown") {
+			require.Contains(t, a.Error.Message, "on_unknown", "the error names the field")
+		}
 	}
 
 	// A command with no reply_to is acknowledged all the same, and one whose

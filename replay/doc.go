@@ -1,7 +1,8 @@
 // Package replay sends stored dead messages back to RabbitMQ, safely: each
-// message is published once per replay, with publisher confirms and the
-// mandatory flag, at a chosen rate, after a chosen delay, with a canary,
-// and cancellable. The control queue (package control) and the HTTP API
+// message is published once per replay (again only when the outcome of a
+// publish of it is unknown), with publisher confirms and the mandatory
+// flag, at a chosen rate, after a chosen delay, with a canary, and
+// cancellable. The control queue (package control) and the HTTP API
 // start and cancel tasks through the operations layer (package ops).
 //
 // # Tasks and the snapshot
@@ -75,8 +76,8 @@
 //
 // Claims whose lease ran out are taken back by whichever instance looks
 // first (every Lease/2). Rows at or below the claim's mark may have been
-// published: they go back to pending, their items are settled as unknown,
-// and last_replay_error says why. Rows above it were certainly never
+// published: they go back to pending with last_replay_error saying why,
+// and their outcome is unknown (below). Rows above it were certainly never
 // published: they go back to pending untouched, and the task (resumed
 // elsewhere) replays them normally.
 //
@@ -87,31 +88,55 @@
 // returns matched to their publish by x-dlq-replay-id (RabbitMQ sends a
 // message's basic.return before its basic.ack). The row becomes replayed
 // (replayed_at, replay_count + 1) only on an ack not preceded by a return.
-// A nack, a return (unroutable), a missing exchange (looked up before the
-// first publish to it, so that the broker does not close the channel under
-// the other publishes in flight), or an error put it back to pending with
-// the reason. Publishing waits while an alarm blocks the connection. A
-// publish unconfirmed after Config.ConfirmTimeout (time blocked by an alarm
-// not counted) ends unknown, and its channel is closed with it, since a
-// late confirm could not be told apart.
+// A return (unroutable), a missing exchange (looked up before the first
+// publish to it, so that the broker does not close the channel under the
+// other publishes in flight), an exchange dlq's user may not write to
+// (403, which names it), or an error put it back to pending with the
+// reason: not delivered. A publish that reached a channel already closed
+// under it never left: it goes back to the task unsettled, and is
+// published like any message not sent yet. Publishing waits while an
+// alarm blocks the connection. A publish unconfirmed after
+// Config.ConfirmTimeout (time blocked by an alarm not counted) ends
+// unknown, and its channel is closed with it, since a late confirm could
+// not be told apart. A refusal that closes the channel without naming an
+// exchange ends every publish in flight on it as unknown; a user_id
+// property other than the connection's user would, so the published
+// message drops it unless Config.KeepUserID.
 //
-// A refusal that closes the channel ends every publish in flight on it as
-// unknown. Two are avoided before publishing: a missing exchange (above)
-// and a user_id property other than the connection's user, which the
-// published message drops unless Config.KeepUserID. A third is not: an
-// exchange dlq's user may not write to (403).
+// # Unknown outcomes: sent again
 //
-// A publish whose confirm never came — the connection died, or the process
-// died — may or may not have been delivered. It is recorded as unknown: the
-// row goes back to pending with "outcome unknown" in last_replay_error, the
-// task counts it, and the task does not publish it again. dlq therefore
-// never publishes a claim twice by itself; the price is that after a crash
-// up to the confirm window, the confirmed outcomes not yet recorded and one
-// marked stretch of messages are pending although some of them were
-// delivered. Replaying them again (an operator's choice) can produce a
-// duplicate; downstream can drop it with the pair (x-dlq-id,
-// x-dlq-replay-count), which two copies of one replay attempt share, while
-// x-dlq-replay-id is unique per publish.
+// A publish whose confirm never came — the connection or the node it went
+// through was lost, the confirm timed out, the process died — may or may
+// not have been delivered. Its outcome is unknown (unknown.go). With
+// on_unknown retry (the default) the row goes back to pending with
+// "outcome unknown" in last_replay_error and its item stays unsettled,
+// its unknown_count one higher: the task (whichever runner holds it, after
+// a crash too) claims it again once the connection is back, no sooner
+// than 1 s after the outcome (doubled for each further one), and publishes
+// it with the same x-dlq-id and x-dlq-replay-count (the row's replay_count
+// did not move: it is the same replay, and the loop guard does not count
+// it) and a new x-dlq-replay-id; the task counts it in republished. A nack
+// is handled alike: RabbitMQ refuses responsibility for the message, and
+// a quorum queue that lost its leader nacks messages it may yet enqueue;
+// the channel that saw the nack takes no new publish, because such a
+// channel went on being refused after the queue had a new leader. After
+// Config.UnknownRetries sends again, an unknown outcome is settled as
+// unknown and a nack as failed; with on_unknown hold, at once (the task
+// never publishes a claim twice by itself). A message whose earlier copy
+// died and came back to its row before it was sent again (the consumer
+// raised the row's replay_count to the copy's, recorded on the item as
+// copy_replay_count) is not sent again: it was delivered, and its item is
+// settled as published when the claim passes it over.
+//
+// Every settlement of an item names the unknown_count its claim read, and
+// changes nothing if it moved: a holder whose claim was taken back (and
+// the message made ready to be sent again) cannot settle it. So every
+// item is still settled exactly once, and the counters stay exact, after
+// kill -9 as after a lost connection. At most 1 + UnknownRetries copies of
+// one message can arrive; downstream drops all but one with the pair
+// (x-dlq-id, x-dlq-replay-count), which every copy of one replay shares,
+// while x-dlq-replay-id is unique per publish (docs/REPLAY.md, "Duplicates
+// and unknown outcomes").
 //
 // # Canary
 //
@@ -119,8 +144,9 @@
 // (canary_ids, and each one's x-dlq-replay-id on its item), waits
 // WaitSeconds (status canary_wait, persisted, so a restart resumes the
 // wait), and then looks whether any of them came back: a row whose last
-// death carries one of those replay ids. Another copy of a canary message
-// dying meanwhile (an earlier replay of it, whose outcome was unknown) is
+// death carries one of those replay ids (every copy's, for a message the
+// canary sent again after an unknown outcome). Another copy of a canary
+// message dying meanwhile (an earlier replay of it, by another task) is
 // not the canary dying, and does not stop the task.
 // If so the task ends as canary_failed and the rest is not touched;
 // otherwise it replays the rest.
@@ -139,5 +165,6 @@
 // whatever instance it runs; the runner checks before every publish, so it
 // stops within one publish. The lease renewal notices a cancel too, if a
 // notification was lost. Claimed messages not yet published go back to
-// pending, unsettled; confirms in flight are still recorded.
+// pending, unsettled; confirms in flight are still recorded; what waited to
+// be sent again after an unknown outcome is settled as unknown.
 package replay

@@ -41,7 +41,7 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	defer cancel(nil)
 	r.ctx, r.stop = ctx, cancel
 
-	items, _, err := st.ReplayItemsAfter(ctx, task.ID, 0, 10, 0)
+	items, _, err := st.ReplayItemsAfter(ctx, task.ID, 0, 10, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, items, 4)
 	batch := func(token string, ids []int64) *claimBatch {
@@ -65,9 +65,9 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = 'b'`)
 	require.NoError(t, err)
-	taken, _, err := st.RecoverExpiredReplayClaims(ctx, 100)
+	got, err := st.RecoverExpiredReplayClaims(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, int64(2), taken)
+	require.Equal(t, int64(2), got.Taken)
 
 	// The stalled heartbeat comes back: it renews a, not b.
 	a.deadline, lost.deadline = past, past

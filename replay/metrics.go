@@ -17,6 +17,10 @@ const (
 	resultNacked     = "nacked"     // refused by the broker
 	resultUnknown    = "unknown"    // confirm never came
 	resultSkipped    = "skipped"    // loop guard, not pending, deleted
+	// resultRepublished counts publishes sent again after an unknown
+	// outcome, besides the result each ends with: an unknown outcome that
+	// is sent again counts under no other result.
+	resultRepublished = "republished"
 )
 
 type metrics struct {
@@ -33,18 +37,18 @@ type metrics struct {
 }
 
 // taskStates are the label values of dlq_replay_task_messages.
-var taskStates = []string{"requested", "claimed", "published", "failed", "skipped", "unknown", "remaining"}
+var taskStates = []string{"requested", "claimed", "published", "failed", "skipped", "unknown", "remaining", "republished"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		drops: map[int64]*time.Timer{},
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dlq_replays_total",
-			Help: "Messages replayed, by result: published (confirmed, routed), unroutable (returned), nacked, failed (not sent), unknown (no confirm: may have been delivered), skipped (loop guard, not pending).",
+			Help: "Messages replayed, by result: published (confirmed, routed), unroutable (returned), nacked, failed (not sent), unknown (no confirm, not sent again: may have been delivered), skipped (loop guard, not pending); and republished: publishes sent again after an unknown outcome (each also counts under the result it ends with).",
 		}, []string{"result"}),
 		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dlq_replay_task_messages",
-			Help: "Progress of the replay tasks this instance runs, by task and state (requested, claimed, published, failed, skipped, unknown, remaining).",
+			Help: "Progress of the replay tasks this instance runs, by task and state (requested, claimed, published, failed, skipped, unknown, remaining, republished).",
 		}, []string{"task", "state"}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dlq_replay_tasks_running",
@@ -59,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Replay claims taken back after their lease ran out (their outcome is unknown).",
 		}),
 	}
-	for _, r := range []string{resultPublished, resultFailed, resultUnroutable, resultNacked, resultUnknown, resultSkipped} {
+	for _, r := range []string{resultPublished, resultFailed, resultUnroutable, resultNacked, resultUnknown, resultSkipped, resultRepublished} {
 		m.replays.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -81,7 +85,7 @@ func (m *metrics) setProgress(t Task) {
 
 func (m *metrics) set(t Task) {
 	id := strconv.FormatInt(t.ID, 10)
-	for i, v := range []int64{t.Requested, t.Claimed, t.Published, t.Failed, t.Skipped, t.Unknown, t.Remaining} {
+	for i, v := range []int64{t.Requested, t.Claimed, t.Published, t.Failed, t.Skipped, t.Unknown, t.Remaining, t.Republished} {
 		m.progress.WithLabelValues(id, taskStates[i]).Set(float64(v))
 	}
 }

@@ -249,13 +249,16 @@ func TestReplayCLI(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "dry run: 50 messages match")
 
-	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--limit", "40", "--rate", "200", "--wait", "--json")
+	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", "--source-queue", q, "--limit", "40", "--rate", "200", "--wait", "--json",
+		"--on-unknown", "hold")
 	require.Equal(t, 0, code, errOut)
 	var task replay.Task
 	require.NoError(t, json.Unmarshal([]byte(out), &task), out)
 	require.Equal(t, replay.StatusCompleted, task.Status)
 	require.Equal(t, int64(40), task.Published)
+	require.Equal(t, replay.OnUnknownHold, task.Request.OnUnknown)
 	require.Contains(t, errOut, "40/40", "the progress bar reached the end")
+	require.Contains(t, errOut, "unknown 0  republished 0", "the progress line counts what was sent again")
 	require.Equal(t, 40, dlqtest.QueueDepth(t, b.app, q))
 
 	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", fmt.Sprint(ids[49]), "--delay", "1h")
@@ -266,10 +269,13 @@ func TestReplayCLI(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "completed")
 	require.Contains(t, out, "scheduled")
+	require.Contains(t, out, "UNKNOWN  REPUBLISHED")
 
 	code, out, _ = b.cli(t, ctlQueue, adminToken, "replays", fmt.Sprint(task.ID))
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "published  40")
+	require.Regexp(t, `\npublished +40\n`, out)
+	require.Regexp(t, `republished +0`, out)
+	require.Regexp(t, `on unknown +hold`, out)
 
 	code, out, errOut = b.cli(t, ctlQueue, adminToken, "cancel", fmt.Sprint(task.ID+1))
 	require.Equal(t, 0, code, errOut)
@@ -285,6 +291,7 @@ func TestReplayCLI(t *testing.T) {
 		{adminToken, []string{"replay"}, 2},
 		{adminToken, []string{"replay", "--rate", "-1", "1"}, 2},
 		{adminToken, []string{"replay", "12", "--source-queue", "x"}, 2},
+		{adminToken, []string{"replay", "--on-unknown", "twice", "12"}, 2},
 	} {
 		code, _, errOut := b.cli(t, ctlQueue, c.token, c.args...)
 		require.Equal(t, c.code, code, "%v: %s", c.args, errOut)

@@ -103,26 +103,26 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 		}
 		exchange, key := target(r.task, *m)
 		if ok, why := r.exchangeOK(ctx, exchange); !ok {
-			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why}, resultFailed)
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why, Attempt: m.Unknowns}, resultFailed)
 			continue
 		}
 		rid, msg, err := r.publishing(m)
 		if err != nil {
-			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error(), Attempt: m.Unknowns}, resultFailed)
 			continue
 		}
 		if err := r.waitBacklog(ctx); err != nil {
 			r.release(b, b.msgs[i:])
 			return
 		}
-		id := m.ID
-		err = r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, id, rid, res) })
+		sent := sentMessage{id: m.ID, replayID: rid, attempt: m.Unknowns, copyReplayCount: m.ReplayCount + 1}
+		err = r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, sent, res) })
 		if err != nil {
 			if ctx.Err() != nil {
 				r.release(b, b.msgs[i:])
 				return
 			}
-			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error()}, resultFailed)
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error(), Attempt: m.Unknowns}, resultFailed)
 			continue
 		}
 		r.s.metrics.inFlight.Inc()
@@ -164,28 +164,59 @@ func (r *taskRun) exchangeOK(ctx context.Context, name string) (bool, string) {
 	return true, ""
 }
 
+// sentMessage is what onResult needs of a publish.
+type sentMessage struct {
+	id       int64
+	replayID string
+	// attempt is the message's unknown outcomes in this task before this
+	// publish (ClaimedMessage.Unknowns); copyReplayCount the
+	// x-dlq-replay-count the publish carried.
+	attempt         int
+	copyReplayCount int64
+}
+
 // onResult is called by the publisher with a publish's outcome. It must
 // not block: it only queues the outcome for the settler.
-func (r *taskRun) onResult(b *claimBatch, id int64, replayID string, res broker.Result) {
+func (r *taskRun) onResult(b *claimBatch, m sentMessage, res broker.Result) {
 	r.s.metrics.inFlight.Dec()
-	o := store.ReplayOutcome{ID: id, Token: b.token}
+	o := store.ReplayOutcome{ID: m.id, Token: b.token, Attempt: m.attempt}
 	var label string
 	switch res.Outcome {
 	case broker.Acked:
 		o.Result, label = store.OutcomePublished, resultPublished
-		if r.canary.Load() {
-			// The canary knows its own publishes by their replay id when
-			// they die again.
-			o.ReplayID = replayID
-		}
 	case broker.Returned:
 		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultUnroutable
 	case broker.Nacked:
-		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultNacked
+		// The broker refused responsibility for it: RabbitMQ lets the
+		// publisher send it again, and a quorum queue that lost its
+		// leader nacks messages it may yet have taken. Sent again like an
+		// unknown outcome; the last refusal fails it.
+		if r.sendAgain(m.attempt) {
+			o.Result, o.Error, o.CopyReplayCount = store.OutcomeRetry, res.Reason, m.copyReplayCount
+		} else {
+			o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultNacked
+		}
 	case broker.Unknown:
-		o.Result, o.Error, label = store.OutcomeUnknown, res.Reason, resultUnknown
+		o.Result, o.Error = r.unknownOutcome(m.attempt, res.Reason)
+		o.CopyReplayCount = m.copyReplayCount
+		if o.Result == store.OutcomeUnknown {
+			label = resultUnknown
+		}
+	case broker.Unsent:
+		// It never left (the channel had closed under it): handed back,
+		// the task publishes it again like any message not sent yet.
+		r.record(b, store.ReplayOutcome{ID: m.id, Token: b.token, Result: store.OutcomeReleased}, "")
+		return
 	default:
 		o.Result, o.Error, label = store.OutcomeFailed, res.Reason, resultFailed
+	}
+	if r.canary.Load() && (o.Result == store.OutcomePublished || o.Result == store.OutcomeRetry) {
+		// The canary knows its own publishes by their replay ids when they
+		// die again: every copy's.
+		o.ReplayID = m.replayID
+	}
+	if m.attempt > 0 {
+		r.s.metrics.replays.WithLabelValues(resultRepublished).Inc()
 	}
 	r.record(b, o, label)
 }

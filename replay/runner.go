@@ -146,6 +146,10 @@ func (r *taskRun) run(parent context.Context) {
 	r.dropMarks(context.WithoutCancel(parent))
 
 	final := context.WithoutCancel(parent)
+	if errors.Is(workErr, errCancelled) || errors.Is(workErr, errCanaryFailed) {
+		// Every outcome is in: what waited to be sent again never will be.
+		s.settleStoppedRetries(final, r.task.ID)
+	}
 	switch {
 	case workErr == nil:
 		t, err := s.st.UpdateReplayTask(final, r.task.ID, r.owner, []string{store.TaskRunning},
@@ -155,7 +159,8 @@ func (r *taskRun) run(parent context.Context) {
 			_ = s.st.ReleaseReplayTask(final, r.task.ID, r.owner)
 			return
 		}
-		r.log.Info("replay task completed", "published", t.Published, "failed", t.Failed, "skipped", t.Skipped, "unknown", t.Unknown)
+		r.log.Info("replay task completed", "published", t.Published, "failed", t.Failed, "skipped", t.Skipped, "unknown", t.Unknown,
+			"republished", t.Republished)
 	case errors.Is(workErr, errCancelled):
 		r.log.Info("replay task stopped: cancelled")
 	case errors.Is(workErr, errLeaseLost):

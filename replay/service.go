@@ -59,6 +59,14 @@ type Config struct {
 	// an alarm does not count); the channel is then closed, so the other
 	// publishes in flight on it end unknown too. Optional; default 2m.
 	ConfirmTimeout time.Duration
+	// OnUnknown is what a task does with a publish whose outcome is
+	// unknown, unless its request says: OnUnknownRetry (send it again) or
+	// OnUnknownHold (never). Optional; default OnUnknownRetry.
+	OnUnknown string
+	// UnknownRetries bounds how often a task with on_unknown retry sends
+	// one message again. Optional; default UnknownRetriesDefault, at most
+	// MaxUnknownRetries.
+	UnknownRetries int
 	// KeepUserID republishes the user_id property as stored. Optional;
 	// default false: user_id is dropped, because RabbitMQ refuses (and
 	// closes the channel of) a publish whose user_id is not the
@@ -91,6 +99,8 @@ func (c *Config) setDefaults() {
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
 	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 2*time.Minute)
+	c.OnUnknown = cmp.Or(c.OnUnknown, OnUnknownRetry)
+	c.UnknownRetries = cmp.Or(c.UnknownRetries, UnknownRetriesDefault)
 	c.ProgressRetention = cmp.Or(c.ProgressRetention, 15*time.Minute)
 	if c.Name == "" {
 		host, _ := os.Hostname()
@@ -119,6 +129,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("replay: ConfirmTimeout must be >= 0, got %s", c.ConfirmTimeout)
 	case c.ProgressRetention < 0:
 		return fmt.Errorf("replay: ProgressRetention must be >= 0, got %s", c.ProgressRetention)
+	case c.UnknownRetries < 1 || c.UnknownRetries > MaxUnknownRetries:
+		return fmt.Errorf("replay: UnknownRetries must be between 1 and %d, got %d", MaxUnknownRetries, c.UnknownRetries)
+	}
+	if err := checkOnUnknown("OnUnknown", c.OnUnknown); err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
 	return nil
 }
@@ -185,6 +200,9 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 	if err := req.Validate(s.cfg.MaxTaskMessages, now); err != nil {
 		return Task{}, err
 	}
+	// The task records what it will do with unknown outcomes, whatever
+	// this instance's default becomes later.
+	req.OnUnknown = cmp.Or(req.OnUnknown, s.cfg.OnUnknown)
 	sel := req.selection()
 	if req.DryRun {
 		p, err := s.st.PreviewReplay(ctx, sel, int64(req.Limit), s.cfg.MaxTaskMessages, s.cfg.MaxReplays, dryRunSampleLength)
@@ -232,6 +250,7 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		AuditSelection: auditSelection(req),
 		CommandID:      commandID,
 		Approval:       req.Approval,
+		UnknownRetries: s.unknownRetries(req.OnUnknown),
 	}
 	if req.Approver != nil {
 		n.Approver = *req.Approver
@@ -383,6 +402,12 @@ func (s *Service) Cancel(ctx context.Context, id int64, actor store.Actor, allow
 	}
 	s.cancelLocal(id)
 	s.log.Info("replay task cancelled", "task_id", id, "actor", actor.Name, "via", actor.Via)
+	// A task no runner holds right now has nobody else to do it (its
+	// runner, if it has one, does it again once its last outcome is in).
+	s.settleStoppedRetries(context.WithoutCancel(ctx), id)
+	if again, err := s.st.GetReplayTask(ctx, id); err == nil {
+		t = again
+	}
 	out := []Task{taskOf(t)}
 	s.withSkipReasons(ctx, out)
 	return out[0], nil
@@ -392,7 +417,8 @@ func taskOf(t store.ReplayTask) Task {
 	out := Task{
 		ID: t.ID, Status: t.Status, Requested: t.Requested, Claimed: t.Claimed, Published: t.Published,
 		Failed: t.Failed, Skipped: t.Skipped, Unknown: t.Unknown, Remaining: t.Remaining(),
-		Error: t.Error, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt.UTC(), StartAt: t.StartAt.UTC(),
+		Republished: t.Republished,
+		Error:       t.Error, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt.UTC(), StartAt: t.StartAt.UTC(),
 		Outcome:    TaskOutcome(t.Status, t.Published, t.Failed, t.Unknown, t.Remaining()),
 		ApprovalID: t.ApprovalID, ApprovedBy: t.ApprovedBy,
 	}
@@ -560,20 +586,22 @@ func (s *Service) recoverLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			n, unknown, err := s.st.RecoverExpiredReplayClaims(ctx, batch)
+			got, err := s.st.RecoverExpiredReplayClaims(ctx, batch)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("cannot take back expired replay claims", "error", err)
 				}
 				break
 			}
-			if n > 0 {
-				s.metrics.recoveries.Add(float64(n))
-				s.metrics.replays.WithLabelValues(resultUnknown).Add(float64(unknown))
+			if got.Taken > 0 {
+				s.metrics.recoveries.Add(float64(got.Taken))
+				s.metrics.replays.WithLabelValues(resultUnknown).Add(float64(got.Unknown))
+				s.metrics.replays.WithLabelValues(resultRepublished).Add(float64(got.Republished))
 				s.log.Warn("took back replay claims whose holder stopped; they are pending again",
-					"messages", n, "outcome_unknown", unknown, "never_published", n-unknown)
+					"messages", got.Taken, "outcome_unknown", got.Unknown, "to_send_again", got.Retried,
+					"never_published", got.Taken-got.Unknown-got.Retried)
 			}
-			if n < batch {
+			if got.Taken < batch {
 				break
 			}
 		}

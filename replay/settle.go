@@ -136,7 +136,7 @@ func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
 		res, err := r.s.st.SettleReplayOutcomes(sctx, r.task.ID, outs, r.canary.Load(), finished...)
 		cancel()
 		if err == nil {
-			if missed := res.Published + res.Failed + res.Unknown + res.Released - res.Marked; missed > 0 {
+			if missed := res.Published + res.Failed + res.Unknown + res.Retried + res.Released - res.Marked; missed > 0 {
 				r.log.Debug("some rows had changed before their outcome was recorded (died again first, or claim taken back)", "rows", missed)
 			}
 			finished = nil

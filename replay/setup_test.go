@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -48,6 +49,11 @@ type setupOpts struct {
 	retention   time.Duration
 	// confirmTimeout is replay.confirm_timeout; 0 takes the default.
 	confirmTimeout time.Duration
+	// connName names dlq's AMQP connection ("dlq-replay-test" unless set):
+	// a test that closes it from the broker's side gives it its own.
+	connName string
+	// onUnknown is replay.on_unknown; "" takes the default (retry).
+	onUnknown string
 }
 
 var operator = store.Actor{Name: "test", Role: "operator", Via: "test"}
@@ -70,7 +76,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	dlqtest.DeleteQueues(t, b.app, b.queue)
 	dlqtest.DeleteExchanges(t, b.app, b.exchange)
 
-	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: "dlq-replay-test"})
+	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: cmp.Or(o.connName, "dlq-replay-test")})
 	require.NoError(t, err)
 	t.Cleanup(conn.Close)
 	b.conn = conn
@@ -105,7 +111,7 @@ func (b *bundle) newService(t *testing.T, o setupOpts, reg prometheus.Registerer
 		Store: b.st, Conn: b.conn, Lease: o.lease, BatchSize: o.batchSize, PollInterval: 50 * time.Millisecond,
 		MaxReplays: o.maxReplays, Window: o.window, MaxTaskMessages: o.maxMessages,
 		ShutdownTimeout: 10 * time.Second, Registerer: reg, KeepUserID: o.keepUserID, ProgressRetention: o.retention,
-		ConfirmTimeout: o.confirmTimeout,
+		ConfirmTimeout: o.confirmTimeout, OnUnknown: o.onUnknown,
 	})
 	require.NoError(t, err)
 	return svc

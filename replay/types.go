@@ -35,6 +35,11 @@ type Request struct {
 	Canary *Canary `json:"canary,omitempty"`
 	// Force replays messages already replayed max_replays times.
 	Force bool `json:"force,omitempty"`
+	// OnUnknown is what the task does with a publish whose outcome is
+	// unknown (its confirm never came): OnUnknownRetry sends it again,
+	// OnUnknownHold never does. Optional; the configured default
+	// (replay.on_unknown) is recorded when the task is created.
+	OnUnknown string `json:"on_unknown,omitempty"`
 	// Scope restricts the selection to these source queues: the caller's
 	// permission (auth.Principal.Queues), never user input. Nil means every
 	// queue.
@@ -95,11 +100,18 @@ type Task struct {
 	// nothing was skipped.
 	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
 	// Unknown counts messages whose confirm never came (connection lost,
-	// replaying process died): they may have been delivered, are back to
-	// pending with the reason recorded, and are not published again by this
-	// task.
+	// replaying process died) and that the task does not send again (with
+	// on_unknown hold, or once it sent them again as often as it may): they
+	// may have been delivered, and are back to pending with the reason
+	// recorded.
 	Unknown   int64 `json:"unknown"`
 	Remaining int64 `json:"remaining"`
+
+	// Republished counts the publishes the task sent again after an
+	// unknown outcome (on_unknown retry), each once its own outcome was
+	// recorded.
+	Republished int64 `json:"republished"`
+
 	// The request as accepted.
 	Request Request `json:"request"`
 	// Sample holds a few selected messages' ids for a dry run.

@@ -31,7 +31,8 @@ func TestReplayDropsUserIDByDefault(t *testing.T) {
 	}
 
 	b.stopSvc()
-	keep := b.newService(t, setupOpts{lease: 3 * time.Second, batchSize: 100, keepUserID: true}, nil)
+	// Held, not sent again: each publish would be refused again.
+	keep := b.newService(t, setupOpts{lease: 3 * time.Second, batchSize: 100, keepUserID: true, onUnknown: replay.OnUnknownHold}, nil)
 	b.run(t, keep)
 	b.svc = keep
 	task, err = keep.Start(ctx, replay.Request{IDs: ids[10:]}, operator)

@@ -79,6 +79,9 @@ func (r Request) Validate(maxMessages int64, now time.Time) error {
 			return invalid("target.routing_key is required with the default exchange (\"\"): it names the queue")
 		}
 	}
+	if err := checkOnUnknown("on_unknown", r.OnUnknown); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
 	if c := r.Canary; c != nil {
 		if c.Count < 1 || c.Count > MaxCanaryCount {
 			return invalid("canary.count %d must be between 1 and %d", c.Count, MaxCanaryCount)

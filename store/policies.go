@@ -120,6 +120,8 @@ type PolicyAttempt struct {
 	RatePerSecond float64
 	CanaryCount   int
 	CanaryWait    time.Duration
+	// UnknownRetries is the task's (NewReplayTask.UnknownRetries).
+	UnknownRetries int
 }
 
 // PolicyAttemptResult is what StartPolicyAttempt did.
@@ -154,6 +156,7 @@ func (s *Store) StartPolicyAttempt(ctx context.Context, l Lease, a PolicyAttempt
 		n := NewReplayTask{
 			Selection: Filter{Scope: p.Queues}, MaxItems: a.Limit, Limit: a.Limit, Request: a.Request,
 			RatePerSecond: a.RatePerSecond, CanaryCount: a.CanaryCount, CanaryWait: a.CanaryWait,
+			UnknownRetries: a.UnknownRetries,
 			Actor:          Actor{Name: p.actor(), Role: "operator", Via: ViaPolicy, Scope: p.Queues},
 			AuditSelection: map[string]any{"policy": p.Name},
 		}

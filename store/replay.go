@@ -40,6 +40,10 @@ const (
 	// OutcomeReleased hands a claimed, never published message back
 	// unsettled (shutdown, cancel, lease doubt): it is not an item outcome.
 	OutcomeReleased = "released"
+	// OutcomeRetry records an unknown outcome that the task sends again:
+	// the row goes back to pending with the reason, and its item stays
+	// unsettled, its unknown_count one higher. Not an item outcome either.
+	OutcomeRetry = "retry"
 )
 
 // ErrEmptySelection means a replay selection matched no message.
@@ -91,6 +95,12 @@ type ReplayTask struct {
 	// requester); 0 and "" for a task that needed no approval.
 	ApprovalID int64
 	ApprovedBy string
+	// UnknownRetries is how often the task sends a message again whose
+	// publish had an unknown outcome (0: never, on_unknown hold).
+	UnknownRetries int
+	// Republished counts the publishes the task sent again after an
+	// unknown outcome, each once its outcome is recorded.
+	Republished int64
 }
 
 // Remaining is how many selected messages are not settled yet.
@@ -102,7 +112,8 @@ const replayTaskColumns = `id, status, request, scope, target_exchange, target_r
     canary_count, canary_wait_seconds, canary_started_at, canary_until, canary_ids, canary_passed,
     requested, claimed, published, failed, skipped, unknown, coalesce(error, ''),
     created_by, created_role, created_via, request_id, created_at, start_at, started_at, finished_at, updated_at,
-    coalesce(runner_owner, ''), runner_expires_at, edit, coalesce(approval_id, 0), coalesce(approved_by, '')`
+    coalesce(runner_owner, ''), runner_expires_at, edit, coalesce(approval_id, 0), coalesce(approved_by, ''),
+    unknown_retries, republished`
 
 func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 	var t ReplayTask
@@ -110,7 +121,8 @@ func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 		&t.RatePerSecond, &t.Force, &t.CanaryCount, &t.CanaryWaitSeconds, &t.CanaryStartedAt, &t.CanaryUntil,
 		&t.CanaryIDs, &t.CanaryPassed, &t.Requested, &t.Claimed, &t.Published, &t.Failed, &t.Skipped, &t.Unknown,
 		&t.Error, &t.CreatedBy, &t.CreatedRole, &t.CreatedVia, &t.RequestID, &t.CreatedAt, &t.StartAt,
-		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt, &t.Edit, &t.ApprovalID, &t.ApprovedBy)
+		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt, &t.Edit, &t.ApprovalID, &t.ApprovedBy,
+		&t.UnknownRetries, &t.Republished)
 	return t, err
 }
 
@@ -135,7 +147,10 @@ type NewReplayTask struct {
 	Force            bool
 	CanaryCount      int
 	CanaryWait       time.Duration
-	Actor            Actor
+	// UnknownRetries is how often a publish whose outcome is unknown is
+	// sent again (0: never: the item is settled as unknown at once).
+	UnknownRetries int
+	Actor          Actor
 	// AuditSelection is what the audit row says was selected.
 	AuditSelection any
 	// CommandID, when set, names a reserved control command whose answer
@@ -296,13 +311,13 @@ func (s *Store) insertReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask
 	err := tx.QueryRow(ctx, `
 INSERT INTO replay_tasks (id, status, request, scope, target_exchange, target_routing_key, rate_per_second, force,
     canary_count, canary_wait_seconds, created_by, created_role, created_via, request_id, start_at, edit,
-    approval_id, approved_by)
+    approval_id, approved_by, unknown_retries)
 VALUES (coalesce($15::bigint, nextval(pg_get_serial_sequence('replay_tasks', 'id'))),
-    'scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14, $16, nullif($17, ''))
+    'scheduled', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, greatest($13, now()), $14, $16, nullif($17, ''), $18)
 RETURNING id`,
 		n.Request, scope, n.TargetExchange, targetKey(n.TargetExchange, n.TargetRoutingKey), n.RatePerSecond, n.Force,
 		n.CanaryCount, int(n.CanaryWait/time.Second), cleanText(n.Actor.Name), n.Actor.Role, n.Actor.Via,
-		cleanText(n.Actor.RequestID), startAt, edit, reserved, approvalID, cleanText(approvedBy)).Scan(&id)
+		cleanText(n.Actor.RequestID), startAt, edit, reserved, approvalID, cleanText(approvedBy), max(n.UnknownRetries, 0)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("store: insert replay task: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -31,13 +32,18 @@ import (
 // Items whose message is being replayed (this task's own batches in
 // flight, or another task's claim) are not worth a claim attempt, and
 // items whose message was deleted are left for SkipDeletedReplayItems.
-func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64) (ids []int64, more bool, err error) {
+// An item whose publish had an unknown outcome k times waits retryAfter ×
+// 2^(k-1) (at most 32 ×) after that outcome before it is sent again
+// (0: not at all).
+func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64, retryAfter time.Duration) (ids []int64, more bool, err error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT i.message_id, m.body_size
 FROM replay_task_items i
-CROSS JOIN LATERAL (SELECT d.body_size, d.status FROM dead_messages d WHERE d.id = i.message_id LIMIT 1) m -- one index lookup per item, never a scan
+CROSS JOIN LATERAL (SELECT d.body_size, d.status, d.last_replay_at FROM dead_messages d WHERE d.id = i.message_id LIMIT 1) m -- one index lookup per item, never a scan
 WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2 AND m.status <> 'replaying'
-ORDER BY i.message_id LIMIT $3`, taskID, after, limit)
+  AND (i.unknown_count IS NULL OR $4 = 0 OR m.last_replay_at IS NULL
+       OR m.last_replay_at <= now() - $4 * interval '1 millisecond' * (1 << least(i.unknown_count - 1, 5)))
+ORDER BY i.message_id LIMIT $3`, taskID, after, limit, retryAfter.Milliseconds())
 	if err != nil {
 		return nil, false, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
 	}
@@ -85,6 +91,10 @@ type ClaimedMessage struct {
 	BodySize         int64
 	// ReplayCount is the count before this replay.
 	ReplayCount int64
+	// Unknowns is how many of this task's publishes of the message had an
+	// unknown outcome (0: this is its first). A publish's outcome carries
+	// it (ReplayOutcome.Attempt).
+	Unknowns int
 	// Sealed is a sealed row's encrypted part (seal.go): Properties,
 	// Headers (those left plain only) and Body are then to be opened from
 	// it. Nil for a plain row.
@@ -99,6 +109,10 @@ type ClaimResult struct {
 	// Deferred items are being replayed under another claim; they stay
 	// unsettled and are looked at again on a later pass.
 	Deferred int
+	// Returned items were settled as published without a publish: a copy
+	// sent before an unknown outcome died and came back to its row, so it
+	// was delivered, and is not sent again.
+	Returned int
 	// Scanned is how many items were looked at; Last the highest id among
 	// them (the next cursor). Scanned < Limit means the pass reached the end,
 	// except for items locked by others at that moment.
@@ -118,7 +132,7 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 	items := c.IDs
 	if len(items) == 0 {
 		var err error
-		if items, _, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit, 0); err != nil {
+		if items, _, err = s.ReplayItemsAfter(ctx, c.TaskID, c.After, c.Limit, 0, 0); err != nil {
 			return ClaimResult{}, err
 		}
 		if len(items) == 0 {
@@ -147,6 +161,7 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 	var (
 		res       = ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
 		claimable []int64
+		guarded   []int64 // pending, stopped by the loop guard
 		skipIDs   []int64
 		skipWhy   []string
 	)
@@ -167,6 +182,7 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 		case status == StatusReplaying:
 			res.Deferred++
 		case status == StatusPending:
+			guarded = append(guarded, id)
 			skipIDs = append(skipIDs, id)
 			skipWhy = append(skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays))
 		default:
@@ -213,12 +229,15 @@ FROM x
 -- unsettled when it was created) made the planner hash the whole task's
 -- items on every claim.
 CROSS JOIN LATERAL (
-    SELECT 1 FROM replay_task_items i
+    SELECT i.unknown_count, i.copy_replay_count FROM replay_task_items i
     WHERE i.task_id = $2 AND i.message_id = x.id AND i.outcome IS NULL LIMIT 1) i
-WHERE m.id = x.id
+-- A message whose earlier publish had an unknown outcome is sent again
+-- only if none of those copies came back dead meanwhile: the consumer
+-- raises the row's replay_count to the copy's x-dlq-replay-count.
+WHERE m.id = x.id AND (i.copy_replay_count IS NULL OR m.replay_count < i.copy_replay_count)
 RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.source_exchange,
     m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size,
-    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta`,
+    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta, coalesce(i.unknown_count, 0)`,
 			claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
@@ -230,7 +249,7 @@ RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.sourc
 				sl    Sealed
 			)
 			if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
-				&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta); err != nil {
+				&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta, &m.Unknowns); err != nil {
 				rows.Close()
 				return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
 			}
@@ -256,6 +275,18 @@ RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.sourc
 		// Published in id order (the write-ahead mark relies on it).
 		slices.SortFunc(res.Messages, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
 	}
+	// A pending row the claim passed over had its item settled since it
+	// was selected, or is back from the dead after an unknown outcome; so,
+	// perhaps, is one the loop guard stops (the copy that came back raised
+	// its replay_count). Rare, and looked for only then.
+	returned, err := settleReturned(ctx, tx, c.TaskID, append(guarded, passedOver(claimable, res.Messages)...))
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	if len(returned) > 0 {
+		skipIDs, skipWhy = without(skipIDs, skipWhy, returned)
+		res.Returned = len(returned)
+	}
 	var b pgx.Batch
 	// Skipped items are settled here; the counter adds those this
 	// statement settled, exactly.
@@ -267,9 +298,12 @@ WITH s AS (
     WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
     RETURNING 1
 ), n AS (SELECT count(*) AS n FROM s)
-UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n, updated_at = now()
+UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n,
+    published = published + cardinality($5::bigint[]),
+    canary_ids = CASE WHEN $6 THEN canary_ids || $5::bigint[] ELSE canary_ids END,
+    updated_at = now()
 FROM n WHERE id = $1
-RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(skipWhy)).QueryRow(func(row pgx.Row) error {
+RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(skipWhy), nonNilIDs(returned), c.Canary).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&skipped)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -322,174 +356,3 @@ ON CONFLICT (token) DO UPDATE SET through_id = greatest(replay_claims.through_id
 	}
 	return nil
 }
-
-// ReplayOutcome is how one claimed message ended.
-type ReplayOutcome struct {
-	ID    int64
-	Token string
-	// Result is OutcomePublished, OutcomeFailed, OutcomeUnknown or
-	// OutcomeReleased.
-	Result string
-	// Error is recorded as last_replay_error (failed, unknown).
-	Error string
-	// ReplayID, on a published outcome, is recorded as the item's detail:
-	// the x-dlq-replay-id it went out with. The canary sets it, to know its
-	// own publishes when they die again (CanaryDiedAgain).
-	ReplayID string
-}
-
-// SettleResult counts what SettleReplayOutcomes recorded for the task.
-type SettleResult struct {
-	Published, Failed, Unknown, Released int64
-	// Marked is how many rows actually changed status; a row can be missing
-	// because it died again and came back first, or because the claim was
-	// taken back after its lease.
-	Marked int64
-}
-
-// SettleReplayOutcomes ends claims: published messages become replayed
-// (replayed_at, replay_count + 1); failed and unknown ones go back to
-// pending with the error recorded; released ones go back to pending
-// untouched and stay unsettled for the task. Each row changes only if it
-// is still replaying under the token the outcome names. The task's items
-// and counters, and the summary counters, change in the same transaction.
-// canary adds the published ids to the task's canary set.
-//
-// finished names claims that end with these outcomes: their write-ahead
-// marks are dropped in the same transaction.
-func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []ReplayOutcome, canary bool, finished ...string) (SettleResult, error) {
-	if len(outs) == 0 {
-		return SettleResult{}, nil
-	}
-	outs = slices.Clone(outs)
-	slices.SortFunc(outs, func(a, b ReplayOutcome) int { return cmp.Compare(a.ID, b.ID) })
-	n := len(outs)
-	ids, toks, kinds, errs := make([]int64, n), make([]string, n), make([]string, n), make([]*string, n)
-	var res SettleResult
-	var itemIDs []int64
-	var itemKinds []string
-	var itemErrs []*string
-	for i, o := range outs {
-		ids[i], toks[i], kinds[i] = o.ID, o.Token, o.Result
-		switch o.Result {
-		case OutcomePublished:
-			if o.ReplayID != "" {
-				// The item's detail; the row's error is cleared on publish.
-				id := cleanText(o.ReplayID)
-				errs[i] = &id
-			}
-		case OutcomeFailed, OutcomeUnknown:
-			e := cleanText(o.Error)
-			errs[i] = &e
-		case OutcomeReleased:
-			res.Released++
-		default:
-			return SettleResult{}, fmt.Errorf("store: settle replay task %d: message %d: unknown outcome %q", taskID, o.ID, o.Result)
-		}
-		if o.Result != OutcomeReleased {
-			itemIDs = append(itemIDs, o.ID)
-			itemKinds = append(itemKinds, o.Result)
-			itemErrs = append(itemErrs, errs[i])
-		}
-	}
-
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return SettleResult{}, fmt.Errorf("store: begin settling replay task %d: %w", taskID, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, settleRowsSQL, ids, toks, kinds, errs)
-	if err != nil {
-		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
-	}
-	moves, err := statusMovesSQL(rows)
-	if err != nil {
-		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
-	}
-	for _, m := range moves {
-		res.Marked += m.Messages
-	}
-	err = tx.QueryRow(ctx, `
-WITH s AS (
-    -- message_id = ANY bounds the rows the planner expects to a batch's
-    -- worth: joined only, the items' statistics (every item of the task
-    -- unsettled when it was created) made it hash the whole task's items
-    -- on every settlement.
-    UPDATE replay_task_items i SET outcome = o.kind, detail = o.err
-    FROM unnest($2::bigint[], $3::text[], $4::text[]) AS o(id, kind, err)
-    WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.message_id = o.id AND i.outcome IS NULL
-    RETURNING i.message_id, i.outcome
-), c AS (
-    SELECT count(*) FILTER (WHERE outcome = 'published') AS p,
-           count(*) FILTER (WHERE outcome = 'failed') AS f,
-           count(*) FILTER (WHERE outcome = 'unknown') AS u,
-           coalesce(array_agg(message_id) FILTER (WHERE outcome = 'published'), '{}') AS pub
-    FROM s
-)
-UPDATE replay_tasks t SET published = t.published + c.p, failed = t.failed + c.f, unknown = t.unknown + c.u,
-    claimed = t.claimed - $5,
-    canary_ids = CASE WHEN $6 THEN t.canary_ids || c.pub ELSE t.canary_ids END,
-    updated_at = now()
-FROM c WHERE t.id = $1
-RETURNING c.p, c.f, c.u`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), itemErrs, res.Released, canary).
-		Scan(&res.Published, &res.Failed, &res.Unknown)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return SettleResult{}, fmt.Errorf("store: count outcomes of replay task %d: %w", taskID, err)
-	}
-	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
-		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
-	}
-	if len(finished) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM replay_claims WHERE token = ANY($1)`, finished); err != nil {
-			return SettleResult{}, fmt.Errorf("store: drop claim marks of replay task %d: %w", taskID, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return SettleResult{}, fmt.Errorf("store: commit settling replay task %d: %w", taskID, err)
-	}
-	return res, nil
-}
-
-// settleRowsSQL moves the rows of a settlement ($1 ids in id order, $2
-// their claim tokens, $3 outcomes, $4 errors) out of replaying and returns
-// the status moves, for the counters. TestSettlementReachesRowsByKey holds
-// its plan to primary-key probes.
-const settleRowsSQL = `
-WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS o(id, tok, kind, err)
-), l AS MATERIALIZED (
-    -- The outcomes whose row is still claimed by their token, each found
-    -- by one primary-key probe, in id order (outs are sorted);
-    -- materialized, so that the update below is planned from its result
-    -- and not folded into one join the planner may start from
-    -- dead_messages. The status and the owner are written so
-    -- that no index can serve them: dead_messages_claim_owner (which holds
-    -- only replaying rows, and whose statistics see none) looked as cheap
-    -- as the primary key, and a probe through it reads every row of the
-    -- claim, 500 times per settlement; joined the other way, the planner
-    -- walked every replaying row of every claim in flight.
-    SELECT o.id, o.tok, o.kind, o.err FROM o
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM dead_messages d
-        WHERE d.id = o.id AND (d.status || '') = 'replaying' AND (d.claim_owner || '') = o.tok
-        LIMIT 1) d -- kept a probe: pulled up into a join, it read the whole table
-), u AS (
-    -- The update fences itself: if a row changed since the probe, it
-    -- waits for that change, re-reads the row's latest version, and the
-    -- status and owner conditions leave it alone if it died again or its
-    -- claim was taken back. No separate row lock is needed, which saved
-    -- a lock record per row.
-    UPDATE dead_messages m SET
-        status = CASE WHEN l.kind = 'published' THEN 'replayed' ELSE 'pending' END,
-        replayed_at = CASE WHEN l.kind = 'published' THEN now() ELSE m.replayed_at END,
-        replay_count = CASE WHEN l.kind = 'published' THEN m.replay_count + 1 ELSE m.replay_count END,
-        last_replay_at = CASE WHEN l.kind = 'released' THEN m.last_replay_at ELSE now() END,
-        last_replay_error = CASE WHEN l.kind = 'published' THEN NULL
-                                 WHEN l.kind = 'released' THEN m.last_replay_error
-                                 ELSE l.err END,
-        claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
-    FROM l WHERE m.id = l.id AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
-    RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
-)
-SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
-FROM u GROUP BY 1, 2, 4`

@@ -40,9 +40,9 @@ func TestRenewReplayLeaseSkipsLostClaims(t *testing.T) {
 		require.NoError(t, err)
 	}
 	expire("taken-back")
-	taken, _, err := st.RecoverExpiredReplayClaims(ctx, 100)
+	got, err := st.RecoverExpiredReplayClaims(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, int64(2), taken)
+	require.Equal(t, int64(2), got.Taken)
 	expire("expired")
 
 	status, renewed, err := st.RenewReplayLease(ctx, task.ID, "runner", []string{"live", "expired", "taken-back"}, time.Minute)

@@ -181,4 +181,7 @@ type ReplayClaim struct {
 	// MarkReplayClaim) over its first MarkFirst messages in the claim's
 	// own transaction, so publishing can start without waiting for it.
 	MarkFirst int
+	// Canary adds the items the claim settles as published (Returned) to
+	// the task's canary set, as a canary's settlement does.
+	Canary bool
 }

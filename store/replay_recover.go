@@ -17,18 +17,37 @@ import (
 // whether the broker took it is not known.
 const UnknownOutcomeLeaseExpired = "outcome unknown: the replaying process stopped before recording whether the broker confirmed this message (claim lease expired); it may have been delivered"
 
+// RecoveredClaims is what one RecoverExpiredReplayClaims call did.
+type RecoveredClaims struct {
+	// Taken rows went back to pending.
+	Taken int64
+	// Unknown items were settled as unknown: their holder may have
+	// published them, and their task does not send them again.
+	Unknown int64
+	// Retried items may have been published too, and wait to be sent again
+	// by their task (within its unknown_retries).
+	Retried int64
+	// Republished of those (Unknown and Retried) were publishes sent again
+	// after an earlier unknown outcome.
+	Republished int64
+}
+
 // RecoverExpiredReplayClaims takes back at most limit claimed rows whose
-// lease ran out (the row's first lease and its claim's renewed one). A row its holder may have published (at or below the
-// claim's write-ahead mark) goes back to pending with
-// UnknownOutcomeLeaseExpired and its item is settled as unknown, so its
-// task never publishes it again on its own (no duplicate by dlq; an
-// operator may replay it). A row above the mark was never published: it
-// goes back to pending untouched and stays to do for its task. It returns
-// how many rows it took back and how many of them had an unknown outcome.
-func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (taken, unknown int64, err error) {
+// lease ran out (the row's first lease and its claim's renewed one). A row
+// its holder may have published (at or below the claim's write-ahead mark)
+// goes back to pending with UnknownOutcomeLeaseExpired. Its item stays
+// unsettled, its unknown count one higher, when its task sends unknown
+// outcomes again and has not done so unknown_retries times for it yet
+// (whichever runner resumes the task publishes it again); otherwise it is
+// settled as unknown, and its task never publishes it again on its own (no
+// duplicate by dlq; an operator may replay it). A row above the mark was
+// never published: it goes back to pending untouched and stays to do for
+// its task.
+func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (RecoveredClaims, error) {
+	var res RecoveredClaims
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("store: begin claim recovery: %w", err)
+		return res, fmt.Errorf("store: begin claim recovery: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	rows, err := tx.Query(ctx, `
@@ -46,35 +65,39 @@ UPDATE dead_messages m SET status = 'pending',
     last_replay_at = CASE WHEN e.maybe THEN now() ELSE m.last_replay_at END,
     claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
 FROM e WHERE m.id = e.id
-RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_id, 0), m.body_size, e.maybe, e.claim_owner`,
+RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_id, 0), m.body_size, e.maybe, e.claim_owner,
+    m.replay_count`,
 		limit, UnknownOutcomeLeaseExpired)
 	if err != nil {
-		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
 	var (
-		taskIDs, msgIDs []int64
-		released        = map[int64]int64{}
-		tokens          = map[string]bool{}
-		moves           = map[moveKey]*StatusMove{}
+		taskIDs, msgIDs, counts []int64
+		released                = map[int64]int64{}
+		tokens                  = map[string]bool{}
+		moves                   = map[moveKey]*StatusMove{}
 	)
 	for rows.Next() {
-		var id, task, group, size int64
+		var id, task, group, size, replays int64
 		var queue string
 		var maybe bool
 		var token *string
-		if err := rows.Scan(&id, &task, &queue, &group, &size, &maybe, &token); err != nil {
+		if err := rows.Scan(&id, &task, &queue, &group, &size, &maybe, &token, &replays); err != nil {
 			rows.Close()
-			return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+			return res, fmt.Errorf("store: recover expired replay claims: %w", err)
 		}
-		taken++
+		res.Taken++
 		if token != nil {
 			tokens[*token] = true
 		}
 		switch {
 		case task > 0 && maybe:
-			unknown++
 			taskIDs = append(taskIDs, task)
 			msgIDs = append(msgIDs, id)
+			// Its copies carried replay_count + 1: the row is still as the
+			// claim left it (a copy that died and came back would have
+			// taken it out of replaying).
+			counts = append(counts, replays+1)
 		case task > 0:
 			released[task]++
 		}
@@ -89,23 +112,43 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
-	if taken == 0 {
-		return 0, 0, nil
+	if res.Taken == 0 {
+		return res, nil
 	}
 	if len(msgIDs) > 0 {
-		_, err = tx.Exec(ctx, `
-WITH s AS (
-    UPDATE replay_task_items i SET outcome = 'unknown', detail = $3
-    FROM unnest($1::bigint[], $2::bigint[]) AS o(task_id, id)
+		// A task still running sends the message again while it has
+		// retries left for it; a finished one (cancelled, say) settles it.
+		err = tx.QueryRow(ctx, `
+WITH o AS (
+    SELECT o.task_id, o.id, o.copy,
+           (t.status IN ('scheduled', 'running', 'canary_wait')) AS live, t.unknown_retries
+    FROM unnest($1::bigint[], $2::bigint[], $4::bigint[]) AS o(task_id, id, copy)
+    JOIN replay_tasks t ON t.id = o.task_id
+), s AS (
+    UPDATE replay_task_items i SET
+        outcome = CASE WHEN o.live AND coalesce(i.unknown_count, 0) < o.unknown_retries THEN NULL ELSE 'unknown' END,
+        detail = CASE WHEN o.live AND coalesce(i.unknown_count, 0) < o.unknown_retries THEN i.detail ELSE $3 END,
+        unknown_count = coalesce(i.unknown_count, 0) + 1,
+        copy_replay_count = o.copy
+    FROM o
     WHERE i.task_id = o.task_id AND i.message_id = o.id AND i.outcome IS NULL
-    RETURNING i.task_id
-), c AS (SELECT task_id, count(*) AS n FROM s GROUP BY task_id ORDER BY task_id)
-UPDATE replay_tasks t SET unknown = t.unknown + c.n, updated_at = now()
-FROM c WHERE t.id = c.task_id`, taskIDs, msgIDs, UnknownOutcomeLeaseExpired)
+    RETURNING i.task_id, i.outcome IS NULL AS retry, i.unknown_count > 1 AS again
+), c AS (
+    SELECT task_id, count(*) FILTER (WHERE NOT retry) AS u, count(*) FILTER (WHERE retry) AS r,
+           count(*) FILTER (WHERE again) AS rp
+    FROM s GROUP BY task_id ORDER BY task_id
+), t AS (
+    UPDATE replay_tasks t SET unknown = t.unknown + c.u, republished = t.republished + c.rp,
+        claimed = t.claimed - c.r, updated_at = now()
+    FROM c WHERE t.id = c.task_id
+    RETURNING c.u, c.r, c.rp
+)
+SELECT coalesce(sum(u), 0)::bigint, coalesce(sum(r), 0)::bigint, coalesce(sum(rp), 0)::bigint FROM t`,
+			taskIDs, msgIDs, UnknownOutcomeLeaseExpired, counts).Scan(&res.Unknown, &res.Retried, &res.Republished)
 		if err != nil {
-			return 0, 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
+			return res, fmt.Errorf("store: settle recovered replay claims: %w", err)
 		}
 	}
 	if len(released) > 0 {
@@ -118,7 +161,7 @@ FROM c WHERE t.id = c.task_id`, taskIDs, msgIDs, UnknownOutcomeLeaseExpired)
 UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)
 		if err != nil {
-			return 0, 0, fmt.Errorf("store: hand back recovered replay claims: %w", err)
+			return res, fmt.Errorf("store: hand back recovered replay claims: %w", err)
 		}
 	}
 	list := make([]StatusMove, 0, len(moves))
@@ -126,7 +169,7 @@ FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, cou
 		list = append(list, *m)
 	}
 	if err := applyStatusDeltas(ctx, tx, list); err != nil {
-		return 0, 0, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
 	// A claim's mark goes once none of its rows is replaying any more.
 	toks := make([]string, 0, len(tokens))
@@ -137,12 +180,67 @@ FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, cou
 DELETE FROM replay_claims c WHERE c.token = ANY($1)
   AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.status = 'replaying' AND m.claim_owner = c.token)`, toks)
 	if err != nil {
-		return 0, 0, fmt.Errorf("store: drop marks of recovered replay claims: %w", err)
+		return res, fmt.Errorf("store: drop marks of recovered replay claims: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, 0, fmt.Errorf("store: commit claim recovery: %w", err)
+		return res, fmt.Errorf("store: commit claim recovery: %w", err)
 	}
-	return taken, unknown, nil
+	return res, nil
+}
+
+// UnknownOutcomeNotSentAgain is the item detail of a message whose
+// publish had an unknown outcome and that its task, stopped before it sent
+// it again, settles as unknown (SettleStoppedRetries).
+const UnknownOutcomeNotSentAgain = "outcome unknown: the task stopped before sending it again; it may have been delivered"
+
+// SettleStoppedRetries settles as unknown the items of a finished task
+// (cancelled, say) that wait to be sent again after an unknown outcome, so
+// that its counters say what may have been delivered. The rows are locked
+// first, in id order, and only pending ones count: a message being
+// replayed (by another task, or by this one's last claim being settled) is
+// left to whoever holds it. Each item of a stopped task is read, once. It
+// returns how many it settled.
+func (s *Store) SettleStoppedRetries(ctx context.Context, taskID int64) (int64, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: begin settling the retries of replay task %d: %w", taskID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, `
+SELECT m.id FROM replay_task_items i
+JOIN replay_tasks t ON t.id = i.task_id
+JOIN dead_messages m ON m.id = i.message_id
+WHERE i.task_id = $1 AND i.outcome IS NULL AND i.unknown_count > 0 AND m.status = 'pending'
+  AND t.status IN ('completed', 'cancelled', 'failed', 'canary_failed')
+ORDER BY m.id
+FOR NO KEY UPDATE OF m`, taskID)
+	if err != nil {
+		return 0, fmt.Errorf("store: lock the retries of replay task %d: %w", taskID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("store: lock the retries of replay task %d: %w", taskID, err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err = tx.QueryRow(ctx, `
+WITH s AS (
+    UPDATE replay_task_items i SET outcome = 'unknown', detail = $3
+    WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.outcome IS NULL
+    RETURNING 1
+), c AS (SELECT count(*) AS n FROM s)
+UPDATE replay_tasks t SET unknown = t.unknown + c.n, updated_at = now()
+FROM c WHERE t.id = $1
+RETURNING c.n`, taskID, ids, UnknownOutcomeNotSentAgain).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: settle the retries of replay task %d: %w", taskID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("store: commit settling the retries of replay task %d: %w", taskID, err)
+	}
+	return n, nil
 }
 
 // ReplayItemsLeft counts a task's unsettled items; inFlight is how many of
@@ -179,8 +277,9 @@ RETURNING c.n`, taskID).Scan(&n)
 }
 
 // CanaryDiedAgain returns the canary messages of a task that died again:
-// their row's last death carries the x-dlq-replay-id the canary published
-// them with (recorded as the item's detail, see ReplayOutcome.ReplayID).
+// their row's last death carries an x-dlq-replay-id the canary published
+// them with (recorded in the item's detail, see ReplayOutcome.ReplayID:
+// every copy's, when one was sent again after an unknown outcome).
 // Another copy of the same message dying — an earlier replay of it, or the
 // application's own — does not count. Canary items recorded without a
 // replay id (by an older version) fall back to the row: pending again with
@@ -190,7 +289,7 @@ func (s *Store) CanaryDiedAgain(ctx context.Context, taskID int64) ([]int64, err
 SELECT m.id FROM replay_tasks t
 JOIN replay_task_items i ON i.task_id = t.id AND i.message_id = ANY(t.canary_ids)
 JOIN dead_messages m ON m.id = i.message_id
-WHERE t.id = $1 AND CASE WHEN i.detail IS NOT NULL THEN m.last_death_replay_id = i.detail
+WHERE t.id = $1 AND CASE WHEN i.detail IS NOT NULL THEN m.last_death_replay_id = ANY(string_to_array(i.detail, ' '))
                          ELSE m.status = 'pending' AND m.failed_at >= t.canary_started_at END
 ORDER BY m.id`, taskID)
 	if err != nil {
@@ -208,6 +307,13 @@ func nonNilIDs(ids []int64) []int64 {
 		return []int64{}
 	}
 	return ids
+}
+
+func nonNilInt32s(s []int32) []int32 {
+	if s == nil {
+		return []int32{}
+	}
+	return s
 }
 
 func nonNilStrings(s []string) []string {

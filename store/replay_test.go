@@ -135,13 +135,14 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	require.NoError(t, err)
 
 	dlqtest.Eventually(t, 5*time.Second, func() bool {
-		taken, unknown, err := st.RecoverExpiredReplayClaims(ctx, 100)
+		got, err := st.RecoverExpiredReplayClaims(ctx, 100)
 		require.NoError(t, err)
-		if taken > 0 {
-			require.Equal(t, int64(3), taken)
-			require.Equal(t, int64(2), unknown)
+		if got.Taken > 0 {
+			require.Equal(t, int64(3), got.Taken)
+			require.Equal(t, int64(2), got.Unknown)
+			require.Zero(t, got.Retried, "a task that holds unknown outcomes")
 		}
-		return taken > 0
+		return got.Taken > 0
 	}, "expired claims not taken back")
 	require.Equal(t, 2, count(t, db, "status = 'pending' AND last_replay_error = $1 AND claim_owner IS NULL", store.UnknownOutcomeLeaseExpired))
 	require.Equal(t, 1, count(t, db, "id = $1 AND status = 'pending' AND last_replay_error IS NULL", ids[3]), "never published: no error")
@@ -334,11 +335,11 @@ func TestReplaySnapshotAndSkips(t *testing.T) {
 		Selection: store.Filter{SourceQueue: "later"}, MaxItems: 100, Request: json.RawMessage(`{}`), Actor: replayActor,
 	})
 	require.NoError(t, err)
-	items, more, err := st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 10)
+	items, more, err := st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 10, 0)
 	require.NoError(t, err)
 	require.Len(t, items, 1)
 	require.True(t, more)
-	items, more, err = st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 0)
+	items, more, err = st.ReplayItemsAfter(ctx, bounded.ID, 0, 100, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, items, 2)
 	require.False(t, more)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/dlq/dlq/cleanup"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -46,7 +48,7 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categori
 			Policies:   cfg.Cron.Policies,
 		},
 		Categories: cron.CategoriesConfig{Rules: categories},
-		Policies:   cron.PoliciesConfig{Policies: policies(cfg.Recovery.Policies)},
+		Policies:   cron.PoliciesConfig{Policies: policies(cfg.Recovery.Policies, cfg.Replay)},
 		Summary:    cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
 		Cleanup: cleanup.Config{
 			Retention:    retention,
@@ -70,8 +72,9 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categori
 }
 
 // policies turns the configured policies, with their defaults, into the
-// cron job's.
-func policies(in []config.Policy) []cron.Policy {
+// cron job's: each attempt's task sends a publish whose outcome is unknown
+// again as replay's settings say, unless the policy says otherwise.
+func policies(in []config.Policy, r config.Replay) []cron.Policy {
 	out := make([]cron.Policy, 0, len(in))
 	for _, p := range in {
 		p = p.WithDefaults()
@@ -79,6 +82,9 @@ func policies(in []config.Policy) []cron.Policy {
 			Name: p.Name, Queues: p.Queues, Categories: p.Categories, Reasons: p.Reasons, Groups: p.Groups,
 			FirstDelay: p.FirstDelay.D(), BackoffFactor: p.BackoffFactor, MaxDelay: p.MaxDelay.D(), Jitter: p.Jitter,
 			MaxAttempts: p.MaxAttempts, RatePerSecond: p.RatePerSecond, DryRun: p.DryRun,
+		}
+		if cmp.Or(p.OnUnknown, r.OnUnknown) == replay.OnUnknownRetry {
+			cp.UnknownRetries = r.UnknownRetries
 		}
 		if p.Canary != nil {
 			cp.Canary = &cron.PolicyCanary{Count: p.Canary.Count, WaitSeconds: p.Canary.WaitSeconds}

@@ -30,6 +30,8 @@ func newReplay(cfg config.Config, st *store.Store, conn *broker.Conn, ring *cryp
 		PollInterval:    r.PollInterval.D(),
 		ConfirmTimeout:  r.ConfirmTimeout.D(),
 		KeepUserID:      r.KeepUserID,
+		OnUnknown:       r.OnUnknown,
+		UnknownRetries:  r.UnknownRetries,
 		Ring:            ring,
 		Logger:          log,
 		Registerer:      reg,

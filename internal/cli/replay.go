@@ -32,7 +32,7 @@ func Replay(args []string) int {
 		delay, canaryWait              time.Duration
 		limit, canary                  int
 		rate                           float64
-		toExchange, toKey              string
+		toExchange, toKey, onUnknown   string
 		toExchangeSet                  bool
 		dryRun, force, wait, confirm   bool
 	)
@@ -63,6 +63,7 @@ func Replay(args []string) int {
 		fs.IntVar(&canary, "canary", 0, "publish this many first, wait --canary-wait, and stop if any died again")
 		fs.DurationVar(&canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
 		fs.BoolVar(&force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
+		fs.StringVar(&onUnknown, "on-unknown", "", "a publish whose confirm never came: retry sends it again (same x-dlq-id and x-dlq-replay-count), hold never does (at most one copy); default replay.on_unknown (retry)")
 		fs.BoolVar(&wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
 		fs.BoolVar(&confirm, "confirm", false, "replay by filter more messages than the confirmation threshold (api.confirm_above)")
 		fs.StringVar(&commandID, "command-id", "", "the command's id (default: a new UUID); run again with the same id, the command is not repeated and its first answer is shown")
@@ -99,7 +100,13 @@ func Replay(args []string) int {
 			return ExitUsage
 		}
 	}
-	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force}
+	switch onUnknown {
+	case "", replay.OnUnknownRetry, replay.OnUnknownHold:
+	default:
+		fmt.Fprintf(os.Stderr, "dlq replay: --on-unknown %q must be retry (send a publish whose outcome is unknown again) or hold (never)\n", onUnknown)
+		return ExitUsage
+	}
+	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force, OnUnknown: onUnknown}
 	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || category != "" || since != "" || until != "" ||
 		len(fields) > 0
 	switch {
@@ -279,9 +286,9 @@ func (p *progress) draw(t replay.Task) {
 	if t.Requested > 0 {
 		filled = int(settled * width / t.Requested)
 	}
-	line := fmt.Sprintf("[%s%s] %d/%d  published %d  failed %d  skipped %d  unknown %d  (%s)",
+	line := fmt.Sprintf("[%s%s] %d/%d  published %d  failed %d  skipped %d  unknown %d  republished %d  (%s)",
 		strings.Repeat("=", filled), strings.Repeat(" ", width-filled), settled, t.Requested,
-		t.Published, t.Failed, t.Skipped, t.Unknown, t.Status)
+		t.Published, t.Failed, t.Skipped, t.Unknown, t.Republished, t.Status)
 	switch {
 	case p.terminal:
 		fmt.Fprintf(p.w, "\r%s\033[K", line)
@@ -318,7 +325,11 @@ func printTask(w io.Writer, t replay.Task) {
 	fmt.Fprintf(tw, "failed\t%d\n", t.Failed)
 	fmt.Fprintf(tw, "skipped\t%d%s\n", t.Skipped, skipReasons(t.SkipReasons))
 	fmt.Fprintf(tw, "unknown\t%d\n", t.Unknown)
+	fmt.Fprintf(tw, "republished\t%d\n", t.Republished)
 	fmt.Fprintf(tw, "remaining\t%d\n", t.Remaining)
+	if t.Request.OnUnknown != "" {
+		fmt.Fprintf(tw, "on unknown\t%s\n", t.Request.OnUnknown)
+	}
 	if t.Request.RatePerSecond > 0 {
 		fmt.Fprintf(tw, "rate\t%g/s\n", t.Request.RatePerSecond)
 	}
@@ -413,14 +424,14 @@ func Replays(args []string) int {
 		return code
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tOUTCOME\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREMAINING\tCREATED\tBY")
+	fmt.Fprintln(tw, "ID\tSTATUS\tOUTCOME\tREQUESTED\tPUBLISHED\tFAILED\tSKIPPED\tUNKNOWN\tREPUBLISHED\tREMAINING\tCREATED\tBY")
 	for _, t := range list.Replays {
 		by := t.CreatedBy
 		if t.ApprovedBy != "" {
 			by += ", approved by " + t.ApprovedBy
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", t.ID, t.Status, cmp.Or(t.Outcome, "-"), t.Requested, t.Published, t.Failed,
-			t.Skipped, t.Unknown, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), by)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", t.ID, t.Status, cmp.Or(t.Outcome, "-"), t.Requested, t.Published, t.Failed,
+			t.Skipped, t.Unknown, t.Republished, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), by)
 	}
 	tw.Flush()
 	return ExitOK

@@ -2,7 +2,8 @@
 // `dlq serve` instances on one database and one queue, a three-node
 // RabbitMQ cluster that loses the node holding the queue's leader, and a
 // PostgreSQL primary whose streaming standby is promoted, each during a
-// burst of dead letters and during a replay. They count the jepsen way
+// burst of dead letters and during a replay; and a replay through a
+// rolling restart of the RabbitMQ cluster. They count the jepsen way
 // (package internal/proctest): lost, duplicated and unexpected, asserted
 // zero, except where the docs promise nothing (asynchronous replication,
 // whose loss is measured and reported).

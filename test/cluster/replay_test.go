@@ -165,37 +165,82 @@ type replayTally struct {
 	Replayed, Unknown, Replaying int
 	// ReplayedNotArrived: marked replayed, but not in the target queue
 	// (a replay recorded without its confirm). Twice: arrived more than
-	// once. ArrivedUnmarked: arrived, but neither replayed nor unknown.
-	ReplayedNotArrived, Twice, ArrivedUnmarked int
+	// once. TwiceUnexplained: arrived more often than the task's unknown
+	// outcomes of it allow (one copy, plus one per publish whose confirm
+	// never came). ArrivedUnmarked: arrived, but neither replayed nor
+	// unknown.
+	ReplayedNotArrived, Twice, TwiceUnexplained, ArrivedUnmarked int
+	// InDoubt: messages with an unknown outcome the task recorded (sent
+	// again with on_unknown retry).
+	InDoubt int
 }
 
 func (r replayTally) String() string {
-	return fmt.Sprintf("requested=%d arrived=%d replayed=%d unknown=%d replaying=%d replayed_not_arrived=%d twice=%d arrived_unmarked=%d",
-		r.Requested, r.Arrived, r.Replayed, r.Unknown, r.Replaying, r.ReplayedNotArrived, r.Twice, r.ArrivedUnmarked)
+	return fmt.Sprintf("requested=%d arrived=%d replayed=%d unknown=%d replaying=%d replayed_not_arrived=%d twice=%d twice_unexplained=%d arrived_unmarked=%d in_doubt=%d",
+		r.Requested, r.Arrived, r.Replayed, r.Unknown, r.Replaying, r.ReplayedNotArrived, r.Twice, r.TwiceUnexplained, r.ArrivedUnmarked, r.InDoubt)
 }
 
-// replayCheck reads the replayed rows back and counts them against the
-// target queue's messages.
+// replayCheck reads the replayed rows and the task's items back and
+// counts them against the target queue's messages.
 func (d *deployment) replayCheck(task replay.Task, per map[int64]int) replayTally {
 	d.t.Helper()
 	r := replayTally{Requested: int(task.Requested)}
 	status := map[int64]string{}
+	unknowns := map[int64]int{}
 	d.query(func(ctx context.Context) error {
 		clear(status)
+		clear(unknowns)
 		rows, err := d.db.Query(ctx, `
 SELECT id, CASE WHEN status = 'pending' AND last_replay_error LIKE 'outcome unknown%' THEN 'unknown' ELSE status END
 FROM dead_messages WHERE status <> 'pending' OR last_replay_error IS NOT NULL`)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
 		for rows.Next() {
 			var id int64
 			var s string
 			if err := rows.Scan(&id, &s); err != nil {
+				rows.Close()
 				return err
 			}
 			status[id] = s
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = d.db.Query(ctx, `SELECT message_id, unknown_count FROM replay_task_items WHERE task_id = $1 AND unknown_count > 0`, task.ID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var n int
+			if err := rows.Scan(&id, &n); err != nil {
+				return err
+			}
+			unknowns[id] = n
+		}
+		return rows.Err()
+	})
+	r.InDoubt = len(unknowns)
+	// Why the rows not replayed are not, for the log.
+	d.query(func(ctx context.Context) error {
+		rows, err := d.db.Query(ctx, `
+SELECT status, left(coalesce(last_replay_error, ''), 160), count(*) FROM dead_messages
+WHERE status <> 'replayed' GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 10`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var status, why string
+			var n int
+			if err := rows.Scan(&status, &why, &n); err != nil {
+				return err
+			}
+			d.t.Logf("not replayed: %d rows %s: %q", n, status, why)
 		}
 		return rows.Err()
 	})
@@ -217,6 +262,9 @@ FROM dead_messages WHERE status <> 'pending' OR last_replay_error IS NOT NULL`)
 		if n > 1 {
 			r.Twice++
 		}
+		if n > 1+unknowns[id] {
+			r.TwiceUnexplained++
+		}
 		if s := status[id]; s != store.StatusReplayed && s != "unknown" {
 			r.ArrivedUnmarked++
 		}
@@ -224,17 +272,35 @@ FROM dead_messages WHERE status <> 'pending' OR last_replay_error IS NOT NULL`)
 	return r
 }
 
+// The replay settings of the deployments: dlq's defaults.
+const (
+	replayWindow = 1000 // replay.window
+	replayBatch  = 500  // replay.batch_size
+)
+
+// inDoubtBound is docs/REPLAY.md's bound ("Duplicates and unknown
+// outcomes") on the messages one fault that stops a replaying process from
+// recording outcomes (kill -9, a lost database) can make arrive twice: the
+// publishes awaiting their confirms, and the confirmed ones whose outcome
+// waited to be recorded (queued, and in the three settlements under way).
+func inDoubtBound(window, batch int) int {
+	return window + 4*(max(window, batch)+window)
+}
+
 // requireReplayExact asserts what dlq promises of a replay through any
-// fault: nothing marked replayed that did not arrive, nothing published
-// twice, nothing arrived that is not accounted for, nothing left
-// replaying, and the task's counters agreeing with the rows.
-func requireReplayExact(d *deployment, task replay.Task, r replayTally) {
+// fault: nothing marked replayed that did not arrive, nothing arrived more
+// often than once plus once per publish of it whose outcome was unknown
+// (and at most maxTwice messages more than once), nothing arrived that is
+// not accounted for, nothing left replaying, and the task's counters
+// agreeing with the rows.
+func requireReplayExact(d *deployment, task replay.Task, r replayTally, maxTwice int) {
 	d.t.Helper()
-	d.t.Logf("replay checker: %s; task %d %s: published %d, unknown %d, failed %d, skipped %d",
-		r, task.ID, task.Status, task.Published, task.Unknown, task.Failed, task.Skipped)
+	d.t.Logf("replay checker: %s; task %d %s: published %d, unknown %d, failed %d, skipped %d, republished %d",
+		r, task.ID, task.Status, task.Published, task.Unknown, task.Failed, task.Skipped, task.Republished)
 	require.Equal(d.t, replay.StatusCompleted, task.Status, "task %+v", task)
 	require.Zero(d.t, r.ReplayedNotArrived, "marked replayed without arriving: %s", r)
-	require.Zero(d.t, r.Twice, "published twice: %s", r)
+	require.Zero(d.t, r.TwiceUnexplained, "arrived more often than its unknown outcomes allow: %s", r)
+	require.LessOrEqual(d.t, r.Twice, maxTwice, "arrived twice: %s", r)
 	require.Zero(d.t, r.ArrivedUnmarked, "arrived without being marked replayed or unknown: %s", r)
 	require.Zero(d.t, r.Replaying, "left replaying: %s", r)
 	require.Equal(d.t, int64(r.Replayed), task.Published, "the task's published counter and the replayed rows")
