@@ -3,9 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,42 +78,42 @@ SELECT id FROM r`, seeded+1, 1).Scan(&held))
 
 	for _, v := range migrationsAfter(t, migrations.Baseline) {
 		applied := false
-		t.Run(v.name, func(t *testing.T) {
+		t.Run(v.Name, func(t *testing.T) {
 			l := startLockLoad(t, dsn, held, seedMax)
 			tables := relfilenodes(t, db)
 			var xmins []string
 			require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(DISTINCT xmin::text) FROM dead_messages WHERE id <= $1`, seedMax).Scan(&xmins))
 			builds := watchIndexBuilds(t, dsn)
 			began := time.Now()
-			res, err := st.MigrateTo(ctx, nil, v.version)
+			res, err := st.MigrateTo(ctx, nil, v.Version)
 			took := time.Since(began)
 			nonConcurrent := builds.stop()
 			gaps := l.stop(t, began, began.Add(took))
 			require.NoError(t, err)
-			require.Equal(t, []string{v.name}, res.Applied)
+			require.Equal(t, []string{v.Name}, res.Applied)
 			applied = true
-			t.Logf("%s: applied in %s; longest waits between commits: %v", v.name, took.Round(time.Millisecond), gaps)
+			t.Logf("%s: applied in %s; longest waits between commits: %v", v.Name, took.Round(time.Millisecond), gaps)
 
 			for actor, gap := range gaps {
 				if gap > store.MaxMigrationStall {
 					t.Errorf("%s: the %s waited %s between two commits while it ran (more than %s): a lock that stops ingest, replay claims or reads was held or waited for too long",
-						v.name, actor, gap.Round(time.Millisecond), store.MaxMigrationStall)
+						v.Name, actor, gap.Round(time.Millisecond), store.MaxMigrationStall)
 				}
 			}
 			for table, before := range tables {
 				after, ok := relfilenodes(t, db)[table]
 				if ok && after != before && hasRows(t, db, table) {
-					t.Errorf("%s rewrote table %s, which has rows: a rewrite holds ACCESS EXCLUSIVE for as long as it copies the table", v.name, table)
+					t.Errorf("%s rewrote table %s, which has rows: a rewrite holds ACCESS EXCLUSIVE for as long as it copies the table", v.Name, table)
 				}
 			}
 			var changed int
 			require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE id <= $1 AND xmin::text <> ALL($2)`, seedMax, xmins).Scan(&changed))
 			if changed > 0 {
-				t.Errorf("%s changed %d rows that existed before it: work over existing rows belongs in a backfill (store/backfill.go), not in a migration", v.name, changed)
+				t.Errorf("%s changed %d rows that existed before it: work over existing rows belongs in a backfill (store/backfill.go), not in a migration", v.Name, changed)
 			}
 			for _, ix := range nonConcurrent {
 				if hasRows(t, db, ix.table) {
-					t.Errorf("%s built index %s on %s, which has rows, without CONCURRENTLY: ingest waits for the whole build", v.name, ix.index, ix.table)
+					t.Errorf("%s built index %s on %s, which has rows, without CONCURRENTLY: ingest waits for the whole build", v.Name, ix.index, ix.table)
 				}
 			}
 		})
@@ -146,27 +144,17 @@ SELECT 'lock-' || g, 'orders.work' || g % 5, 'orders', 'orders.created', 'dlq', 
     now(), now(), g, NULL, ARRAY['lock-' || g], 1, 'pending'
 FROM generate_series($1::bigint, $1::bigint + $2 - 1) g`
 
-type migrationFile struct {
-	version int64
-	name    string
-}
-
 // migrationsAfter lists the migrations numbered above version, in order.
-func migrationsAfter(t *testing.T, version int64) []migrationFile {
+func migrationsAfter(t *testing.T, version int64) []migrations.File {
 	t.Helper()
-	names, err := fs.Glob(migrations.FS, "*.sql")
+	files, err := migrations.Files()
 	require.NoError(t, err)
-	var out []migrationFile
-	for _, n := range names {
-		num, _, ok := strings.Cut(n, "_")
-		require.True(t, ok, "migration file %s has no number", n)
-		v, err := strconv.ParseInt(num, 10, 64)
-		require.NoError(t, err, "migration file %s", n)
-		if v > version {
-			out = append(out, migrationFile{v, n})
+	var out []migrations.File
+	for _, f := range files {
+		if f.Version > version {
+			out = append(out, f)
 		}
 	}
-	slices.SortFunc(out, func(a, b migrationFile) int { return int(a.version - b.version) })
 	require.NotEmpty(t, out)
 	return out
 }
