@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -57,6 +58,9 @@ const migrationRetryPause = time.Second
 type MigrationResult struct {
 	From, To int64
 	Applied  []string
+	// Took is how long each applied migration took (its last attempt),
+	// by file name.
+	Took map[string]time.Duration
 }
 
 // Migrate applies every pending migration. It is safe to run from several
@@ -80,9 +84,20 @@ func (s *Store) MigrateTo(ctx context.Context, log *slog.Logger, version int64) 
 		}
 		res.To = max(res.To, r.To)
 		res.Applied = append(res.Applied, r.Applied...)
+		for name, d := range r.Took {
+			if res.Took == nil {
+				res.Took = map[string]time.Duration{}
+			}
+			res.Took[name] = d
+		}
 		if err == nil || !isLockTimeout(err) || ctx.Err() != nil {
 			if err == nil && len(res.Applied) > 0 {
-				log.Info("migrations applied", "from_version", res.From, "to_version", res.To, "applied", res.Applied)
+				took := make([]string, len(res.Applied))
+				for i, name := range res.Applied {
+					took[i] = fmt.Sprintf("%s=%s", name, res.Took[name].Round(time.Millisecond))
+				}
+				log.Info("migrations applied", "from_version", res.From, "to_version", res.To, "applied", res.Applied,
+					"took", strings.Join(took, " "), "attempts", attempt)
 			}
 			return res, err
 		}
@@ -152,6 +167,10 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger, version int64) (
 	for _, r := range results {
 		res.Applied = append(res.Applied, r.Source.Path)
 		res.To = max(res.To, r.Source.Version)
+		if res.Took == nil {
+			res.Took = map[string]time.Duration{}
+		}
+		res.Took[r.Source.Path] = r.Duration
 	}
 	if err != nil {
 		if partial != nil {
