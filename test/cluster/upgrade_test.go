@@ -18,7 +18,6 @@ import (
 
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/internal/proctest"
-	"github.com/dlq/dlq/migrations"
 )
 
 // maxUpgradeGap is the longest the upgrade may leave dead letters
@@ -148,7 +147,8 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 		d.waitReady(slot, 30*time.Minute)
 		t.Logf("MEASURED instance %d (this version) ready %s after its start", slot, time.Since(startedAt).Round(100*time.Millisecond))
 		if i == 0 {
-			reportMigrations(t, d, startedAt)
+			// The instance logs how long each migration took, and how many
+			// attempts the lock timeouts made it take.
 			for _, line := range d.logLines(slot, "migrations applied") {
 				t.Logf("MEASURED instance %d: %s", slot, line)
 			}
@@ -280,38 +280,6 @@ FROM (SELECT t, lead(t) OVER (ORDER BY t) AS next
 WHERE next IS NOT NULL`, from, to).Scan(&gap, &at)
 	})
 	return gap, at
-}
-
-// reportMigrations logs how long each migration after the baseline took
-// on the instance started at startedAt, from goose's record of when each
-// was applied.
-func reportMigrations(t *testing.T, d *deployment, startedAt time.Time) {
-	t.Helper()
-	rows := d.rowCount()
-	type applied struct {
-		v  int64
-		at time.Time
-	}
-	var all []applied
-	d.query(func(ctx context.Context) error {
-		r, err := d.db.Query(ctx, `SELECT version_id, tstamp FROM goose_db_version WHERE version_id > $1 ORDER BY id`, migrations.Baseline)
-		if err != nil {
-			return err
-		}
-		all, err = pgx.CollectRows(r, func(r pgx.CollectableRow) (applied, error) {
-			var a applied
-			return a, r.Scan(&a.v, &a.at)
-		})
-		return err
-	})
-	var b strings.Builder
-	prev := startedAt
-	for _, a := range all {
-		fmt.Fprintf(&b, " %05d %s;", a.v, a.at.Sub(prev).Round(time.Millisecond))
-		prev = a.at
-	}
-	t.Logf("MEASURED migrations on %d rows, each from the end of the one before (the first from the instance's start):%s all %s",
-		rows, b.String(), prev.Sub(startedAt).Round(time.Millisecond))
 }
 
 // requireNoMisreads reads rows of both versions through this version's
