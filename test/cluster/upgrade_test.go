@@ -102,11 +102,11 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	p := upgradeParamsFromEnv(t)
 	earlier := earlierDLQ(t)
 	dsn := upgradeDatabase(t)
-	d := newDeployment(t, deployOpts{dsn: dsn, instances: 2 * p.instances})
+	u := &upgrade{t: t, p: p, d: newDeployment(t, deployOpts{dsn: dsn, instances: 2 * p.instances})}
 	// Slots 0..n-1 run the earlier version, n..2n-1 this one.
 	for i := range p.instances {
-		d.instances[i].bin = earlier
-		d.instances[p.instances+i].env = map[string]string{
+		u.d.instances[i].bin = earlier
+		u.d.instances[p.instances+i].env = map[string]string{
 			// The backfill within seconds, not after a minute, under a
 			// lease as long as at the default schedule.
 			"DLQ_CRON_BACKFILLS": "@every 2s",
@@ -115,33 +115,64 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d.rejecter(ctx)
+	u.d.rejecter(ctx)
 
-	// 1. The earlier version fills the database.
+	fillMax := u.fill(ctx)
+	rollEnd := u.roll(ctx)
+	u.backfilled(fillMax, rollEnd)
+	u.rollBack(ctx)
+	// And forward again: the backfill takes what the earlier version
+	// stored meanwhile.
+	u.d.start(p.instances)
+	u.d.waitReady(p.instances, 3*time.Minute)
+	u.d.stop(0)
+	waitBackfilled(t, u.d, 5*time.Minute)
+	u.d.stopAll()
+	u.d.requireQueuesEmpty()
+	u.d.requireExact(u.d.check())
+}
+
+// upgrade is one run of TestUpgradeFromEarlierVersion.
+type upgrade struct {
+	t *testing.T
+	p upgradeParams
+	d *deployment
+}
+
+// fill starts the earlier version's instances and has them store p.fill
+// dead letters; it returns the highest id they stored.
+func (u *upgrade) fill(ctx context.Context) int64 {
+	t, d := u.t, u.d
 	began := time.Now()
-	for i := range p.instances {
+	for i := range u.p.instances {
 		d.start(i)
 	}
-	for i := range p.instances {
+	for i := range u.p.instances {
 		d.waitReady(i, 3*time.Minute)
 	}
-	fill := d.publish(ctx, p.fill, 0, nil, proctest.ViaTTL, proctest.ViaReject, proctest.ViaDirect, proctest.ViaDirect)
-	fill.Wait(t, time.Duration(p.fill/200+120)*time.Second)
-	d.waitDrained(time.Duration(p.fill/200+120) * time.Second)
+	fill := d.publish(ctx, u.p.fill, 0, nil, proctest.ViaTTL, proctest.ViaReject, proctest.ViaDirect, proctest.ViaDirect)
+	fill.Wait(t, time.Duration(u.p.fill/200+120)*time.Second)
+	d.waitDrained(time.Duration(u.p.fill/200+120) * time.Second)
 	var fillMax int64
 	d.query(func(ctx context.Context) error {
 		return d.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dead_messages`).Scan(&fillMax)
 	})
 	t.Logf("MEASURED the earlier version (%s) stored %d dead letters in %s", EarlierVersion, d.rowCount(), time.Since(began).Round(time.Second))
+	return fillMax
+}
 
-	// 2. The roll, while traffic keeps arriving.
+// roll replaces the earlier instances with this version's, one by one,
+// while dead letters keep arriving at p.rate, and checks the longest
+// commit gap and the count; it returns when the last earlier one stopped.
+func (u *upgrade) roll(ctx context.Context) time.Time {
+	t, d := u.t, u.d
 	tctx, stopTraffic := context.WithCancel(ctx)
 	defer stopTraffic()
-	traffic := d.publish(tctx, p.rate*3600, p.rate, nil, proctest.ViaTTL, proctest.ViaReject, proctest.ViaDirect, proctest.ViaDirect)
+	traffic := d.publish(tctx, u.p.rate*3600, u.p.rate, nil, proctest.ViaTTL, proctest.ViaReject, proctest.ViaDirect, proctest.ViaDirect)
 	time.Sleep(3 * time.Second) // traffic flowing before the first new instance starts
 	rollStart := time.Now()
-	for i := range p.instances {
-		slot := p.instances + i
+	for i := range u.p.instances {
+		slot := u.p.instances + i
 		startedAt := time.Now()
 		d.start(slot)
 		d.waitReady(slot, 30*time.Minute)
@@ -167,34 +198,43 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	traffic.Wait(t, time.Minute)
 	trafficEnd := time.Now()
 	d.waitDrained(3 * time.Minute)
-	t.Logf("MEASURED the roll of %d instances took %s", p.instances, rollEnd.Sub(rollStart).Round(100*time.Millisecond))
+	t.Logf("MEASURED the roll of %d instances took %s", u.p.instances, rollEnd.Sub(rollStart).Round(100*time.Millisecond))
 
 	gap, at := longestCommitGap(t, d, rollStart.Add(-2*time.Second), trafficEnd.Add(-time.Second))
 	t.Logf("MEASURED longest time without a committed dead letter during the roll: %s (at %s, %s after the roll began)",
 		gap.Round(time.Millisecond), at.Format("15:04:05.000"), at.Sub(rollStart).Round(100*time.Millisecond))
 	require.Less(t, gap, maxUpgradeGap, "ingest stalled during the upgrade")
-	c := d.check()
-	d.requireExact(c)
+	d.requireExact(d.check())
+	return rollEnd
+}
 
-	// 3. The backfill: every row the earlier version stored gets its
-	// death record and category.
-	backfillStart := time.Now()
-	waitBackfilled(t, d, time.Duration(p.fill/100+300)*time.Second)
+// backfilled waits for the backfill to give every row the earlier version
+// stored (ids up to fillMax and after) its death record and category, and
+// checks them, what this version reads of both versions' rows, and that
+// --status finds nothing left.
+func (u *upgrade) backfilled(fillMax int64, rollEnd time.Time) {
+	t, d := u.t, u.d
+	began := time.Now()
+	waitBackfilled(t, d, time.Duration(u.p.fill/100+300)*time.Second)
 	t.Logf("MEASURED the backfill older_rows caught up %s after the roll ended (%s after this check began)",
-		time.Since(rollEnd).Round(time.Second), time.Since(backfillStart).Round(time.Second))
+		time.Since(rollEnd).Round(time.Second), time.Since(began).Round(time.Second))
 	require.Zero(t, d.count("id <= $1 AND reason = 'expired' AND category <> 'transient'", fillMax),
 		"an expired dead letter the earlier version stored is transient (default rules)")
 	require.Zero(t, d.count("id <= $1 AND failure_message LIKE '%failed validation' AND category <> 'permanent'", fillMax),
 		"a validation failure the earlier version stored is permanent (default rules)")
 	require.Positive(t, d.count("id <= $1 AND category = 'permanent'", fillMax))
-	requireNoMisreads(t, d, p.instances, fillMax)
+	requireNoMisreads(t, d, u.p.instances, fillMax)
 	code, out := migrateStatus(t, d)
 	require.Equal(t, 0, code, "dlq migrate --status after the upgrade:\n%s", out)
 	require.Regexp(t, `older_rows +idle`, out)
+}
 
-	// 4. Roll back: the earlier version again, on the migrated schema.
-	for i := range p.instances {
-		d.stop(p.instances + i)
+// rollBack stops this version's instances and starts an earlier one on
+// the migrated schema: it reads a row this version wrote, and ingests.
+func (u *upgrade) rollBack(ctx context.Context) {
+	t, d := u.t, u.d
+	for i := range u.p.instances {
+		d.stop(u.p.instances + i)
 	}
 	var lastNew int64
 	d.query(func(ctx context.Context) error {
@@ -203,26 +243,15 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 	d.start(0)
 	d.waitReady(0, 3*time.Minute)
 	var m struct {
-		ID        int64   `json:"id"`
-		MessageID *string `json:"message_id"`
-		Status    string  `json:"status"`
+		ID int64 `json:"id"`
 	}
 	require.NoError(t, d.api(0, http.MethodGet, fmt.Sprintf("/api/v1/messages/%d", lastNew), nil, &m),
 		"the earlier version reads a row this version wrote")
 	require.Equal(t, lastNew, m.ID)
-	back := d.publish(ctx, 3*p.rate, p.rate, nil, proctest.ViaTTL, proctest.ViaReject, proctest.ViaDirect)
+	back := d.publish(ctx, 3*u.p.rate, u.p.rate, nil, proctest.ViaTTL, proctest.ViaReject, proctest.ViaDirect)
 	back.Wait(t, 2*time.Minute)
 	d.waitDrained(2 * time.Minute)
 	require.Positive(t, d.count("id > $1 AND x_death IS NULL", lastNew), "the earlier version ingested after the roll back")
-	d.requireExact(d.check())
-
-	// 5. And forward again: the backfill takes what it stored.
-	d.start(p.instances)
-	d.waitReady(p.instances, 3*time.Minute)
-	d.stop(0)
-	waitBackfilled(t, d, 5*time.Minute)
-	d.stopAll()
-	d.requireQueuesEmpty()
 	d.requireExact(d.check())
 }
 
