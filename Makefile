@@ -47,7 +47,7 @@ BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: release build services run test test-cluster test-tls fuzz soak clean screenshot \
 	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds \
-	bench-instances
+	bench-instances bench-upgrade
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/dlq ./cmd/dlq
@@ -104,7 +104,9 @@ test: services build
 # node in turn during another replay (a rolling broker upgrade);
 # a PostgreSQL primary whose streaming standby is promoted during ingest and a replay
 # (synchronous replication: nothing lost; asynchronous: the loss measured and printed
-# as MEASURED). Lost, duplicated and unexpected are counted and asserted zero. They
+# as MEASURED); the rolling upgrade from fdd4749 (built from git history into tmp/earlier/)
+# to this version while dead letters keep arriving, and back. Lost, duplicated and
+# unexpected are counted and asserted zero. They
 # start and stop extra servers of their own (RabbitMQ nodes on free ports, PostgreSQL
 # clusters made with initdb as the postgres user, so run them as root) and never touch
 # the shared ones; 5 to 10 minutes on 2 cores, depending on the machine's load.
@@ -171,6 +173,21 @@ bench-ingest-rounds: services
 # INSTANCES the instance counts in their order (default 1,2,3).
 bench-instances: services
 	ROUNDS='$(ROUNDS)' N='$(N)' INSTANCES='$(INSTANCES)' scripts/bench-instances.sh
+
+# The rolling upgrade of test/cluster's TestUpgradeFromEarlierVersion as a benchmark: the
+# earlier version (fdd4749, built from git history) stores N dead letters (default
+# 1000000) with INSTANCES instances (default 3), which this version then replaces one by
+# one while dead letters keep arriving at RATE per second (default 1000). It prints, as
+# MEASURED lines, the time of each migration, the longest time without a committed dead
+# letter, the roll's and the backfill's durations; docs/UPGRADING.md and
+# docs/BENCHMARKS.md record them. In a schema of the bench database (BENCH_DATABASE_URL);
+# over an hour on 2 cores, most of it the fill.
+bench-upgrade: services build
+	scripts/services.sh --database bench
+	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq DLQ_TEST_UPGRADE_DATABASE_URL='$(BENCH_DATABASE_URL)' \
+		DLQ_TEST_UPGRADE_FILL='$(or $(N),1000000)' DLQ_TEST_UPGRADE_INSTANCES='$(or $(INSTANCES),3)' \
+		DLQ_TEST_UPGRADE_RATE='$(or $(RATE),1000)' \
+		$(GO) test -count=1 -tags cluster -run '^TestUpgradeFromEarlierVersion$$' -timeout 180m -v ./test/cluster/
 
 bench-limits:
 	scripts/services.sh --database bench

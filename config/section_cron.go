@@ -20,6 +20,7 @@ import (
 //	  alerts: "@every 1m"
 //	  categories: "@every 1m"     # recomputes stored categories after the rules change
 //	  policies: "@every 1m"       # evaluates recovery.policies
+//	  backfills: "@every 1m"      # work over existing rows left by migrations
 //	  reconcile_interval: 1h      # between full summary reconciliation passes
 //	  lease_ttl: 0s               # 0: the job's interval, at most 30s
 //	  disabled: false             # true: this instance runs no job
@@ -35,6 +36,10 @@ type Cron struct {
 	// DLQ_CRON_CATEGORIES, DLQ_CRON_POLICIES.
 	Categories string `yaml:"categories"`
 	Policies   string `yaml:"policies"`
+	// Backfills is the schedule of the job that does the work over
+	// existing rows that migrations leave to it (docs/UPGRADING.md). Env
+	// DLQ_CRON_BACKFILLS.
+	Backfills string `yaml:"backfills"`
 	// ReconcileInterval is the time between full summary reconciliation
 	// passes. Env DLQ_CRON_RECONCILE_INTERVAL.
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
@@ -56,6 +61,7 @@ const (
 	CronAlertsDefault     = "@every 1m"
 	CronCategoriesDefault = "@every 1m"
 	CronPoliciesDefault   = "@every 1m"
+	CronBackfillsDefault  = "@every 1m"
 	CronReconcileDefault  = time.Hour
 	// CronOff disables a job.
 	CronOff = "off"
@@ -69,6 +75,7 @@ func defaultCron() Cron {
 		Alerts:            CronAlertsDefault,
 		Categories:        CronCategoriesDefault,
 		Policies:          CronPoliciesDefault,
+		Backfills:         CronBackfillsDefault,
 		ReconcileInterval: Duration(CronReconcileDefault),
 	}
 }
@@ -82,6 +89,7 @@ func cronEnvVars() []envVar {
 		{"DLQ_CRON_ALERTS", strVar(func(c *Config) *string { return &c.Cron.Alerts })},
 		{"DLQ_CRON_CATEGORIES", strVar(func(c *Config) *string { return &c.Cron.Categories })},
 		{"DLQ_CRON_POLICIES", strVar(func(c *Config) *string { return &c.Cron.Policies })},
+		{"DLQ_CRON_BACKFILLS", strVar(func(c *Config) *string { return &c.Cron.Backfills })},
 		{"DLQ_CRON_RECONCILE_INTERVAL", durVar("DLQ_CRON_RECONCILE_INTERVAL", func(c *Config) *Duration { return &c.Cron.ReconcileInterval })},
 		{"DLQ_CRON_LEASE_TTL", durVar("DLQ_CRON_LEASE_TTL", func(c *Config) *Duration { return &c.Cron.LeaseTTL })},
 		{"DLQ_INSTANCE", strVar(func(c *Config) *string { return &c.Cron.Instance })},
@@ -110,6 +118,7 @@ func (c *Config) validateCron() []error {
 		{"cron.alerts", "DLQ_CRON_ALERTS", c.Cron.Alerts},
 		{"cron.categories", "DLQ_CRON_CATEGORIES", c.Cron.Categories},
 		{"cron.policies", "DLQ_CRON_POLICIES", c.Cron.Policies},
+		{"cron.backfills", "DLQ_CRON_BACKFILLS", c.Cron.Backfills},
 	} {
 		if err := checkSchedule(s.spec); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s / %s %q: %w", s.key, s.env, s.spec, err))

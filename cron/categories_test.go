@@ -16,8 +16,10 @@ import (
 )
 
 // ingestFailures stores n pending messages of queue failing with typ and
-// messages "<msg> <i>", uncategorised (as rows stored before categories,
-// or under other rules), in batches.
+// messages "<msg> <i>", uncategorised (as rows stored under other rules),
+// in batches. They have a death record, as every row this version's
+// ingest stores: rows without one are the backfill older_rows' to
+// categorise (backfills_test.go).
 func ingestFailures(t testing.TB, st *store.Store, queue, typ, msg string, n int) {
 	t.Helper()
 	now := time.Now()
@@ -27,7 +29,7 @@ func ingestFailures(t testing.TB, st *store.Store, queue, typ, msg string, n int
 			b.Messages = append(b.Messages, store.NewMessage{
 				SourceQueue: queue, DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
 				FailureType: typ, FailureMessage: fmt.Sprintf("%s %d", msg, i),
-				Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{"x-tenant":"acme"}`),
+				Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{"x-tenant":"acme"}`), XDeath: json.RawMessage(`[]`),
 				Body: []byte(`{}`), FirstFailedAt: now, FailedAt: now, Fingerprint: int64(i),
 			})
 		}

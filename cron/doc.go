@@ -112,6 +112,11 @@
 //     state under the lease and then notifies, so an instance that lost the
 //     lease sends nothing. Package alerts never touches the database; this
 //     job is its seam to the store.
+//   - backfills (backfills.go): the work over existing rows that migrations
+//     leave to it (store/backfill.go): a pass over the rows a backfill
+//     still has to do, by id, a fenced batch per transaction, saving its
+//     place, half the time working; the next tick, on any instance, goes
+//     on where it stopped.
 //
 // # Metrics read on scrape
 //

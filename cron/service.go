@@ -26,6 +26,9 @@ const (
 	JobCategories = "categories"
 	// JobPolicies runs the automatic replay policies (policies.go).
 	JobPolicies = "policies"
+	// JobBackfills does the work over existing rows that migrations leave
+	// to it (backfills.go).
+	JobBackfills = "backfills"
 )
 
 // Default schedules.
@@ -36,6 +39,7 @@ const (
 	AlertsScheduleDefault     = "@every 1m"
 	CategoriesScheduleDefault = "@every 1m"
 	PoliciesScheduleDefault   = "@every 1m"
+	BackfillsScheduleDefault  = "@every 1m"
 )
 
 // Schedules says when each job runs: a cron expression, @every <duration>,
@@ -47,6 +51,7 @@ type Schedules struct {
 	Alerts     string
 	Categories string
 	Policies   string
+	Backfills  string
 }
 
 // byJob pairs each job name with its schedule, in the order the jobs are
@@ -56,6 +61,7 @@ func (s Schedules) byJob() []namedSchedule {
 		{JobSummary, "Summary", s.Summary}, {JobCleanup, "Cleanup", s.Cleanup},
 		{JobCapacity, "Capacity", s.Capacity}, {JobAlerts, "Alerts", s.Alerts},
 		{JobCategories, "Categories", s.Categories}, {JobPolicies, "Policies", s.Policies},
+		{JobBackfills, "Backfills", s.Backfills},
 	}
 }
 
@@ -92,6 +98,8 @@ type Config struct {
 	Categories CategoriesConfig
 	// Policies are the automatic replay policies. Optional.
 	Policies PoliciesConfig
+	// Backfills configures the backfills job. Optional.
+	Backfills BackfillsConfig
 }
 
 func (c *Config) setDefaults() {
@@ -104,6 +112,8 @@ func (c *Config) setDefaults() {
 	c.Categories.setDefaults()
 	c.Schedules.Policies = cmp.Or(c.Schedules.Policies, PoliciesScheduleDefault)
 	c.Policies.setDefaults()
+	c.Schedules.Backfills = cmp.Or(c.Schedules.Backfills, BackfillsScheduleDefault)
+	c.Backfills.setDefaults()
 	c.Summary.setDefaults()
 	c.Cleanup.Store = cmp.Or(c.Cleanup.Store, c.Store)
 	c.Cleanup.Registerer = cmp.Or(c.Cleanup.Registerer, c.Registerer)
@@ -132,6 +142,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Policies.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("cron: Config.Policies: %w", err))
+	}
+	if err := c.Backfills.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cron: Config.Backfills: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -176,6 +189,10 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	backfills, err := newBackfillsJob(cfg.Store, cfg.Registerer, cfg.Backfills)
+	if err != nil {
+		return nil, err
+	}
 	run := map[string]JobFunc{
 		JobSummary:    summary.run,
 		JobCleanup:    cleanupJob(cleaner),
@@ -183,6 +200,7 @@ func New(cfg Config) (*Service, error) {
 		JobAlerts:     alertj.run,
 		JobCategories: categories.run,
 		JobPolicies:   policies.run,
+		JobBackfills:  backfills.run,
 	}
 	var jobs []Job
 	var names []string
@@ -204,6 +222,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	if _, err := promreg.Register(cfg.Registerer, newPolicyCollector(cfg.Store, log, cfg.Policies.Policies)); err != nil {
+		return nil, err
+	}
+	if _, err := promreg.Register(cfg.Registerer, newBackfillCollector(cfg.Store, log)); err != nil {
 		return nil, err
 	}
 	return &Service{cfg: cfg, sched: sched}, nil

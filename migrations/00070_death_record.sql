@@ -6,20 +6,25 @@
 -- so a read no longer decodes the typed header JSON again. json, like
 -- headers: written once, read whole, no parse into jsonb at ingest.
 --
--- Rows stored before this migration get it here, in SQL
--- (dlq_x_death_rows): the entries the API derived from their headers until
--- now, as the text encoding/json writes, for every header JSON the codec
--- writes (test: consumer/deathrecord_test.go). One difference, a fix: when
--- a header key is not valid UTF-8 (or holds NUL) the codec writes every key
+-- A nullable column without a default: adding it changes the catalogue
+-- only (a moment of ACCESS EXCLUSIVE, waited for at most
+-- store.MigrationLockTimeout). NULL is a row no ingest of this version
+-- wrote: stored before this migration, by an older dlq still running
+-- during a rolling upgrade, or by a tool's COPY. Reads derive the record
+-- of such a row from its headers (dlq_x_death, below: the entries the API
+-- derived until now, as the text encoding/json writes, for every header
+-- JSON the codec writes; test: consumer/deathrecord_test.go), and the
+-- backfill "older_rows" (store/backfill_older.go, run by the cron job
+-- "backfills") writes it, with the row's failure category, in batches
+-- while dlq runs. One difference from the API before, a fix: when a
+-- header key is not valid UTF-8 (or holds NUL) the codec writes every key
 -- in base64, and the API, reading x-death by its plain key, showed []; the
--- record has the entries, as ingest stores them now. NULL is left for rows
--- stored by anything but this version's ingest (an older dlq still running
--- during an upgrade, a tool's COPY): reads derive it for them
--- (dlq_x_death).
+-- record has the entries, as ingest stores them now.
 --
--- Filling the column rewrites every row under an exclusive lock, so ingest
--- and the API wait for it (deliveries wait, unacknowledged, in RabbitMQ):
--- see docs/OPERATIONS.md for the rate.
+-- Rewritten before the first release: it filled the column of every row
+-- here, in one UPDATE that held ACCESS EXCLUSIVE on dead_messages for as
+-- long as it took (about 3 minutes per million rows on a loaded machine,
+-- docs/UPGRADING.md), while ingest and the API waited.
 ALTER TABLE dead_messages ADD COLUMN x_death json;
 
 -- The JSON string encoding/json writes for text t: to_json's escapes are
@@ -292,18 +297,6 @@ BEGIN
     RETURN (SELECT x FROM dlq_x_death_rows(headers) AS x);
 EXCEPTION WHEN OTHERS THEN
     RETURN '[]';
-END
-$$;
--- +goose StatementEnd
-
--- All rows in one statement, the derivation planned once; only if some
--- row's headers cannot be read, row by row.
--- +goose StatementBegin
-DO $$
-BEGIN
-    UPDATE dead_messages SET x_death = (SELECT x FROM dlq_x_death_rows(headers) AS x);
-EXCEPTION WHEN OTHERS THEN
-    UPDATE dead_messages SET x_death = dlq_x_death(headers);
 END
 $$;
 -- +goose StatementEnd

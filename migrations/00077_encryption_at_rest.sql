@@ -1,4 +1,9 @@
+-- +goose NO TRANSACTION
 -- +goose Up
+
+-- NO TRANSACTION, so that each ALTER TABLE holds its table alone (as in
+-- 00075); each statement runs again safely after an attempt that stopped
+-- half way (rewritten so before the first release).
 
 -- Encryption at rest (docs/SECURITY.md). With DLQ_ENCRYPTION_KEYS set, a
 -- dead message's body, properties, chosen headers and failure details are
@@ -14,24 +19,24 @@
 -- New nullable columns without a default: no row is rewritten, and a
 -- database without keys never fills them.
 ALTER TABLE dead_messages
-    ADD COLUMN enc_key_id text,
-    ADD COLUMN enc_dek bytea,
-    ADD COLUMN enc_nonce bytea,
-    ADD COLUMN enc_meta bytea;
+    ADD COLUMN IF NOT EXISTS enc_key_id text,
+    ADD COLUMN IF NOT EXISTS enc_dek bytea,
+    ADD COLUMN IF NOT EXISTS enc_nonce bytea,
+    ADD COLUMN IF NOT EXISTS enc_meta bytea;
 
 -- A failure group's masked pattern and sample message come from failure
 -- messages: sealed too (enc_text, a crypt blob), pattern and
 -- sample_message then empty.
 ALTER TABLE failure_groups
-    ADD COLUMN enc_key_id text,
-    ADD COLUMN enc_text bytea;
+    ADD COLUMN IF NOT EXISTS enc_key_id text,
+    ADD COLUMN IF NOT EXISTS enc_text bytea;
 
 -- The index key: the secret of the keyed hashes (HMAC) that stand in for
 -- search keys, content fingerprints and failure group ids in sealed rows,
 -- so that a database reader cannot test guesses against them. Random,
 -- made once, wrapped by a key-encryption key like a data key; rotation
 -- re-wraps it and the hashes stay valid.
-CREATE TABLE encryption_index (
+CREATE TABLE IF NOT EXISTS encryption_index (
     id           boolean     PRIMARY KEY DEFAULT true CHECK (id),
     key_id       text        NOT NULL,
     wrapped      bytea       NOT NULL,
@@ -42,14 +47,14 @@ CREATE TABLE encryption_index (
 -- Every key-encryption key that ever wrapped anything here. dlq serve
 -- refuses to start without a key listed here that still wraps data, and
 -- counts that data only then: a start never scans dead_messages otherwise.
-CREATE TABLE encryption_keys_used (
+CREATE TABLE IF NOT EXISTS encryption_keys_used (
     key_id        text        PRIMARY KEY,
     first_used_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- +goose Down
-DROP TABLE encryption_keys_used;
-DROP TABLE encryption_index;
-ALTER TABLE failure_groups DROP COLUMN enc_text, DROP COLUMN enc_key_id;
+DROP TABLE IF EXISTS encryption_keys_used;
+DROP TABLE IF EXISTS encryption_index;
+ALTER TABLE failure_groups DROP COLUMN IF EXISTS enc_text, DROP COLUMN IF EXISTS enc_key_id;
 ALTER TABLE dead_messages
-    DROP COLUMN enc_meta, DROP COLUMN enc_nonce, DROP COLUMN enc_dek, DROP COLUMN enc_key_id;
+    DROP COLUMN IF EXISTS enc_meta, DROP COLUMN IF EXISTS enc_nonce, DROP COLUMN IF EXISTS enc_dek, DROP COLUMN IF EXISTS enc_key_id;

@@ -141,7 +141,12 @@ func (s *Store) RecategorizeBatch(ctx context.Context, l Lease, after, maxID int
 	} else {
 		cols += `, NULL::json`
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM dead_messages m WHERE m.id > $1 AND m.id <= $2 ORDER BY m.id LIMIT $3`, after, maxID, limit)
+	// Rows without a death record were written by no ingest of this
+	// version: the backfill older_rows categorises them (with whatever
+	// rules are current when it reaches them), so a pass does not write
+	// them twice.
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM dead_messages m
+WHERE m.id > $1 AND m.id <= $2 AND m.x_death IS NOT NULL ORDER BY m.id LIMIT $3`, after, maxID, limit)
 	if err != nil {
 		return res, fmt.Errorf("store: recategorize after id %d: %w", after, err)
 	}

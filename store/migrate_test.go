@@ -1,11 +1,15 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io/fs"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -122,4 +126,63 @@ func TestMigrateConcurrentlyOnOneSchema(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, applied, "one instance applied the migrations, the others waited and found none")
+}
+
+// An instance that finds another migrating its schema waits for it, for as
+// long as that takes (goose's own lock gave up after five minutes, and dlq
+// serve exited while another instance still built an index), says so,
+// and then finds nothing left to do.
+func TestMigrateWaitsForAnotherMigrator(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, dsn := dlqtest.Store(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var schema string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, store.SchemaLockID(schema))
+	require.NoError(t, err)
+
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Migrate(ctx, slog.New(slog.NewTextHandler(&logs, nil)))
+		done <- err
+	}()
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "another dlq is migrating this schema; waiting for it")
+	}, "the waiting migrator does not say it waits")
+	select {
+	case err := <-done:
+		t.Fatalf("Migrate returned while another held the lock: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, store.SchemaLockID(schema))
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Migrate still waits after the lock was released")
+	}
+	require.Contains(t, logs.String(), "migration lock taken")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

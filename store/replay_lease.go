@@ -23,7 +23,11 @@ func (s *Store) AcquireReplayTask(ctx context.Context, owner string, lease time.
 	t, err := scanReplayTask(s.pool.QueryRow(ctx, `
 UPDATE replay_tasks SET runner_owner = $1, runner_expires_at = now() + $2 * interval '1 millisecond',
     status = CASE WHEN status = 'scheduled' THEN 'running' ELSE status END,
-    started_at = coalesce(started_at, now()), updated_at = now()
+    started_at = coalesce(started_at, now()), updated_at = now(),
+    -- Counted, so that the database tells this version's runners from an
+    -- earlier version's, which must not run an edit-then-replay task
+    -- (migration 00081).
+    acquisitions = acquisitions + 1
 WHERE id = (
     SELECT id FROM replay_tasks
     WHERE status IN ('scheduled', 'running', 'canary_wait') AND start_at <= now()

@@ -22,7 +22,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run dlq: ingest, replay, cron jobs and the HTTP API", cmdServe},
-		{"migrate", "apply database migrations and exit", cmdMigrate},
+		{"migrate", "apply database migrations online and exit (--status: applied, pending, running, backfills)", cmdMigrate},
 		{"rekey", "re-encrypt stored messages under the first encryption key, online (-status: what each key wraps)", cli.Rekey},
 		{"topology", "declare the dead-letter exchange, queues and configured source queues", cmdTopology},
 		{"replay", "replay messages by id or filter, at a rate, after a delay, with a canary", cli.Replay},

@@ -46,8 +46,10 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categori
 			Alerts:     cfg.Cron.Alerts,
 			Categories: cfg.Cron.Categories,
 			Policies:   cfg.Cron.Policies,
+			Backfills:  cfg.Cron.Backfills,
 		},
 		Categories: cron.CategoriesConfig{Rules: categories},
+		Backfills:  cron.BackfillsConfig{Rules: categories},
 		Policies:   cron.PoliciesConfig{Policies: policies(cfg.Recovery.Policies, cfg.Replay)},
 		Summary:    cron.SummaryConfig{ReconcileInterval: cfg.Cron.ReconcileInterval.D()},
 		Cleanup: cleanup.Config{

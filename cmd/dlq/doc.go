@@ -5,7 +5,10 @@
 // Running it:
 //
 //	dlq serve      ingest, replay, cron jobs and the HTTP API, until SIGTERM
-//	dlq migrate    apply the embedded database migrations and exit
+//	dlq migrate    apply the embedded database migrations, online, and exit;
+//	               --status prints the migrations applied and pending, the
+//	               one being applied now (its index build's progress) and
+//	               the backfills' progress, and changes nothing
 //	dlq topology   declare the dead-letter exchange, dlq's queues, the control
 //	               queue and the configured source queues, and exit
 //	dlq version    print the version (also dlq --version)
@@ -24,11 +27,14 @@
 // Every subcommand uses the same exit codes (internal/cli): 0 done, 1 the
 // operation failed, 2 bad command line or configuration (including a
 // topology RabbitMQ refuses), 3 a dependency is unreachable, 4 not found,
-// 5 denied.
+// 5 denied; and `dlq migrate --status` 6 when migrations are pending or
+// being applied or a backfill pass is under way (0: nothing left to do).
 //
 // main only wires components together; serve.go writes down the order in
 // which `dlq serve` starts them and, on SIGTERM, stops them. `dlq serve`
-// migrates at start unless --no-migrate, and declares its topology in the
+// migrates at start unless --no-migrate (online, while other instances of
+// this dlq or the one before keep running: docs/UPGRADING.md; an instance
+// that finds another migrating waits for it), and declares its topology in the
 // background, retrying slowly when RabbitMQ refuses it (a queue that
 // exists with other arguments): it logs why and keeps running instead of
 // crash-looping. The process-level tests of the binary live in test/ingest.

@@ -14,8 +14,9 @@ import (
 )
 
 func cmdMigrate(args []string) int {
-	var backfill bool
+	var backfill, status bool
 	cfg, log, _, code := cli.LoadConfig("migrate", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&status, "status", false, "print the migrations applied and pending, the one being applied now and the backfills' progress, and change nothing (exit 0: up to date and nothing running; 6: something still to do or under way)")
 		fs.BoolVar(&backfill, "backfill-text", false, "then queue every plain message without a text document for the indexer of dlq serve, so that text search finds their words (docs/OPERATIONS.md); resumable, safe beside dlq serve")
 	})
 	if code >= 0 {
@@ -29,6 +30,9 @@ func cmdMigrate(args []string) int {
 		return cli.ExitUsage
 	}
 	defer st.Close()
+	if status {
+		return cli.MigrateStatus(ctx, os.Stdout, st, time.Now())
+	}
 	res, err := st.Migrate(ctx, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq migrate: %v\n", err)

@@ -9,4 +9,7 @@ const (
 	ExitUnavailable = 3 // a dependency (RabbitMQ, PostgreSQL, the API) is unreachable
 	ExitNotFound    = 4 // the thing asked for does not exist
 	ExitDenied      = 5 // authentication or permission refused
+	// ExitPending: dlq migrate --status found migrations to apply or
+	// being applied, or a backfill pass under way.
+	ExitPending = 6
 )

@@ -78,6 +78,39 @@ func Schema(t testing.TB) string {
 	return WithSearchPath(DatabaseURLBase(), schema+",public")
 }
 
+// Database creates an empty database of the test's own on the test
+// server and returns its URL (schema public); it is dropped when the test
+// ends. For what a schema does not isolate: CREATE INDEX CONCURRENTLY waits
+// for every older transaction of its database, other tests' included, and
+// an old dlq migrates the public schema under a lock every database's
+// public schema shares.
+func Database(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	name := Name(t, "d")
+	conn, err := pgx.Connect(ctx, DatabaseURLBase())
+	require.NoError(t, err, "connect to test database %s (is PostgreSQL up? run scripts/services.sh)", DatabaseURLBase())
+	defer conn.Close(ctx)
+	// template0: template1 refuses to be copied while anyone is connected to it.
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, DatabaseURLBase())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	u, err := url.Parse(DatabaseURLBase())
+	require.NoError(t, err)
+	u.Path = "/" + name
+	return u.String()
+}
+
 // WithSearchPath returns dsn with search_path set to schema.
 func WithSearchPath(dsn, schema string) string {
 	u, err := url.Parse(dsn)

@@ -56,6 +56,10 @@ type instance struct {
 	log    string
 	starts int
 	proc   *proctest.Proc
+	// bin is the dlq binary it runs, dlqBin unless the test set another
+	// (an earlier version's); env adds to or overrides its DLQ_* settings.
+	bin string
+	env map[string]string
 }
 
 // deployOpts are newDeployment's inputs.
@@ -220,6 +224,9 @@ func (d *deployment) processEnv(in *instance) map[string]string {
 	for k, v := range d.env {
 		env[k] = v
 	}
+	for k, v := range in.env {
+		env[k] = v
+	}
 	return env
 }
 
@@ -229,7 +236,11 @@ func (d *deployment) start(i int) *proctest.Proc {
 	in := d.instances[i]
 	require.True(d.t, in.proc == nil || in.proc.Done(), "instance %d is still running", i)
 	in.starts++
-	in.proc = proctest.Start(d.t, proctest.Options{Bin: dlqBin, Args: []string{"serve"}, Env: d.processEnv(in), Log: in.log, N: in.starts})
+	bin := dlqBin
+	if in.bin != "" {
+		bin = in.bin
+	}
+	in.proc = proctest.Start(d.t, proctest.Options{Bin: bin, Args: []string{"serve"}, Env: d.processEnv(in), Log: in.log, N: in.starts})
 	return in.proc
 }
 

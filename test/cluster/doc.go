@@ -2,8 +2,11 @@
 // `dlq serve` instances on one database and one queue, a three-node
 // RabbitMQ cluster that loses the node holding the queue's leader, and a
 // PostgreSQL primary whose streaming standby is promoted, each during a
-// burst of dead letters and during a replay; and a replay through a
-// rolling restart of the RabbitMQ cluster. They count the jepsen way
+// burst of dead letters and during a replay; a replay through a rolling
+// restart of the RabbitMQ cluster; and the rolling upgrade from
+// the earlier version (EarlierVersion, built from the repository's git
+// history into tmp/earlier/, so the tests need the history: a shallow
+// clone does not have it) while dead letters keep arriving. They count the jepsen way
 // (package internal/proctest): lost, duplicated and unexpected, asserted
 // zero, except where the docs promise nothing (asynchronous replication,
 // whose loss is measured and reported).
