@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
-	"time"
 	"unicode/utf8"
-
-	"github.com/dlq/dlq/store"
 )
 
 // Body display limits: a page stays small (< 150 KB) whatever the body,
@@ -177,56 +174,6 @@ func viewFailure(raw json.RawMessage) *failureView {
 	}
 	v := failureView(f)
 	return &v
-}
-
-// deathEvent is one step of a message's death timeline.
-type deathEvent struct {
-	At, Reason, Queue, FailureType, FailureMessage string
-	Count                                          int64
-	// Current marks the latest death, the message's own.
-	Current bool
-}
-
-// viewTimeline is a message's deaths, oldest first: the earlier deaths
-// of its history, then the current one.
-func viewTimeline(m store.Message) []deathEvent {
-	var hist []struct {
-		FailedAt        string  `json:"failed_at"`
-		Reason          string  `json:"reason"`
-		DeathCount      int64   `json:"death_count"`
-		DeadLetterQueue string  `json:"dead_letter_queue"`
-		FailureType     *string `json:"failure_type"`
-		FailureMessage  *string `json:"failure_message"`
-	}
-	_ = json.Unmarshal(m.DeathHistory, &hist)
-	out := make([]deathEvent, 0, len(hist)+1)
-	for _, h := range hist {
-		out = append(out, deathEvent{At: h.FailedAt, Reason: h.Reason, Queue: h.DeadLetterQueue, Count: h.DeathCount,
-			FailureType: deref(h.FailureType), FailureMessage: deref(h.FailureMessage)})
-	}
-	cur := deathEvent{At: fmtTime(m.FailedAt), Reason: m.Reason, Queue: m.DeadLetterQueue, Count: m.DeathCount, Current: true}
-	if f := viewFailure(m.Failure); f != nil {
-		cur.FailureType, cur.FailureMessage = f.Type, f.Message
-	}
-	return append(out, cur)
-}
-
-// xDeath is one entry of a message's x_death (its JSON form in the API).
-type xDeath struct {
-	Queue       string    `json:"queue"`
-	Reason      string    `json:"reason"`
-	Exchange    string    `json:"exchange"`
-	RoutingKeys []string  `json:"routing_keys"`
-	Count       int64     `json:"count"`
-	Time        time.Time `json:"time"`
-}
-
-// viewDeaths is the parsed x-death header, which the layer fills in
-// (most recent first).
-func viewDeaths(m store.Message) []xDeath {
-	var deaths []xDeath
-	_ = json.Unmarshal(m.XDeath, &deaths)
-	return deaths
 }
 
 func deref(s *string) string {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"time"
 
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/ops"
@@ -15,6 +16,7 @@ import (
 type Ops interface {
 	ListMessages(ctx context.Context, c ops.Caller, r ops.ListRequest) (ops.MessagePage, error)
 	GetMessage(ctx context.Context, c ops.Caller, id int64) (store.Message, error)
+	MessageReplays(ctx context.Context, c ops.Caller, id int64, firstFailed time.Time) ([]ops.MessageReplay, bool, error)
 	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 	Delete(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 	StartReplay(ctx context.Context, c ops.Caller, r ops.ReplayRequest) (replay.Task, error)

@@ -228,19 +228,21 @@ type messageData struct {
 	Properties []field
 	Headers    []field
 	Failure    *failureView
-	Timeline   []deathEvent
-	Deaths     []deathRow
-	Back       string
-}
-
-// deathRow is one x-death entry, formatted.
-type deathRow struct {
-	Queue, Reason, Exchange, RoutingKeys, Time string
-	Count                                      int64
+	Timeline   []timelineEvent
+	// Deaths is the x-death header as it is, most recent first.
+	Deaths []xDeath
+	// ReplaysErr says why the replays are not on the timeline; Partial
+	// that older ones may be missing from it.
+	ReplaysErr     string
+	ReplaysPartial bool
+	// Edited: the message has a copy out (or on its way), so it has left
+	// (or is leaving) the pending set: no replay or edit is offered.
+	Edited bool
+	Back   string
 }
 
 // handleMessage shows one message: body, headers with their AMQP types,
-// properties, failure, death timeline and replay history.
+// properties, failure, and its timeline: deaths, replays and edits.
 func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	id, m, ok := c.pathMessage(w, r)
 	if !ok {
@@ -252,11 +254,17 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	_ = jsonUnmarshal(m.Properties, &props)
 	d := messageData{M: m, Body: viewBody(m.Body, m.BodySize, props.ContentEncoding),
 		Properties: viewFields(m.Properties), Headers: viewFields(m.Headers), Failure: viewFailure(m.Failure),
-		Timeline: viewTimeline(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
-	for _, x := range viewDeaths(m) {
-		d.Deaths = append(d.Deaths, deathRow{Queue: x.Queue, Reason: x.Reason, Exchange: x.Exchange,
-			RoutingKeys: strings.Join(x.RoutingKeys, ", "), Time: fmtTime(x.Time), Count: x.Count})
+		Deaths: viewDeaths(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10),
+		Edited: m.Edited != nil && m.Edited.State != store.EditFailed}
+	replays, complete, err := c.cfg.Ops.MessageReplays(r.Context(), c.caller(r), id, m.FirstFailedAt)
+	if err != nil {
+		_, d.ReplaysErr = failure(err)
+		if d.ReplaysErr == "" {
+			d.ReplaysErr = c.internal(r, "read the replays of the message", err)
+		}
 	}
+	d.ReplaysPartial = !complete && err == nil
+	d.Timeline = viewTimeline(m, replays)
 	c.render(w, r, http.StatusOK, "message", sessionFrom(r.Context()), "Message "+strconv.FormatInt(id, 10), d)
 }
 

@@ -156,8 +156,9 @@ func failure(err error) (int, string) {
 }
 
 var funcs = template.FuncMap{
-	"when":      fmtTime,
+	"when":      func(t time.Time) template.HTML { return whenHTML(t, time.Now()) },
 	"whenp":     fmtTimePtr,
+	"plural":    pluralAny,
 	"ago":       ago,
 	"age":       func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
 	"num":       num,
@@ -191,18 +192,79 @@ func short(s string, n int) string {
 	return string(r[:n]) + "…"
 }
 
-func fmtTimePtr(t *time.Time) string {
+func fmtTimePtr(t *time.Time) template.HTML {
 	if t == nil {
 		return "–"
 	}
-	return fmtTime(*t)
+	return whenHTML(*t, time.Now())
 }
+
+// timeLayout is the one format of every time the console shows, in UTC.
+const timeLayout = "2006-01-02 15:04:05 UTC"
 
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "–"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
+	return t.UTC().Format(timeLayout)
+}
+
+// whenHTML is a time as every page shows it: absolute in UTC, in a
+// <time> element, with how long ago (or how soon) beside it.
+func whenHTML(t, now time.Time) template.HTML {
+	if t.IsZero() {
+		return "–"
+	}
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) + `</time> <span class="ago">(` +
+		relative(t, now) + `)</span>`)
+}
+
+// relative says how long ago t was, or how soon it is, in its largest
+// unit: "just now", "45 s ago", "5 min ago", "3 h ago", "2 days ago",
+// "in 20 h".
+func relative(t, now time.Time) string {
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < 5*time.Second:
+		return "just now"
+	case d < time.Minute:
+		s = strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		s = strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		s = strconv.Itoa(int(d/time.Hour)) + " h"
+	default:
+		s = plural(int64(d/(24*time.Hour)), "day", "days")
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+// plural is n with the word's singular or plural form ("1 message",
+// "2 messages"), n written with thousands separators.
+func plural(n int64, one, many string) string {
+	if n == 1 || n == -1 {
+		return num(n) + " " + one
+	}
+	return num(n) + " " + many
+}
+
+// pluralAny is plural for a template, whose numbers are int or int64.
+func pluralAny(n any, one, many string) string {
+	switch v := n.(type) {
+	case int:
+		return plural(int64(v), one, many)
+	case int64:
+		return plural(v, one, many)
+	}
+	return fmt.Sprint(n) + " " + many
 }
 
 func ago(t time.Time) string {
