@@ -49,10 +49,15 @@ func viewBody(body *[]byte, size int64, contentEncoding string) bodyView {
 	enc := strings.ToLower(strings.TrimSpace(contentEncoding))
 	textual := (enc == "" || enc == "identity" || enc == "utf-8" || enc == "utf8") && isText(b)
 	switch {
-	case textual && len(b) <= bodyTextCap && json.Valid(b):
-		var out bytes.Buffer
-		if json.Indent(&out, b, "", "  ") == nil && out.Len() <= bodyTextCap {
-			v.Kind, v.Text, v.Shown = "json", out.String(), int64(len(b))
+	case textual && looksJSON(b):
+		// Formatted up to the cap, even when the cut falls inside a value:
+		// what is shown of a large body is as readable as a small one.
+		text, n, ok := prettyJSON(b, bodyTextCap)
+		if ok && (n < len(b) || json.Valid(b)) {
+			v.Kind, v.Text, v.Shown = "json", text, int64(n)
+			if n == len(b) {
+				v.Shown = v.Size
+			}
 			return v
 		}
 		fallthrough
@@ -67,6 +72,12 @@ func viewBody(body *[]byte, size int64, contentEncoding string) bodyView {
 		v.Kind, v.Text, v.Shown = "binary", hex.Dump(cut), int64(len(cut))
 	}
 	return v
+}
+
+// looksJSON reports whether b starts as a JSON object or array does.
+func looksJSON(b []byte) bool {
+	i := skipSpace(b, 0)
+	return i < len(b) && (b[i] == '{' || b[i] == '[')
 }
 
 // isText reports whether b is valid UTF-8 with no control characters but

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -43,7 +45,29 @@ func TestViewBody(t *testing.T) {
 
 	deep := `[` + strings.Repeat(`[1,`, 2000) + `1` + strings.Repeat(`]`, 2000) + `]`
 	v = viewBody(b(deep), 0, "")
-	require.Equal(t, "text", v.Kind, "JSON whose formatting would pass the cap is shown as it is")
+	require.Equal(t, "json", v.Kind, "JSON whose formatting passes the cap is formatted up to it")
+	require.True(t, v.Truncated())
+	require.LessOrEqual(t, len(v.Text), bodyTextCap)
+
+	// A large JSON body (1.9 MiB) shows its beginning formatted, cut
+	// inside a string value without breaking: no error, no split rune.
+	var large strings.Builder
+	large.WriteString(`{"items":[`)
+	for i := 0; large.Len() < 1900<<10; i++ {
+		if i > 0 {
+			large.WriteByte(',')
+		}
+		large.WriteString(`{"id":` + strconv.Itoa(i) + `,"note":"crème brûlée ` + strings.Repeat("x", i%50) + `","tags":[],"meta":{}}`)
+	}
+	large.WriteString(`]}`)
+	v = viewBody(b(large.String()), 0, "")
+	require.Equal(t, "json", v.Kind)
+	require.True(t, v.Truncated())
+	require.LessOrEqual(t, len(v.Text), bodyTextCap)
+	require.Greater(t, len(v.Text), bodyTextCap-100, "formatted up to the cap")
+	require.True(t, strings.HasPrefix(v.Text, "{\n  \"items\": [\n    {\n      \"id\": 0,\n      \"note\": \"crème brûlée \",\n      \"tags\": [],\n      \"meta\": {}\n    },"), v.Text[:200])
+	require.True(t, utf8.ValidString(v.Text))
+	require.EqualValues(t, len(large.String()), v.Size)
 
 	big := strings.Repeat("é", bodyTextCap) // two bytes each
 	v = viewBody(b(big), 0, "")
@@ -202,4 +226,42 @@ func TestViewDeaths(t *testing.T) {
 	require.Len(t, d, 1)
 	require.Equal(t, xDeath{Queue: "orders", Reason: "rejected", RoutingKeys: []string{"orders"}, Count: 3, Time: time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)}, d[0])
 	require.Empty(t, viewDeaths(store.Message{}))
+}
+
+// FuzzPrettyJSON: on JSON text, prettyJSON writes what json.Indent
+// writes, however it is spaced; on anything, its output never passes the
+// cap, stays valid UTF-8 when the input was, and covers a prefix of it.
+func FuzzPrettyJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2,{}],"b":"x\"y","c":null}`, `[ ]`, `{"k": {"n": -1.5e3, "t": true}}`, `{"é":"ü"}`, `{"a":`, `[1,2`, `]`, `{1}`, "\"s\"", ` [ [ ] , { } ] `} {
+		f.Add([]byte(s), 64)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, maxOut int) {
+		maxOut = 1 + abs(maxOut)%4096
+		out, n, ok := prettyJSON(in, maxOut)
+		if n < 0 || n > len(in) {
+			t.Fatalf("consumed %d of %d bytes", n, len(in))
+		}
+		if len(out) > maxOut {
+			t.Fatalf("output of %d bytes passes the cap %d", len(out), maxOut)
+		}
+		if utf8.Valid(in) && !utf8.ValidString(out) {
+			t.Fatalf("valid UTF-8 %q became %q", in, out)
+		}
+		if json.Valid(in) && n == len(in) {
+			var want bytes.Buffer
+			if err := json.Indent(&want, bytes.TrimSpace(in), "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			if !ok || out != want.String() {
+				t.Fatalf("prettyJSON(%q) = %q, json.Indent: %q", in, out, want.String())
+			}
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
