@@ -152,6 +152,11 @@ type ListOptions struct {
 	// NoBodySearch keeps q away from bodies, for callers not allowed to see
 	// them (a search would otherwise reveal what a body contains).
 	NoBodySearch bool
+	// Sort is the order: SortNewest (by id, the default), SortFailed or
+	// SortQueue (list_sort.go). After continues a sorted listing (Before
+	// is for the default order).
+	Sort  string
+	After SortKey
 }
 
 // List limits.
@@ -167,6 +172,9 @@ type MessagePage struct {
 	// next page starts (ListOptions.Before).
 	HasMore bool
 	LastID  int64
+	// Last is where the next page of a sorted listing starts
+	// (ListOptions.After).
+	Last SortKey
 	// TextIncomplete says q's words were looked for in the text index and
 	// the newest TextTailMax rows waiting for it, and more rows than that
 	// were waiting (textindex.go): an older match may be missing until
@@ -182,10 +190,19 @@ type MessagePage struct {
 // (group_id, status, id), whatever its depth.
 func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (MessagePage, error) {
 	page := MessagePage{Messages: make([]Message, 0, min(cmp.Or(opt.Limit, ListLimitDefault), 64))}
-	more, last, err := s.EachMessage(ctx, f, opt, func(m Message) error {
+	collect := func(m Message) error {
 		page.Messages = append(page.Messages, m)
 		return nil
-	})
+	}
+	if opt.Sort != SortNewest {
+		more, last, err := s.eachSortedPage(ctx, f, opt, collect)
+		if err != nil {
+			return MessagePage{}, err
+		}
+		page.HasMore, page.LastID, page.Last = more, last.ID, last
+		return page, nil
+	}
+	more, last, err := s.EachMessage(ctx, f, opt, collect)
 	if err != nil {
 		return MessagePage{}, err
 	}
