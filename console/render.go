@@ -23,7 +23,7 @@ type pages struct {
 // pageFiles are the page templates under templates/, each parsed with
 // layout.html and partials.html.
 var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm", "result",
-	"groups", "replays", "jobs", "audit", "approvals", "edit"}
+	"groups", "group", "replays", "jobs", "audit", "approvals", "edit"}
 
 func parsePages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials.html")
@@ -55,6 +55,28 @@ type view struct {
 	Can   can
 	Flash *flash
 	Data  any
+	// RefreshURL is where the page's auto-refresh fetches it again (its
+	// own address; "" for a page that is not refreshed, such as the answer
+	// to a POST), and Live whether auto-refresh starts on ("on") or waits
+	// to be turned on ("off").
+	RefreshURL, Live string
+}
+
+// liveDefault says which pages refresh themselves (static/app.js every
+// refreshSeconds) and whether that starts on: the pages one watches.
+var liveDefault = map[string]string{
+	"overview": "on", "replays": "on", "approvals": "on", "jobs": "on",
+	"messages": "off", "groups": "off", "group": "off",
+}
+
+// refreshHeader marks the auto-refresh's own requests: they are answered
+// with the page's content alone (template "fragment"), which the script
+// swaps into the page's [data-refresh] containers.
+const refreshHeader = "X-DLQ-Refresh"
+
+// isRefresh reports whether r is an auto-refresh of a page.
+func isRefresh(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.Header.Get(refreshHeader) == "1"
 }
 
 // can says which controls to show: what ops.Authorize allows the
@@ -92,7 +114,11 @@ func (c *Console) newView(s *session, page, title string, data any) view {
 // render writes a whole page. The page is rendered into a buffer first,
 // so a template error becomes a clean 500, not half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, s *session, title string, data any) {
-	c.renderView(w, r, status, page, "layout", c.newView(s, page, title, data))
+	v := c.newView(s, page, title, data)
+	if live := liveDefault[page]; live != "" && r.Method == http.MethodGet && status == http.StatusOK {
+		v.Live, v.RefreshURL = live, r.URL.RequestURI()
+	}
+	c.renderView(w, r, status, page, "layout", v)
 }
 
 // renderFragment writes one named template of a page with data, for htmx
@@ -107,6 +133,9 @@ func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int,
 
 func (c *Console) execute(w http.ResponseWriter, r *http.Request, status int, page, name string, data any) {
 	t := c.pages.byName[page]
+	if name == "layout" && isRefresh(r) {
+		name = "fragment"
+	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
 		c.log.Error("console: render page", "page", page, "error", err, "request_id", c.cfg.RequestID(r.Context()))
@@ -156,24 +185,42 @@ func failure(err error) (int, string) {
 }
 
 var funcs = template.FuncMap{
-	"when":      func(t time.Time) template.HTML { return whenHTML(t, time.Now()) },
-	"whenp":     fmtTimePtr,
-	"plural":    pluralAny,
-	"ago":       ago,
-	"age":       func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
-	"num":       num,
-	"bytes":     fmtBytes,
-	"join":      strings.Join,
-	"list":      func(s ...string) []string { return s },
-	"add64":     func(a, b int64) int64 { return a + b },
-	"len64":     func(m []store.Message) int64 { return int64(len(m)) },
-	"max1":      func(n int64) int64 { return max(n, 1) },
-	"lower":     strings.ToLower,
-	"short":     short,
-	"failureOf": viewFailure,
-	"row": func(v view, t taskView) rowData {
-		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel}
+	"when":        func(t time.Time) template.HTML { return whenHTML(t, time.Now()) },
+	"whenp":       fmtTimePtr,
+	"plural":      pluralAny,
+	"ago":         ago,
+	"age":         func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
+	"num":         num,
+	"bytes":       fmtBytes,
+	"join":        strings.Join,
+	"list":        func(s ...string) []string { return s },
+	"add64":       func(a, b int64) int64 { return a + b },
+	"len64":       func(m []store.Message) int64 { return int64(len(m)) },
+	"len64r":      func(m []messageRow) int64 { return int64(len(m)) },
+	"max1":        func(n int64) int64 { return max(n, 1) },
+	"lower":       strings.ToLower,
+	"short":       short,
+	"failureOf":   viewFailure,
+	"defaultRate": func() int { return defaultReplayRate },
+	"now":         func() time.Time { return time.Now() },
+	"groupForm": func(v view, id, back string) groupFormData {
+		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back}
 	},
+	"groupTitle": groupTitle,
+	"row": func(v view, t taskView) rowData {
+		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel, Poll: v.RefreshURL == ""}
+	},
+}
+
+// defaultReplayRate is the rate every replay form starts with (messages
+// per second): a service just back on its feet is not flooded by default.
+const defaultReplayRate = 50
+
+// groupFormData is what a group's replay and acknowledge form needs.
+type groupFormData struct {
+	ID, CSRF string
+	Can      can
+	Back     string
 }
 
 // rowData is one replay row: the task and what its cancel form needs.
@@ -181,6 +228,9 @@ type rowData struct {
 	T         taskView
 	CSRF      string
 	CanCancel bool
+	// Poll: the row of a running task polls itself (htmx), on a page the
+	// auto-refresh does not refresh (the answer to a POST).
+	Poll bool
 }
 
 // short cuts s to at most n runes, marking the cut.

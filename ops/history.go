@@ -76,3 +76,37 @@ func (s *Service) MessageReplays(ctx context.Context, c Caller, id int64, firstF
 	}
 	return replays, complete, nil
 }
+
+// LastGroupReplay returns the newest replay task of failure group id
+// (one that selected the group by its filter) that the caller may see;
+// ok is false when there is none among the newest
+// store.MessageReplaysScanMax tasks.
+func (s *Service) LastGroupReplay(ctx context.Context, c Caller, id string) (t replay.Task, ok bool, err error) {
+	if err := Authorize(c.Principal, ActGroups); err != nil {
+		return replay.Task{}, false, err
+	}
+	if err := Authorize(c.Principal, ActGetReplay); err != nil {
+		return replay.Task{}, false, err
+	}
+	if s.cfg.Replays == nil {
+		return replay.Task{}, false, unavailable("replays are not available on this instance")
+	}
+	if _, err := store.ParseGroupID(id); err != nil {
+		return replay.Task{}, false, invalid("id: %q must be a group id (16 hex digits)", id)
+	}
+	taskID, ok, err := s.st.LatestGroupReplay(ctx, id, store.MessageReplaysScanMax)
+	if err != nil || !ok {
+		return replay.Task{}, false, err
+	}
+	t, err = s.cfg.Replays.Get(ctx, taskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return replay.Task{}, false, nil
+	}
+	if err != nil {
+		return replay.Task{}, false, err
+	}
+	if !TaskVisible(c.Principal, t) {
+		return replay.Task{}, false, nil
+	}
+	return t, true, nil
+}

@@ -28,6 +28,10 @@ type ListRequest struct {
 	// Sort is the order (store.SortNewest, SortFailed, SortQueue): the
 	// web console's sorted listings. Optional; default newest first.
 	Sort string
+	// BodyPrefix returns the first BodyPrefix bytes of each body, for a
+	// caller that may see bodies (none for one that may not): where a
+	// search matched. Optional.
+	BodyPrefix int
 }
 
 // MessagePage is one page of a listing, newest first. Its JSON form is
@@ -79,6 +83,9 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 			r.Sort, store.SortFailed, store.SortQueue)
 	}
 	opt := store.ListOptions{Limit: limit, IncludeBody: r.IncludeBody, NoBodySearch: !p.Bodies, Sort: r.Sort}
+	if r.BodyPrefix > 0 && !r.IncludeBody && p.Bodies {
+		opt.IncludeBody, opt.BodyPrefix = true, r.BodyPrefix
+	}
 	key := canonical(f)
 	if r.Sort != store.SortNewest {
 		key += "\x00sort=" + r.Sort
@@ -107,7 +114,12 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 		out.Messages = []store.Message{}
 	}
 	for i := range out.Messages {
-		s.present(p, &out.Messages[i])
+		m := &out.Messages[i]
+		s.present(p, m)
+		if opt.BodyPrefix > 0 && m.Body != nil && len(*m.Body) > opt.BodyPrefix {
+			b := (*m.Body)[:opt.BodyPrefix] // a sealed body is opened whole
+			m.Body = &b
+		}
 	}
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)

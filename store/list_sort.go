@@ -181,11 +181,7 @@ func (s *Store) eachByFailedAt(ctx context.Context, f Filter, queues []string, o
 	if len(arms) == 0 {
 		return nil
 	}
-	cols := messageColumns
-	if opt.IncludeBody {
-		cols += ", m.body"
-	}
-	query := `SELECT ` + cols + ` FROM (SELECT u.id, u.failed_at FROM (` + strings.Join(arms, " UNION ALL ") + `) u
+	query := `SELECT ` + listColumns(opt) + ` FROM (SELECT u.id, u.failed_at FROM (` + strings.Join(arms, " UNION ALL ") + `) u
 ORDER BY u.failed_at DESC, u.id DESC LIMIT ` + n + `) p JOIN dead_messages m ON m.id = p.id
 ORDER BY p.failed_at DESC, p.id DESC`
 	return s.eachRow(ctx, query, args, opt.IncludeBody, fn)

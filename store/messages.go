@@ -149,6 +149,10 @@ type ListOptions struct {
 	Before int64
 	// IncludeBody reads bodies too.
 	IncludeBody bool
+	// BodyPrefix, with IncludeBody, reads only the first BodyPrefix bytes
+	// of each body (a sealed body is read whole: it opens only whole, and
+	// the caller cuts it): enough to show where a search matched.
+	BodyPrefix int
 	// NoBodySearch keeps q away from bodies, for callers not allowed to see
 	// them (a search would otherwise reveal what a body contains).
 	NoBodySearch bool
@@ -244,10 +248,7 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 	if f, err = s.withIndex(ctx, f); err != nil {
 		return false, 0, err
 	}
-	cols := messageColumns
-	if opt.IncludeBody {
-		cols += ", m.body"
-	}
+	cols := listColumns(opt)
 	var (
 		args  sqlArgs
 		query string
@@ -345,6 +346,18 @@ WHERE k.status <> 'replaying' AND k.search_hashes && $1::bigint[] LIMIT `+strcon
 		last = 0
 	}
 	return more, last, nil
+}
+
+// listColumns are the columns a listing reads: the body, or its
+// beginning, when asked for.
+func listColumns(opt ListOptions) string {
+	switch {
+	case !opt.IncludeBody:
+		return messageColumns
+	case opt.BodyPrefix > 0:
+		return messageColumns + ", CASE WHEN m.enc_key_id IS NULL THEN substring(m.body FROM 1 FOR " + strconv.Itoa(opt.BodyPrefix) + ") ELSE m.body END"
+	}
+	return messageColumns + ", m.body"
 }
 
 // splitListIDs renders the ids of one page of a listing (no q) that wants

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // MessageReplay is one replay task that selected a message, with what
@@ -62,4 +65,27 @@ ORDER BY t.id DESC`, id, since, scan)
 		return nil, false, fmt.Errorf("store: replays of message %d: %w", id, err)
 	}
 	return replays, scanned < scan, nil
+}
+
+// LatestGroupReplay returns the id of the newest replay task that
+// selected failure group group by its filter (the console's and the API's
+// group replay), among the newest scan tasks; ok is false when none did.
+// A task records its request as asked (replay_tasks.request), so the
+// group is read from there: tasks are few (deleted after
+// replay.task_ttl), and no index is needed.
+func (s *Store) LatestGroupReplay(ctx context.Context, group string, scan int) (id int64, ok bool, err error) {
+	if scan <= 0 {
+		scan = MessageReplaysScanMax
+	}
+	err = s.pool.QueryRow(ctx, `
+SELECT t.id FROM (SELECT id, request FROM replay_tasks ORDER BY id DESC LIMIT $2) t
+WHERE t.request->'filter'->>'group' = $1
+ORDER BY t.id DESC LIMIT 1`, group, scan).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("store: the latest replay of group %s: %w", group, err)
+	}
+	return id, true, nil
 }
