@@ -68,11 +68,11 @@ func (f filterForm) Fields() [][2]string {
 // Empty reports whether no field is set.
 func (f filterForm) Empty() bool { return len(f.values("")) == 0 }
 
-// searchesEveryStatus reports whether the form is a search (q or a body
+// SearchesEveryStatus reports whether the form is a search (q or a body
 // field) with no status chosen: the console then lists every status, so
 // that a replayed message carrying an order id is found too (the API's
 // listing keeps its documented default, pending).
-func (f filterForm) searchesEveryStatus() bool {
+func (f filterForm) SearchesEveryStatus() bool {
 	return f.Status == "" && (f.Q != "" || len(f.FieldFilters) > 0)
 }
 
@@ -80,7 +80,7 @@ func (f filterForm) searchesEveryStatus() bool {
 // Times are RFC 3339, or a datetime-local input's value read as UTC.
 func (f filterForm) filter() (store.Filter, error) {
 	status := f.Status
-	if f.searchesEveryStatus() {
+	if f.SearchesEveryStatus() {
 		status = "all"
 	}
 	sf := store.Filter{Status: status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group, Query: f.Q,

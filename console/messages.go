@@ -112,7 +112,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		c.renderFilterFailure(w, r, form, "list messages", err)
 		return
 	}
-	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.searchesEveryStatus()}
+	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.SearchesEveryStatus()}
 	for _, m := range page.Messages {
 		row := messageRow{Message: m}
 		if form.Q != "" {
