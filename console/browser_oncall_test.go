@@ -203,7 +203,9 @@ func TestBrowserSearchFindsReplayed(t *testing.T) {
 	tb.open(t, "/ui/messages/"+strconv.FormatInt(ids[0], 10))
 	tb.submit(t, `[data-test="action-replay"]`)
 	tb.submit(t, `[data-test="confirm"]`)
-	dlqtest.Eventually(t, 20*time.Second, func() bool { return len(arrivedIDs(t, app, q)) > 0 || b.statuses(t, ids)[ids[0]] == store.StatusReplayed },
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		return len(arrivedIDs(t, app, q)) > 0 || b.statuses(t, ids)[ids[0]] == store.StatusReplayed
+	},
 		"the message is replayed")
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return b.statuses(t, ids)[ids[0]] == store.StatusReplayed }, "replayed")
 

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,9 @@ func TestBrowserDeathTimeline(t *testing.T) {
 	tb.signIn(t, tokOp)
 	tb.open(t, page)
 	require.Equal(t, []string{appQueue}, tb.attrs(t, `[data-test="death-row"]`, "data-queue"), "the queue it died in")
+	group := tb.attrs(t, `[data-test="message-group"]`, "href")
+	require.Len(t, group, 1)
+	require.True(t, strings.HasPrefix(group[0], "/ui/groups/"), "its group's page: %s", group[0])
 	tb.submit(t, `[data-test="action-replay"]`)
 	tb.submit(t, `[data-test="confirm"]`)
 	dlqtest.RejectAll(t, app, appQueue, 1) // the application rejects it again

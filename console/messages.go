@@ -44,7 +44,9 @@ type messagesData struct {
 	Form     filterForm
 	View     listView
 	Sizes    []int
-	Messages []messageRow
+	Messages []store.Message
+	// Snippets says where a search matched each message, by id.
+	Snippets map[int64]*snippet
 	// Count is what the filter matches: exact (Exact) when the summary
 	// or group counters answer it or the listing ended, else a lower
 	// bound ("more than Count").
@@ -73,12 +75,6 @@ type messagesData struct {
 	// waiting for the text index than a search reads one by one, so older
 	// matches among them are missing (ops.MessagePage.TextIncomplete).
 	TextIncomplete bool
-}
-
-// messageRow is one row: the message and, for a search, where it matched.
-type messageRow struct {
-	store.Message
-	Snippet *snippet
 }
 
 // handleMessages lists messages a keyset page at a time: newest first, by
@@ -113,16 +109,19 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.SearchesEveryStatus()}
-	for _, m := range page.Messages {
-		row := messageRow{Message: m}
+	d.Messages = page.Messages
+	for i := range d.Messages {
+		m := &d.Messages[i]
 		if form.Q != "" {
-			row.Snippet = findSnippet(m, form.Q)
-			row.Body = nil // only for the snippet
+			if d.Snippets == nil {
+				d.Snippets = map[int64]*snippet{}
+			}
+			d.Snippets[m.ID] = findSnippet(*m, form.Q)
+			m.Body = nil // read for the snippet only
 		}
 		if m.Status == store.StatusReplayed || m.Status == store.StatusAcknowledged {
 			d.Resolved++
 		}
-		d.Messages = append(d.Messages, row)
 	}
 	link := func(extra func(url.Values)) string {
 		v := form.values("")

@@ -196,7 +196,6 @@ var funcs = template.FuncMap{
 	"list":        func(s ...string) []string { return s },
 	"add64":       func(a, b int64) int64 { return a + b },
 	"len64":       func(m []store.Message) int64 { return int64(len(m)) },
-	"len64r":      func(m []messageRow) int64 { return int64(len(m)) },
 	"max1":        func(n int64) int64 { return max(n, 1) },
 	"lower":       strings.ToLower,
 	"short":       short,

@@ -18,9 +18,9 @@ import (
 //     descending): a replayed message that died again today comes first,
 //     though its id is old. One newest-first range of
 //     (source_queue, status, failed_at) per queue and status, merged: the
-//     planner reads them lazily under the page's LIMIT (a Merge Append of
-//     incremental sorts), so a page reads about its own size plus one
-//     batch per queue, however deep it is.
+//     planner reads them lazily under the page's LIMIT (a Merge Append,
+//     ties ordered by id as they come), so a page reads about its own
+//     size plus a row or two per range, however deep it is.
 //   - SortQueue, by source queue (A to Z), newest first within a queue:
 //     each queue is the default listing of that queue, one after the
 //     other, until the page is full.
@@ -139,7 +139,13 @@ GROUP BY s.source_queue ORDER BY s.source_queue COLLATE "C"`, args...)
 // opt.After: a newest-first range of (source_queue, status, failed_at)
 // per queue and resting status (each status a literal, as the partial
 // index needs), the replaying rows apart (through the claim index), and
-// the newest limit+1 of their union.
+// the newest limit+1 of their union. Each range is in the index's order,
+// failed_at alone, and stops after limit+1 rows and those tied with the
+// last (WITH TIES: a range cut inside a tie could leave out a row the page
+// needs); PostgreSQL merges the ranges lazily (Merge Append) and orders
+// each run of equal failed_at by id as it comes (Incremental Sort). A
+// range sorted by (failed_at, id) itself would read a batch of 32 rows
+// per range at least.
 func (s *Store) eachByFailedAt(ctx context.Context, f Filter, queues []string, opt ListOptions, limit int, fn func(Message) error) error {
 	if len(queues) == 0 {
 		return nil
@@ -171,12 +177,12 @@ func (s *Store) eachByFailedAt(ctx context.Context, f Filter, queues []string, o
 		qa := args.add(q)
 		for _, st := range resting {
 			arms = append(arms, `(SELECT m.id, m.failed_at FROM dead_messages m WHERE m.source_queue = `+qa+` AND `+statusIn("m", []string{st})+
-				` AND `+where+` ORDER BY m.failed_at DESC, m.id DESC LIMIT `+n+`)`)
+				` AND `+where+` ORDER BY m.failed_at DESC FETCH FIRST `+n+` ROWS WITH TIES)`)
 		}
 	}
 	if replaying {
 		arms = append(arms, `(SELECT m.id, m.failed_at FROM dead_messages m WHERE `+statusIn("m", []string{StatusReplaying})+
-			` AND m.source_queue = ANY(`+args.add(queues)+`) AND `+where+` ORDER BY m.failed_at DESC, m.id DESC LIMIT `+n+`)`)
+			` AND m.source_queue = ANY(`+args.add(queues)+`) AND `+where+` ORDER BY m.failed_at DESC FETCH FIRST `+n+` ROWS WITH TIES)`)
 	}
 	if len(arms) == 0 {
 		return nil
