@@ -105,6 +105,21 @@ func TestBrowserListingPagesAndSorts(t *testing.T) {
 	tb.choose(t, `[data-test="sort"]`, "failed")
 	require.Equal(t, ids[0], tb.rowIDs(t)[0], "the latest death first, though its id is the oldest")
 
+	// A quick range sets the start time; the rate a replay starts with is
+	// the same here as on the failure groups.
+	tb.open(t, "/ui/messages?source_queue=orders")
+	tb.do(t, chromedp.Click(chromedp.CSS(`details.more-filters summary`)))
+	tb.submit(t, `[data-test="time-range"]`)
+	require.Contains(t, get(t, tb, chromedp.Location()), "failed_after=")
+	require.Len(t, tb.rowIDs(t), 50, "the last hour holds them")
+	require.Equal(t, []string{"50"}, tb.attrs(t, `[data-test="bulk-replay"] ~ details input[name="rate"]`, "value"))
+	tb.open(t, "/ui/groups")
+	rates := tb.attrs(t, `[data-test="group-row"] input[name="rate"]`, "value")
+	require.NotEmpty(t, rates)
+	for _, r := range rates {
+		require.Equal(t, "50", r, "one default rate")
+	}
+
 	// The bulk bar counts the selection and stays in view.
 	tb.do(t, chromedp.EmulateViewport(800, 700))
 	tb.open(t, "/ui/messages?source_queue=orders")
