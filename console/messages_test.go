@@ -2,6 +2,7 @@ package console
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -51,4 +52,22 @@ func TestLineDiff(t *testing.T) {
 	require.Equal(t, []string{"~… 2 unchanged lines", `   "b": 2,`, `   "c": 3,`, `   "d": 4,`, `-  "e": 5,`, `+  "e": 50,`, `   "f": 6,`, `   "g": 7,`,
 		`-  "h": 8`, `+  "h": 8,`, `+  "i": 9`, " }"}, ops)
 	require.Len(t, lineDiff("same", "same"), 1)
+}
+
+// TestWhen: every time is shown one way, in UTC, with how long ago or how
+// soon beside it.
+func TestWhen(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		2 * time.Second: "just now", 45 * time.Second: "45 s ago", 5 * time.Minute: "5 min ago", 3 * time.Hour: "3 h ago",
+		47 * time.Hour: "47 h ago", 72 * time.Hour: "3 days ago", 24 * 400 * time.Hour: "400 days ago", -20 * time.Hour: "in 20 h",
+	} {
+		require.Equal(t, want, relative(now.Add(-d), now), d)
+	}
+	got := whenHTML(time.Date(2024, 5, 1, 13, 55, 0, 0, time.FixedZone("CEST", 2*3600)), now)
+	require.Equal(t, `<time datetime="2024-05-01T11:55:00Z">2024-05-01 11:55:00 UTC</time> <span class="ago">(5 min ago)</span>`, string(got))
+	require.Equal(t, "–", string(whenHTML(time.Time{}, now)))
+	require.Equal(t, "1 matching message", plural(1, "matching message", "matching messages"))
+	require.Equal(t, "1,200 matching messages", plural(1200, "matching message", "matching messages"))
 }
