@@ -34,76 +34,76 @@ func (tb *tab) pendingOf(t *testing.T, queue string) string {
 	return strings.Join(tb.texts(t, `[data-test="queue-row"][data-queue="`+queue+`"] [data-test="pending-count"]`), "")
 }
 
-// TestBrowserOverviewAutoRefresh: the overview left open shows new dead
-// letters within 10 seconds, without a reload (a mark set on the window
+// TestBrowserAutoRefresh: the overview left open shows new dead letters
+// within 10 seconds, without a reload (a mark set on the window
 // survives); it asks at most one small request per 5 seconds; paused, it
-// asks nothing.
-func TestBrowserOverviewAutoRefresh(t *testing.T) {
+// asks nothing. Meanwhile, in a second tab, a listing whose auto-refresh
+// was turned on refreshes nothing while a field has focus or rows are
+// selected, and refreshes again once the user lets go. (Two tabs at once:
+// the waits overlap.)
+func TestBrowserAutoRefresh(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.seed(t, many(2, "orders")...)
-	tb := newTab(t, b)
-	tb.signIn(t, tokViewer)
-	tb.open(t, "/ui/")
-	require.Equal(t, "2", tb.pendingOf(t, "orders"))
-	require.Equal(t, "Pause auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0], "on by default")
-	tb.do(t, chromedp.Evaluate[chromedp.Void](`window.dlqMark = 1; performance.clearResourceTimings()`))
+	overview, listing := newTab(t, b), newTab(t, b)
+	overview.signIn(t, tokViewer)
+	listing.signIn(t, tokOp)
+	overview.open(t, "/ui/")
+	require.Equal(t, "2", overview.pendingOf(t, "orders"))
+	require.Equal(t, "Pause auto-refresh", overview.texts(t, `[data-test="auto-refresh"]`)[0], "on by default")
+	listing.open(t, "/ui/messages?source_queue=orders")
+	require.Equal(t, "Resume auto-refresh", listing.texts(t, `[data-test="auto-refresh"]`)[0], "off by default on a listing")
+	listing.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)),
+		chromedp.Focus(chromedp.CSS(`input[name="q"]`)), chromedp.Evaluate[chromedp.Void](`performance.clearResourceTimings()`))
+	focused := time.Now()
+
+	overview.do(t, chromedp.Evaluate[chromedp.Void](`window.dlqMark = 1; performance.clearResourceTimings()`))
 	start := time.Now()
 	b.seed(t, many(3, "orders")...)
-	tb.eventually(t, 10*time.Second, `document.querySelector('[data-test="queue-row"][data-queue="orders"] [data-test="pending-count"]').textContent.trim() === "5"`,
+	overview.eventually(t, 10*time.Second, `document.querySelector('[data-test="queue-row"][data-queue="orders"] [data-test="pending-count"]').textContent.trim() === "5"`,
 		"the new dead letters show within 10 s")
-	require.True(t, get(t, tb, chromedp.Evaluate[bool](`window.dlqMark === 1`)), "no reload")
-	require.Contains(t, tb.texts(t, `[data-test="updated-ago"]`)[0], "Updated")
+	require.True(t, get(t, overview, chromedp.Evaluate[bool](`window.dlqMark === 1`)), "no reload")
+	require.Contains(t, overview.texts(t, `[data-test="updated-ago"]`)[0], "Updated")
 
-	// Over about 15 seconds: at most one request per 5 s, each small.
+	// The listing, its field focused for 6 s (past one period): nothing.
+	time.Sleep(time.Until(focused.Add(6 * time.Second)))
+	n, _ := listing.fetches(t)
+	require.Zero(t, n, "nothing while a field has focus")
+	require.Contains(t, listing.texts(t, `[data-test="updated-ago"]`)[0], "paused while a field has focus")
+	listing.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`),
+		chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
+		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); performance.clearResourceTimings()`))
+	selected := time.Now()
+
+	// The overview over about 15 seconds: at most one request per 5 s,
+	// each small.
 	time.Sleep(time.Until(start.Add(15 * time.Second)))
-	n, largest := tb.fetches(t)
+	n, largest := overview.fetches(t)
 	require.LessOrEqual(t, n, 3, "at most one request per 5 s over %s", time.Since(start))
 	require.GreaterOrEqual(t, n, 2, "it kept refreshing")
 	require.Less(t, largest, 8<<10, "a small request: the page's content, gzipped")
+	overview.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)))
+	require.Equal(t, "Resume auto-refresh", overview.texts(t, `[data-test="auto-refresh"]`)[0])
+	overview.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); performance.clearResourceTimings()`))
+	paused := time.Now()
 
-	// Paused: nothing more is asked.
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)))
-	require.Equal(t, "Resume auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0])
-	tb.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); performance.clearResourceTimings()`))
-	time.Sleep(6 * time.Second)
-	n, _ = tb.fetches(t)
-	require.Zero(t, n, "paused")
-	tb.quiet(t)
-}
-
-// TestBrowserAutoRefreshWaitsForTheUser: on a page whose auto-refresh is
-// on, nothing is refreshed while a field has focus or rows are selected;
-// once the user lets go, it refreshes again.
-func TestBrowserAutoRefreshWaitsForTheUser(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.seed(t, many(3, "orders")...)
-	tb := newTab(t, b)
-	tb.signIn(t, tokOp)
-	tb.open(t, "/ui/messages?source_queue=orders")
-	require.Equal(t, "Resume auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0], "off by default on a listing")
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)))
-
-	tb.do(t, chromedp.Focus(chromedp.CSS(`input[name="q"]`)), chromedp.Evaluate[chromedp.Void](`performance.clearResourceTimings()`))
-	time.Sleep(7 * time.Second)
-	n, _ := tb.fetches(t)
-	require.Zero(t, n, "nothing while a field has focus")
-	require.Contains(t, tb.texts(t, `[data-test="updated-ago"]`)[0], "paused while a field has focus")
-
-	tb.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`),
-		chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
-		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); performance.clearResourceTimings()`))
-	time.Sleep(7 * time.Second)
-	n, _ = tb.fetches(t)
+	// The listing, a row selected for 6 s: nothing, and the row stays
+	// selected; let go, it refreshes.
+	time.Sleep(time.Until(selected.Add(6 * time.Second)))
+	n, _ = listing.fetches(t)
 	require.Zero(t, n, "nothing while rows are selected")
-	require.Equal(t, "1 selected", tb.texts(t, `[data-test="selected-count"]`)[0])
-	require.Equal(t, 1, tb.count(t, `[data-test="select"]:checked`), "the selection is kept")
-
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
+	require.Equal(t, "1 selected", listing.texts(t, `[data-test="selected-count"]`)[0])
+	require.Equal(t, 1, listing.count(t, `[data-test="select"]:checked`), "the selection is kept")
+	listing.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
 		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`))
-	tb.eventually(t, 8*time.Second, `performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch")`, "refreshes once let go")
-	tb.quiet(t)
+	listing.eventually(t, 8*time.Second, `performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch")`, "refreshes once let go")
+
+	// The overview, paused for 6 s: nothing more was asked.
+	time.Sleep(time.Until(paused.Add(6 * time.Second)))
+	n, _ = overview.fetches(t)
+	require.Zero(t, n, "paused")
+	overview.quiet(t)
+	listing.quiet(t)
 }
 
 // TestBrowserOverviewSortAndAlerts: queues with a firing alert come first,
