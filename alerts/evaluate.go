@@ -43,7 +43,7 @@ func Evaluate(prev State, snap Snapshot, rs RuleSet) (next State, notifications 
 			// Keep what receivers see in sync with the configuration.
 			p.Kind, p.Severity, p.Threshold = r.Kind, severityOf(r), r.Threshold
 			p.Labels = maps.Clone(r.Labels)
-			p.RunbookURL = runbookURL(rs.RunbookBaseURL, r.Kind)
+			p.RunbookURL = rs.runbookOf(r)
 		}
 		if detail != "" {
 			p.Detail = detail

@@ -108,6 +108,11 @@ type Rule struct {
 	// such as team or runbook). They cannot replace alertname, service,
 	// severity or source_queue. Optional.
 	Labels map[string]string `yaml:"labels"`
+	// RunbookURL is the runbook of this rule's alerts (an absolute http(s)
+	// URL, a #fragment allowed): their runbook_url annotation, and the
+	// link the console shows beside a firing alert. Optional; default the
+	// rule kind's section of the rule set's runbook (RunbookBaseURL).
+	RunbookURL string `yaml:"runbook_url"`
 }
 
 // DefaultRules returns the built-in rules: the thresholds operators asked for
@@ -223,6 +228,11 @@ func (rs RuleSet) Validate() error {
 		if r.For < 0 {
 			bad(f+".for", "must be >= 0, got %s", r.For)
 		}
+		if r.RunbookURL != "" {
+			if err := checkRunbookURL(r.RunbookURL); err != nil {
+				bad(f+".runbook_url", "%v", err)
+			}
+		}
 		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
 			if reservedLabel(k) {
 				bad(f+".labels."+k, "is set by dlq and cannot be configured")
@@ -286,6 +296,9 @@ type RuleView struct {
 	ForSeconds float64 `json:"for_seconds"`
 	Severity   string  `json:"severity"`
 	Disabled   bool    `json:"disabled"`
+	// RunbookURL is where its alerts' runbook_url points ("" without a
+	// runbook).
+	RunbookURL string `json:"runbook_url,omitempty"`
 	// Overrides holds, per source queue, the rule as it applies there.
 	Overrides map[string]RuleOverrideView `json:"overrides,omitempty"`
 }
@@ -303,7 +316,7 @@ func (rs RuleSet) View() []RuleView {
 	for _, r := range rs.Rules {
 		v := RuleView{
 			Name: r.Name, Kind: r.Kind, Threshold: r.Threshold, ForSeconds: r.For.Seconds(),
-			Severity: severityOf(r), Disabled: r.Disabled,
+			Severity: severityOf(r), Disabled: r.Disabled, RunbookURL: rs.runbookOf(r),
 		}
 		for queue, perRule := range rs.Overrides {
 			if _, ok := perRule[r.Name]; !ok || !r.Kind.perQueue() {

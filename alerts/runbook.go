@@ -27,6 +27,25 @@ func runbookURL(base string, k Kind) string {
 	return base + "#" + RunbookAnchor(k)
 }
 
+// runbookOf is the runbook_url of rule r's alerts: its own, or its
+// kind's section of the rule set's runbook.
+func (rs RuleSet) runbookOf(r Rule) string {
+	if r.RunbookURL != "" {
+		return r.RunbookURL
+	}
+	return runbookURL(rs.RunbookBaseURL, r.Kind)
+}
+
+// checkRunbookURL accepts an absolute http(s) URL: a rule's own runbook,
+// which may name its section with a #fragment.
+func checkRunbookURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("must be an absolute http:// or https:// URL, got %q", redactRunbook(s))
+	}
+	return nil
+}
+
 // checkRunbookBaseURL accepts an absolute http(s) URL without a fragment:
 // the fragment is where each alert's section goes.
 func checkRunbookBaseURL(s string) error {

@@ -130,3 +130,31 @@ func TestRunbookAnchorPerKind(t *testing.T) {
 		seen[a] = true
 	}
 }
+
+// TestRuleRunbookURL: a rule's own runbook_url (a #fragment allowed) is
+// its alerts' annotation and is in the API's views of the rule and the
+// alert; without one, the kind's section of the base; a bad one is refused
+// naming its field.
+func TestRuleRunbookURL(t *testing.T) {
+	t.Parallel()
+	own := "https://wiki.example/oncall/orders#backlog"
+	r := rules("pending_count")[0]
+	r.RunbookURL = own
+	rs := RuleSet{Rules: []Rule{r, rules("depth_nonzero")[0]}, RunbookBaseURL: testRunbook}
+	require.NoError(t, rs.Validate())
+	st, notes := Evaluate(State{}, pending(t0, map[string]int64{"orders": 500}), rs)
+	require.Len(t, notes, 1)
+	require.Equal(t, own, notes[0].Annotations[AnnotationRunbookURL])
+	for _, v := range st.View() {
+		if v.Rule == "pending_count" {
+			require.Equal(t, own, v.RunbookURL, "the alert's view carries it")
+		}
+	}
+	views := rs.View()
+	require.Equal(t, own, views[0].RunbookURL)
+	require.Equal(t, testRunbook+"#rule-depth_nonzero", views[1].RunbookURL, "the default: its kind's section")
+
+	r.RunbookURL = "wiki/orders"
+	err := RuleSet{Rules: []Rule{r}}.Validate()
+	require.ErrorContains(t, err, "alerts.rules[0].runbook_url: must be an absolute http:// or https:// URL")
+}

@@ -130,6 +130,8 @@ type AlertView struct {
 	Value        float64   `json:"value"`
 	Threshold    float64   `json:"threshold"`
 	LastNotified time.Time `json:"last_notified,omitzero"`
+	// RunbookURL is the alert's runbook_url ("" without a runbook).
+	RunbookURL string `json:"runbook_url,omitempty"`
 }
 
 // View returns every non-inactive pair for the API, in the state's order.
@@ -138,7 +140,7 @@ func (s State) View() []AlertView {
 	for _, a := range s.Alerts {
 		out = append(out, AlertView{
 			Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Subject: a.Subject, State: a.Phase, Since: a.Since(),
-			Severity: a.Severity, Value: a.Value, Threshold: a.Threshold, LastNotified: a.LastNotifiedAt,
+			Severity: a.Severity, Value: a.Value, Threshold: a.Threshold, LastNotified: a.LastNotifiedAt, RunbookURL: a.RunbookURL,
 		})
 	}
 	return out

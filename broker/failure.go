@@ -657,6 +657,26 @@ func javaClassName(line string) string {
 	return name
 }
 
+// IsFailureDetailHeader reports whether a header carries the details of
+// a failure in a framework's convention: the exception's type, message,
+// stack and source, when and where it failed, the fault's reason and
+// retry counts. A corrected copy sent again should not carry them into
+// its next attempt, where they would describe a failure that has not
+// happened. Celery's protocol headers (task, id, retries, …) and the
+// NServiceBus and MassTransit headers that describe the message or the
+// host are not among them: the application reads those.
+func IsFailureDetailHeader(name string) bool {
+	switch f := lookupFailureField(name); f {
+	case ffNSBType, ffNSBMessage, ffNSBStack, ffNSBSource, ffNSBHelpLink, ffNSBInnerType, ffNSBFailedQ, ffNSBTimeOfFailure,
+		ffMTType, ffMTMessage, ffMTStack, ffMTTimestamp, ffMTReason, ffMTInputAddress, ffMTMessageType, ffMTConsumerType,
+		ffMTRetryCount, ffMTRedeliveryCount,
+		ffSpringMessage, ffSpringStack, ffSpringFQCN, ffSpringOrigExchange, ffSpringOrigRoutingKey:
+		return true
+	default:
+		return f >= ffGenExceptionType && f < ffCount
+	}
+}
+
 // IsFailureHeader reports whether a header is one of those the failure
 // details are read from, in any framework's convention: where a failure
 // message or stack trace may be. Encryption at rest seals them with the

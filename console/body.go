@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
-	"time"
 	"unicode/utf8"
-
-	"github.com/dlq/dlq/store"
 )
 
 // Body display limits: a page stays small (< 150 KB) whatever the body,
@@ -52,10 +49,15 @@ func viewBody(body *[]byte, size int64, contentEncoding string) bodyView {
 	enc := strings.ToLower(strings.TrimSpace(contentEncoding))
 	textual := (enc == "" || enc == "identity" || enc == "utf-8" || enc == "utf8") && isText(b)
 	switch {
-	case textual && len(b) <= bodyTextCap && json.Valid(b):
-		var out bytes.Buffer
-		if json.Indent(&out, b, "", "  ") == nil && out.Len() <= bodyTextCap {
-			v.Kind, v.Text, v.Shown = "json", out.String(), int64(len(b))
+	case textual && looksJSON(b):
+		// Formatted up to the cap, even when the cut falls inside a value:
+		// what is shown of a large body is as readable as a small one.
+		text, n, ok := prettyJSON(b, bodyTextCap)
+		if ok && (n < len(b) || json.Valid(b)) {
+			v.Kind, v.Text, v.Shown = "json", text, int64(n)
+			if n == len(b) {
+				v.Shown = v.Size
+			}
 			return v
 		}
 		fallthrough
@@ -70,6 +72,12 @@ func viewBody(body *[]byte, size int64, contentEncoding string) bodyView {
 		v.Kind, v.Text, v.Shown = "binary", hex.Dump(cut), int64(len(cut))
 	}
 	return v
+}
+
+// looksJSON reports whether b starts as a JSON object or array does.
+func looksJSON(b []byte) bool {
+	i := skipSpace(b, 0)
+	return i < len(b) && (b[i] == '{' || b[i] == '[')
 }
 
 // isText reports whether b is valid UTF-8 with no control characters but
@@ -177,56 +185,6 @@ func viewFailure(raw json.RawMessage) *failureView {
 	}
 	v := failureView(f)
 	return &v
-}
-
-// deathEvent is one step of a message's death timeline.
-type deathEvent struct {
-	At, Reason, Queue, FailureType, FailureMessage string
-	Count                                          int64
-	// Current marks the latest death, the message's own.
-	Current bool
-}
-
-// viewTimeline is a message's deaths, oldest first: the earlier deaths
-// of its history, then the current one.
-func viewTimeline(m store.Message) []deathEvent {
-	var hist []struct {
-		FailedAt        string  `json:"failed_at"`
-		Reason          string  `json:"reason"`
-		DeathCount      int64   `json:"death_count"`
-		DeadLetterQueue string  `json:"dead_letter_queue"`
-		FailureType     *string `json:"failure_type"`
-		FailureMessage  *string `json:"failure_message"`
-	}
-	_ = json.Unmarshal(m.DeathHistory, &hist)
-	out := make([]deathEvent, 0, len(hist)+1)
-	for _, h := range hist {
-		out = append(out, deathEvent{At: h.FailedAt, Reason: h.Reason, Queue: h.DeadLetterQueue, Count: h.DeathCount,
-			FailureType: deref(h.FailureType), FailureMessage: deref(h.FailureMessage)})
-	}
-	cur := deathEvent{At: fmtTime(m.FailedAt), Reason: m.Reason, Queue: m.DeadLetterQueue, Count: m.DeathCount, Current: true}
-	if f := viewFailure(m.Failure); f != nil {
-		cur.FailureType, cur.FailureMessage = f.Type, f.Message
-	}
-	return append(out, cur)
-}
-
-// xDeath is one entry of a message's x_death (its JSON form in the API).
-type xDeath struct {
-	Queue       string    `json:"queue"`
-	Reason      string    `json:"reason"`
-	Exchange    string    `json:"exchange"`
-	RoutingKeys []string  `json:"routing_keys"`
-	Count       int64     `json:"count"`
-	Time        time.Time `json:"time"`
-}
-
-// viewDeaths is the parsed x-death header, which the layer fills in
-// (most recent first).
-func viewDeaths(m store.Message) []xDeath {
-	var deaths []xDeath
-	_ = json.Unmarshal(m.XDeath, &deaths)
-	return deaths
 }
 
 func deref(s *string) string {

@@ -1,16 +1,21 @@
 package console
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -40,7 +45,29 @@ func TestViewBody(t *testing.T) {
 
 	deep := `[` + strings.Repeat(`[1,`, 2000) + `1` + strings.Repeat(`]`, 2000) + `]`
 	v = viewBody(b(deep), 0, "")
-	require.Equal(t, "text", v.Kind, "JSON whose formatting would pass the cap is shown as it is")
+	require.Equal(t, "json", v.Kind, "JSON whose formatting passes the cap is formatted up to it")
+	require.True(t, v.Truncated())
+	require.LessOrEqual(t, len(v.Text), bodyTextCap)
+
+	// A large JSON body (1.9 MiB) shows its beginning formatted, cut
+	// inside a string value without breaking: no error, no split rune.
+	var large strings.Builder
+	large.WriteString(`{"items":[`)
+	for i := 0; large.Len() < 1900<<10; i++ {
+		if i > 0 {
+			large.WriteByte(',')
+		}
+		large.WriteString(`{"id":` + strconv.Itoa(i) + `,"note":"crème brûlée ` + strings.Repeat("x", i%50) + `","tags":[],"meta":{}}`)
+	}
+	large.WriteString(`]}`)
+	v = viewBody(b(large.String()), 0, "")
+	require.Equal(t, "json", v.Kind)
+	require.True(t, v.Truncated())
+	require.LessOrEqual(t, len(v.Text), bodyTextCap)
+	require.Greater(t, len(v.Text), bodyTextCap-100, "formatted up to the cap")
+	require.True(t, strings.HasPrefix(v.Text, "{\n  \"items\": [\n    {\n      \"id\": 0,\n      \"note\": \"crème brûlée \",\n      \"tags\": [],\n      \"meta\": {}\n    },"), v.Text[:200])
+	require.True(t, utf8.ValidString(v.Text))
+	require.EqualValues(t, len(large.String()), v.Size)
 
 	big := strings.Repeat("é", bodyTextCap) // two bytes each
 	v = viewBody(b(big), 0, "")
@@ -78,18 +105,55 @@ func TestViewFields(t *testing.T) {
 	require.Nil(t, viewFields(nil))
 }
 
+// TestViewTimeline: each death is taken hop by hop from x-death (the
+// queue the message died in, never dlq's own queue), an earlier death
+// from death_history (with its own hops when recorded, else in the
+// message's source queue), replays and the edit beside them, oldest
+// first.
 func TestViewTimeline(t *testing.T) {
 	t.Parallel()
-	m := store.Message{FailedAt: time.Date(2024, 5, 2, 0, 0, 0, 0, time.UTC), Reason: "rejected", DeadLetterQueue: "dlq", DeathCount: 1,
-		Failure:      json.RawMessage(`{"type":"E","message":"now"}`),
-		DeathHistory: json.RawMessage(`[{"failed_at":"2024-05-01T00:00:00Z","reason":"expired","death_count":3,"dead_letter_queue":"dlq","failure_type":"E","failure_message":"then"}]`)}
-	tl := viewTimeline(m)
-	require.Len(t, tl, 2)
-	require.Equal(t, "expired", tl[0].Reason)
-	require.Equal(t, "then", tl[0].FailureMessage)
-	require.False(t, tl[0].Current)
-	require.True(t, tl[1].Current)
-	require.Equal(t, "now", tl[1].FailureMessage)
+	day := func(d int) time.Time { return time.Date(2024, 5, d, 0, 0, 0, 0, time.UTC) }
+	m := store.Message{ID: 7, SourceQueue: "orders", FailedAt: day(4), Reason: "rejected", DeadLetterQueue: "dlq", DeathCount: 1,
+		Failure: json.RawMessage(`{"type":"E","message":"now"}`),
+		// The current death: rejected 3 times in orders.retry's consumer, then expired in orders.
+		XDeath: json.RawMessage(`[{"queue":"orders","reason":"expired","count":1,"exchange":"","routing_keys":["orders"],"time":"2024-05-04T00:00:00Z"},
+			{"queue":"orders.work","reason":"rejected","count":3,"exchange":"app","routing_keys":["o"],"time":"2024-05-03T12:00:00Z"}]`),
+		DeathHistory: json.RawMessage(`[{"failed_at":"2024-05-01T00:00:00Z","reason":"expired","death_count":3,"dead_letter_queue":"dlq","failure_type":"E","failure_message":"then"},
+			{"failed_at":"2024-05-02T00:00:00Z","reason":"rejected","death_count":1,"dead_letter_queue":"dlq","failure_type":"E","failure_message":"again",
+			 "x_death":[{"queue":"orders.work","reason":"rejected","count":1,"time":"2024-05-02T00:00:00Z"}]}]`),
+		Edited: &store.MessageEdit{TaskID: 12, EditedAt: day(5), EditedBy: "alice"}}
+	replays := []ops.MessageReplay{
+		{Task: replay.Task{ID: 12, CreatedAt: day(5)}, Outcome: "published"},
+		{Task: replay.Task{ID: 9, CreatedAt: day(3)}, Outcome: "published"},
+		{Task: replay.Task{ID: 8, CreatedAt: day(1).Add(time.Hour)}, Outcome: "published"},
+	}
+	tl := viewTimeline(m, replays)
+	type row struct{ kind, queue, reason, msg string }
+	var got []row
+	for _, e := range tl {
+		r := row{kind: e.Kind, queue: e.Queue, reason: e.Reason, msg: e.FailureMessage}
+		if e.Replay != nil {
+			r.queue = strconv.FormatInt(e.Replay.Task.ID, 10)
+		}
+		got = append(got, r)
+	}
+	require.Equal(t, []row{
+		{"death", "orders", "expired", "then"}, // recorded without hops: the source queue
+		{"replay", "8", "", ""},
+		{"death", "orders.work", "rejected", "again"},
+		{"replay", "9", "", ""},
+		{"death", "orders.work", "rejected", ""}, // the older hop of the current death
+		{"death", "orders", "expired", "now"},    // the hop that brought it to dlq
+		{"edit", "", "", ""},                     // task 12 is the edit, not a replay row
+	}, got)
+	require.EqualValues(t, 3, tl[4].Count, "x-death's count of the hop")
+	require.True(t, tl[5].Latest)
+	require.False(t, tl[2].Latest)
+
+	// Without x-death, the latest death is one row in the source queue.
+	plain := viewTimeline(store.Message{SourceQueue: "billing", Reason: "rejected", DeadLetterQueue: "dlq", FailedAt: day(1)}, nil)
+	require.Len(t, plain, 1)
+	require.Equal(t, "billing", plain[0].Queue)
 }
 
 func TestArrivalsChart(t *testing.T) {
@@ -162,4 +226,42 @@ func TestViewDeaths(t *testing.T) {
 	require.Len(t, d, 1)
 	require.Equal(t, xDeath{Queue: "orders", Reason: "rejected", RoutingKeys: []string{"orders"}, Count: 3, Time: time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)}, d[0])
 	require.Empty(t, viewDeaths(store.Message{}))
+}
+
+// FuzzPrettyJSON: on JSON text, prettyJSON writes what json.Indent
+// writes, however it is spaced; on anything, its output never passes the
+// cap, stays valid UTF-8 when the input was, and covers a prefix of it.
+func FuzzPrettyJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2,{}],"b":"x\"y","c":null}`, `[ ]`, `{"k": {"n": -1.5e3, "t": true}}`, `{"é":"ü"}`, `{"a":`, `[1,2`, `]`, `{1}`, "\"s\"", ` [ [ ] , { } ] `} {
+		f.Add([]byte(s), 64)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, maxOut int) {
+		maxOut = 1 + abs(maxOut)%4096
+		out, n, ok := prettyJSON(in, maxOut)
+		if n < 0 || n > len(in) {
+			t.Fatalf("consumed %d of %d bytes", n, len(in))
+		}
+		if len(out) > maxOut {
+			t.Fatalf("output of %d bytes passes the cap %d", len(out), maxOut)
+		}
+		if utf8.Valid(in) && !utf8.ValidString(out) {
+			t.Fatalf("valid UTF-8 %q became %q", in, out)
+		}
+		if json.Valid(in) && n == len(in) {
+			var want bytes.Buffer
+			if err := json.Indent(&want, bytes.TrimSpace(in), "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			if !ok || out != want.String() {
+				t.Fatalf("prettyJSON(%q) = %q, json.Indent: %q", in, out, want.String())
+			}
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

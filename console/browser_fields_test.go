@@ -88,7 +88,7 @@ func TestBrowserFieldFilters(t *testing.T) {
 	// load, and nothing else may appear.
 	for _, c := range []struct{ path, typed, says string }{
 		{"/ui/messages?source_queue=orders&field=order..id%3D1", "order..id=1", "empty path segment"},
-		{"/ui/messages?field=order.id%3D42", "order.id=42", "add source_queue"},
+		{"/ui/messages?field=order.id%3D42", "order.id=42", "add Source queue"},
 	} {
 		ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
 		resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(b.srv.URL+c.path))

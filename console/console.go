@@ -135,6 +135,7 @@ func (c *Console) routes() {
 	m.Handle("GET /ui/messages/{id}", c.page(c.handleMessage))
 	m.Handle("GET /ui/messages/{id}/body", c.page(c.handleBody))
 	m.Handle("GET /ui/groups", c.page(c.handleGroups))
+	m.Handle("GET /ui/groups/{key}", c.page(c.handleGroup))
 	m.Handle("GET /ui/replays", c.page(c.handleReplays))
 	m.Handle("GET /ui/replays/{id}", c.page(c.handleReplay))
 	m.Handle("GET /ui/jobs", c.page(c.handleJobs))

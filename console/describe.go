@@ -146,18 +146,6 @@ func filterConditions(f store.Filter) []string {
 	return out
 }
 
-// groupTitle is how a failure group is named: its failure and pattern.
-func groupTitle(g store.Group) string {
-	t := g.FailureType
-	if t == "" {
-		t = g.Reason
-	}
-	if g.Pattern != "" {
-		t += ": " + short(g.Pattern, 80)
-	}
-	return t
-}
-
 // taskSelection is what a replay task was asked to replay.
 func taskSelection(t replay.Task, groups map[string]*store.Group) ops.SelectionView {
 	sel := ops.SelectionView{IDs: t.Request.IDs, Filter: t.Request.Filter, Limit: t.Request.Limit}

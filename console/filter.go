@@ -74,10 +74,22 @@ func (f filterForm) Fields() [][2]string {
 // Empty reports whether no field is set.
 func (f filterForm) Empty() bool { return len(f.values("")) == 0 }
 
+// SearchesEveryStatus reports whether the form is a search (q or a body
+// field) with no status chosen: the console then lists every status, so
+// that a replayed message carrying an order id is found too (the API's
+// listing keeps its documented default, pending).
+func (f filterForm) SearchesEveryStatus() bool {
+	return f.Status == "" && (f.Q != "" || len(f.FieldFilters) > 0)
+}
+
 // filter turns the form into a store filter; an error names the field.
 // Times are RFC 3339, or a datetime-local input's value read as UTC.
 func (f filterForm) filter() (store.Filter, error) {
-	sf := store.Filter{Status: f.Status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group, Query: f.Q,
+	status := f.Status
+	if f.SearchesEveryStatus() {
+		status = "all"
+	}
+	sf := store.Filter{Status: status, SourceQueue: f.SourceQueue, Reason: f.Reason, Category: f.Category, Group: f.Group, Query: f.Q,
 		Fields: f.FieldFilters}
 	var err error
 	if sf.FailedAfter, err = parseTime("failed_after", f.FailedAfter); err != nil {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"time"
 
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/ops"
@@ -15,6 +16,7 @@ import (
 type Ops interface {
 	ListMessages(ctx context.Context, c ops.Caller, r ops.ListRequest) (ops.MessagePage, error)
 	GetMessage(ctx context.Context, c ops.Caller, id int64) (store.Message, error)
+	MessageReplays(ctx context.Context, c ops.Caller, id int64, firstFailed time.Time) ([]ops.MessageReplay, bool, error)
 	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 	Delete(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 	StartReplay(ctx context.Context, c ops.Caller, r ops.ReplayRequest) (replay.Task, error)
@@ -23,6 +25,7 @@ type Ops interface {
 	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	Groups(ctx context.Context, c ops.Caller, q store.GroupQuery) ([]store.Group, error)
 	Group(ctx context.Context, c ops.Caller, id string) (store.Group, error)
+	LastGroupReplay(ctx context.Context, c ops.Caller, id string) (replay.Task, bool, error)
 	Status(ctx context.Context, c ops.Caller) (ops.StatusView, error)
 	Arrivals(ctx context.Context, c ops.Caller) (store.HourlyArrivals, error)
 	Audit(ctx context.Context, c ops.Caller, q ops.AuditRequest) (ops.AuditPage, error)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -32,6 +33,8 @@ type overviewData struct {
 type queueRow struct {
 	store.QueueStats
 	Chart chartView
+	// Firing: an alert on this queue is firing.
+	Firing bool
 }
 
 // handleOverview: per queue counts from the summary, the oldest pending
@@ -50,18 +53,22 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := overviewData{At: st.At}
-	for _, q := range st.Queues {
-		d.Queues = append(d.Queues, queueRow{QueueStats: q, Chart: arrivalsChart(arr.Queues[q.SourceQueue], arr.Since)})
-	}
+	firing := map[string]bool{}
 	if av, err := c.cfg.Ops.Alerts(ctx, caller); err != nil {
 		_, d.AlertsErr = failure(err)
 	} else {
 		for _, a := range av.Alerts {
 			if a.State == alerts.PhaseFiring {
 				d.Alerts = append(d.Alerts, a)
+				firing[a.SourceQueue] = true
 			}
 		}
 	}
+	for _, q := range st.Queues {
+		d.Queues = append(d.Queues, queueRow{QueueStats: q, Chart: arrivalsChart(arr.Queues[q.SourceQueue], arr.Since),
+			Firing: firing[q.SourceQueue]})
+	}
+	sortQueues(d.Queues)
 	if tasks, err := c.cfg.Ops.ListReplays(ctx, caller, 50); err != nil {
 		_, d.ReplaysErr = failure(err)
 	} else {
@@ -78,148 +85,25 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "overview", sessionFrom(ctx), "Overview", d)
 }
 
-// pageSize is the messages page's size.
+// sortQueues puts the queues in trouble first: those with a firing
+// alert, then by pending messages, most first, then by name.
+func sortQueues(qs []queueRow) {
+	slices.SortStableFunc(qs, func(a, b queueRow) int {
+		switch {
+		case a.Firing != b.Firing:
+			if a.Firing {
+				return -1
+			}
+			return 1
+		case a.Counts.Pending != b.Counts.Pending:
+			return cmp.Compare(b.Counts.Pending, a.Counts.Pending)
+		}
+		return strings.Compare(a.SourceQueue, b.SourceQueue)
+	})
+}
+
+// pageSize is the audit page's size.
 const pageSize = 50
-
-// messagesData is the messages page.
-type messagesData struct {
-	Form     filterForm
-	Messages []store.Message
-	// Count is what the filter matches: exact (Exact) when the summary
-	// or group counters answer it or the listing ended, else a lower
-	// bound ("more than Count").
-	Count int64
-	Exact bool
-	// Seen is how many messages the pages before this one showed.
-	Seen     int64
-	NextURL  string
-	FirstURL string
-	// Back is this page's address, for the actions to return to.
-	Back   string
-	Queues []string
-	// Failed: the filter was refused (the flash says why); nothing is
-	// listed or counted.
-	Failed bool
-	// TextIncomplete: q's words were looked for while more messages were
-	// waiting for the text index than a search reads one by one, so older
-	// matches among them are missing (ops.MessagePage.TextIncomplete).
-	TextIncomplete bool
-}
-
-// handleMessages lists messages newest first, a keyset page at a time.
-func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
-	ctx, caller := r.Context(), c.caller(r)
-	q := r.URL.Query()
-	form := readFilterForm(q, "")
-	f, err := form.filter()
-	if err != nil {
-		c.renderFilterFailure(w, r, form, "read the filter", err)
-		return
-	}
-	seen, err := formInt(q, "seen", 0, 0, 1<<53)
-	if err != nil {
-		c.renderFailure(w, r, "read the page", err)
-		return
-	}
-	page, err := c.cfg.Ops.ListMessages(ctx, caller, ops.ListRequest{Filter: f, Limit: pageSize, Cursor: q.Get("cursor")})
-	if err != nil {
-		c.renderFilterFailure(w, r, form, "list messages", err)
-		return
-	}
-	d := messagesData{Form: form, Messages: page.Messages, Seen: seen, Back: r.URL.RequestURI()}
-	d.FirstURL = "/ui/messages?" + form.values("").Encode()
-	if page.HasMore && page.NextCursor != nil {
-		v := form.values("")
-		v.Set("cursor", *page.NextCursor)
-		v.Set("seen", strconv.FormatInt(seen+int64(len(page.Messages)), 10))
-		d.NextURL = "/ui/messages?" + v.Encode()
-	}
-	st, err := c.cfg.Ops.Status(ctx, caller)
-	if err != nil {
-		c.renderFailure(w, r, "read the queue summary", err)
-		return
-	}
-	for _, qs := range st.Queues {
-		d.Queues = append(d.Queues, qs.SourceQueue)
-	}
-	d.Count, d.Exact = c.count(r, f, st, page, seen)
-	// A count of a listing that may miss matches is a lower bound.
-	d.TextIncomplete = page.TextIncomplete
-	d.Exact = d.Exact && !page.TextIncomplete
-	c.render(w, r, http.StatusOK, "messages", sessionFrom(ctx), "Messages", d)
-}
-
-// renderFilterFailure answers a filter the layer refused (an invalid
-// field path, a field filter nothing bounds, a bad time) with the
-// messages page itself: the filter bar as typed, so it can be corrected,
-// and the layer's message in the flash. Other failures get the error
-// page.
-func (c *Console) renderFilterFailure(w http.ResponseWriter, r *http.Request, form filterForm, what string, err error) {
-	status, msg := failure(err)
-	if status != http.StatusBadRequest && status != http.StatusForbidden {
-		c.renderFailure(w, r, what, err)
-		return
-	}
-	s := sessionFrom(r.Context())
-	v := c.newView(s, "messages", "Messages", messagesData{Form: form, Failed: true, Back: r.URL.RequestURI()})
-	v.Flash = &flash{Error: true, Text: msg}
-	c.renderView(w, r, status, "messages", "layout", v)
-}
-
-// count is what the filter matches, without counting dead_messages: from
-// the summary (status and queue only), from the group's counters (a group
-// and status only), or exact when the listing ended on this page; else a
-// lower bound, the messages seen so far.
-func (c *Console) count(r *http.Request, f store.Filter, st ops.StatusView, page ops.MessagePage, seen int64) (int64, bool) {
-	statuses, err := f.Statuses()
-	listed := seen + int64(len(page.Messages))
-	if err != nil {
-		return listed, false
-	}
-	if !page.HasMore {
-		return listed, true
-	}
-	sum := func(cn store.Counts) int64 {
-		var n int64
-		for _, s := range store.Statuses {
-			if statuses == nil || slices.Contains(statuses, s) {
-				n += countOf(cn, s)
-			}
-		}
-		return n
-	}
-	plain := f.CountersAnswer()
-	switch {
-	case plain && f.Group == "":
-		var n int64
-		for _, q := range st.Queues {
-			if f.SourceQueue == "" || f.SourceQueue == q.SourceQueue {
-				n += sum(q.Counts)
-			}
-		}
-		return n, true
-	case plain && f.Group != "":
-		g, err := c.cfg.Ops.Group(r.Context(), c.caller(r), f.Group)
-		if err == nil && (f.SourceQueue == "" || f.SourceQueue == g.SourceQueue) {
-			return sum(g.Counts), true
-		}
-	}
-	return listed, false
-}
-
-func countOf(c store.Counts, status string) int64 {
-	switch status {
-	case store.StatusPending:
-		return c.Pending
-	case store.StatusReplaying:
-		return c.Replaying
-	case store.StatusReplayed:
-		return c.Replayed
-	case store.StatusAcknowledged:
-		return c.Acknowledged
-	}
-	return 0
-}
 
 // messageData is the message page.
 type messageData struct {
@@ -228,19 +112,21 @@ type messageData struct {
 	Properties []field
 	Headers    []field
 	Failure    *failureView
-	Timeline   []deathEvent
-	Deaths     []deathRow
-	Back       string
-}
-
-// deathRow is one x-death entry, formatted.
-type deathRow struct {
-	Queue, Reason, Exchange, RoutingKeys, Time string
-	Count                                      int64
+	Timeline   []timelineEvent
+	// Deaths is the x-death header as it is, most recent first.
+	Deaths []xDeath
+	// ReplaysErr says why the replays are not on the timeline; Partial
+	// that older ones may be missing from it.
+	ReplaysErr     string
+	ReplaysPartial bool
+	// Edited: the message has a copy out (or on its way), so it has left
+	// (or is leaving) the pending set: no replay or edit is offered.
+	Edited bool
+	Back   string
 }
 
 // handleMessage shows one message: body, headers with their AMQP types,
-// properties, failure, death timeline and replay history.
+// properties, failure, and its timeline: deaths, replays and edits.
 func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	id, m, ok := c.pathMessage(w, r)
 	if !ok {
@@ -252,11 +138,17 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	_ = jsonUnmarshal(m.Properties, &props)
 	d := messageData{M: m, Body: viewBody(m.Body, m.BodySize, props.ContentEncoding),
 		Properties: viewFields(m.Properties), Headers: viewFields(m.Headers), Failure: viewFailure(m.Failure),
-		Timeline: viewTimeline(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
-	for _, x := range viewDeaths(m) {
-		d.Deaths = append(d.Deaths, deathRow{Queue: x.Queue, Reason: x.Reason, Exchange: x.Exchange,
-			RoutingKeys: strings.Join(x.RoutingKeys, ", "), Time: fmtTime(x.Time), Count: x.Count})
+		Deaths: viewDeaths(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10),
+		Edited: m.Edited != nil && m.Edited.State != store.EditFailed}
+	replays, complete, err := c.cfg.Ops.MessageReplays(r.Context(), c.caller(r), id, m.FirstFailedAt)
+	if err != nil {
+		_, d.ReplaysErr = failure(err)
+		if d.ReplaysErr == "" {
+			d.ReplaysErr = c.internal(r, "read the replays of the message", err)
+		}
 	}
+	d.ReplaysPartial = !complete && err == nil
+	d.Timeline = viewTimeline(m, replays)
 	c.render(w, r, http.StatusOK, "message", sessionFrom(r.Context()), "Message "+strconv.FormatInt(id, 10), d)
 }
 
@@ -304,19 +196,19 @@ func (c *Console) pathMessage(w http.ResponseWriter, r *http.Request) (int64, st
 
 // groupsData is the failure groups page.
 type groupsData struct {
-	Groups      []store.Group
-	SourceQueue string
-	Status      string
-	Queues      []string
+	Groups                        []store.Group
+	SourceQueue, Status, Category string
+	Queues                        []string
 }
 
 // handleGroups lists failure groups, largest first, from their counters.
 func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
 	ctx, caller := r.Context(), c.caller(r)
 	q := r.URL.Query()
-	d := groupsData{SourceQueue: strings.TrimSpace(q.Get("source_queue")), Status: strings.TrimSpace(q.Get("status"))}
+	d := groupsData{SourceQueue: strings.TrimSpace(q.Get("source_queue")), Status: strings.TrimSpace(q.Get("status")),
+		Category: strings.TrimSpace(q.Get("category"))}
 	var err error
-	if d.Groups, err = c.cfg.Ops.Groups(ctx, caller, store.GroupQuery{SourceQueue: d.SourceQueue, Status: d.Status, Limit: 50}); err != nil {
+	if d.Groups, err = c.cfg.Ops.Groups(ctx, caller, store.GroupQuery{SourceQueue: d.SourceQueue, Status: d.Status, Category: d.Category, Limit: 50}); err != nil {
 		c.renderFailure(w, r, "list failure groups", err)
 		return
 	}

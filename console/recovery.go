@@ -1,10 +1,12 @@
 package console
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -138,44 +140,95 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 // editData is the edit form and, after a preview, the copy it would send.
 type editData struct {
 	M store.Message
-	// Body is the new body as typed (text) or as base64 (binary).
+	// Body is the new body as typed (text, JSON formatted) or as base64
+	// (binary).
 	Body       string
 	Binary     bool
 	SetHeaders string
 	Remove     string
 	Force      bool
-	Preview    *ops.EditResult
-	Back       string
+	// DropFailure drops the message's failure headers (FailureHeaders)
+	// from the copy: on by default.
+	DropFailure    bool
+	FailureHeaders []string
+	Preview        *ops.EditResult
+	// BodyDiff and HeadersDiff compare the copy with the original, line
+	// by line (JSON formatted).
+	BodyDiff, HeadersDiff []diffLine
+	Back                  string
 }
 
 // handleEditForm shows the edit form of a pending message, its body as
-// text when it is text, else as base64.
+// text when it is text (JSON formatted), else as base64.
 func (c *Console) handleEditForm(w http.ResponseWriter, r *http.Request) {
 	id, m, ok := c.pathMessage(w, r)
 	if !ok {
 		return
 	}
-	d := editData{M: m, Back: "/ui/messages/" + strconv.FormatInt(id, 10), SetHeaders: "{}"}
+	d := editData{M: m, Back: "/ui/messages/" + strconv.FormatInt(id, 10), SetHeaders: "{}", DropFailure: true,
+		FailureHeaders: ops.FailureDetailHeaders(m.Headers)}
 	if m.Body != nil {
 		d.Body, d.Binary = editableBody(*m.Body)
 	}
 	c.render(w, r, http.StatusOK, "edit", sessionFrom(r.Context()), "Edit and replay message "+strconv.FormatInt(id, 10), d)
 }
 
-// editableBody is a body as the form shows it: text when it is UTF-8
-// without control characters other than white space, else base64.
+// editableBody is a body as the form shows it: formatted JSON when it is
+// JSON, text when it is UTF-8 without control characters other than white
+// space, else base64.
 func editableBody(b []byte) (string, bool) {
 	s := string(b)
 	if strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsFunc(s, func(r rune) bool {
 		return r < 0x20 && r != '\n' && r != '\r' && r != '\t'
 	}) {
+		if pretty, ok := indentJSON(b); ok {
+			return pretty, false
+		}
 		return s, false
 	}
 	return base64.StdEncoding.EncodeToString(b), true
 }
 
+// indentJSON formats a JSON text two spaces a level; ok is false for
+// anything else.
+func indentJSON(b []byte) (string, bool) {
+	if !looksJSON(b) || !json.Valid(b) {
+		return "", false
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, bytes.TrimSpace(b), "", "  ") != nil {
+		return "", false
+	}
+	return out.String(), true
+}
+
+// editedBody is the body to send for the text typed into the form: nil
+// when it is the original's (the same text, or the same JSON however it
+// is spaced), so that only the headers change; the typed JSON compacted
+// when the original was compact (one line), so that an edit changes
+// values, not the layout the application sent; else the text as typed.
+func editedBody(original []byte, typed string) *string {
+	if typed == string(original) {
+		return nil
+	}
+	if json.Valid(original) && json.Valid([]byte(typed)) {
+		var a, b bytes.Buffer
+		if json.Compact(&a, original) == nil && json.Compact(&b, []byte(typed)) == nil {
+			if a.String() == b.String() {
+				return nil
+			}
+			if !bytes.ContainsRune(bytes.TrimSpace(original), '\n') {
+				s := b.String()
+				return &s
+			}
+		}
+	}
+	return &typed
+}
+
 // handleEdit previews (the form's preview button: a dry run showing
-// exactly what would be sent) or sends the corrected copy.
+// exactly what would be sent, and how it differs from the original) or
+// sends the corrected copy.
 func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.pathID(w, r)
 	if !ok {
@@ -183,11 +236,23 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 	}
 	f := r.PostForm
 	d := editData{Body: f.Get("body"), Binary: f.Get("binary") == "1", SetHeaders: strings.TrimSpace(f.Get("set_headers")),
-		Remove: f.Get("remove_headers"), Force: f.Get("force") == "1", Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
+		Remove: f.Get("remove_headers"), Force: f.Get("force") == "1", DropFailure: f.Get("drop_failure") == "1",
+		Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
 	req := ops.EditRequest{Force: d.Force, DryRun: f.Get("send") != "1"}
-	if d.Binary {
+	caller := c.caller(r)
+	m, err := c.cfg.Ops.GetMessage(r.Context(), caller, id)
+	if err != nil {
+		c.renderFailure(w, r, "read the message", err)
+		return
+	}
+	d.M = m
+	d.FailureHeaders = ops.FailureDetailHeaders(m.Headers)
+	switch {
+	case d.Binary:
 		req.BodyBase64 = &d.Body
-	} else {
+	case m.Body != nil:
+		req.Body = editedBody(*m.Body, d.Body) // nil: the body was left as it was, change headers only
+	default:
 		req.Body = &d.Body
 	}
 	if d.SetHeaders != "" && d.SetHeaders != "{}" {
@@ -198,15 +263,12 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 			req.RemoveHeaders = append(req.RemoveHeaders, h)
 		}
 	}
-	caller := c.caller(r)
-	m, err := c.cfg.Ops.GetMessage(r.Context(), caller, id)
-	if err != nil {
-		c.renderFailure(w, r, "read the message", err)
-		return
-	}
-	d.M = m
-	if m.Body != nil && !d.Binary && d.Body == string(*m.Body) {
-		req.Body = nil // the body was left as it was: change headers only
+	if d.DropFailure {
+		for _, h := range d.FailureHeaders {
+			if !slices.Contains(req.RemoveHeaders, h) {
+				req.RemoveHeaders = append(req.RemoveHeaders, h)
+			}
+		}
 	}
 	res, err := c.cfg.Ops.EditReplay(r.Context(), caller, id, req)
 	if err != nil {
@@ -222,6 +284,14 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.DryRun {
 		d.Preview = &res
+		if m.Body != nil {
+			old, _ := editableBody(*m.Body)
+			cp, _ := editableBody(res.Copy.Body)
+			d.BodyDiff = lineDiff(old, cp)
+		}
+		oldH, _ := indentJSON(m.Headers)
+		newH, _ := indentJSON(res.Copy.Headers)
+		d.HeadersDiff = lineDiff(oldH, newH)
 		c.render(w, r, http.StatusOK, "edit", sessionFrom(r.Context()), "Edit and replay message "+strconv.FormatInt(id, 10), d)
 		return
 	}

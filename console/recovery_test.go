@@ -55,28 +55,43 @@ func TestApprovalsPage(t *testing.T) {
 	require.Equal(t, store.StatusPending, st[later[0]], "a message that arrived after the request is not included")
 }
 
-// The edit page: the form shows the body; a preview shows exactly the copy
-// and changes nothing; an invalid edit comes back with the problem; the
-// copy is sent on confirmation and the message page then links to it.
+// The edit page: the form shows the body formatted; a preview shows
+// exactly the copy, as a diff against the original, and changes nothing;
+// the failure headers are dropped unless the operator keeps them; an
+// invalid edit comes back with the problem; the copy is sent on
+// confirmation, compact as the original was, and the original then links
+// to it and offers no replay or edit again.
 func TestEditPage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ids := b.seed(t, msg{queue: "orders", body: []byte(`{"sku":"A"}`), headers: `{"tenant":"t1"}`})
+	ids := b.seed(t, msg{queue: "orders", body: []byte(`{"sku":"A","qty":1}`),
+		headers: `{"tenant":"t1","x-exception-message":"sku A is discontinued","x-exception-stacktrace":"at Orders.Handle"}`})
 	id := strconv.FormatInt(ids[0], 10)
 	op := b.signIn(t, tokOp)
 	r := op.get(t, "/ui/messages/"+id)
 	require.Contains(t, r.text, `data-test="action-edit"`)
+	require.Contains(t, r.text, `data-test="action-replay"`)
 	r = op.get(t, "/ui/messages/"+id+"/edit")
 	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
-	require.Contains(t, r.text, `{&#34;sku&#34;:&#34;A&#34;}`)
+	require.Contains(t, r.text, "{\n  &#34;sku&#34;: &#34;A&#34;,\n  &#34;qty&#34;: 1\n}", "the body formatted")
+	require.Contains(t, r.text, `data-test="drop-failure" checked`, "failure headers dropped by default")
+	require.Contains(t, r.text, "<code>x-exception-message</code>, <code>x-exception-stacktrace</code>")
 
-	form := url.Values{"binary": {"0"}, "body": {`{"sku":"B"}`}, "set_headers": {`{"x-fixed-by":"ops"}`}, "send": {"0"}}
+	form := url.Values{"binary": {"0"}, "body": {"{\n  \"sku\": \"B\",\n  \"qty\": 1\n}"}, "set_headers": {`{"x-fixed-by":"ops"}`},
+		"drop_failure": {"1"}, "send": {"0"}}
 	r = op.act(t, "/ui/messages/"+id+"/edit", form)
 	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
 	require.Contains(t, r.text, "What would be sent")
-	require.Contains(t, r.text, `{&#34;sku&#34;:&#34;B&#34;}`)
+	require.Contains(t, r.text, `<del>  &#34;sku&#34;: &#34;A&#34;,</del><ins>  &#34;sku&#34;: &#34;B&#34;,</ins>`, "the body's diff")
+	require.Contains(t, r.text, `{&#34;sku&#34;:&#34;B&#34;,&#34;qty&#34;:1}`, "sent compact, as the original was")
+	require.Contains(t, r.text, `<del>  &#34;x-exception-message&#34;: &#34;sku A is discontinued&#34;,</del>`, "the failure headers dropped")
+	require.Contains(t, r.text, `<ins>  &#34;x-fixed-by&#34;: &#34;ops&#34;</ins>`)
 	require.Contains(t, r.text, "x-dlq-edited-from")
 	require.Equal(t, store.StatusPending, b.statuses(t, ids)[ids[0]], "a preview changes nothing")
+	keep := url.Values{"binary": {"0"}, "body": {`{"sku":"A","qty":1}`}, "send": {"0"}, "set_headers": {`{"x-fixed-by":"ops"}`}}
+	r = op.act(t, "/ui/messages/"+id+"/edit", keep)
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.NotContains(t, r.text, `<del>  &#34;x-exception-message&#34;`, "unticked: the failure headers are kept")
 
 	bad := url.Values{"binary": {"0"}, "body": {`{"sku":}`}, "send": {"0"}}
 	r = op.act(t, "/ui/messages/"+id+"/edit", bad)
@@ -94,12 +109,17 @@ func TestEditPage(t *testing.T) {
 	require.Contains(t, op.follow(t, r).text, "corrected copy")
 	r = op.get(t, "/ui/messages/"+id)
 	require.Contains(t, r.text, "Edited by ops")
+	require.NotContains(t, r.text, `data-test="action-replay"`, "the original of an edit offers no replay")
+	require.NotContains(t, r.text, `data-test="action-edit"`)
+	require.Contains(t, r.text, `data-test="action-ack"`)
+	require.Contains(t, r.text, `data-test="edit-event"`, "the edit is on the timeline")
 	r = op.act(t, "/ui/messages/"+id+"/edit", form)
 	require.Equal(t, http.StatusConflict, r.StatusCode, "one edit at a time: %s", r.text)
 
 	viewer := b.signIn(t, tokViewer)
 	r = viewer.get(t, "/ui/messages/"+id)
 	require.NotContains(t, r.text, `data-test="action-edit"`)
+	require.NotContains(t, r.text, `data-test="action-replay"`)
 	r = viewer.act(t, "/ui/messages/"+id+"/edit", form)
 	require.Equal(t, http.StatusForbidden, r.StatusCode)
 }

@@ -23,7 +23,7 @@ type pages struct {
 // pageFiles are the page templates under templates/, each parsed with
 // layout.html and partials.html.
 var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm",
-	"groups", "replays", "replay", "jobs", "audit", "approvals", "edit"}
+	"groups", "group", "replays", "replay", "jobs", "audit", "approvals", "edit"}
 
 func parsePages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials.html")
@@ -58,6 +58,28 @@ type view struct {
 	// Approvals is how many requests wait for a decision the viewer may
 	// give (the navigation's count); -1 when not known.
 	Approvals int
+	// RefreshURL is where the page's auto-refresh fetches it again (its
+	// own address; "" for a page that is not refreshed, such as the answer
+	// to a POST), and Live whether auto-refresh starts on ("on") or waits
+	// to be turned on ("off").
+	RefreshURL, Live string
+}
+
+// liveDefault says which pages refresh themselves (static/app.js every
+// refreshSeconds) and whether that starts on: the pages one watches.
+var liveDefault = map[string]string{
+	"overview": "on", "replays": "on", "approvals": "on", "jobs": "on",
+	"messages": "off", "groups": "off", "group": "off",
+}
+
+// refreshHeader marks the auto-refresh's own requests: they are answered
+// with the page's content alone (template "fragment"), which the script
+// swaps into the page's [data-refresh] containers.
+const refreshHeader = "X-DLQ-Refresh"
+
+// isRefresh reports whether r is an auto-refresh of a page.
+func isRefresh(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.Header.Get(refreshHeader) == "1"
 }
 
 // can says which controls to show: what ops.Authorize allows the
@@ -88,7 +110,11 @@ func (c *Console) newView(s *session, page, title string, data any) view {
 // render writes a whole page. The page is rendered into a buffer first,
 // so a template error becomes a clean 500, not half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, s *session, title string, data any) {
-	c.renderView(w, r, status, page, "layout", c.newView(s, page, title, data))
+	v := c.newView(s, page, title, data)
+	if live := liveDefault[page]; live != "" && r.Method == http.MethodGet && status == http.StatusOK {
+		v.Live, v.RefreshURL = live, r.URL.RequestURI()
+	}
+	c.renderView(w, r, status, page, "layout", v)
 }
 
 // renderFragment writes one named template of a page with data, for htmx
@@ -111,6 +137,9 @@ func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int,
 
 func (c *Console) execute(w http.ResponseWriter, r *http.Request, status int, page, name string, data any) {
 	t := c.pages.byName[page]
+	if name == "layout" && isRefresh(r) {
+		name = "fragment"
+	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
 		c.log.Error("console: render page", "page", page, "error", err, "request_id", c.cfg.RequestID(r.Context()))
@@ -160,8 +189,9 @@ func failure(err error) (int, string) {
 }
 
 var funcs = template.FuncMap{
-	"when":           fmtTime,
+	"when":           func(t time.Time) template.HTML { return whenHTML(t, time.Now()) },
 	"whenp":          fmtTimePtr,
+	"plural":         pluralAny,
 	"ago":            ago,
 	"age":            func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
 	"num":            num,
@@ -175,9 +205,26 @@ var funcs = template.FuncMap{
 	"short":          short,
 	"failureOf":      viewFailure,
 	"approvalResult": readApprovalResult,
-	"row": func(v view, t taskView) rowData {
-		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel}
+	"defaultRate":    func() int { return defaultReplayRate },
+	"now":            func() time.Time { return time.Now() },
+	"groupForm": func(v view, id, back string) groupFormData {
+		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back}
 	},
+	"groupTitle": groupTitle,
+	"row": func(v view, t taskView) rowData {
+		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel, Poll: v.RefreshURL == ""}
+	},
+}
+
+// defaultReplayRate is the rate every replay form starts with (messages
+// per second): a service just back on its feet is not flooded by default.
+const defaultReplayRate = 50
+
+// groupFormData is what a group's replay and acknowledge form needs.
+type groupFormData struct {
+	ID, CSRF string
+	Can      can
+	Back     string
 }
 
 // rowData is one replay row: the task and what its cancel form needs.
@@ -185,6 +232,9 @@ type rowData struct {
 	T         taskView
 	CSRF      string
 	CanCancel bool
+	// Poll: the row of a running task polls itself (htmx), on a page the
+	// auto-refresh does not refresh (the answer to a POST).
+	Poll bool
 }
 
 // short cuts s to at most n runes, marking the cut.
@@ -196,18 +246,79 @@ func short(s string, n int) string {
 	return string(r[:n]) + "…"
 }
 
-func fmtTimePtr(t *time.Time) string {
+func fmtTimePtr(t *time.Time) template.HTML {
 	if t == nil {
 		return "–"
 	}
-	return fmtTime(*t)
+	return whenHTML(*t, time.Now())
 }
+
+// timeLayout is the one format of every time the console shows, in UTC.
+const timeLayout = "2006-01-02 15:04:05 UTC"
 
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "–"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
+	return t.UTC().Format(timeLayout)
+}
+
+// whenHTML is a time as every page shows it: absolute in UTC, in a
+// <time> element, with how long ago (or how soon) beside it.
+func whenHTML(t, now time.Time) template.HTML {
+	if t.IsZero() {
+		return "–"
+	}
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) + `</time> <span class="ago">(` +
+		relative(t, now) + `)</span>`)
+}
+
+// relative says how long ago t was, or how soon it is, in its largest
+// unit: "just now", "45 s ago", "5 min ago", "3 h ago", "2 days ago",
+// "in 20 h".
+func relative(t, now time.Time) string {
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < 5*time.Second:
+		return "just now"
+	case d < time.Minute:
+		s = strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		s = strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		s = strconv.Itoa(int(d/time.Hour)) + " h"
+	default:
+		s = plural(int64(d/(24*time.Hour)), "day", "days")
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+// plural is n with the word's singular or plural form ("1 message",
+// "2 messages"), n written with thousands separators.
+func plural(n int64, one, many string) string {
+	if n == 1 || n == -1 {
+		return num(n) + " " + one
+	}
+	return num(n) + " " + many
+}
+
+// pluralAny is plural for a template, whose numbers are int or int64.
+func pluralAny(n any, one, many string) string {
+	switch v := n.(type) {
+	case int:
+		return plural(int64(v), one, many)
+	case int64:
+		return plural(v, one, many)
+	}
+	return fmt.Sprint(n) + " " + many
 }
 
 func ago(t time.Time) string {

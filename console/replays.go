@@ -112,7 +112,7 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	tv := c.viewTasks(r, t)[0]
 	v := c.newView(sessionFrom(r.Context()), "replays", "Replay "+strconv.FormatInt(id, 10), nil)
 	if r.Header.Get("HX-Request") == "true" && r.URL.Query().Get("part") != "detail" {
-		c.renderFragment(w, r, "replays", "replay-row", rowData{T: tv, CSRF: v.CSRF, CanCancel: v.Can.Cancel})
+		c.renderFragment(w, r, "replays", "replay-row", rowData{T: tv, CSRF: v.CSRF, CanCancel: v.Can.Cancel, Poll: true})
 		return
 	}
 	d := replayData{T: tv, CSRF: v.CSRF, CanCancel: v.Can.Cancel}

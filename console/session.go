@@ -135,7 +135,7 @@ func (c *Console) withSession(w http.ResponseWriter, r *http.Request, next http.
 func (c *Console) page(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.withSession(w, r, c.withFlash(next), func() {
-			if r.Header.Get("HX-Request") == "true" {
+			if r.Header.Get("HX-Request") == "true" || isRefresh(r) {
 				// A poll whose session ended: static/app.js sees the 401
 				// and goes to the sign-in form.
 				c.renderError(w, r, nil, http.StatusUnauthorized, "Signed out.")

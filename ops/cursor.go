@@ -6,6 +6,9 @@ import (
 	"errors"
 	"hash/crc32"
 	"hash/fnv"
+	"time"
+
+	"github.com/dlq/dlq/store"
 )
 
 // A cursor is opaque to clients: base64url of
@@ -63,4 +66,49 @@ func queryHash(q string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(q))
 	return h.Sum32()
+}
+
+// A sorted listing's cursor (store.ListOptions.Sort other than newest
+// first) carries its whole sort key: base64url of
+//
+//	version 2 (1 byte) | id (8) | failed_at, µs since 1970 (8) | queue length (2) | queue | query hash (4) | CRC-32 (4)
+//
+// bound like the others to its query, which includes the sort.
+const sortCursorVersion = 2
+
+func encodeSortCursor(k store.SortKey, query string) string {
+	b := make([]byte, 0, 1+8+8+2+len(k.Queue)+4+4)
+	b = append(b, sortCursorVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(k.ID))
+	b = binary.BigEndian.AppendUint64(b, uint64(k.FailedAt.UnixMicro()))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(k.Queue)))
+	b = append(b, k.Queue...)
+	b = binary.BigEndian.AppendUint32(b, queryHash(query))
+	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeSortCursor(s, query string) (store.SortKey, error) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	const fixed = 1 + 8 + 8 + 2 + 4 + 4
+	if err != nil || len(b) < fixed || b[0] != sortCursorVersion || len(s) > 1024 {
+		return store.SortKey{}, errBadCursor
+	}
+	n := len(b) - 4
+	if crc32.ChecksumIEEE(b[:n]) != binary.BigEndian.Uint32(b[n:]) {
+		return store.SortKey{}, errBadCursor
+	}
+	qlen := int(binary.BigEndian.Uint16(b[17:19]))
+	if 19+qlen+8 != len(b) || binary.BigEndian.Uint32(b[19+qlen:]) != queryHash(query) {
+		return store.SortKey{}, errBadCursor
+	}
+	k := store.SortKey{
+		ID:       int64(binary.BigEndian.Uint64(b[1:9])),
+		FailedAt: time.UnixMicro(int64(binary.BigEndian.Uint64(b[9:17]))).UTC(),
+		Queue:    string(b[19 : 19+qlen]),
+	}
+	if k.ID <= 0 {
+		return store.SortKey{}, errBadCursor
+	}
+	return k, nil
 }

@@ -335,3 +335,23 @@ func jsonPosition(body []byte, err error) string {
 	}
 	return fmt.Sprintf("%v at line %d, column %d (byte %d)", se, line, col, off)
 }
+
+// FailureDetailHeaders names the headers of a stored header table (the
+// message JSON's typed form) that describe its failure in a framework's
+// convention (broker.IsFailureDetailHeader), sorted: what an edit drops
+// by default, so that the corrected copy does not carry a stale
+// exception into its next attempt.
+func FailureDetailHeaders(headers json.RawMessage) []string {
+	h, err := broker.DecodeHeadersJSON(headers)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for k := range h {
+		if broker.IsFailureDetailHeader(k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

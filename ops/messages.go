@@ -26,6 +26,13 @@ type ListRequest struct {
 	// Total adds how many messages the filter selects (all pages), exact
 	// or estimated (store.CountMessages).
 	Total bool
+	// Sort is the order (store.SortNewest, SortFailed, SortQueue): the
+	// web console's sorted listings. Optional; default newest first.
+	Sort string
+	// BodyPrefix returns the first BodyPrefix bytes of each body, for a
+	// caller that may see bodies (none for one that may not): where a
+	// search matched. Optional.
+	BodyPrefix int
 }
 
 // MessagePage is one page of a listing, newest first. Its JSON form is
@@ -75,11 +82,26 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if r.IncludeBody && !p.Bodies {
 		return MessagePage{}, forbidden("include_body: token %s may not see message bodies", p.Name)
 	}
-	opt := store.ListOptions{Limit: limit, IncludeBody: r.IncludeBody, NoBodySearch: !p.Bodies}
+	if !store.ValidSort(r.Sort) {
+		return MessagePage{}, invalid("sort: %q must be %q (latest death first) or %q (by source queue), or empty (newest first)",
+			r.Sort, store.SortFailed, store.SortQueue)
+	}
+	opt := store.ListOptions{Limit: limit, IncludeBody: r.IncludeBody, NoBodySearch: !p.Bodies, Sort: r.Sort}
+	if r.BodyPrefix > 0 && !r.IncludeBody && p.Bodies {
+		opt.IncludeBody, opt.BodyPrefix = true, r.BodyPrefix
+	}
 	key := canonical(f)
+	if r.Sort != store.SortNewest {
+		key += "\x00sort=" + r.Sort
+	}
 	if r.Cursor != "" {
 		var err error
-		if opt.Before, err = decodeCursor(r.Cursor, key); err != nil {
+		if r.Sort != store.SortNewest {
+			opt.After, err = decodeSortCursor(r.Cursor, key)
+		} else {
+			opt.Before, err = decodeCursor(r.Cursor, key)
+		}
+		if err != nil {
 			return MessagePage{}, invalid("cursor: %v", err)
 		}
 	}
@@ -96,10 +118,18 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 		out.Messages = []store.Message{}
 	}
 	for i := range out.Messages {
-		s.present(p, &out.Messages[i])
+		m := &out.Messages[i]
+		s.present(p, m)
+		if opt.BodyPrefix > 0 && m.Body != nil && len(*m.Body) > opt.BodyPrefix {
+			b := (*m.Body)[:opt.BodyPrefix] // a sealed body is opened whole
+			m.Body = &b
+		}
 	}
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
+		if r.Sort != store.SortNewest {
+			next = encodeSortCursor(page.Last, key)
+		}
 		out.NextCursor = &next
 	}
 	if r.Total {

@@ -20,6 +20,8 @@ type deathEntry struct {
 	DeadLetterQueue string  `json:"dead_letter_queue"`
 	FailureType     *string `json:"failure_type"`
 	FailureMessage  *string `json:"failure_message"`
+	// XDeath is the replaced death's hops; compared apart (JSONEq).
+	XDeath json.RawMessage `json:"x_death"`
 }
 
 // TestDeathHistory: each time a replayed message dies again, the death it
@@ -34,6 +36,7 @@ func TestDeathHistory(t *testing.T) {
 	first := msg("orders", "payload", 70)
 	first.FailureType, first.FailureMessage = "TimeoutError", "took too long"
 	first.FailedAt = time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.FixedZone("CET", 3600))
+	first.XDeath = json.RawMessage(`[{"queue":"orders","reason":"rejected","count":2,"exchange":"","routing_keys":["orders"],"time":"2026-01-02T02:04:00Z"}]`)
 	ingest(t, st, first)
 	var id int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
@@ -63,6 +66,8 @@ func TestDeathHistory(t *testing.T) {
 	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
 	h := history()
 	require.Len(t, h, 1)
+	require.JSONEq(t, string(first.XDeath), string(h[0].XDeath), "the replaced death keeps its hops")
+	h[0].XDeath = nil
 	require.Equal(t, deathEntry{
 		FailedAt: "2026-01-02T02:04:05.123456Z", Reason: "rejected", DeathCount: 1, DeadLetterQueue: "dlq",
 		FailureType: strp("TimeoutError"), FailureMessage: strp("took too long"),

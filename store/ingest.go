@@ -441,13 +441,17 @@ const DeathHistoryMax = 50
 // replaced ($16 is DeathHistoryMax): the old one with the replaced death
 // appended, oldest dropped beyond the bound. In an UPDATE's SET list the
 // columns still hold the row's old values, which is the death to keep.
-// failed_at is written in UTC, as the API writes times.
+// failed_at is written in UTC, as the API writes times. x_death keeps the
+// replaced death's hops (the queues it died in, with their reasons and
+// counts): null for a row stored before ingest wrote the column, whose
+// hops are then not known.
 const appendDeathHistory = `(
     SELECT jsonb_agg(h.e ORDER BY h.i)
     FROM jsonb_array_elements(coalesce(death_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'failed_at', to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'reason', reason, 'death_count', death_count, 'dead_letter_queue', dead_letter_queue,
-        'failure_type', failure_type, 'failure_message', left(failure_message, 1000)
+        'failure_type', failure_type, 'failure_message', left(failure_message, 1000),
+        'x_death', x_death
     ))) WITH ORDINALITY AS h(e, i)
     WHERE h.i > jsonb_array_length(coalesce(death_history, '[]'::jsonb)) + 1 - $16)`
 

@@ -149,9 +149,18 @@ type ListOptions struct {
 	Before int64
 	// IncludeBody reads bodies too.
 	IncludeBody bool
+	// BodyPrefix, with IncludeBody, reads only the first BodyPrefix bytes
+	// of each body (a sealed body is read whole: it opens only whole, and
+	// the caller cuts it): enough to show where a search matched.
+	BodyPrefix int
 	// NoBodySearch keeps q away from bodies, for callers not allowed to see
 	// them (a search would otherwise reveal what a body contains).
 	NoBodySearch bool
+	// Sort is the order: SortNewest (by id, the default), SortFailed or
+	// SortQueue (list_sort.go). After continues a sorted listing (Before
+	// is for the default order).
+	Sort  string
+	After SortKey
 }
 
 // List limits.
@@ -167,6 +176,9 @@ type MessagePage struct {
 	// next page starts (ListOptions.Before).
 	HasMore bool
 	LastID  int64
+	// Last is where the next page of a sorted listing starts
+	// (ListOptions.After).
+	Last SortKey
 	// TextIncomplete says q's words were looked for in the text index and
 	// the newest TextTailMax rows waiting for it, and more rows than that
 	// were waiting (textindex.go): an older match may be missing until
@@ -182,10 +194,19 @@ type MessagePage struct {
 // (group_id, status, id), whatever its depth.
 func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (MessagePage, error) {
 	page := MessagePage{Messages: make([]Message, 0, min(cmp.Or(opt.Limit, ListLimitDefault), 64))}
-	more, last, err := s.EachMessage(ctx, f, opt, func(m Message) error {
+	collect := func(m Message) error {
 		page.Messages = append(page.Messages, m)
 		return nil
-	})
+	}
+	if opt.Sort != SortNewest {
+		more, last, err := s.eachSortedPage(ctx, f, opt, collect)
+		if err != nil {
+			return MessagePage{}, err
+		}
+		page.HasMore, page.LastID, page.Last = more, last.ID, last
+		return page, nil
+	}
+	more, last, err := s.EachMessage(ctx, f, opt, collect)
 	if err != nil {
 		return MessagePage{}, err
 	}
@@ -227,10 +248,7 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 	if f, err = s.withIndex(ctx, f); err != nil {
 		return false, 0, err
 	}
-	cols := messageColumns
-	if opt.IncludeBody {
-		cols += ", m.body"
-	}
+	cols := listColumns(opt)
 	var (
 		args  sqlArgs
 		query string
@@ -328,6 +346,18 @@ WHERE k.status <> 'replaying' AND k.search_hashes && $1::bigint[] LIMIT `+strcon
 		last = 0
 	}
 	return more, last, nil
+}
+
+// listColumns are the columns a listing reads: the body, or its
+// beginning, when asked for.
+func listColumns(opt ListOptions) string {
+	switch {
+	case !opt.IncludeBody:
+		return messageColumns
+	case opt.BodyPrefix > 0:
+		return messageColumns + ", CASE WHEN m.enc_key_id IS NULL THEN substring(m.body FROM 1 FOR " + strconv.Itoa(opt.BodyPrefix) + ") ELSE m.body END"
+	}
+	return messageColumns + ", m.body"
 }
 
 // splitListIDs renders the ids of one page of a listing (no q) that wants

@@ -1,47 +1,166 @@
 // dlq console: small conveniences on top of plain forms. Everything works
 // without it; the Content-Security-Policy allows no other script.
 "use strict";
-document.addEventListener("DOMContentLoaded", function () {
-  // "Select every message on this page" ticks the rows' boxes.
-  document.querySelectorAll("input[data-select-page]").forEach(function (all) {
-    all.addEventListener("change", function () {
-      all.form.querySelectorAll('input[name="id"]').forEach(function (box) { box.checked = all.checked; });
-    });
+(function () {
+  // The number of rows ticked, or "all N matching", in the sticky bulk
+  // bar of a form with row boxes.
+  function countSelected(form) {
+    var out = form.querySelector('[data-test="selected-count"]');
+    if (!out) { return; }
+    var all = form.querySelector('input[data-test="select-all-matching"]');
+    if (all && all.checked) {
+      out.textContent = "All " + (all.getAttribute("data-count") || "") + " matching selected";
+      return;
+    }
+    var n = form.querySelectorAll('input[name="id"]:checked').length;
+    out.textContent = n + " selected";
+  }
+
+  // Delegated handlers: they keep working on rows an auto-refresh swapped in.
+  document.addEventListener("change", function (e) {
+    var t = e.target;
+    if (!(t instanceof HTMLInputElement) || !t.form) { return; }
+    if (t.hasAttribute("data-select-page")) {
+      // "Select every message on this page" ticks the rows' boxes.
+      t.form.querySelectorAll('input[name="id"]').forEach(function (box) { box.checked = t.checked; });
+    }
+    if (t.getAttribute("data-test") === "select-all-matching") {
+      // "All matching this filter" stands for every row, so the row boxes
+      // are greyed out while it is ticked (the server ignores them then).
+      t.form.querySelectorAll('input[name="id"], input[data-select-page]').forEach(function (box) { box.disabled = t.checked; });
+    }
+    countSelected(t.form);
   });
-  // "All matching this filter" stands for every row, so the row boxes
-  // are greyed out while it is ticked (the server ignores them then).
-  document.querySelectorAll('input[data-test="select-all-matching"]').forEach(function (all) {
-    all.addEventListener("change", function () {
-      all.form.querySelectorAll('input[name="id"], input[data-select-page]').forEach(function (box) { box.disabled = all.checked; });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("form").forEach(countSelected);
+    // The page size and the sort apply as soon as they are chosen.
+    document.querySelectorAll("select[data-autosubmit]").forEach(function (s) {
+      s.addEventListener("change", function () { s.form.requestSubmit(); });
     });
+    // Body field filters: "Add" appends an empty row (a copy of one),
+    // "Remove" takes its row away (the last one is only emptied, to copy
+    // from). Empty rows are left out of the address when the form is sent.
+    document.querySelectorAll("[data-field-filters]").forEach(function (box) {
+      box.addEventListener("click", function (e) {
+        var b = e.target.closest("button");
+        if (!b) { return; }
+        var rows = box.querySelectorAll(".field-filter");
+        if (b.hasAttribute("data-add-field")) {
+          var row = rows[rows.length - 1].cloneNode(true);
+          row.querySelector("input").value = "";
+          box.insertBefore(row, b);
+          row.querySelector("input").focus();
+        } else if (b.hasAttribute("data-remove-field")) {
+          var mine = b.closest(".field-filter");
+          if (rows.length > 1) { mine.remove(); } else { mine.querySelector("input").value = ""; }
+        }
+      });
+      box.closest("form").addEventListener("submit", function () {
+        box.querySelectorAll('input[name="field"]').forEach(function (i) { i.disabled = i.value.trim() === ""; });
+      });
+      // Back to this page from the browser's cache: the rows are editable again.
+      window.addEventListener("pageshow", function () {
+        box.querySelectorAll('input[name="field"]').forEach(function (i) { i.disabled = false; });
+      });
+    });
+    autoRefresh();
   });
-  // Body field filters: "Add" appends an empty row (a copy of one),
-  // "Remove" takes its row away (the last one is only emptied, to copy
-  // from). Empty rows are left out of the address when the form is sent.
-  document.querySelectorAll("[data-field-filters]").forEach(function (box) {
-    box.addEventListener("click", function (e) {
-      var b = e.target.closest("button");
-      if (!b) { return; }
-      var rows = box.querySelectorAll(".field-filter");
-      if (b.hasAttribute("data-add-field")) {
-        var row = rows[rows.length - 1].cloneNode(true);
-        row.querySelector("input").value = "";
-        box.insertBefore(row, b);
-        row.querySelector("input").focus();
-      } else if (b.hasAttribute("data-remove-field")) {
-        var mine = b.closest(".field-filter");
-        if (rows.length > 1) { mine.remove(); } else { mine.querySelector("input").value = ""; }
+
+  // Auto-refresh. A page the server marks with data-refresh-url is fetched
+  // again every 5 seconds with the header X-DLQ-Refresh: 1, which answers
+  // its content alone, and each of its [data-refresh] elements is replaced
+  // by the one with the same id: no reload, one small request per 5 s at
+  // most (the next waits for the last to end). Nothing is replaced while
+  // the user types, has a form field focused or rows selected, or while
+  // the tab is hidden; the pause button stops it, per page, for the tab.
+  var period = 5000;
+  function autoRefresh() {
+    var body = document.body;
+    var url = body.getAttribute("data-refresh-url");
+    var button = document.querySelector('[data-test="auto-refresh"]');
+    var label = document.querySelector('[data-test="updated-ago"]');
+    if (!url || !button || !label) { return; }
+    var key = "dlq-auto-refresh:" + location.pathname;
+    var saved = null;
+    try { saved = sessionStorage.getItem(key); } catch (e) { /* storage off: the default holds */ }
+    var on = saved ? saved === "on" : body.getAttribute("data-live") === "on";
+    var last = Date.now(), busy = false, typed = 0, problem = "";
+
+    function blocked() {
+      if (document.hidden) { return "while this tab is hidden"; }
+      if (Date.now() - typed < 3000) { return "while you type"; }
+      var a = document.activeElement;
+      if (a && a !== button && a.matches("input, select, textarea, button, summary, [contenteditable]")) {
+        return "while a field has focus";
       }
+      if (document.querySelector('input[name="id"]:checked, input[data-test="select-all-matching"]:checked')) {
+        return "while rows are selected";
+      }
+      return "";
+    }
+    function show() {
+      button.textContent = on ? "Pause auto-refresh" : "Resume auto-refresh";
+      button.setAttribute("data-state", on ? "on" : "off");
+      var secs = Math.round((Date.now() - last) / 1000);
+      var text = "Updated " + (secs < 1 ? "just now" : secs + " s ago");
+      if (problem) {
+        text += " · " + problem;
+      } else if (!on) {
+        text += " · auto-refresh off";
+      } else {
+        var why = blocked();
+        if (why) { text += " · paused " + why; }
+      }
+      label.textContent = text;
+    }
+    function refresh() {
+      busy = true;
+      fetch(url, { headers: { "X-DLQ-Refresh": "1" }, credentials: "same-origin", cache: "no-store" })
+        .then(function (r) {
+          if (r.status === 401) { window.location.assign("/ui/"); throw new Error("signed out"); }
+          if (!r.ok) { throw new Error("HTTP " + r.status); }
+          return r.text();
+        })
+        .then(function (html) {
+          // The user may have started something while it was on its way.
+          if (blocked()) { return; }
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
+            var fresh = doc.getElementById(el.id);
+            if (!fresh) { return; }
+            var node = document.importNode(fresh, true);
+            el.replaceWith(node);
+            if (window.htmx) { window.htmx.process(node); }
+          });
+          document.querySelectorAll("form").forEach(countSelected);
+          problem = "";
+        })
+        .catch(function (e) {
+          problem = "could not refresh (" + e.message + "); trying again";
+        })
+        .finally(function () {
+          last = Date.now();
+          busy = false;
+          show();
+        });
+    }
+    button.hidden = false;
+    button.addEventListener("click", function () {
+      on = !on;
+      try { sessionStorage.setItem(key, on ? "on" : "off"); } catch (e) { /* storage off */ }
+      show();
     });
-    box.closest("form").addEventListener("submit", function () {
-      box.querySelectorAll('input[name="field"]').forEach(function (i) { i.disabled = i.value.trim() === ""; });
+    document.addEventListener("keydown", function (e) {
+      if (e.target !== button) { typed = Date.now(); }
     });
-    // Back to this page from the browser's cache: the rows are editable again.
-    window.addEventListener("pageshow", function () {
-      box.querySelectorAll('input[name="field"]').forEach(function (i) { i.disabled = false; });
-    });
-  });
-});
+    setInterval(function () {
+      if (on && !busy && Date.now() - last >= period && !blocked()) { refresh(); }
+      show();
+    }, 1000);
+    show();
+  }
+})();
 // A session that ended while a page polled: go to the sign-in form.
 document.addEventListener("htmx:responseError", function (e) {
   if (e.detail.xhr && e.detail.xhr.status === 401) { window.location.assign("/ui/"); }

@@ -90,12 +90,21 @@ type consoleSession struct {
 // get fetches path; wire leaves a gzipped answer compressed, as it
 // travels to a browser.
 func (s consoleSession) get(ctx context.Context, path string, wire bool) ([]byte, error) {
+	return s.fetch(ctx, path, wire, false)
+}
+
+// fetch is get; refresh asks as the page's auto-refresh does (its
+// content alone, every 5 s while the page is open).
+func (s consoleSession) fetch(ctx context.Context, path string, wire, refresh bool) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	if wire {
 		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	if refresh {
+		req.Header.Set("X-DLQ-Refresh", "1")
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -191,9 +200,9 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 		return nil, 0, errors.New("the messages page listed no message")
 	}
 
-	measure := func(name string, limit time.Duration, path func(i int) string) error {
+	measure := func(name string, limit time.Duration, path func(i int) string, refresh bool) error {
 		for i := range 10 {
-			if _, err := s.get(ctx, path(i), true); err != nil {
+			if _, err := s.fetch(ctx, path(i), true, refresh); err != nil {
 				return err
 			}
 		}
@@ -201,7 +210,7 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 		size := 0
 		for i := range o.iterations {
 			t := time.Now()
-			b, err := s.get(ctx, path(i+10), true)
+			b, err := s.fetch(ctx, path(i+10), true, refresh)
 			if err != nil {
 				return err
 			}
@@ -224,22 +233,33 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 		return nil
 	}
 	static := func(p string) func(int) string { return func(int) string { return p } }
+	group := "/ui/groups/" + store.FormatGroupID(gid)
 	pages := []struct {
-		name  string
-		limit time.Duration
-		path  func(int) string
+		name    string
+		limit   time.Duration
+		path    func(int) string
+		refresh bool
 	}{
-		{"overview", consoleOverviewP99, static("/ui/")},
-		{"messages (pending)", consolePageP99, static("/ui/messages")},
-		{"messages (largest queue)", consolePageP99, static("/ui/messages?source_queue=" + url.QueryEscape(bigQueue))},
-		{"messages (group)", consolePageP99, static("/ui/messages?group=" + store.FormatGroupID(gid))},
-		{"messages (all statuses)", consolePageP99, static("/ui/messages?status=all")},
-		{"messages (search: declined by issuer)", consolePageP99, static("/ui/messages?q=" + url.QueryEscape("declined by issuer"))},
-		{"message", consolePageP99, func(i int) string { return "/ui/messages/" + ids[i%len(ids)] }},
-		{"failure groups", consolePageP99, static("/ui/groups")},
-		{"replays", consolePageP99, static("/ui/replays")},
-		{"jobs and alerts", consolePageP99, static("/ui/jobs")},
-		{"audit", consolePageP99, static("/ui/audit")},
+		{"overview", consoleOverviewP99, static("/ui/"), false},
+		// What an open overview asks every 5 s: its content alone.
+		{"overview (auto-refresh)", consoleOverviewP99, static("/ui/"), true},
+		{"messages (pending)", consolePageP99, static("/ui/messages"), false},
+		{"messages (largest queue)", consolePageP99, static("/ui/messages?source_queue=" + url.QueryEscape(bigQueue)), false},
+		{"messages (group)", consolePageP99, static("/ui/messages?group=" + store.FormatGroupID(gid)), false},
+		{"messages (all statuses)", consolePageP99, static("/ui/messages?status=all"), false},
+		{"messages (500 a page)", consolePageP99, static("/ui/messages?size=500"), false},
+		{"messages (by failed time)", consolePageP99, static("/ui/messages?sort=failed"), false},
+		{"messages (by failed time, all statuses)", consolePageP99, static("/ui/messages?sort=failed&status=all"), false},
+		{"messages (by queue)", consolePageP99, static("/ui/messages?sort=queue"), false},
+		{"messages (search: declined by issuer)", consolePageP99, static("/ui/messages?q=" + url.QueryEscape("declined by issuer")), false},
+		{"message", consolePageP99, func(i int) string { return "/ui/messages/" + ids[i%len(ids)] }, false},
+		{"edit and replay", consolePageP99, func(i int) string { return "/ui/messages/" + ids[i%len(ids)] + "/edit" }, false},
+		{"failure groups", consolePageP99, static("/ui/groups"), false},
+		{"failure group", consolePageP99, static(group), false},
+		{"replays", consolePageP99, static("/ui/replays"), false},
+		{"approvals", consolePageP99, static("/ui/approvals"), false},
+		{"jobs and alerts", consolePageP99, static("/ui/jobs"), false},
+		{"audit", consolePageP99, static("/ui/audit"), false},
 	}
 	skip, err := regexp.Compile(o.skipPages)
 	if err != nil {
@@ -250,7 +270,7 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 			fmt.Printf("%-40s not measured (-skip-pages)\n", p.name)
 			continue
 		}
-		if err := measure(p.name, p.limit, p.path); err != nil {
+		if err := measure(p.name, p.limit, p.path, p.refresh); err != nil {
 			return results, failed, err
 		}
 	}

@@ -1,0 +1,328 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/store"
+)
+
+// pageSizes are the messages page's sizes; the first is the default.
+var pageSizes = []int{50, 100, 500}
+
+// trailMax bounds how many earlier pages Previous can go back to: their
+// cursors travel in the address (a keyset has no way back on its own).
+const trailMax = 20
+
+// listView is how the messages page lists what the filter selects: the
+// page size and the order. Kept in every link of the page, never part of
+// an action's selection.
+type listView struct {
+	Size int
+	// Sort is "" (newest first), "failed" (latest death first) or
+	// "queue" (by source queue).
+	Sort string
+}
+
+func (v listView) set(q url.Values) {
+	if v.Size != pageSizes[0] {
+		q.Set("size", strconv.Itoa(v.Size))
+	}
+	if v.Sort != "" {
+		q.Set("sort", v.Sort)
+	}
+}
+
+// messagesData is the messages page.
+type messagesData struct {
+	Form     filterForm
+	View     listView
+	Sizes    []int
+	Messages []store.Message
+	// Snippets says where a search matched each message, by id.
+	Snippets map[int64]*snippet
+	// Count is what the filter matches: exact (Exact) when the summary
+	// or group counters answer it or the listing ended, else a lower
+	// bound ("more than Count").
+	Count int64
+	Exact bool
+	// Seen is how many messages the pages before this one showed.
+	Seen                       int64
+	NextURL, PrevURL, FirstURL string
+	// Ranges are the quick time ranges ("last hour"), each the filter
+	// with failed_after set.
+	Ranges [][2]string
+	// Back is this page's address, for the actions to return to.
+	Back   string
+	Queues []string
+	// Group is the failure group the filter names, for the heading.
+	Group *store.Group
+	// AllStatuses: a search with no status chosen lists every status;
+	// Resolved counts the replayed and acknowledged messages among the
+	// rows, which the page says.
+	AllStatuses bool
+	Resolved    int
+	// Failed: the filter was refused (the flash says why); nothing is
+	// listed or counted.
+	Failed bool
+	// TextIncomplete: q's words were looked for while more messages were
+	// waiting for the text index than a search reads one by one, so older
+	// matches among them are missing (ops.MessagePage.TextIncomplete).
+	TextIncomplete bool
+}
+
+// handleMessages lists messages a keyset page at a time: newest first, by
+// failed time or by queue, 50, 100 or 500 a page.
+func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
+	ctx, caller := r.Context(), c.caller(r)
+	q := r.URL.Query()
+	form := readFilterForm(q, "")
+	view, err := readListView(q, form)
+	if err != nil {
+		c.renderFilterFailure(w, r, form, "read the page", err)
+		return
+	}
+	f, err := form.filter()
+	if err != nil {
+		c.renderFilterFailure(w, r, form, "read the filter", err)
+		return
+	}
+	seen, err := formInt(q, "seen", 0, 0, 1<<53)
+	if err != nil {
+		c.renderFilterFailure(w, r, form, "read the page", err)
+		return
+	}
+	cursor := q.Get("cursor")
+	req := ops.ListRequest{Filter: f, Limit: view.Size, Cursor: cursor, Sort: view.Sort}
+	if form.Q != "" {
+		req.BodyPrefix = snippetBodyPrefix
+	}
+	page, err := c.cfg.Ops.ListMessages(ctx, caller, req)
+	if err != nil {
+		c.renderFilterFailure(w, r, form, "list messages", err)
+		return
+	}
+	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.SearchesEveryStatus()}
+	d.Messages = page.Messages
+	for i := range d.Messages {
+		m := &d.Messages[i]
+		if form.Q != "" {
+			if d.Snippets == nil {
+				d.Snippets = map[int64]*snippet{}
+			}
+			d.Snippets[m.ID] = findSnippet(*m, form.Q)
+			m.Body = nil // read for the snippet only
+		}
+		if m.Status == store.StatusReplayed || m.Status == store.StatusAcknowledged {
+			d.Resolved++
+		}
+	}
+	link := func(extra func(url.Values)) string {
+		v := form.values("")
+		view.set(v)
+		if extra != nil {
+			extra(v)
+		}
+		return "/ui/messages?" + v.Encode()
+	}
+	d.FirstURL = link(nil)
+	trail := readTrail(q.Get("trail"))
+	if page.HasMore && page.NextCursor != nil {
+		d.NextURL = link(func(v url.Values) {
+			v.Set("cursor", *page.NextCursor)
+			v.Set("seen", strconv.FormatInt(seen+int64(len(page.Messages)), 10))
+			v.Set("trail", writeTrail(append(slices.Clip(trail), cmpOr(cursor, "-"))))
+		})
+	}
+	if n := len(trail); n > 0 && seen > 0 {
+		d.PrevURL = link(func(v url.Values) {
+			if prev := trail[n-1]; prev != "-" {
+				v.Set("cursor", prev)
+				v.Set("trail", writeTrail(trail[:n-1]))
+			}
+			// Every page before another is full: the one before this
+			// showed view.Size messages.
+			if s := seen - int64(view.Size); s > 0 {
+				v.Set("seen", strconv.FormatInt(s, 10))
+			}
+		})
+	}
+	now := time.Now().UTC()
+	for _, rg := range []struct {
+		label string
+		d     time.Duration
+	}{{"last hour", time.Hour}, {"last 24 h", 24 * time.Hour}, {"last 7 days", 7 * 24 * time.Hour}} {
+		d.Ranges = append(d.Ranges, [2]string{rg.label, link(func(v url.Values) {
+			v.Set("failed_after", now.Add(-rg.d).Format("2006-01-02T15:04"))
+			v.Del("failed_before")
+		})})
+	}
+	st, err := c.cfg.Ops.Status(ctx, caller)
+	if err != nil {
+		c.renderFailure(w, r, "read the queue summary", err)
+		return
+	}
+	for _, qs := range st.Queues {
+		d.Queues = append(d.Queues, qs.SourceQueue)
+	}
+	if f.Group != "" {
+		if g, err := c.cfg.Ops.Group(ctx, caller, f.Group); err == nil {
+			d.Group = &g
+		}
+	}
+	d.Count, d.Exact = c.count(r, f, st, page, seen)
+	// A count of a listing that may miss matches is a lower bound.
+	d.TextIncomplete = page.TextIncomplete
+	d.Exact = d.Exact && !page.TextIncomplete
+	title := "Messages"
+	if d.Group != nil {
+		title = "Messages of " + groupTitle(*d.Group)
+	}
+	c.render(w, r, http.StatusOK, "messages", sessionFrom(ctx), title, d)
+}
+
+// readListView reads the page size and the order; a search lists newest
+// first only.
+func readListView(q url.Values, form filterForm) (listView, error) {
+	v := listView{Size: pageSizes[0], Sort: strings.TrimSpace(q.Get("sort"))}
+	if s := strings.TrimSpace(q.Get("size")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || !slices.Contains(pageSizes, n) {
+			return v, &formError{field: "size", msg: "must be 50, 100 or 500"}
+		}
+		v.Size = n
+	}
+	switch v.Sort {
+	case store.SortNewest, store.SortFailed, store.SortQueue:
+	default:
+		return v, &formError{field: "sort", msg: "must be newest first, failed time or queue"}
+	}
+	if form.Q != "" {
+		v.Sort = store.SortNewest
+	}
+	return v, nil
+}
+
+// readTrail reads the cursors of the pages before this one, oldest first
+// ("-" for the first page).
+func readTrail(s string) []string {
+	if s == "" {
+		return nil
+	}
+	t := strings.Split(s, ".")
+	if len(t) > trailMax {
+		t = t[len(t)-trailMax:]
+	}
+	return t
+}
+
+// writeTrail writes a trail, dropping the oldest cursors past trailMax
+// (Previous then ends there; First page still goes to the start).
+func writeTrail(t []string) string {
+	if len(t) > trailMax {
+		t = t[len(t)-trailMax:]
+	}
+	return strings.Join(t, ".")
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// labels name the filter's fields as the form does, for the errors of a
+// refused filter: the API's parameter names mean nothing on the page.
+var labels = map[string]string{
+	"status": "Status", "source_queue": "Source queue", "reason": "Reason", "category": "Category",
+	"group": "Failure group", "failed_after": "Failed after", "failed_before": "Failed before",
+	"q": "Search", "field": "JSON body field", "fields": "JSON body fields", "size": "Page size", "sort": "Sort",
+	"cursor": "Page", "seen": "Page",
+}
+
+// paramName finds a parameter name where an error names a field: at the
+// start of the text or after a space or "(", and before ":", ",", " (",
+// a quote, " is", " must", " lists", " or" or the end.
+var paramName = regexp.MustCompile(`(^|[\s(])(source_queue|failed_after|failed_before|status|category|group|reason|fields|field|q|size|sort|cursor|seen)(:|,| \(| "| is\b| must\b| lists\b| or\b|$)`)
+
+// labelize rewrites an error about the filter in the form's words.
+func labelize(msg string) string {
+	msg = strings.Replace(msg, "invalid filter: ", "", 1)
+	return paramName.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := paramName.FindStringSubmatch(m)
+		return sub[1] + labels[sub[2]] + sub[3]
+	})
+}
+func (c *Console) renderFilterFailure(w http.ResponseWriter, r *http.Request, form filterForm, what string, err error) {
+	status, msg := failure(err)
+	if status != http.StatusBadRequest && status != http.StatusForbidden {
+		c.renderFailure(w, r, what, err)
+		return
+	}
+	s := sessionFrom(r.Context())
+	v := c.newView(s, "messages", "Messages", messagesData{Form: form, View: listView{Size: pageSizes[0]}, Sizes: pageSizes, Failed: true, Back: r.URL.RequestURI()})
+	v.Flash = &flash{Error: true, Text: labelize(msg)}
+	c.renderView(w, r, status, "messages", "layout", v)
+}
+
+// count is what the filter matches, without counting dead_messages: from
+// the summary (status and queue only), from the group's counters (a group
+// and status only), or exact when the listing ended on this page; else a
+// lower bound, the messages seen so far.
+func (c *Console) count(r *http.Request, f store.Filter, st ops.StatusView, page ops.MessagePage, seen int64) (int64, bool) {
+	statuses, err := f.Statuses()
+	listed := seen + int64(len(page.Messages))
+	if err != nil {
+		return listed, false
+	}
+	if !page.HasMore {
+		return listed, true
+	}
+	sum := func(cn store.Counts) int64 {
+		var n int64
+		for _, s := range store.Statuses {
+			if statuses == nil || slices.Contains(statuses, s) {
+				n += countOf(cn, s)
+			}
+		}
+		return n
+	}
+	plain := f.CountersAnswer()
+	switch {
+	case plain && f.Group == "":
+		var n int64
+		for _, q := range st.Queues {
+			if f.SourceQueue == "" || f.SourceQueue == q.SourceQueue {
+				n += sum(q.Counts)
+			}
+		}
+		return n, true
+	case plain && f.Group != "":
+		g, err := c.cfg.Ops.Group(r.Context(), c.caller(r), f.Group)
+		if err == nil && (f.SourceQueue == "" || f.SourceQueue == g.SourceQueue) {
+			return sum(g.Counts), true
+		}
+	}
+	return listed, false
+}
+
+func countOf(c store.Counts, status string) int64 {
+	switch status {
+	case store.StatusPending:
+		return c.Pending
+	case store.StatusReplaying:
+		return c.Replaying
+	case store.StatusReplayed:
+		return c.Replayed
+	case store.StatusAcknowledged:
+		return c.Acknowledged
+	}
+	return 0
+}
