@@ -56,7 +56,7 @@ func describeSelection(sel ops.SelectionView) selectionWords {
 		switch g := sel.Group; {
 		case g != nil:
 			add("of failure group ", "")
-			add("“"+groupTitle(*g)+"”", w.Href)
+			add("“"+groupFailure(*g)+"”", w.Href)
 			add(" in queue "+g.SourceQueue, "")
 		case f.Group != "":
 			add("of failure group ", "")

@@ -63,6 +63,12 @@ func failedAgain(t replay.Task, lastSeen time.Time) bool {
 
 // groupTitle names a group in words: its failure and its queue.
 func groupTitle(g store.Group) string {
+	return groupFailure(g) + " in " + g.SourceQueue
+}
+
+// groupFailure names a group's failure alone, for sentences that name its queue
+// themselves.
+func groupFailure(g store.Group) string {
 	title := g.FailureType
 	if g.Pattern != "" {
 		if title != "" {
@@ -73,5 +79,5 @@ func groupTitle(g store.Group) string {
 	if title == "" {
 		title = "(no failure text)"
 	}
-	return short(title, 120) + " in " + g.SourceQueue
+	return short(title, 120)
 }
