@@ -43,6 +43,10 @@ type selection struct {
 	Rate, Delay, CanaryCount, CanaryWait int64
 	TargetExchange, TargetRoutingKey     string
 	Force                                bool
+	// OnUnknown is what the task does with a publish whose outcome is
+	// unknown: replay.OnUnknownRetry or replay.OnUnknownHold; empty is the
+	// instance's setting (DLQ_REPLAY_ON_UNKNOWN).
+	OnUnknown string
 	// Back is the page the action came from.
 	Back string
 }
@@ -58,7 +62,12 @@ const (
 func readSelection(v url.Values) (selection, error) {
 	s := selection{Action: v.Get("action"), All: v.Get("all") == "1", Form: readFilterForm(v, "f_"),
 		TargetExchange: strings.TrimSpace(v.Get("target_exchange")), TargetRoutingKey: strings.TrimSpace(v.Get("target_routing_key")),
-		Force: v.Get("force") == "1", Back: safeNext(v.Get("back"))}
+		Force: v.Get("force") == "1", OnUnknown: v.Get("on_unknown"), Back: safeNext(v.Get("back"))}
+	switch s.OnUnknown {
+	case "", replay.OnUnknownRetry, replay.OnUnknownHold:
+	default:
+		return s, &formError{field: "If a publish's outcome is unknown", msg: "choose send it again or hold it"}
+	}
 	switch s.Action {
 	case actReplay, actAcknowledge, actDelete:
 	default:
@@ -121,7 +130,7 @@ func (s selection) values() url.Values {
 			v.Set(k, strconv.FormatInt(n, 10))
 		}
 	}
-	for k, t := range map[string]string{"target_exchange": s.TargetExchange, "target_routing_key": s.TargetRoutingKey} {
+	for k, t := range map[string]string{"target_exchange": s.TargetExchange, "target_routing_key": s.TargetRoutingKey, "on_unknown": s.OnUnknown} {
 		if t != "" {
 			v.Set(k, t)
 		}
@@ -138,7 +147,7 @@ func (s selection) replayRequest(dryRun bool) (ops.ReplayRequest, error) {
 	if err != nil {
 		return ops.ReplayRequest{}, err
 	}
-	req := replay.Request{IDs: s.IDs, Filter: f, Limit: int(s.Limit), RatePerSecond: float64(s.Rate), DelaySeconds: int(s.Delay), DryRun: dryRun, Force: s.Force}
+	req := replay.Request{IDs: s.IDs, Filter: f, Limit: int(s.Limit), RatePerSecond: float64(s.Rate), DelaySeconds: int(s.Delay), DryRun: dryRun, Force: s.Force, OnUnknown: s.OnUnknown}
 	if s.TargetExchange != "" || s.TargetRoutingKey != "" {
 		req.Target = &replay.Target{Exchange: s.TargetExchange, RoutingKey: s.TargetRoutingKey}
 	}

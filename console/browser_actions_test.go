@@ -77,11 +77,15 @@ func TestBrowserReplaySelected(t *testing.T) {
 	for _, id := range chosen {
 		tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"][data-id="`+strconv.FormatInt(id, 10)+`"] [data-test="select"]`)))
 	}
+	// At most one copy: the option travels through the confirmation to the task.
+	tb.do(t, chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-test="on-unknown"]').value = "hold"`))
 	tb.submit(t, `[data-test="bulk-replay"]`)
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main h1`))), "Replay 3 messages?")
 	require.Equal(t, int64(http.StatusOK), tb.submit(t, `[data-test="confirm"]`), "back on the messages page")
 	require.Contains(t, tb.flash(t), "started")
 	require.Equal(t, 1, tb.count(t, `[data-test="flash"] a[href^="/ui/replays/"]`), "the task is a link")
+	tb.submit(t, `[data-test="flash"] a[href^="/ui/replays/"]`)
+	require.Equal(t, []string{"hold it as unknown (at most one copy)"}, tb.texts(t, `[data-test="replay-on-unknown"]`))
 
 	var arrived []int64
 	dlqtest.Eventually(t, 20*time.Second, func() bool {
