@@ -46,7 +46,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: release build services run test test-cluster test-tls fuzz soak clean screenshot \
-	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds \
+	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds bench-ingest-profile \
 	bench-instances bench-upgrade
 
 build:
@@ -173,6 +173,13 @@ bench-replay-rounds: services
 bench-ingest-rounds: services
 	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' \
 		scripts/bench-ingest-rounds.sh
+
+# Where each microsecond of an ingest drain goes: one drain of N dead letters
+# (default 100000) with CPU and allocation profiles, and a table per stage
+# (scripts/bench-profile-stages.py). ARGS: dlq-bench ingest flags, e.g.
+# ARGS='-text-search=false' or ARGS='-encrypt on'.
+bench-ingest-profile: services
+	N='$(N)' scripts/bench-ingest-profile.sh $(ARGS)
 
 # Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
 # measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds
