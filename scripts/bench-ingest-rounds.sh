@@ -96,8 +96,8 @@ python3 scripts/bench-summary.py "$out"
 echo "raw results: $out"
 if [ -n "${BASELINE:-}" ]; then
 	echo
-	"$out/dlq-bench" rounds-verdict -dir "$rd" -threshold "$threshold"
-	status=$?
+	"$out/dlq-bench" rounds-verdict -dir "$rd" -threshold "$threshold" 2>&1 | tee "$out/verdict.txt"
+	status=${PIPESTATUS[0]}
 	[ $status = 0 ] && echo "VERDICT: HEAD is within $threshold% of $BASELINE for every setting" ||
 		echo "VERDICT: ingest regressed against $BASELINE (or runs are missing): exit $status"
 	exit $status

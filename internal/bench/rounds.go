@@ -76,6 +76,8 @@ type comparison struct {
 	// Change is the median over the rounds of (HEAD/raw)/(baseline/raw),
 	// minus 1: -0.12 is HEAD 12% slower than the baseline.
 	Change float64
+	// Changes are the rounds' (HEAD/raw)/(baseline/raw) minus 1, in order.
+	Changes []float64
 	// HeadUs and BaseUs are the medians of the total CPU time per message
 	// (dlq, PostgreSQL, RabbitMQ); UsChange the median over the rounds of
 	// HEAD's over the baseline's, minus 1.
@@ -105,7 +107,7 @@ func compare(setting string, rounds []roundRuns, threshold float64) (comparison,
 	if len(change) == 0 {
 		return c, fmt.Errorf("%s: no round has a raw, a HEAD and a baseline run", setting)
 	}
-	c.Rounds = len(change)
+	c.Rounds, c.Changes = len(change), change
 	c.HeadRatio, c.BaseRatio, c.Change = median(head), median(base), median(change)
 	c.HeadUs, c.BaseUs, c.UsChange = median(headUs), median(baseUs), median(usChange)
 	c.Slower = c.Change < -threshold
@@ -119,12 +121,27 @@ func (c comparison) verdictLine(threshold float64) string {
 	if c.Slower {
 		word = "FAIL"
 	}
-	s := fmt.Sprintf("VERDICT %s %s: HEAD/raw %.2f vs baseline/raw %.2f over %d rounds, median change %+.1f%% (limit -%.0f%%); CPU/msg %.1f vs %.1f µs, %+.1f%%",
-		word, c.Setting, c.HeadRatio, c.BaseRatio, c.Rounds, c.Change*100, threshold*100, c.HeadUs, c.BaseUs, c.UsChange*100)
+	rounds := make([]string, len(c.Changes))
+	for i, x := range c.Changes {
+		rounds[i] = fmt.Sprintf("%+.0f%%", x*100)
+	}
+	s := fmt.Sprintf("VERDICT %s %s: HEAD/raw %.2f vs baseline/raw %.2f over %d rounds, median change %+.1f%% (rounds %s; limit -%.0f%%); CPU/msg %.1f vs %.1f µs, %+.1f%%",
+		word, c.Setting, c.HeadRatio, c.BaseRatio, c.Rounds, c.Change*100, strings.Join(rounds, " "), threshold*100, c.HeadUs, c.BaseUs, c.UsChange*100)
 	if c.Costlier {
 		s += fmt.Sprintf(" (WARNING: CPU per message rose more than %.0f%%)", threshold*100)
 	}
+	if c.noisy(threshold) {
+		s += " (NOISY: rounds on both sides of ±threshold; the median of so few says little: more ROUNDS, a quieter machine, and the CPU per message)"
+	}
 	return s
+}
+
+// noisy reports rounds beyond the threshold on both sides: two builds
+// whose adjacent runs differ that much both ways are measured by the
+// machine's load more than by their code (an A/A run of one build on a
+// loaded machine does this).
+func (c comparison) noisy(threshold float64) bool {
+	return len(c.Changes) > 1 && slices.Min(c.Changes) < -threshold && slices.Max(c.Changes) > threshold
 }
 
 var roundFile = regexp.MustCompile(`^(\d+)-(raw|([\w.]+)-(head|base))\.jsonl$`)

@@ -66,6 +66,22 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("compare = %+v, want a pass", ok)
 	}
 
+	// Rounds on both sides of the threshold: the verdict says it is noise.
+	noisy, err := compare("text", []roundRuns{
+		{Round: 1, Raw: fig(10000, 1), Head: fig(13500, 100), Base: fig(10000, 100)},
+		{Round: 2, Raw: fig(10000, 1), Head: fig(7200, 100), Base: fig(10000, 100)},
+		{Round: 3, Raw: fig(10000, 1), Head: fig(8300, 100), Base: fig(10000, 100)},
+	}, 0.10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := noisy.verdictLine(0.10); !noisy.Slower || !strings.Contains(line, "NOISY") || !strings.Contains(line, "rounds +35% -28% -17%") {
+		t.Fatalf("verdict line %q, want a noisy FAIL with the rounds' changes", line)
+	}
+	if line := c.verdictLine(0.10); strings.Contains(line, "NOISY") {
+		t.Fatalf("verdict line %q: rounds all on one side are not noise", line)
+	}
+
 	if _, err := compare("text", []roundRuns{{Round: 1, Raw: fig(1, 1), Head: fig(1, 1)}}, 0.10); err == nil {
 		t.Fatal("compare without a baseline run: no error")
 	}
