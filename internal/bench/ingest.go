@@ -116,7 +116,7 @@ func Ingest(args []string) error {
 	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"),
 		"PostgreSQL database; each run gets a fresh schema in it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed drain (inproc mode) to this file; runs after the first get -<size>-<run> before the extension")
-	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of each timed drain (inproc mode) to this file, and the allocations before it to <file>.base (compare with go tool pprof -base); names as -cpuprofile")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of each timed drain (inproc mode) to this file, and the allocations before it to <file>.base (compare with go tool pprof -base); names as -cpuprofile; the collection before the first write adds a few ms to the timed drain")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's schema, exchange and queue")
 	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
