@@ -174,12 +174,12 @@ bench-ingest-rounds: services
 	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' \
 		scripts/bench-ingest-rounds.sh
 
-# Where each microsecond of an ingest drain goes: one drain of N dead letters
-# (default 100000) with CPU and allocation profiles, and a table per stage
-# (scripts/bench-profile-stages.py). ARGS: dlq-bench ingest flags, e.g.
-# ARGS='-text-search=false' or ARGS='-encrypt on'.
+# Where each microsecond of an ingest drain goes: RUNS drains (default 3) of N
+# dead letters (default 100000) with CPU and allocation profiles, and a table
+# per stage (scripts/bench-profile-stages.py). ARGS: dlq-bench ingest flags,
+# e.g. ARGS='-text-search=false' or ARGS='-encrypt on'.
 bench-ingest-profile: services
-	N='$(N)' scripts/bench-ingest-profile.sh $(ARGS)
+	N='$(N)' RUNS='$(RUNS)' scripts/bench-ingest-profile.sh $(ARGS)
 
 # Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
 # measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds

@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """Where each microsecond of an ingest drain goes, per stage, from the
 profiles of `dlq-bench ingest -cpuprofile cpu.pprof -memprofile allocs.pprof`
-(scripts/bench-ingest-profile.sh runs both).
+(scripts/bench-ingest-profile.sh runs it and keeps everything in one folder).
 
-    bench-profile-stages.py <dlq-bench binary> <cpu.pprof> [<allocs.pprof>] [-n messages]
+    bench-profile-stages.py <profile folder>
 
+The folder holds the dlq-bench binary, cpu*.pprof and allocs*.pprof (one of
+each per run, as dlq-bench names them: cpu.pprof, cpu-1024-2.pprof, ...),
+allocs*.pprof.base, and result.jsonl (the runs' n, summed to divide by).
 Each sample's stack (`go tool pprof -traces`) goes to the first stage of
 STAGES, in order, that has a frame matching its pattern: the order makes
 the more specific stage win (text search's column is computed inside the
 COPY's row function, the search values inside convert). A stage is a set of
 functions; when consumer/ or store/ingest*.go rename or add functions, add
 them here, or they fall into "other" (the table shows its largest leaves).
-The allocation profile is read with -base <allocs.pprof>.base: the
-allocations of the drain alone, not of the prefill before it.
+Each allocation profile is read with -base <its .base>: the allocations of
+the drain alone, not of the prefill before it.
 """
-import re, subprocess, sys
+import glob, json, os, re, subprocess, sys
 from collections import defaultdict
 
 # (stage, pattern over a frame's function name), first match wins.
@@ -88,47 +91,53 @@ def by_stage(stacks):
     return tot, leaves
 
 
+def summed(binary, profiles, extra):
+    """by_stage over several profiles: each with its own -base when extra
+    asks for one (pprof subtracts only one base)."""
+    tot, leaves = defaultdict(float), defaultdict(lambda: defaultdict(float))
+    for p in profiles:
+        args = [a.replace("{base}", p + ".base") for a in extra]
+        t, l = by_stage(traces(binary, p, args))
+        for k, v in t.items():
+            tot[k] += v
+        for k, d in l.items():
+            for f, v in d.items():
+                leaves[k][f] += v
+    return tot, leaves
+
+
 def main(argv):
-    n = None
-    if "-n" in argv:
-        i = argv.index("-n")
-        n = int(argv[i + 1])
-        argv = argv[:i] + argv[i + 2:]
-    if len(argv) < 2:
+    if len(argv) != 1:
         sys.exit(__doc__)
-    binary, cpu = argv[0], argv[1]
-    allocs = argv[2] if len(argv) > 2 else None
-    cpu_tot, cpu_leaves = by_stage(traces(binary, cpu, []))
+    d = argv[0]
+    binary = os.path.join(d, "dlq-bench")
+    cpus = sorted(glob.glob(os.path.join(d, "cpu*.pprof")))
+    allocs = sorted(glob.glob(os.path.join(d, "allocs*.pprof")))
+    if not cpus:
+        sys.exit(f"no cpu*.pprof in {d}")
+    runs = [json.loads(l) for l in open(os.path.join(d, "result.jsonl")) if l.strip()]
+    n = sum(r["n"] for r in runs)
+    print(f"{len(runs)} drain(s), {n:,} messages in all; CPU per message of the runs (getrusage and /proc, not the profile): "
+          + ", ".join(f"dlq {r['us_per_msg_dlq']:.1f} pg {r['us_per_msg_pg']:.1f} rabbit {r['us_per_msg_rabbit']:.1f} µs" for r in runs))
+    print()
+    cpu_tot, cpu_leaves = summed(binary, cpus, [])
     space = objs = None
     if allocs:
-        base = ["-base", allocs + ".base"]
-        space, _ = by_stage(traces(binary, allocs, ["-sample_index=alloc_space", *base]))
-        objs, _ = by_stage(traces(binary, allocs, ["-sample_index=alloc_objects", *base]))
+        space, _ = summed(binary, allocs, ["-sample_index=alloc_space", "-base", "{base}"])
+        objs, _ = summed(binary, allocs, ["-sample_index=alloc_objects", "-base", "{base}"])
     total = sum(cpu_tot.values())
     names = [s for s, _ in STAGES] + ["other"]
-    head = "| stage | CPU s | share |"
-    sep = "|---|---|---|"
-    if n:
-        head += " µs/msg |"
-        sep += "---|"
-    if space is not None:
-        head += " allocated MB | bytes/msg | objects/msg |" if n else " allocated MB | objects |"
-        sep += "---|---|---|" if n else "---|---|"
-    print(head)
-    print(sep)
-    rows = sorted(names, key=lambda s: -cpu_tot.get(s, 0))
-    for s in rows + ["total"]:
+    print("| stage | CPU s | share | µs/msg |" + (" allocated MB | bytes/msg | objects/msg |" if space else ""))
+    print("|---|---|---|---|" + ("---|---|---|" if space else ""))
+    for s in sorted(names, key=lambda s: -cpu_tot.get(s, 0)) + ["total"]:
         c = total if s == "total" else cpu_tot.get(s, 0)
         if s != "total" and c == 0 and not (space and space.get(s)):
             continue
-        label = f"**{s}**" if s == "total" else s
-        line = f"| {label} | {c:.2f} | {c / total:.0%} |"
-        if n:
-            line += f" {c / n * 1e6:.1f} |"
-        if space is not None:
+        line = f"| {'**total**' if s == 'total' else s} | {c:.2f} | {c / total:.0%} | {c / n * 1e6:.1f} |"
+        if space:
             b = sum(space.values()) if s == "total" else space.get(s, 0)
             o = sum(objs.values()) if s == "total" else objs.get(s, 0)
-            line += f" {b / 1e6:,.0f} | {b / n:,.0f} | {o / n:.0f} |" if n else f" {b / 1e6:,.0f} | {o:,.0f} |"
+            line += f" {b / 1e6:,.0f} | {b / n:,.0f} | {o / n:.0f} |"
         print(line)
     other = sorted(cpu_leaves.get("other", {}).items(), key=lambda kv: -kv[1])[:8]
     if other:
