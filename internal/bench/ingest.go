@@ -82,6 +82,10 @@ type ingestResult struct {
 	// PeakRSSMB is the dlq serve process's VmHWM (process mode only).
 	PeakRSSMB   float64 `json:"peak_rss_mb,omitempty"`
 	PrefillSecs float64 `json:"prefill_secs"`
+	// Load1 is the 1-minute load average as the drain started: above the
+	// core count, other work shares the machine and msgs/s moves with it
+	// (rounds-verdict says so).
+	Load1 float64 `json:"load_avg"`
 	// BatchMs and BatchMsgs are the mean time to write and commit one batch
 	// and its mean size (inproc mode, from dlq's own histograms).
 	BatchMs   float64 `json:"batch_ms,omitempty"`
@@ -428,6 +432,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 			return drainProcess(o, bin, dsn, exchange, queue, suffix, keyEntry, st)
 		}
 	}
+	r.Load1 = loadAvg()
 	c0 := o.cpu.take()
 	start := time.Now()
 	dlqCPU, peak, stop, err := drain()

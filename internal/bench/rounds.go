@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ type runFigures struct {
 	// CPU time per message in microseconds: the measured program (dlq or
 	// bench-limits), PostgreSQL's processes and RabbitMQ's.
 	UsProgram, UsPg, UsRabbit float64
+	// Load1 is the load average as the run started (0: not recorded, as
+	// by bench-limits and older builds).
+	Load1 float64
 }
 
 func (f runFigures) usTotal() float64 { return f.UsProgram + f.UsPg + f.UsRabbit }
@@ -48,6 +52,7 @@ type jsonRun struct {
 	CPUDlq    float64 `json:"cpu_dlq_pct"`
 	CPUPg     float64 `json:"cpu_pg_pct"`
 	CPURabbit float64 `json:"cpu_rabbit_pct"`
+	Load1     float64 `json:"load_avg"`
 }
 
 func (j jsonRun) figures() runFigures {
@@ -56,6 +61,7 @@ func (j jsonRun) figures() runFigures {
 		UsProgram: usPerMsg(j.CPUGo+j.CPUDlq, j.Secs, j.N),
 		UsPg:      usPerMsg(j.CPUPg, j.Secs, j.N),
 		UsRabbit:  usPerMsg(j.CPURabbit, j.Secs, j.N),
+		Load1:     j.Load1,
 	}
 }
 
@@ -82,6 +88,8 @@ type comparison struct {
 	// (dlq, PostgreSQL, RabbitMQ); UsChange the median over the rounds of
 	// HEAD's over the baseline's, minus 1.
 	HeadUs, BaseUs, UsChange float64
+	// MaxLoad is the highest load average recorded as a run started.
+	MaxLoad float64
 	// Slower: Change fell below -threshold (the exit rule). Costlier:
 	// UsChange rose above +threshold (reported, not an exit).
 	Slower, Costlier bool
@@ -100,6 +108,7 @@ func compare(setting string, rounds []roundRuns, threshold float64) (comparison,
 		head, base = append(head, h), append(base, b)
 		change = append(change, h/b-1)
 		headUs, baseUs = append(headUs, r.Head.usTotal()), append(baseUs, r.Base.usTotal())
+		c.MaxLoad = max(c.MaxLoad, r.Head.Load1, r.Base.Load1)
 		if r.Base.usTotal() > 0 {
 			usChange = append(usChange, r.Head.usTotal()/r.Base.usTotal()-1)
 		}
@@ -115,8 +124,9 @@ func compare(setting string, rounds []roundRuns, threshold float64) (comparison,
 	return c, nil
 }
 
-// verdictLine is the line a reader looks for: PASS or FAIL and why.
-func (c comparison) verdictLine(threshold float64) string {
+// verdictLine is the line a reader looks for: PASS or FAIL and why, on a
+// machine of cpus cores.
+func (c comparison) verdictLine(threshold float64, cpus int) string {
 	word := "PASS"
 	if c.Slower {
 		word = "FAIL"
@@ -129,6 +139,9 @@ func (c comparison) verdictLine(threshold float64) string {
 		word, c.Setting, c.HeadRatio, c.BaseRatio, c.Rounds, c.Change*100, strings.Join(rounds, " "), threshold*100, c.HeadUs, c.BaseUs, c.UsChange*100)
 	if c.Costlier {
 		s += fmt.Sprintf(" (WARNING: CPU per message rose more than %.0f%%)", threshold*100)
+	}
+	if c.MaxLoad > float64(cpus) {
+		s += fmt.Sprintf(" (LOADED: load average up to %.1f on %d cores as runs started: other work moves msgs/s by tens of percent)", c.MaxLoad, cpus)
 	}
 	if c.noisy(threshold) {
 		s += " (NOISY: rounds on both sides of ±threshold; the median of so few says little: more ROUNDS, a quieter machine, and the CPU per message)"
@@ -268,7 +281,7 @@ func RoundsVerdict(args []string) error {
 			undecided = append(undecided, s)
 			continue
 		}
-		fmt.Println(c.verdictLine(threshold))
+		fmt.Println(c.verdictLine(threshold, runtime.NumCPU()))
 		if c.Slower {
 			slower = append(slower, s)
 		}

@@ -53,7 +53,7 @@ func TestCompare(t *testing.T) {
 	if !c.Slower || !c.Costlier || !near(c.UsChange, 0.2) {
 		t.Fatalf("compare = %+v, want slower and costlier by 20%%", c)
 	}
-	if line := c.verdictLine(0.10); !strings.HasPrefix(line, "VERDICT FAIL text:") || !strings.Contains(line, "WARNING") {
+	if line := c.verdictLine(0.10, 2); !strings.HasPrefix(line, "VERDICT FAIL text:") || !strings.Contains(line, "WARNING") {
 		t.Fatalf("verdict line %q", line)
 	}
 
@@ -62,7 +62,7 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok.Slower || ok.Costlier || !strings.HasPrefix(ok.verdictLine(0.10), "VERDICT PASS") {
+	if ok.Slower || ok.Costlier || !strings.HasPrefix(ok.verdictLine(0.10, 2), "VERDICT PASS") {
 		t.Fatalf("compare = %+v, want a pass", ok)
 	}
 
@@ -75,11 +75,20 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if line := noisy.verdictLine(0.10); !noisy.Slower || !strings.Contains(line, "NOISY") || !strings.Contains(line, "rounds +35% -28% -17%") {
+	if line := noisy.verdictLine(0.10, 2); !noisy.Slower || !strings.Contains(line, "NOISY") || !strings.Contains(line, "rounds +35% -28% -17%") {
 		t.Fatalf("verdict line %q, want a noisy FAIL with the rounds' changes", line)
 	}
-	if line := c.verdictLine(0.10); strings.Contains(line, "NOISY") {
+	if line := c.verdictLine(0.10, 2); strings.Contains(line, "NOISY") {
 		t.Fatalf("verdict line %q: rounds all on one side are not noise", line)
+	}
+
+	// A load above the core count as a run started is named.
+	loaded := []roundRuns{{Round: 1, Raw: fig(10000, 1), Head: &runFigures{MsgsSec: 9500, Load1: 4.5}, Base: &runFigures{MsgsSec: 10000, Load1: 1.5}}}
+	if l, err := compare("text", loaded, 0.10); err != nil || !strings.Contains(l.verdictLine(0.10, 2), "LOADED: load average up to 4.5 on 2 cores") {
+		t.Fatalf("compare with a loaded run: %v, %q", err, l.verdictLine(0.10, 2))
+	}
+	if strings.Contains(ok.verdictLine(0.10, 2), "LOADED") {
+		t.Fatalf("verdict line %q: no load recorded is not a load", ok.verdictLine(0.10, 2))
 	}
 
 	if _, err := compare("text", []roundRuns{{Round: 1, Raw: fig(1, 1), Head: fig(1, 1)}}, 0.10); err == nil {
