@@ -20,7 +20,7 @@
 #   THRESHOLD percent (default 10)
 #
 #   make bench-ingest-rounds                                   (3 rounds, n = 100,000)
-#   make bench-ingest-rounds BASELINE=main SETTINGS='text notext encrypted'
+#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
 #
 # Everything lands in tmp/bench-ingest/<start time>/ (a JSON file per round,
 # setting and build in ingest-rounds/); scripts/bench-summary.py prints the
