@@ -169,7 +169,7 @@ bench-replay-rounds: services
 # ratio to raw drops more than THRESHOLD percent (default 10) below the
 # baseline's: run it before merging a change to consumer/, store/ingest*,
 # broker/ or a migration touching dead_messages (docs/BENCHMARKS.md).
-#   make bench-ingest-rounds BASELINE=$$(git merge-base main HEAD) SETTINGS='text notext encrypted'
+#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
 bench-ingest-rounds: services
 	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' \
 		scripts/bench-ingest-rounds.sh
