@@ -46,7 +46,7 @@ BENCH_LIMITS_ARGS ?= -tests pipeline,replay,naive -runs 3 -n 200000 -nnaive 2000
 BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: release build services run test test-cluster test-tls fuzz soak clean screenshot \
-	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds \
+	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds bench-ingest-profile \
 	bench-instances bench-upgrade
 
 build:
@@ -162,10 +162,24 @@ bench-session: services
 bench-replay-rounds: services
 	ROUNDS='$(ROUNDS)' N='$(N)' QTYPES='$(QTYPES)' MODES='$(MODES)' BASELINE='$(BASELINE)' scripts/bench-replay-rounds.sh
 
-# Ingest against the raw COPY pipeline in ROUNDS rounds, optionally A/B against
-# BASELINE (a git revision): make bench-ingest-rounds ROUNDS=3 BASELINE=fdd4749
+# Ingest against the raw COPY pipeline in ROUNDS rounds (default 3) of N dead
+# letters (default 100000), msgs/s and CPU µs per message; SETTINGS any of
+# 'text notext encrypted' (default text: text search on). With BASELINE (a git
+# revision) an A/B in the same rounds that FAILS (exit 1) when HEAD's median
+# ratio to raw drops more than THRESHOLD percent (default 10) below the
+# baseline's: run it before merging a change to consumer/, store/ingest*,
+# broker/ or a migration touching dead_messages (docs/BENCHMARKS.md).
+#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
 bench-ingest-rounds: services
-	ROUNDS='$(ROUNDS)' BASELINE='$(BASELINE)' scripts/bench-ingest-rounds.sh
+	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' \
+		scripts/bench-ingest-rounds.sh
+
+# Where each microsecond of an ingest drain goes: RUNS drains (default 3) of N
+# dead letters (default 100000) with CPU and allocation profiles, and a table
+# per stage (scripts/bench-profile-stages.py). ARGS: dlq-bench ingest flags,
+# e.g. ARGS='-text-search=false' or ARGS='-encrypt on'.
+bench-ingest-profile: services
+	N='$(N)' RUNS='$(RUNS)' scripts/bench-ingest-profile.sh $(ARGS)
 
 # Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
 # measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds

@@ -10,6 +10,10 @@ bench_prepare() {
 	out=$root/tmp/$1/$(date -u +%Y%m%dT%H%M%S)
 	mkdir -p "$out"
 	limits_dir=${BENCH_LIMITS_DIR:-../shared/bench-limits}
+	if [ -z "${BENCH_LIMITS_DIR:-}" ] && [ ! -d "$limits_dir" ]; then
+		# In a linked worktree, the shared folder is beside the main one.
+		limits_dir=$(dirname "$(git rev-parse --path-format=absolute --git-common-dir)")/../shared/bench-limits
+	fi
 	pg=${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench?sslmode=disable}
 	amqp=${BENCH_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
 	scripts/services.sh --database bench >/dev/null

@@ -1,20 +1,43 @@
 #!/usr/bin/env bash
-# Ingest against its raw limit, in rounds, with an optional A/B against an
-# earlier build: each round runs bench-limits' COPY pipeline (the raw
-# limit), then dlq-bench ingest from this working tree, and, with
-# BASELINE=<git revision>, dlq-bench ingest built from that revision.
-# Binaries are built once, before the first round; no two runs overlap.
+# Ingest against its raw limit, in interleaved rounds, and the guard against
+# a change that costs ingest. Each round runs bench-limits' pipeline (the raw
+# COPY pipeline: the raw limit, with its CPU), then, for each setting of
+# SETTINGS, dlq-bench ingest built from this working tree ("head") and, with
+# BASELINE=<git revision>, dlq-bench ingest built from that revision
+# ("base"); head and base swap order every round. Binaries are built once,
+# before the first round; no two runs overlap.
 #
-#   make bench-ingest-rounds                       (3 rounds, n = 200,000)
-#   make bench-ingest-rounds ROUNDS=5 BASELINE=fdd4749
+#   N         dead letters of 1 KiB per run, quorum queue (default 100000)
+#   ROUNDS    rounds (default 3); the tables show medians over them
+#   SETTINGS  what dlq runs with, a space list (default "text"):
+#               text       text search on (the default of dlq serve)
+#               notext     text search off (DLQ_SEARCH_TEXT=false)
+#               encrypted  encryption at rest on (a random key), text search on
+#   BASELINE  a git revision to compare with; then rounds-verdict exits 1
+#             when, for any setting, the median over the rounds of
+#             (HEAD / raw) / (baseline / raw) is more than THRESHOLD percent
+#             below 1, and warns when CPU per message rose more than that
+#   THRESHOLD percent (default 10)
 #
-# Everything lands in tmp/bench-ingest/<start time>/; scripts/bench-summary.py
-# prints the table at the end (medians of the rounds' ratios).
+#   make bench-ingest-rounds                                   (3 rounds, n = 100,000)
+#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
+#
+# Everything lands in tmp/bench-ingest/<start time>/ (a JSON file per round,
+# setting and build in ingest-rounds/); scripts/bench-summary.py prints the
+# tables at the end: msgs/s, ratio to raw and CPU µs per message (program,
+# PostgreSQL, RabbitMQ, total), medians over the rounds.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/bench-common.sh"
 rounds=${ROUNDS:-3}
-n=${N:-200000}
+n=${N:-100000}
+settings=${SETTINGS:-text}
+threshold=${THRESHOLD:-10}
+for s in $settings; do
+	case $s in text | notext | encrypted) ;; *) echo "SETTINGS: $s is not text, notext or encrypted" >&2; exit 2 ;; esac
+done
 bench_prepare bench-ingest
+rd=$out/ingest-rounds
+mkdir -p "$rd"
 if [ -n "${BASELINE:-}" ]; then
 	wt=$out/baseline-src
 	git worktree add --detach "$wt" "$BASELINE" >/dev/null || exit 1
@@ -22,23 +45,60 @@ if [ -n "${BASELINE:-}" ]; then
 	git worktree remove --force "$wt"
 fi
 
+# flags <binary> <setting>: dlq-bench ingest's flags for a setting, or
+# "skip". A baseline from before a flag existed runs without it (before text
+# search, "text" and "notext" run the same way, which is the comparison
+# then); one without -encrypt cannot run "encrypted".
+flags() {
+	local help ts=""
+	help=$("$1" ingest -h 2>&1)
+	grep -qE -- '^\s+-text-search( |$)' <<<"$help" && ts=-text-search
+	case $2 in
+	text) echo "${ts:+$ts=true}" ;;
+	notext) echo "${ts:+$ts=false}" ;;
+	encrypted) grep -qE -- '^\s+-encrypt( |$)' <<<"$help" && echo "-encrypt on ${ts:+$ts=true}" || echo skip ;;
+	esac
+}
+
 {
 	echo "commit $(git rev-parse HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
 	[ -n "${BASELINE:-}" ] && echo "baseline $(git rev-parse "$BASELINE")"
 	echo "cpus $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+	echo "settings $settings; n $n; threshold $threshold%"
 	for i in $(seq 1 "$rounds"); do
-		stamp "ingest pair $i: raw"
-		(cd "$out" && ./bench-limits -pg "$pg" -amqp "$amqp" -out "$out/limits.jsonl" \
-			-summary "$out/limits-summary-$i.md" -explain /dev/null -tests pipeline,naive -runs 1 -n "$n" \
-			-nnaive 20000 -naiveprefetch 1000 -batch 500 -flush 50ms -prefetch 1000 -pipeq quorum)
-		stamp "ingest pair $i: dlq"
-		"$out/dlq-bench" ingest -n "$n" -size 1024 -runs 1 -out "$out/ingest.jsonl"
+		stamp "ingest round $i: raw"
+		(cd "$out" && ./bench-limits -pg "$pg" -amqp "$amqp" -out "$rd/$i-raw.jsonl" \
+			-summary "$rd/$i-raw.md" -explain /dev/null -tests pipeline -runs 1 -n "$n" \
+			-batch 500 -flush 50ms -prefetch 1000 -pipeq quorum)
+		builds=head
 		if [ -n "${BASELINE:-}" ]; then
-			stamp "ingest pair $i: baseline"
-			"$out/dlq-bench-base" ingest -n "$n" -size 1024 -runs 1 -out "$out/ingest-base.jsonl"
+			builds="head base"
+			[ $((i % 2)) = 0 ] && builds="base head"
 		fi
+		for s in $settings; do
+			for b in $builds; do
+				bin=$out/dlq-bench
+				[ "$b" = base ] && bin=$out/dlq-bench-base
+				f=$(flags "$bin" "$s")
+				if [ "$f" = skip ]; then
+					echo "ingest round $i: $s $b: skipped, this build has no flag for it"
+					continue
+				fi
+				stamp "ingest round $i: $s $b ($f)"
+				# shellcheck disable=SC2086 # $f is a list of flags
+				"$bin" ingest -n "$n" -size 1024 -runs 1 -queue-type quorum $f -out "$rd/$i-$s-$b.jsonl"
+			done
+		done
 	done
 	stamp done
 } > "$out/log.txt" 2>&1
 python3 scripts/bench-summary.py "$out"
 echo "raw results: $out"
+if [ -n "${BASELINE:-}" ]; then
+	echo
+	"$out/dlq-bench" rounds-verdict -dir "$rd" -threshold "$threshold" 2>&1 | tee "$out/verdict.txt"
+	status=${PIPESTATUS[0]}
+	[ $status = 0 ] && echo "VERDICT: HEAD is within $threshold% of $BASELINE for every setting" ||
+		echo "VERDICT: ingest regressed against $BASELINE (or runs are missing): exit $status"
+	exit $status
+fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Tables of one benchmark session (scripts/bench-session.sh): ingest pairs
 against the raw COPY and naive pipelines, replay pairs against the raw replay,
-and the search indexes' ingest cost. Usage: bench-summary.py <session dir>."""
+and the search indexes' ingest cost; or of ingest rounds
+(scripts/bench-ingest-rounds.sh) or replay rounds
+(scripts/bench-replay-rounds.sh). Usage: bench-summary.py <session dir>."""
 import json, os, sys, statistics, re
 d = sys.argv[1]
 
@@ -63,12 +65,89 @@ def replay_rounds(d, st):
                 line += f"; ingest before it {x['ingest_msgs_per_s']:,.0f} msgs/s cpu {c[0]:.0f}/{c[1]:.0f}/{c[2]:.0f}%"
             print(line)
         print()
+def us_per_msg(x):
+    """CPU time per message in µs of a result line of either program
+    (bench-limits: cpu_go_pct; dlq-bench: cpu_dlq_pct): program, pg,
+    rabbit, total. The same formula as dlq-bench's (internal/bench
+    usPerMsg): percent of one core × seconds / messages."""
+    f = lambda pct: pct / 100 * x["secs"] / x["n"] * 1e6 if x.get("n") else 0.0
+    prog = f(x.get("cpu_go_pct", 0) + x.get("cpu_dlq_pct", 0))
+    pg, rabbit = f(x["cpu_pg_pct"]), f(x["cpu_rabbit_pct"])
+    return prog, pg, rabbit, prog + pg + rabbit
+
+def ingest_rounds(d, st):
+    """scripts/bench-ingest-rounds.sh: ingest-rounds/<round>-raw.jsonl
+    (bench-limits' pipeline; its COPY run is the raw limit) and
+    <round>-<setting>-<head|base>.jsonl (dlq-bench ingest). A table of
+    medians over the rounds (msgs/s, ratio to the same round's raw run,
+    CPU µs per message), then the rounds one by one."""
+    rd = f"{d}/ingest-rounds"
+    def one(name):
+        try:
+            rows = [json.loads(l) for l in open(f"{rd}/{name}") if l.strip()]
+        except FileNotFoundError:
+            return None
+        return rows[-1] if rows else None
+    def raw(i):
+        try:
+            rows = [json.loads(l) for l in open(f"{rd}/{i}-raw.jsonl") if l.strip()]
+        except FileNotFoundError:
+            return None
+        c = [r for r in rows if r["test"] == "d.pipeline" and r["variant"].startswith("copy")]
+        return c[-1] if c else None
+    names = os.listdir(rd)
+    rounds = sorted({int(m.group(1)) for m in (re.match(r"(\d+)-", n) for n in names) if m})
+    runs = sorted({(m.group(1), m.group(2)) for m in (re.match(r"\d+-([\w.]+)-(head|base)\.jsonl$", n) for n in names) if m},
+                  key=lambda k: (k[0] != "text", k[0], k[1] != "head"))
+    label = {"text": "text search on", "notext": "text search off", "encrypted": "encryption on"}
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    rng = lambda xs: f"{min(xs):.2f}–{max(xs):.2f}" if xs else "—"
+    first = next((raw(i) for i in rounds if raw(i)), None)
+    print(f"Ingest, n = {format(first['n'], ',') if first else '?'} dead letters of 1 KiB, quorum queue, {len(rounds)} rounds; medians over the rounds")
+    print("(µs/msg: CPU time per message of the program, PostgreSQL's processes, RabbitMQ's, and their sum):")
+    print()
+    print("| run | rounds | msgs/s | / raw (min–max) | µs/msg program | pg | rabbit | total |")
+    print("|---|---|---|---|---|---|---|---|")
+    raws = [raw(i) for i in rounds if raw(i)]
+    def row(name, xs, ratios):
+        us = [us_per_msg(x) for x in xs]
+        cols = [med([u[k] for u in us]) for k in range(4)]
+        rs = f"**{med(ratios):.2f}** ({rng(ratios)})" if ratios else "1"
+        print(f"| {name} | {len(xs)} | {med([x['msgs_per_s'] for x in xs]):,.0f} | {rs} | " + " | ".join(f"{c:.1f}" for c in cols) + " |")
+    if raws: row("raw COPY pipeline (bench-limits)", raws, [])
+    for s, b in runs:
+        xs, ratios = [], []
+        for i in rounds:
+            x, r = one(f"{i}-{s}-{b}.jsonl"), raw(i)
+            if x is None: continue
+            xs.append(x)
+            if r: ratios.append(x["msgs_per_s"] / r["msgs_per_s"])
+        if xs: row(f"dlq {'HEAD' if b == 'head' else 'baseline'}, {label.get(s, s)}", xs, ratios)
+    print()
+    print("| round (start, load) | raw msgs/s | raw µs/msg | " + " | ".join(f"{label.get(s, s)} {b}: msgs/s, / raw, µs/msg" for s, b in runs) + " |")
+    print("|---|---|---|" + "---|" * len(runs))
+    for i in rounds:
+        r = raw(i)
+        t, l = st.get(f"ingest round {i}: raw", ("?", "?"))
+        cells = []
+        for s, b in runs:
+            x = one(f"{i}-{s}-{b}.jsonl")
+            if x is None: cells.append("—"); continue
+            ratio = f"{x['msgs_per_s'] / r['msgs_per_s']:.2f}" if r else "—"
+            cells.append(f"{x['msgs_per_s']:,.0f}, {ratio}, {us_per_msg(x)[3]:.1f}")
+        rs = f"{r['msgs_per_s']:,.0f} | {us_per_msg(r)[3]:.1f}" if r else "— | —"
+        print(f"| {i} ({t}, {l}) | {rs} | " + " | ".join(cells) + " |")
+    print()
+
 def jl(name):
     try: return [json.loads(l) for l in open(f"{d}/{name}") if l.strip()]
     except FileNotFoundError: return []
 lim = jl("limits.jsonl"); ing = jl("ingest.jsonl"); rep = jl("replay.jsonl"); base = jl("replay-base.jsonl"); sc = jl("searchcost.jsonl")
 stamps = re.findall(r"=== (\S+) load (\S+) \S+ \S+ (.*)", open(f"{d}/log.txt").read())
 st = {s[2]: (s[0][:5], s[1]) for s in stamps}
+if os.path.isdir(f"{d}/ingest-rounds"):
+    ingest_rounds(d, st)
+    sys.exit(0)
 copy = [r for r in lim if r["test"]=="d.pipeline" and r["variant"].startswith("copy")]
 batch = [r for r in lim if r["test"]=="d.pipeline" and r["variant"].startswith("batch")]
 naive = [r for r in lim if r["test"].startswith("e.naive")]

@@ -12,5 +12,8 @@
 // samples to search for) is store's benchmark support (store/bench.go):
 // no SQL here. Figures are printed (and appended as JSON lines with -out),
 // never asserted: they are compared with the raw limits of the machine
-// measured in the same session (see docs/BENCHMARKS.md).
+// measured in the same session (see docs/BENCHMARKS.md). The one exception
+// is RoundsVerdict (rounds.go), not a benchmark: the guard of
+// scripts/bench-ingest-rounds.sh, which reads the rounds' results and fails
+// when HEAD's ingest fell behind a baseline's.
 package bench

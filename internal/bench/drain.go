@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,24 +77,10 @@ func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, 
 		conn.Close()
 		return 0, 0, nil, err
 	}
-	stopProfile := func() {}
-	if o.cpuProfile != "" {
-		path := o.cpuProfile
-		if run > 1 || size != o.sizes[0] {
-			ext := filepath.Ext(path)
-			path = fmt.Sprintf("%s-%d-%d%s", strings.TrimSuffix(path, ext), size, run, ext)
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			conn.Close()
-			return 0, 0, nil, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			conn.Close()
-			f.Close()
-			return 0, 0, nil, err
-		}
-		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	stopProfile, err := startProfiles(o, size, run)
+	if err != nil {
+		conn.Close()
+		return 0, 0, nil, err
 	}
 	// The text indexer, as dlq serve runs it with text search on.
 	var indexer *textindex.Indexer
@@ -137,6 +125,76 @@ func drainInProcess(o ingestOptions, st *store.Store, reg *prometheus.Registry, 
 		return 0, 0, nil, err
 	}
 	return selfCPU() - self0, 0, stop, nil
+}
+
+// profilePath is the profile file of a run: the flag's value for the
+// first, with -<size>-<run> before the extension for the others.
+func profilePath(flagValue string, o ingestOptions, size, run int) string {
+	if run > 1 || size != o.sizes[0] {
+		ext := filepath.Ext(flagValue)
+		return fmt.Sprintf("%s-%d-%d%s", strings.TrimSuffix(flagValue, ext), size, run, ext)
+	}
+	return flagValue
+}
+
+// startProfiles starts the CPU profile (-cpuprofile) and writes the
+// allocations so far to <memprofile>.base (-memprofile); the returned stop
+// ends the CPU profile and writes the allocations after the drain, so
+// `go tool pprof -base <file>.base <file>` shows the drain's alone (the
+// prefill ran in this process too). stop runs once however often called.
+func startProfiles(o ingestOptions, size, run int) (stop func(), err error) {
+	var cpuFile *os.File
+	if o.cpuProfile != "" {
+		if cpuFile, err = os.Create(profilePath(o.cpuProfile, o, size, run)); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpuFile); err != nil {
+			cpuFile.Close()
+			return nil, err
+		}
+	}
+	var memPath string
+	if o.memProfile != "" {
+		memPath = profilePath(o.memProfile, o, size, run)
+		if err := writeAllocs(memPath + ".base"); err != nil {
+			if cpuFile != nil {
+				pprof.StopCPUProfile()
+				cpuFile.Close()
+			}
+			return nil, err
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if cpuFile != nil {
+				pprof.StopCPUProfile()
+				cpuFile.Close()
+			}
+			if memPath != "" {
+				if err := writeAllocs(memPath); err != nil {
+					fmt.Fprintf(os.Stderr, "warning: -memprofile: %v\n", err)
+				}
+			}
+		})
+	}, nil
+}
+
+// writeAllocs writes the allocation profile (every allocation since the
+// start, sampled) to path. The profile stands as of the last collection,
+// so one runs first: without it the allocations since the previous one
+// (hundreds of MB with dlq serve's GOGC) would be missing.
+func writeAllocs(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write allocation profile %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // drainProcess runs `dlq serve` and reads its CPU time and peak memory

@@ -38,6 +38,7 @@ type ingestOptions struct {
 	amqpURL    string
 	pgURL      string
 	cpuProfile string
+	memProfile string
 	out        string
 	keep       bool
 	ingest     config.Ingest
@@ -70,9 +71,21 @@ type ingestResult struct {
 	CPUDlq    float64 `json:"cpu_dlq_pct"`
 	CPURabbit float64 `json:"cpu_rabbit_pct"`
 	CPUPg     float64 `json:"cpu_pg_pct"`
+	// CPU time per message in microseconds, the same three and their sum:
+	// steadier than msgs/s on a loaded machine, and what a saving shows in
+	// first (bench-limits' runs get the same figures in
+	// scripts/bench-summary.py and rounds-verdict).
+	UsPerMsgDlq    float64 `json:"us_per_msg_dlq"`
+	UsPerMsgPg     float64 `json:"us_per_msg_pg"`
+	UsPerMsgRabbit float64 `json:"us_per_msg_rabbit"`
+	UsPerMsgTotal  float64 `json:"us_per_msg_total"`
 	// PeakRSSMB is the dlq serve process's VmHWM (process mode only).
 	PeakRSSMB   float64 `json:"peak_rss_mb,omitempty"`
 	PrefillSecs float64 `json:"prefill_secs"`
+	// Load1 is the 1-minute load average as the drain started: above the
+	// core count, other work shares the machine and msgs/s moves with it
+	// (rounds-verdict says so).
+	Load1 float64 `json:"load_avg"`
 	// BatchMs and BatchMsgs are the mean time to write and commit one batch
 	// and its mean size (inproc mode, from dlq's own histograms).
 	BatchMs   float64 `json:"batch_ms,omitempty"`
@@ -107,6 +120,7 @@ func Ingest(args []string) error {
 	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"),
 		"PostgreSQL database; each run gets a fresh schema in it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed drain (inproc mode) to this file; runs after the first get -<size>-<run> before the extension")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of each timed drain (inproc mode) to this file, and the allocations before it to <file>.base (compare with go tool pprof -base); names as -cpuprofile; the collection before the first write adds a few ms to the timed drain")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's schema, exchange and queue")
 	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
@@ -146,8 +160,8 @@ func Ingest(args []string) error {
 		return fmt.Errorf("-queue-type must be quorum or classic, got %q", o.queueType)
 	case o.deadLetter != "direct" && o.deadLetter != "reject" && o.deadLetter != "ttl":
 		return fmt.Errorf("-dead-letter must be direct, reject or ttl, got %q", o.deadLetter)
-	case o.cpuProfile != "" && o.mode != "inproc":
-		return errors.New("-cpuprofile needs -mode inproc (the consumer must run in this process)")
+	case (o.cpuProfile != "" || o.memProfile != "") && o.mode != "inproc":
+		return errors.New("-cpuprofile and -memprofile need -mode inproc (the consumer must run in this process)")
 	}
 	// The in-process consumer runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
@@ -214,16 +228,20 @@ func printResult(r ingestResult) {
 	if r.Encrypted {
 		batch += " ENCRYPTED"
 	}
-	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%%%s%s (prefill %.1fs)\n",
-		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg, rss, batch, r.PrefillSecs)
+	if !r.TextSearch {
+		batch += " TEXT-SEARCH-OFF"
+	}
+	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%% us/msg dlq=%.1f pg=%.1f rabbit=%.1f total=%.1f%s%s (prefill %.1fs)\n",
+		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg,
+		r.UsPerMsgDlq, r.UsPerMsgPg, r.UsPerMsgRabbit, r.UsPerMsgTotal, rss, batch, r.PrefillSecs)
 }
 
 // printIngestSummary prints a markdown table: median, min and max msgs/s
 // per body size, with the median run's CPU split.
 func printIngestSummary(rs []ingestResult) {
 	fmt.Println()
-	fmt.Println("| mode | queue | dead letters | body | encryption | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | peak RSS |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | queue | dead letters | body | encryption | n | runs | msgs/s median (min–max) | MB/s | CPU dlq / rabbit / pg | µs/msg dlq / pg / rabbit / total | peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	type group struct {
 		size int
 		enc  bool
@@ -254,9 +272,20 @@ func printIngestSummary(rs []ingestResult) {
 		if k.enc {
 			enc = "on"
 		}
-		fmt.Printf("| %s | %s | %s | %d B | %s | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %s |\n",
+		// CPU per message: the median of each figure over the runs (not
+		// the median run's), as the rounds report it.
+		us := func(f func(ingestResult) float64) float64 {
+			xs := make([]float64, len(g))
+			for i, r := range g {
+				xs[i] = f(r)
+			}
+			return median(xs)
+		}
+		fmt.Printf("| %s | %s | %s | %d B | %s | %d | %d | %.0f (%.0f–%.0f) | %.1f | %.0f%% / %.0f%% / %.0f%% | %.1f / %.1f / %.1f / %.1f | %s |\n",
 			med.Mode, med.QueueType, med.DeadLetter, s, enc, med.N, len(g), med.MsgsSec, g[0].MsgsSec, g[len(g)-1].MsgsSec, med.MBSec,
-			med.CPUDlq, med.CPURabbit, med.CPUPg, rss)
+			med.CPUDlq, med.CPURabbit, med.CPUPg,
+			us(func(r ingestResult) float64 { return r.UsPerMsgDlq }), us(func(r ingestResult) float64 { return r.UsPerMsgPg }),
+			us(func(r ingestResult) float64 { return r.UsPerMsgRabbit }), us(func(r ingestResult) float64 { return r.UsPerMsgTotal }), rss)
 	}
 }
 
@@ -403,6 +432,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 			return drainProcess(o, bin, dsn, exchange, queue, suffix, keyEntry, st)
 		}
 	}
+	r.Load1 = loadAvg()
 	c0 := o.cpu.take()
 	start := time.Now()
 	dlqCPU, peak, stop, err := drain()
@@ -428,6 +458,10 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	r.CPURabbit = rmq / r.Secs * 100
 	r.CPUPg = pg / r.Secs * 100
 	r.PeakRSSMB = peak
+	r.UsPerMsgDlq = usPerMsg(r.CPUDlq, r.Secs, r.N)
+	r.UsPerMsgPg = usPerMsg(r.CPUPg, r.Secs, r.N)
+	r.UsPerMsgRabbit = usPerMsg(r.CPURabbit, r.Secs, r.N)
+	r.UsPerMsgTotal = r.UsPerMsgDlq + r.UsPerMsgPg + r.UsPerMsgRabbit
 
 	// Check the outcome: exactly n rows, nothing left in the queue, ready or
 	// unacknowledged (no consumer is attached any more).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,4 +96,27 @@ func loadAvg() float64 {
 	}
 	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
 	return f
+}
+
+// usPerMsg turns a CPU share in percent of one core over secs seconds
+// into microseconds of CPU time per message of n: the same figure from
+// dlq-bench's results and from bench-limits' (cpu_*_pct, secs, n).
+func usPerMsg(pct, secs float64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return pct / 100 * secs / float64(n) * 1e6
+}
+
+// median of xs (the mean of the middle two for an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
