@@ -140,6 +140,11 @@ func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key str
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("bench-%s-%08d", runID, i)
 		body := bodies[i%len(bodies)]
+		if text && i == n-1 {
+			// The newest message carries a word no other body has: the
+			// drain's search check (searchNewest) looks for it.
+			body = append([]byte(newestNeedle(runID)+" "), body...)[:len(body)]
+		}
 		h := amqp.Table{
 			"x-correlation-id":    id,
 			"x-tenant":            "acme-" + strconv.Itoa(i%50),
@@ -204,4 +209,19 @@ func waitReady(conn *amqp.Connection, queue string, n int, timeout time.Duration
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// newestNeedle is the word only the newest message of a text prefill has
+// in its body (a letter run: text search tokenises it as one word).
+func newestNeedle(runID string) string {
+	b := []byte("newestneedle")
+	for _, c := range runID {
+		if c >= '0' && c <= '9' {
+			c = 'a' + (c - '0')
+		}
+		if c >= 'a' && c <= 'z' {
+			b = append(b, byte(c))
+		}
+	}
+	return string(b)
 }

@@ -96,11 +96,19 @@ type ingestResult struct {
 	Encrypted bool `json:"encrypted"`
 	// TextSearch: text search on, the text indexer running beside ingest
 	// at its default pacing (as dlq serve runs by default).
-	TextSearch bool   `json:"text_search"`
-	Consumers  int    `json:"consumers"`
-	Prefetch   int    `json:"prefetch"`
-	BatchSize  int    `json:"batch_size"`
-	Linger     string `json:"linger"`
+	TextSearch bool `json:"text_search"`
+	// SearchNewestSecs is how long after the drain a text search (q) for a
+	// word of the newest message's body first listed it (-text bodies with
+	// text search on; -1: not found within searchNewestWait).
+	SearchNewestSecs *float64 `json:"search_newest_secs,omitempty"`
+	// TextCaughtUpSecs is how long after the drain the text indexer had
+	// every stored message's document (text search on; -1: not within
+	// searchNewestWait).
+	TextCaughtUpSecs *float64 `json:"text_caught_up_secs,omitempty"`
+	Consumers        int      `json:"consumers"`
+	Prefetch         int      `json:"prefetch"`
+	BatchSize        int      `json:"batch_size"`
+	Linger           string   `json:"linger"`
 }
 
 // Ingest runs `dlq-bench ingest`: it dead-letters N messages and measures
@@ -227,6 +235,12 @@ func printResult(r ingestResult) {
 	}
 	if r.Encrypted {
 		batch += " ENCRYPTED"
+	}
+	if r.SearchNewestSecs != nil {
+		batch += fmt.Sprintf(" search_newest=%.1fs", *r.SearchNewestSecs)
+	}
+	if r.TextCaughtUpSecs != nil {
+		batch += fmt.Sprintf(" text_caught_up=%.1fs", *r.TextCaughtUpSecs)
 	}
 	if !r.TextSearch {
 		batch += " TEXT-SEARCH-OFF"
@@ -441,6 +455,12 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	}
 	r.Secs = time.Since(start).Seconds()
 	c1 := o.cpu.take()
+	if r.TextSearch && !encrypted {
+		if r.SearchNewestSecs, r.TextCaughtUpSecs, err = searchNewest(st, o.textBodies, newestNeedle(suffix)); err != nil {
+			_ = stop()
+			return r, err
+		}
+	}
 	if err := stop(); err != nil {
 		return r, err
 	}
