@@ -190,10 +190,11 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	if len(b.Confirmed) > 0 {
 		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
 	}
-	if s.text && enc == nil && (len(plain) > 0 || len(returned) > 0) {
-		// The text index's work is the indexer's (textindex.go): the
-		// batch only names its rows, in one row of text_index_queue.
-		enqueueBatchText(&batch, b.ID, returned)
+	if s.text && len(returned) > 0 {
+		// The text index's work is the indexer's (textindex.go): new
+		// rows wait above its mark; returned ones, whose documents
+		// change, are named in text_index_queue.
+		queueReturnedText(&batch, returned)
 	}
 	if len(resealed) > 0 {
 		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, resealed)
