@@ -142,35 +142,25 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				}
 			}
 		}
+		// About what the rows take, so that the buffer grows once or never.
+		c := copyBuf{b: make([]byte, 0, len(copyHeader)+2+len(plain)*(1024+len(b.Messages[plain[0]].Body)))}
+		c.b = append(c.b, copyHeader...)
 		cols := ingestColumns
-		src := pgx.CopyFromSlice(len(plain), func(k int) ([]any, error) {
-			m := &b.Messages[plain[k]]
-			if sealed != nil {
-				r := &sealed[k]
-				return []any{
-					nil, cleanText(m.SourceQueue), cleanText(m.SourceExchange),
-					cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
-					m.DeathCount, nil, nullText(m.FailureType), nil,
-					emptyObject, r.headers, r.body, len(m.Body), m.FirstFailedAt, m.FailedAt,
-					index.Fingerprint(m.Fingerprint), b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], nil, r.hashes,
-					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), nil,
-					ids[k], r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta,
-				}, nil
-			}
-			keys := SearchKeys(m)
-			return []any{
-				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
-				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
-				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
-				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
-				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
-				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), s.bodyTextColumn(m),
-			}, nil
-		})
 		if sealed != nil {
 			cols = sealedIngestColumns
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, cols, src); err != nil {
+		for k, i := range plain {
+			m := &b.Messages[i]
+			if sealed != nil {
+				err = copySealed(&c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
+			} else {
+				err = s.copyPlain(&c, m, b.ID, groupIDs[k])
+			}
+			if err != nil {
+				return IngestResult{}, fmt.Errorf("store: batch %d: encode row %d: %w", b.ID, k, err)
+			}
+		}
+		if _, err := copyRows(ctx, tx, "dead_messages", cols, &c); err != nil {
 			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
 		}
 		for _, i := range plain {
