@@ -162,6 +162,28 @@ func (c *copyBuf) int8s(v []int64) {
 	}
 }
 
+// copyRowFixed bounds what a row takes in COPY besides its variable
+// parts: 32 field lengths, the fixed-size values, array headers, and the
+// short texts (queue names, reason, category) of a usual row.
+const copyRowFixed = 1024
+
+// copyBuffer returns a buffer (from the store's, when one is free) that
+// holds the rows of msgs[plain] without growing, with copyHeader written.
+func (s *Store) copyBuffer(msgs []NewMessage, plain []int) *copyBuf {
+	n := len(copyHeader) + 2
+	for _, i := range plain {
+		m := &msgs[i]
+		n += copyRowFixed + len(m.Body) + len(m.Headers) + len(m.Properties) + len(m.XDeath) + len(m.Failure) +
+			len(m.FailureMessage) + len(m.ConversionError) + len(m.MessageID)
+	}
+	c, _ := s.copyBufs.Get().(*copyBuf)
+	if c == nil || cap(c.b) < n {
+		c = &copyBuf{b: make([]byte, 0, n)}
+	}
+	c.b = append(c.b[:0], copyHeader...)
+	return c
+}
+
 // copyPlain appends the plain row of m (ingestColumns).
 func (s *Store) copyPlain(c *copyBuf, m *NewMessage, batch, group int64) error {
 	c.row(len(ingestColumns))

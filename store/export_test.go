@@ -33,13 +33,17 @@ func CopyBothWays(ctx context.Context, s *Store, msgs []NewMessage) (onlyHand, o
 			return 0, 0, err
 		}
 	}
-	c := copyBuf{b: append([]byte(nil), copyHeader...)}
+	plain := make([]int, len(msgs))
+	for i := range plain {
+		plain[i] = i
+	}
+	c := s.copyBuffer(msgs, plain)
 	for i := range msgs {
-		if err := s.copyPlain(&c, &msgs[i], 42, int64(i+1)); err != nil {
+		if err := s.copyPlain(c, &msgs[i], 42, int64(i+1)); err != nil {
 			return 0, 0, err
 		}
 	}
-	if _, err := copyRows(ctx, tx, "copy_hand", ingestColumns, &c); err != nil {
+	if _, err := copyRows(ctx, tx, "copy_hand", ingestColumns, c); err != nil {
 		return 0, 0, fmt.Errorf("hand-written: %w", err)
 	}
 	src := pgx.CopyFromSlice(len(msgs), func(i int) ([]any, error) { return s.pgxPlainValues(&msgs[i], 42, int64(i+1)), nil })

@@ -142,9 +142,7 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				}
 			}
 		}
-		// About what the rows take, so that the buffer grows once or never.
-		c := copyBuf{b: make([]byte, 0, len(copyHeader)+2+len(plain)*(1024+len(b.Messages[plain[0]].Body)))}
-		c.b = append(c.b, copyHeader...)
+		c := s.copyBuffer(b.Messages, plain)
 		cols := ingestColumns
 		if sealed != nil {
 			cols = sealedIngestColumns
@@ -152,17 +150,20 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 		for k, i := range plain {
 			m := &b.Messages[i]
 			if sealed != nil {
-				err = copySealed(&c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
+				err = copySealed(c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
 			} else {
-				err = s.copyPlain(&c, m, b.ID, groupIDs[k])
+				err = s.copyPlain(c, m, b.ID, groupIDs[k])
 			}
 			if err != nil {
 				return IngestResult{}, fmt.Errorf("store: batch %d: encode row %d: %w", b.ID, k, err)
 			}
 		}
-		if _, err := copyRows(ctx, tx, "dead_messages", cols, &c); err != nil {
+		if _, err := copyRows(ctx, tx, "dead_messages", cols, c); err != nil {
+			// Not reused: after a connection's failure pgconn's sending
+			// goroutine may still read it.
 			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
 		}
+		s.copyBufs.Put(c)
 		for _, i := range plain {
 			m := &b.Messages[i]
 			res.Outcomes[i] = OutcomeInserted
