@@ -176,6 +176,12 @@ func markStep(ctx context.Context, tx pgx.Tx, max int, res *TextIndexResult) ([]
     NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY(next_writers))
 FROM text_index_mark FOR UPDATE SKIP LOCKED`).Scan(&last, &next, &newest, &ended)
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Another indexer holds the mark (or it is gone): whatever waits
+		// above it is that one's, or waits for it to let go.
+		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM text_index_mark)`).Scan(&res.More)
+		if err != nil {
+			return nil, fmt.Errorf("look for the mark: %w", err)
+		}
 		return nil, nil
 	}
 	if err != nil {

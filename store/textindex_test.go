@@ -170,15 +170,14 @@ INSERT INTO text_index_queue (ids) SELECT array_agg(id) FROM dead_messages`)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := st.IndexText(bctx, 0); done <- err }()
-	// The entry is claimed once no other transaction can lock it.
+	// The entry is claimed once the batch waits for the held row (the
+	// look takes no lock of its own: a look that locked the entry could
+	// make the batch pass over it).
+	var holder int
+	require.NoError(t, hold.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
 	require.Eventually(t, func() bool {
-		tx, err := db.Begin(ctx)
-		if err != nil {
-			return false
-		}
-		defer tx.Rollback(ctx) //nolint:errcheck // a look only
-		var free int
-		return tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM text_index_queue FOR UPDATE SKIP LOCKED) q`).Scan(&free) == nil && free == 0
+		var waits bool
+		return db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, holder).Scan(&waits) == nil && waits
 	}, 10*time.Second, 10*time.Millisecond)
 	res, err := st2.IndexText(ctx, 0)
 	require.NoError(t, err)
@@ -496,4 +495,54 @@ func TestRedeliveryMatchedWhileIndexing(t *testing.T) {
 		t.Fatal("the redelivery waited for the indexer's hold")
 	}
 	require.Equal(t, []int64{id}, messageIDs(t, db, "TRUE"))
+}
+
+// TestTextMarkUnderConcurrentIngest: writers ingest batches at once
+// (their ids interleave and commit out of order) while an indexer walks
+// the mark; once they stop, every row has its document: the mark passed
+// none whose transaction committed after it moved.
+func TestTextMarkUnderConcurrentIngest(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const writers, batches, per = 4, 15, 20
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for b := range batches {
+				msgs := make([]store.NewMessage, per)
+				for i := range msgs {
+					n := (w*batches+b)*per + i
+					msgs[i] = textMsg("orders", fmt.Sprintf(`{"n":%d,"fruit":"feijoa"}`, n), int64(n+1))
+				}
+				_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "t", Messages: msgs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	indexing, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(indexing)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := st.IndexText(ctx, 50); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-indexing
+	dlqtest.IndexText(t, st)
+	require.Equal(t, writers*batches*per, count(t, db, "id IN (SELECT id FROM message_text)"), "every row has its document")
 }
