@@ -1,10 +1,10 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"time"
@@ -162,26 +162,48 @@ func (c *copyBuf) int8s(v []int64) {
 	}
 }
 
-// copyRowFixed bounds what a row takes in COPY besides its variable
-// parts: 32 field lengths, the fixed-size values, array headers, and the
-// short texts (queue names, reason, category) of a usual row.
-const copyRowFixed = 1024
+// copyChunk is about how much COPY data copyReader encodes at a time.
+const copyChunk = 32 << 10
 
-// copyBuffer returns a buffer (from the store's, when one is free) that
-// holds the rows of msgs[plain] without growing, with copyHeader written.
-func (s *Store) copyBuffer(msgs []NewMessage, plain []int) *copyBuf {
-	n := len(copyHeader) + 2
-	for _, i := range plain {
-		m := &msgs[i]
-		n += copyRowFixed + len(m.Body) + len(m.Headers) + len(m.Properties) + len(m.XDeath) + len(m.Failure) +
-			len(m.FailureMessage) + len(m.ConversionError) + len(m.MessageID)
+// copyReader encodes a batch's rows as pgconn reads them (in its own
+// goroutine, so encoding overlaps sending): the COPY data of a batch, a
+// megabyte beside the batch's messages, is never whole in memory.
+type copyReader struct {
+	rows    int
+	row     func(c *copyBuf, k int) error // appends row k
+	next    int
+	c       copyBuf
+	off     int
+	started bool
+	done    bool
+}
+
+func newCopyReader(rows int, row func(c *copyBuf, k int) error) *copyReader {
+	return &copyReader{rows: rows, row: row, c: copyBuf{b: make([]byte, 0, copyChunk+8<<10)}}
+}
+
+func (r *copyReader) Read(p []byte) (int, error) {
+	if r.off == len(r.c.b) {
+		if r.done {
+			return 0, io.EOF
+		}
+		r.c.b, r.off = r.c.b[:0], 0
+		if !r.started {
+			r.c.b, r.started = append(r.c.b, copyHeader...), true
+		}
+		for r.next < r.rows && len(r.c.b) < copyChunk {
+			if err := r.row(&r.c, r.next); err != nil {
+				return 0, fmt.Errorf("encode row %d: %w", r.next, err)
+			}
+			r.next++
+		}
+		if r.next == r.rows {
+			r.c.b, r.done = binary.BigEndian.AppendUint16(r.c.b, math.MaxUint16), true // trailer: -1
+		}
 	}
-	c, _ := s.copyBufs.Get().(*copyBuf)
-	if c == nil || cap(c.b) < n {
-		c = &copyBuf{b: make([]byte, 0, n)}
-	}
-	c.b = append(c.b[:0], copyHeader...)
-	return c
+	n := copy(p, r.c.b[r.off:])
+	r.off += n
+	return n, nil
 }
 
 // copyPlain appends the plain row of m (ingestColumns).
@@ -268,10 +290,9 @@ func copySealed(c *copyBuf, m *NewMessage, r *sealedRow, fingerprint, batch, gro
 	return nil
 }
 
-// copyRows runs COPY table (cols) FROM STDIN in binary with the rows in c
-// (after copyHeader), and returns how many it wrote.
-func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, c *copyBuf) (int64, error) {
-	c.b = binary.BigEndian.AppendUint16(c.b, math.MaxUint16) // trailer: -1
+// copyRows runs COPY table (cols) FROM STDIN in binary with the data r
+// reads (copyReader), and returns how many rows it wrote.
+func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, r io.Reader) (int64, error) {
 	var sql strings.Builder
 	sql.WriteString("COPY " + pgx.Identifier{table}.Sanitize() + " (")
 	for i, col := range cols {
@@ -281,7 +302,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, c *co
 		sql.WriteString(pgx.Identifier{col}.Sanitize())
 	}
 	sql.WriteString(") FROM STDIN BINARY")
-	tag, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(c.b), sql.String())
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, r, sql.String())
 	if err != nil {
 		return 0, err
 	}

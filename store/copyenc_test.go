@@ -15,7 +15,8 @@ import (
 
 // TestIngestCopyMatchesPgx: ingest's hand-written binary COPY stores the
 // same rows as pgx's CopyFrom of the values ingest gave it before, NULLs,
-// empty values, arrays and times included.
+// empty values, arrays and times included, over several chunks of COPY
+// data.
 func TestIngestCopyMatchesPgx(t *testing.T) {
 	t.Parallel()
 	st, _ := dlqtest.Store(t)
@@ -40,7 +41,10 @@ func TestIngestCopyMatchesPgx(t *testing.T) {
 	long := msg("orders", strings.Repeat("é", 800), 11)
 	before := time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC)
 	long.FirstFailedAt, long.FailedAt = before, before
-	msgs := []store.NewMessage{full, bare, binary, long}
+	var msgs []store.NewMessage
+	for range 40 { // past several of the encoder's chunks
+		msgs = append(msgs, full, bare, binary, long)
+	}
 	onlyHand, onlyPgx, err := store.CopyBothWays(context.Background(), st, msgs)
 	require.NoError(t, err)
 	require.Zero(t, onlyHand, "rows only the hand-written COPY stored")

@@ -33,17 +33,8 @@ func CopyBothWays(ctx context.Context, s *Store, msgs []NewMessage) (onlyHand, o
 			return 0, 0, err
 		}
 	}
-	plain := make([]int, len(msgs))
-	for i := range plain {
-		plain[i] = i
-	}
-	c := s.copyBuffer(msgs, plain)
-	for i := range msgs {
-		if err := s.copyPlain(c, &msgs[i], 42, int64(i+1)); err != nil {
-			return 0, 0, err
-		}
-	}
-	if _, err := copyRows(ctx, tx, "copy_hand", ingestColumns, c); err != nil {
+	r := newCopyReader(len(msgs), func(c *copyBuf, i int) error { return s.copyPlain(c, &msgs[i], 42, int64(i+1)) })
+	if _, err := copyRows(ctx, tx, "copy_hand", ingestColumns, r); err != nil {
 		return 0, 0, fmt.Errorf("hand-written: %w", err)
 	}
 	src := pgx.CopyFromSlice(len(msgs), func(i int) ([]any, error) { return s.pgxPlainValues(&msgs[i], 42, int64(i+1)), nil })

@@ -142,28 +142,23 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 				}
 			}
 		}
-		c := s.copyBuffer(b.Messages, plain)
 		cols := ingestColumns
 		if sealed != nil {
 			cols = sealedIngestColumns
 		}
-		for k, i := range plain {
-			m := &b.Messages[i]
+		// pgconn's sending goroutine may still read after a failed COPY
+		// returns: the rows it reads are the batch's, which nothing
+		// changes.
+		r := newCopyReader(len(plain), func(c *copyBuf, k int) error {
+			m := &b.Messages[plain[k]]
 			if sealed != nil {
-				err = copySealed(c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
-			} else {
-				err = s.copyPlain(c, m, b.ID, groupIDs[k])
+				return copySealed(c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
 			}
-			if err != nil {
-				return IngestResult{}, fmt.Errorf("store: batch %d: encode row %d: %w", b.ID, k, err)
-			}
-		}
-		if _, err := copyRows(ctx, tx, "dead_messages", cols, c); err != nil {
-			// Not reused: after a connection's failure pgconn's sending
-			// goroutine may still read it.
+			return s.copyPlain(c, m, b.ID, groupIDs[k])
+		})
+		if _, err := copyRows(ctx, tx, "dead_messages", cols, r); err != nil {
 			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
 		}
-		s.copyBufs.Put(c)
 		for _, i := range plain {
 			m := &b.Messages[i]
 			res.Outcomes[i] = OutcomeInserted

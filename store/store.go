@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,10 +73,6 @@ type Store struct {
 	enc      *encState        // nil: encryption off
 	text     bool             // Config.TextSearch
 	textWalk int              // Config.TextWalk
-	// copyBufs are ingest's COPY buffers (copyenc.go), reused from batch
-	// to batch: a megabyte per batch allocated, zeroed and grown anew
-	// cost more than encoding the rows into it.
-	copyBufs sync.Pool
 }
 
 // Open connects a pool. It does not wait for the database to be reachable:
