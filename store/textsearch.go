@@ -274,8 +274,10 @@ func (tq textQuery) sql(args *sqlArgs) string {
 }
 
 // BackfillText queues for the text index (textindex.go) the plain rows
-// without a document with ids in [before-batch, before): rows stored
-// while text search was off, or whose entry was lost. before 0 starts
+// without a document with ids in [before-batch, before): rows below the
+// indexer's mark that have none (stored with text search off by a dlq
+// from before the mark, whose ingest queued its rows); rows above the
+// mark get theirs anyway. before 0 starts
 // above the newest message; next is where the following batch starts, 0
 // when every id has been seen; queued is how many rows this batch queued.
 // Newest first, since searches show the newest first. Safe beside ingest
