@@ -71,6 +71,9 @@ func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*am
 		Redelivered:      d.Redelivered,
 		Returns:          returns(d),
 		HeaderValues:     headerSearchValues(headers),
+		ContentType:      d.ContentType,
+		ContentEncoding:  d.ContentEncoding,
+		ContentKnown:     true,
 	}
 	if m.SourceQueue == "" && death.Reason == "unknown" {
 		// Published straight to the dead-letter exchange, not dead-lettered:

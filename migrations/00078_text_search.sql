@@ -31,10 +31,8 @@
 -- sealed, and an index over it would keep it in plain text. The index
 -- leaves out replaying rows, like the key index (00061).
 --
--- NO TRANSACTION: the index is built CONCURRENTLY, so ingest and the API
--- go on while it is built (at 10 million rows: docs/OPERATIONS.md). If the
--- build fails, PostgreSQL leaves an invalid index behind: drop it
--- (DROP INDEX CONCURRENTLY dead_messages_text) and migrate again.
+-- NO TRANSACTION: each statement commits on its own (the Down drops an
+-- index CONCURRENTLY); every statement can run again.
 ALTER TABLE dead_messages
     ADD COLUMN IF NOT EXISTS body_text_bytes integer,
     ADD COLUMN IF NOT EXISTS search_text text;
@@ -67,28 +65,15 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
--- On an empty table (a new installation, every test schema) the index is
--- built at once, in a transaction: CONCURRENTLY would wait for every older
--- transaction of the whole database, other schemas' too, to end. Then the
--- CONCURRENTLY statement finds it and does nothing.
--- +goose StatementBegin
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM dead_messages LIMIT 1) THEN
-        CREATE INDEX IF NOT EXISTS dead_messages_text ON dead_messages
-            USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
-            WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;
-    END IF;
-END
-$$;
--- +goose StatementEnd
-
-CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_messages_text ON dead_messages
-    USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
-    WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;
+-- No index here: 00079 moved the documents into message_text, whose GIN
+-- index searches read. This migration once built an expression index
+-- (dead_messages_text) that 00079 dropped again; a database that ran it
+-- then ends the same once 00079 has run.
 
 -- +goose Down
+SET lock_timeout = 0;
 DROP INDEX CONCURRENTLY IF EXISTS dead_messages_text;
+RESET lock_timeout;
 DROP FUNCTION IF EXISTS dlq_search_document(text, text, jsonb, text, bytea, integer);
 DROP FUNCTION IF EXISTS dlq_search_words(text);
 ALTER TABLE dead_messages DROP COLUMN IF EXISTS search_text, DROP COLUMN IF EXISTS body_text_bytes;

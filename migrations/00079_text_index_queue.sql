@@ -23,10 +23,11 @@ CREATE TABLE IF NOT EXISTS message_text (
 -- older transaction of the whole database).
 CREATE INDEX IF NOT EXISTS message_text_document ON message_text USING gin (document);
 
--- Rows waiting for a document, written by every path that stores or
--- changes a searchable row, in that path's own transaction: ingest one
--- entry per batch (ids), import one per import, a return to record one
--- per batch. A range [lo, hi) stands for every row in it (the rows stored
+-- Rows waiting for a document, written by every path that changes a
+-- searchable row, in that path's own transaction: a return to record one
+-- entry per batch, import one per import. (New rows wait above the
+-- indexer's mark since 00090; until then ingest wrote one entry per
+-- batch here.) A range [lo, hi) stands for every row in it (the rows stored
 -- before this migration, dlq migrate -backfill-text), which the indexer
 -- takes in chunks from the top. The indexer takes entries newest first
 -- (FOR UPDATE SKIP LOCKED) and deletes them in the transaction that
@@ -39,10 +40,9 @@ CREATE TABLE IF NOT EXISTS text_index_queue (
     CONSTRAINT text_index_queue_entry CHECK (ids IS NOT NULL OR (lo IS NOT NULL AND hi IS NOT NULL AND lo < hi))
 );
 
--- Every row stored so far waits for a document (sealed rows are passed
--- over by the indexer).
-INSERT INTO text_index_queue (lo, hi)
-SELECT min(id), max(id) + 1 FROM dead_messages HAVING count(*) > 0;
+-- The rows stored so far wait for their documents through the indexer's
+-- mark (00090, text_index_mark), not here: an entry queued here ran again
+-- with the migration and queued every row a second time.
 
 -- The old expression index goes: on an empty table at once, else
 -- CONCURRENTLY, so that ingest and searches go on.
@@ -56,11 +56,10 @@ END
 $$;
 -- +goose StatementEnd
 
+SET lock_timeout = 0;
 DROP INDEX CONCURRENTLY IF EXISTS dead_messages_text;
+RESET lock_timeout;
 
 -- +goose Down
 DROP TABLE IF EXISTS text_index_queue;
 DROP TABLE IF EXISTS message_text;
-CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_messages_text ON dead_messages
-    USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
-    WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;

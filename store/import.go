@@ -220,7 +220,6 @@ RETURNING id, imported_origin::text, imported_id`, im.self)
 		return fmt.Errorf("store: import: insert %d messages: %w", len(batch), err)
 	}
 	stored := map[ImportOrigin]bool{}
-	var ids []int64
 	for rows.Next() {
 		var (
 			o  ImportOrigin
@@ -231,18 +230,12 @@ RETURNING id, imported_origin::text, imported_id`, im.self)
 			return fmt.Errorf("store: import: read inserted rows: %w", err)
 		}
 		stored[o] = true
-		ids = append(ids, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("store: import: insert %d messages: %w", len(batch), err)
 	}
-	if st.text && len(ids) > 0 {
-		// The imported rows wait for their documents (textindex.go).
-		if _, err := im.tx.Exec(ctx, `INSERT INTO text_index_queue (ids) VALUES ($1)`, ids); err != nil {
-			return fmt.Errorf("store: import: queue %d rows for the text index: %w", len(ids), err)
-		}
-	}
+	// The imported rows wait above the text indexer's mark (textindex.go).
 	msgs := make([]NewMessage, len(batch))
 	outcomes := make([]Outcome, len(batch))
 	for i := range batch {

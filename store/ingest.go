@@ -143,34 +143,20 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 			}
 		}
 		cols := ingestColumns
-		src := pgx.CopyFromSlice(len(plain), func(k int) ([]any, error) {
-			m := &b.Messages[plain[k]]
-			if sealed != nil {
-				r := &sealed[k]
-				return []any{
-					nil, cleanText(m.SourceQueue), cleanText(m.SourceExchange),
-					cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
-					m.DeathCount, nil, nullText(m.FailureType), nil,
-					emptyObject, r.headers, r.body, len(m.Body), m.FirstFailedAt, m.FailedAt,
-					index.Fingerprint(m.Fingerprint), b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], nil, r.hashes,
-					m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), nil,
-					ids[k], r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta,
-				}, nil
-			}
-			keys := SearchKeys(m)
-			return []any{
-				nullText(m.MessageID), cleanText(m.SourceQueue), cleanText(m.SourceExchange),
-				cleanText(m.SourceRoutingKey), cleanText(m.DeadLetterQueue), cleanText(m.Reason),
-				m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType), nullText(m.FailureMessage),
-				m.Properties, m.Headers, nonNilBytes(m.Body), len(m.Body), m.FirstFailedAt, m.FailedAt,
-				m.Fingerprint, b.ID, nullText(m.ConversionError), m.ReplayCount, groupIDs[k], keys, KeyHashes(keys),
-				m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), s.bodyTextColumn(m),
-			}, nil
-		})
 		if sealed != nil {
 			cols = sealedIngestColumns
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"dead_messages"}, cols, src); err != nil {
+		// pgconn's sending goroutine may still read after a failed COPY
+		// returns: the rows it reads are the batch's, which nothing
+		// changes.
+		r := newCopyReader(len(plain), func(c *copyBuf, k int) error {
+			m := &b.Messages[plain[k]]
+			if sealed != nil {
+				return copySealed(c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
+			}
+			return s.copyPlain(c, m, b.ID, groupIDs[k])
+		})
+		if _, err := copyRows(ctx, tx, "dead_messages", cols, r); err != nil {
 			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
 		}
 		for _, i := range plain {
@@ -190,10 +176,11 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	if len(b.Confirmed) > 0 {
 		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
 	}
-	if s.text && enc == nil && (len(plain) > 0 || len(returned) > 0) {
-		// The text index's work is the indexer's (textindex.go): the
-		// batch only names its rows, in one row of text_index_queue.
-		enqueueBatchText(&batch, b.ID, returned)
+	if s.text && len(returned) > 0 {
+		// The text index's work is the indexer's (textindex.go): new
+		// rows wait above its mark; returned ones, whose documents
+		// change, are named in text_index_queue.
+		queueReturnedText(&batch, returned)
 	}
 	if len(resealed) > 0 {
 		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, resealed)

@@ -71,6 +71,12 @@ type NewMessage struct {
 	// Category is the failure category the consumer computed (package
 	// category); "" is unknown.
 	Category string
+	// ContentType and ContentEncoding are the delivery's properties of
+	// those names when ContentKnown, so that the store need not parse
+	// Properties again to tell a text body (BodyTextBytes); without
+	// ContentKnown it does.
+	ContentType, ContentEncoding string
+	ContentKnown                 bool
 }
 
 // Failure categories, as package category names them (store keeps the

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,12 +11,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The text index off the ingest path (migration 00079). Every path that
-// stores or changes a searchable row adds, in its own transaction, one
-// entry to text_index_queue naming the rows; IndexText (run by package
-// textindex) turns entries into documents in message_text, whose GIN
+// The text index off the ingest path (migrations 00079, 00090). New rows
+// wait above the indexer's mark (text_index_mark): every plain row with
+// an id up to the mark has its document, so ingest writes nothing for
+// text search. Rows that change after they are stored (returned to
+// record, imported, backfilled) are named in text_index_queue by the
+// path that changes them, in its own transaction. IndexText (run by
+// package textindex) writes the documents into message_text, whose GIN
 // index searches read. Rows still waiting are searched through the
-// newest TextTailMax of them (textTailSQL), so a message that died a
+// newest TextTailMax of each kind (textTailSQL), so a message that died a
 // second ago is found before its document is written.
 
 // TextTailMax is how many of the newest rows waiting for a document a
@@ -38,10 +43,14 @@ type TextIndexResult struct {
 	Rows int
 	// Documents is how many documents it wrote.
 	Documents int
-	// Newest is the newest queue entry it took from (0: the queue was
-	// empty). Entries are taken newest first, so an indexer that sees
-	// Newest stop growing knows nothing new arrived: ingest is idle.
+	// Newest is the newest message id it saw (0: none stored). An
+	// indexer that sees Newest stop growing knows nothing new arrived:
+	// ingest is idle.
 	Newest int64
+	// More says rows above the mark wait that this call could not take:
+	// more than max, or rows it may take only once the transactions that
+	// may still commit ids below them have ended (markStep).
+	More bool
 }
 
 type textEntry struct {
@@ -73,6 +82,20 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 		return res, fmt.Errorf("store: index text: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	// With text search off the mark stays: the rows stored meanwhile
+	// get their documents once it is on again.
+	var fresh []int64
+	if s.text {
+		if fresh, err = markStep(ctx, tx, max, &res); err != nil {
+			return res, fmt.Errorf("store: index text: %w", err)
+		}
+	}
+	// Changed rows get at least a quarter of the batch, however busy
+	// ingest keeps the mark.
+	room := max - len(fresh)
+	if room < max/4 {
+		room = cmp.Or(max/4, 1)
+	}
 	rows, err := tx.Query(ctx, `SELECT seq, ids, lo, hi FROM text_index_queue ORDER BY seq DESC LIMIT $1 FOR UPDATE SKIP LOCKED`, textQueueClaim)
 	if err != nil {
 		return res, fmt.Errorf("store: index text: claim: %w", err)
@@ -84,18 +107,34 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 	if err != nil {
 		return res, fmt.Errorf("store: index text: claim: %w", err)
 	}
-	if len(entries) == 0 {
-		return res, nil
+	queued, batch := takeTextEntries(entries, room)
+	ids := append(fresh, queued...)
+	if len(ids) > 0 {
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		if res.Documents, err = writeDocuments(ctx, tx, ids); err != nil {
+			return res, err
+		}
 	}
-	res.Newest = entries[0].seq
-	ids, batch := takeTextEntries(entries, max)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return res, fmt.Errorf("store: index text: take %d rows off the queue: %w", len(queued), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("store: index text: commit %d rows: %w", len(ids), err)
+	}
+	res.Rows = len(ids)
+	return res, nil
+}
+
+// writeDocuments writes the documents of the plain rows among ids.
+// The document: the failure text and header values at weight A, the
+// body's words after them at the default D, so that a caller who may not
+// see bodies is answered from the A part alone (ts_filter).
+func writeDocuments(ctx context.Context, tx pgx.Tx, ids []int64) (int, error) {
 	docs, err := textOf(ctx, tx, ids)
 	if err != nil {
-		return res, fmt.Errorf("store: index text of %d rows: %w", len(ids), err)
+		return 0, fmt.Errorf("store: index text of %d rows: %w", len(ids), err)
 	}
-	// The document: the failure text and header values at weight A, the
-	// body's words after them at the default D, so that a caller who may
-	// not see bodies is answered from the A part alone (ts_filter).
 	tag, err := tx.Exec(ctx, `
 INSERT INTO message_text (id, document)
 SELECT m.id, setweight(dlq_search_document(m.failure_type, m.failure_message, m.failure, u.s, m.body, 0), 'A') ||
@@ -105,16 +144,90 @@ WHERE m.enc_key_id IS NULL
 ORDER BY m.id FOR KEY SHARE OF m
 ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, docs.ids, docs.bodyBytes, docs.headerText)
 	if err != nil {
-		return res, fmt.Errorf("store: index text: write documents of %d rows: %w", len(ids), err)
+		return 0, fmt.Errorf("store: index text: write documents of %d rows: %w", len(ids), err)
 	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return res, fmt.Errorf("store: index text: take %d rows off the queue: %w", len(ids), err)
+	return int(tag.RowsAffected()), nil
+}
+
+// markStep moves the mark (text_index_mark, migration 00090) and returns
+// the plain rows it passed, at most max, for their documents to be
+// written in tx. Ids are drawn from a sequence, so the rows of concurrent
+// transactions commit out of id order: the mark must never pass an id
+// that a running transaction may still commit. So it moves in two steps.
+// First it notes a target, the newest id stored (next_id), with the
+// transactions holding dead_messages to write then (next_writers: every
+// writer takes ROW EXCLUSIVE on the table before it draws an id, and
+// keeps it until it ends). Every id below the target was drawn before
+// the target's row was stored, so by a transaction that has committed,
+// or rolled back, or is among those. Once none of them runs any more,
+// every row below the target that will ever be visible is, and the mark
+// walks up to it, max rows a call; there it notes the next target. Only
+// writers of dead_messages hold it back, never a long transaction
+// elsewhere. A row sealed meanwhile gets no document; a deleted one is
+// passed. Another indexer holding the mark (FOR UPDATE SKIP LOCKED)
+// leaves this call the queue alone.
+func markStep(ctx context.Context, tx pgx.Tx, max int, res *TextIndexResult) ([]int64, error) {
+	var (
+		last, newest int64
+		next         *int64
+		ended        bool
+	)
+	err := tx.QueryRow(ctx, `SELECT last_id, next_id, (SELECT coalesce(max(id), 0) FROM dead_messages),
+    NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'virtualxid' AND l.virtualxid = ANY(next_writers))
+FROM text_index_mark FOR UPDATE SKIP LOCKED`).Scan(&last, &next, &newest, &ended)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another indexer holds the mark (or it is gone): whatever waits
+		// above it is that one's, or waits for it to let go.
+		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM text_index_mark)`).Scan(&res.More)
+		if err != nil {
+			return nil, fmt.Errorf("look for the mark: %w", err)
+		}
+		return nil, nil
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("store: index text: commit %d rows: %w", len(ids), err)
+	if err != nil {
+		return nil, fmt.Errorf("read the mark: %w", err)
 	}
-	res.Rows, res.Documents = len(ids), int(tag.RowsAffected())
-	return res, nil
+	res.Newest = newest
+	var fresh []int64
+	to := last
+	if next != nil && ended && last < *next {
+		rows, err := tx.Query(ctx, `SELECT id FROM dead_messages WHERE id > $1 AND id <= $2 AND enc_key_id IS NULL ORDER BY id LIMIT $3`,
+			last, *next, max)
+		if err != nil {
+			return nil, fmt.Errorf("read the ids above the mark %d: %w", last, err)
+		}
+		if fresh, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return nil, fmt.Errorf("read the ids above the mark %d: %w", last, err)
+		}
+		to = *next
+		if len(fresh) == max {
+			to = fresh[len(fresh)-1]
+		}
+	}
+	switch {
+	case next != nil && to < *next:
+		// More to walk before the target.
+		res.More = true
+		_, err = tx.Exec(ctx, `UPDATE text_index_mark SET last_id = $1`, to)
+	case newest > to:
+		// At the target (or none yet), with newer rows: the next target.
+		// The writers are read after the statement's snapshot, which
+		// finds the newest id: one that drew an id below it then either
+		// has ended by the time they are read (committed: later
+		// statements see its rows) or is among them.
+		res.More = true
+		_, err = tx.Exec(ctx, `UPDATE text_index_mark SET last_id = $1,
+    next_id = (SELECT coalesce(max(id), 0) FROM dead_messages),
+    next_writers = ARRAY(SELECT l.virtualtransaction FROM pg_locks l
+        WHERE l.locktype = 'relation' AND l.relation = 'dead_messages'::regclass AND l.mode = 'RowExclusiveLock'
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.pid <> pg_backend_pid())`, to)
+	case to != last:
+		_, err = tx.Exec(ctx, `UPDATE text_index_mark SET last_id = $1`, to)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("move the mark from %d to %d: %w", last, to, err)
+	}
+	return fresh, nil
 }
 
 // takeTextEntries takes at most max ids from the claimed entries, the
@@ -155,8 +268,7 @@ func takeTextEntries(entries []textEntry, max int) ([]int64, *pgx.Batch) {
 	if len(done) > 0 {
 		b.Queue(`DELETE FROM text_index_queue WHERE seq = ANY($1)`, done)
 	}
-	slices.Sort(ids)
-	return slices.Compact(ids), &b
+	return ids, &b
 }
 
 // textParts are what of each plain row the indexer works out in Go, as
@@ -206,48 +318,56 @@ FROM dead_messages WHERE id = ANY($1) AND enc_key_id IS NULL`, ids)
 	return p, nil
 }
 
-// TextWaiting returns how many rows wait for a document (an entry's ids,
-// or its range's width: sealed and deleted rows count until taken).
+// TextWaiting returns how many rows wait for a document: the ids above
+// the mark (sealed, deleted and never committed ones count until the mark
+// passes them) and the queue's (an entry's ids, or its range's width).
 func (s *Store) TextWaiting(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(coalesce(cardinality(ids), hi - lo)), 0)::bigint FROM text_index_queue`).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT greatest((SELECT coalesce(max(id), 0) FROM dead_messages) - `+textMarkSQL+`, 0) +
+    (SELECT coalesce(sum(coalesce(cardinality(ids), hi - lo)), 0) FROM text_index_queue)::bigint`).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: count rows waiting for text documents: %w", err)
 	}
 	return n, nil
 }
 
+// textMarkSQL is the mark: every plain row with an id up to it has its
+// document (markStep).
+const textMarkSQL = `coalesce((SELECT last_id FROM text_index_mark), 0)`
+
 // textBehind reports whether more rows wait for a document than a search
-// reads (TextTailMax): the newest TextTailMax+1 entries, through the
-// queue's primary key.
+// reads (TextTailMax of each kind): the rows above the mark, through the
+// primary key, and the newest TextTailMax+1 queue entries, through the
+// queue's.
 func textBehind(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }) (bool, error) {
 	var behind bool
-	err := db.QueryRow(ctx, `SELECT coalesce(sum(coalesce(cardinality(q.ids), q.hi - q.lo)), 0) > $1
-FROM (SELECT ids, lo, hi FROM text_index_queue ORDER BY seq DESC LIMIT $1 + 1) q`, TextTailMax).Scan(&behind)
+	err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM (SELECT 1 FROM dead_messages WHERE id > `+textMarkSQL+` LIMIT $1 + 1) a) > $1
+    OR (SELECT coalesce(sum(coalesce(cardinality(q.ids), q.hi - q.lo)), 0)
+        FROM (SELECT ids, lo, hi FROM text_index_queue ORDER BY seq DESC LIMIT $1 + 1) q) > $1`, TextTailMax).Scan(&behind)
 	if err != nil {
 		return false, fmt.Errorf("store: count rows waiting for text documents: %w", err)
 	}
 	return behind, nil
 }
 
-// textTailSQL renders the ids of the newest TextTailMax rows waiting for
-// a document, as an array, read through the queue's primary key.
+// textTailSQL renders the ids of the rows waiting for a document that a
+// search reads one by one, as an array: the newest TextTailMax above the
+// mark, through the primary key, and the newest TextTailMax of the
+// queue, through the queue's.
 func textTailSQL() string {
 	tail := strconv.Itoa(TextTailMax)
-	return `ARRAY(SELECT i FROM (SELECT q.seq, q.ids, q.lo, q.hi FROM text_index_queue q ORDER BY q.seq DESC LIMIT ` + tail + `) q
+	return `(ARRAY(SELECT a.id FROM dead_messages a WHERE a.id > ` + textMarkSQL + ` ORDER BY a.id DESC LIMIT ` + tail + `) ||
+	ARRAY(SELECT i FROM (SELECT q.seq, q.ids, q.lo, q.hi FROM text_index_queue q ORDER BY q.seq DESC LIMIT ` + tail + `) q
 	CROSS JOIN LATERAL unnest(coalesce(q.ids, ARRAY(SELECT generate_series(greatest(q.lo, q.hi - ` + tail + `), q.hi - 1)))) AS i
-	LIMIT ` + tail + `)`
+	LIMIT ` + tail + `))`
 }
 
-// enqueueBatchText queues one entry naming the rows batch inserted
-// (through the ingest_batch index: no ids need reserving before COPY)
-// and the rows it returned to record, in the ingest transaction.
-func enqueueBatchText(b *pgx.Batch, batch int64, returned []int64) {
-	b.Queue(`INSERT INTO text_index_queue (ids)
-SELECT array_agg(id) || $2::bigint[] FROM dead_messages WHERE ingest_batch = $1 AND enc_key_id IS NULL
-HAVING count(*) > 0 OR cardinality($2::bigint[]) > 0`, batch, returned)
+// queueReturnedText names rows returned to record in the ingest
+// transaction: their documents change (new rows wait above the mark).
+func queueReturnedText(b *pgx.Batch, returned []int64) {
+	b.Queue(`INSERT INTO text_index_queue (ids) VALUES ($1)`, returned)
 }
 
 // ReplayRunning reports whether a replay task is publishing now (running;

@@ -126,7 +126,7 @@ func TestTextIndexersConcurrent(t *testing.T) {
 					errs = append(errs, err)
 				}
 				mu.Unlock()
-				if err != nil || res.Newest == 0 {
+				if err != nil || (res.Rows == 0 && !res.More) {
 					return
 				}
 			}
@@ -154,6 +154,10 @@ func TestTextIndexClaimDies(t *testing.T) {
 	st2 := storeOn(t, dsn, store.Config{})
 	ingest(t, st, textMsg("orders", `{"fruit":"durian"}`, 1), textMsg("orders", `{"fruit":"durian"}`, 2))
 	first := messageIDs(t, db, "TRUE")[0]
+	// The rows as changed ones: named in the queue, below the mark.
+	_, err := db.Exec(ctx, `UPDATE text_index_mark SET last_id = (SELECT max(id) FROM dead_messages), next_id = NULL;
+INSERT INTO text_index_queue (ids) SELECT array_agg(id) FROM dead_messages`)
+	require.NoError(t, err)
 
 	// Hold one of the rows, so that the batch waits for its FOR SHARE.
 	hold, err := db.Begin(ctx)
@@ -166,19 +170,18 @@ func TestTextIndexClaimDies(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := st.IndexText(bctx, 0); done <- err }()
-	// The entry is claimed once no other transaction can lock it.
+	// The entry is claimed once the batch waits for the held row (the
+	// look takes no lock of its own: a look that locked the entry could
+	// make the batch pass over it).
+	var holder int
+	require.NoError(t, hold.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
 	require.Eventually(t, func() bool {
-		tx, err := db.Begin(ctx)
-		if err != nil {
-			return false
-		}
-		defer tx.Rollback(ctx) //nolint:errcheck // a look only
-		var free int
-		return tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM text_index_queue FOR UPDATE SKIP LOCKED) q`).Scan(&free) == nil && free == 0
+		var waits bool
+		return db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, holder).Scan(&waits) == nil && waits
 	}, 10*time.Second, 10*time.Millisecond)
 	res, err := st2.IndexText(ctx, 0)
 	require.NoError(t, err)
-	require.Zero(t, res.Newest, "the other indexer passes over the claimed entry")
+	require.Zero(t, res.Rows, "the other indexer passes over the claimed entry")
 
 	cancel()
 	require.Error(t, <-done, "the batch died")
@@ -259,38 +262,111 @@ func TestTextDocumentsFollowRows(t *testing.T) {
 	require.Zero(t, dlqtest.IndexText(t, st))
 }
 
-// TestMigration00079QueuesStoredRows: on a store that already holds
-// messages (migrated up to 00078, with its text index), 00079 creates the
-// documents' tables, queues every stored row for the indexer as one range
-// and drops the old index concurrently; the indexer then writes their
-// documents.
-func TestMigration00079QueuesStoredRows(t *testing.T) {
+// TestMigrationTextIndexStoredRows: on a store that already holds
+// messages (migrated up to 00078, with the text index it once built),
+// 00079 creates the documents' tables and drops the old index
+// concurrently, and 00090 starts the indexer's mark at 0, so that the
+// indexer writes the stored rows' documents. A database that ran the
+// earlier 00079 (which queued every row as one range) gets its mark at
+// the newest row: the queue has them.
+func TestMigrationTextIndexStoredRows(t *testing.T) {
 	t.Parallel()
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := context.Background()
 	ingest(t, st, textMsg("orders", `{"fruit":"cherimoya"}`, 1), textMsg("orders", `{"fruit":"cherimoya"}`, 2))
 	// Back to the schema of 00078, rows and all.
-	_, err := db.Exec(ctx, `DROP TABLE text_index_queue; DROP TABLE message_text;
+	_, err := db.Exec(ctx, `DROP TABLE text_index_mark; DROP TABLE text_index_queue; DROP TABLE message_text;
 CREATE INDEX dead_messages_text ON dead_messages
     USING gin (dlq_search_document(failure_type, failure_message, failure, search_text, body, body_text_bytes))
     WHERE status <> 'replaying' AND enc_key_id IS NULL AND body_text_bytes IS NOT NULL;
-DELETE FROM goose_db_version WHERE version_id = 79`)
+DELETE FROM goose_db_version WHERE version_id IN (79, 90)`)
 	require.NoError(t, err)
 
 	res, err := st.Migrate(ctx, nil)
 	require.NoError(t, err)
-	require.Len(t, res.Applied, 1)
+	require.Len(t, res.Applied, 2)
 	ids := messageIDs(t, db, "TRUE")
-	var lo, hi int64
-	require.NoError(t, db.QueryRow(ctx, `SELECT lo, hi FROM text_index_queue`).Scan(&lo, &hi))
-	require.Equal(t, []int64{ids[0], ids[1] + 1}, []int64{lo, hi}, "the stored rows, as one range")
+	mark := func() int64 {
+		var last int64
+		require.NoError(t, db.QueryRow(ctx, `SELECT last_id FROM text_index_mark`).Scan(&last))
+		return last
+	}
+	require.Zero(t, mark(), "every stored row waits above the mark")
+	require.Zero(t, count(t, db, "id IN (SELECT unnest(ids) FROM text_index_queue)"), "and none in the queue")
 	var old int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname = 'dead_messages_text' AND schemaname = current_schema()`).Scan(&old))
 	require.Zero(t, old, "the old index is dropped")
 	require.Equal(t, 2, dlqtest.IndexText(t, st))
 	found, _ := find(t, st, "cherimoya", store.ListOptions{})
 	require.Len(t, found, 2)
+
+	// As after the earlier 00079: the rows queued as one range.
+	_, err = db.Exec(ctx, `DROP TABLE text_index_mark; DELETE FROM message_text; DELETE FROM goose_db_version WHERE version_id = 90`)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO text_index_queue (lo, hi) VALUES ($1, $2)`, ids[0], ids[1]+1)
+	require.NoError(t, err)
+	res, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Applied, 1)
+	require.Equal(t, ids[1], mark(), "the queue holds the stored rows")
+	require.Equal(t, 2, dlqtest.IndexText(t, st))
+	found, _ = find(t, st, "cherimoya", store.ListOptions{})
+	require.Len(t, found, 2)
+}
+
+// TestTextMarkWaitsForEarlierIDs: ids are drawn from a sequence, so a
+// transaction that drew a lower id may commit after one that drew a
+// higher id has. The indexer's mark must not pass the lower id while its
+// transaction runs (its row would never get a document), and a search
+// finds both rows meanwhile: the committed one through the rows waiting
+// above the mark, the other once it commits.
+func TestTextMarkWaitsForEarlierIDs(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ingest(t, st, textMsg("orders", `{"fruit":"rambutan"}`, 1))
+	dlqtest.IndexText(t, st)
+	first := messageIDs(t, db, "TRUE")[0]
+
+	// A writer draws an id and holds its transaction open.
+	slow, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer slow.Rollback(ctx) //nolint:errcheck // committed below
+	var early int64
+	require.NoError(t, slow.QueryRow(ctx, `INSERT INTO dead_messages
+SELECT r.* FROM dead_messages m, jsonb_populate_record(NULL::dead_messages,
+    to_jsonb(m) || jsonb_build_object('id', nextval(pg_get_serial_sequence('dead_messages', 'id')), 'ingest_batch', NULL)) r
+WHERE m.id = $1
+RETURNING id`, first).Scan(&early))
+	_, err = slow.Exec(ctx, `UPDATE dead_messages SET body = convert_to('{"fruit":"salak"}', 'UTF8') WHERE id = $1`, early)
+	require.NoError(t, err)
+
+	// Another commits a higher id, and the indexer runs meanwhile.
+	ingest(t, st, textMsg("orders", `{"fruit":"mangosteen"}`, 2))
+	late := slices.Max(messageIDs(t, db, "TRUE"))
+	require.Greater(t, late, early)
+	for range 5 {
+		_, err := st.IndexText(ctx, 0)
+		require.NoError(t, err)
+	}
+	var mark int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT last_id FROM text_index_mark`).Scan(&mark))
+	require.Less(t, mark, early, "the mark waits below the id of the running transaction")
+	found, incomplete := find(t, st, "mangosteen", store.ListOptions{})
+	require.Equal(t, []int64{late}, found, "the newest row, found before its document is written")
+	require.False(t, incomplete)
+
+	require.NoError(t, slow.Commit(ctx))
+	dlqtest.IndexText(t, st)
+	require.Equal(t, 1, count(t, db, "id = $1 AND id IN (SELECT id FROM message_text)", early), "the late commit has its document")
+	require.Equal(t, 3, count(t, db, "id IN (SELECT id FROM message_text)"))
+	found, _ = find(t, st, "salak", store.ListOptions{})
+	require.Equal(t, []int64{early}, found)
+	// Now below the mark, found through the documents only.
+	require.NoError(t, db.QueryRow(ctx, `SELECT last_id FROM text_index_mark`).Scan(&mark))
+	require.GreaterOrEqual(t, mark, late)
 }
 
 // TestReturnSealedDropsDocument: a plain, indexed message that comes back
@@ -419,4 +495,54 @@ func TestRedeliveryMatchedWhileIndexing(t *testing.T) {
 		t.Fatal("the redelivery waited for the indexer's hold")
 	}
 	require.Equal(t, []int64{id}, messageIDs(t, db, "TRUE"))
+}
+
+// TestTextMarkUnderConcurrentIngest: writers ingest batches at once
+// (their ids interleave and commit out of order) while an indexer walks
+// the mark; once they stop, every row has its document: the mark passed
+// none whose transaction committed after it moved.
+func TestTextMarkUnderConcurrentIngest(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const writers, batches, per = 4, 15, 20
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for b := range batches {
+				msgs := make([]store.NewMessage, per)
+				for i := range msgs {
+					n := (w*batches+b)*per + i
+					msgs[i] = textMsg("orders", fmt.Sprintf(`{"n":%d,"fruit":"feijoa"}`, n), int64(n+1))
+				}
+				_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "t", Messages: msgs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	indexing, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(indexing)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := st.IndexText(ctx, 50); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-indexing
+	dlqtest.IndexText(t, st)
+	require.Equal(t, writers*batches*per, count(t, db, "id IN (SELECT id FROM message_text)"), "every row has its document")
 }

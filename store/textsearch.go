@@ -47,6 +47,11 @@ func BodyTextBytes(body []byte, properties json.RawMessage) int {
 	if len(body) == 0 || !textContent(properties) {
 		return 0
 	}
+	return textPrefix(body)
+}
+
+// textPrefix is BodyTextBytes of a body whose content type is text.
+func textPrefix(body []byte) int {
 	if bytes.IndexByte(body, 0) >= 0 || !utf8.Valid(body) {
 		return 0
 	}
@@ -73,13 +78,19 @@ func textContent(properties json.RawMessage) bool {
 	if json.Unmarshal(properties, &p) != nil {
 		return false
 	}
-	if enc := strings.ToLower(strings.TrimSpace(p.ContentEncoding)); enc != "" && enc != "identity" && enc != "utf-8" && enc != "utf8" {
+	return textContentType(p.ContentType, p.ContentEncoding)
+}
+
+// textContentType is textContent from the content type and encoding
+// themselves.
+func textContentType(contentType, contentEncoding string) bool {
+	if enc := strings.ToLower(strings.TrimSpace(contentEncoding)); enc != "" && enc != "identity" && enc != "utf-8" && enc != "utf8" {
 		return false
 	}
-	if strings.TrimSpace(p.ContentType) == "" {
+	if strings.TrimSpace(contentType) == "" {
 		return true
 	}
-	mt, _, err := mime.ParseMediaType(p.ContentType)
+	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false
 	}
@@ -174,8 +185,23 @@ func (s *Store) bodyTextColumn(m *NewMessage) *int32 {
 	if !s.text {
 		return nil
 	}
-	n := int32(BodyTextBytes(m.Body, m.Properties))
+	var n int32
+	switch {
+	case !m.ContentKnown || !plainProperty(m.ContentType) || !plainProperty(m.ContentEncoding):
+		// Properties' JSON holds a property that is not plain text as
+		// shown (broker's displayText), which the JSON answers for.
+		n = int32(BodyTextBytes(m.Body, m.Properties))
+	case len(m.Body) > 0 && textContentType(m.ContentType, m.ContentEncoding):
+		// The converter's properties, not their JSON parsed again.
+		n = int32(textPrefix(m.Body))
+	}
 	return &n
+}
+
+// plainProperty says whether a property's JSON holds it as it is: valid
+// UTF-8 without NUL.
+func plainProperty(s string) bool {
+	return strings.IndexByte(s, 0) < 0 && utf8.ValidString(s)
 }
 
 // TextSearch reports whether the store marks new rows' text for the text
@@ -248,8 +274,10 @@ func (tq textQuery) sql(args *sqlArgs) string {
 }
 
 // BackfillText queues for the text index (textindex.go) the plain rows
-// without a document with ids in [before-batch, before): rows stored
-// while text search was off, or whose entry was lost. before 0 starts
+// without a document with ids in [before-batch, before): rows below the
+// indexer's mark that have none (stored with text search off by a dlq
+// from before the mark, whose ingest queued its rows); rows above the
+// mark get theirs anyway. before 0 starts
 // above the newest message; next is where the following batch starts, 0
 // when every id has been seen; queued is how many rows this batch queued.
 // Newest first, since searches show the newest first. Safe beside ingest

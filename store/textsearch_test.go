@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
@@ -174,6 +176,36 @@ func TestBodyTextBytes(t *testing.T) {
 	}
 }
 
+// TestBodyTextFromConverter: ingest answers BodyTextBytes from the
+// converter's content type and encoding (NewMessage.ContentKnown) as it
+// would from the properties' JSON, including a property that is not
+// plain text, which the JSON shows replaced.
+func TestBodyTextFromConverter(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ body, ct, enc string }{
+		{`{"a":"b"}`, "application/json", ""},
+		{`plain`, "", ""},
+		{`plain`, "text/plain; charset=utf-8", ""},
+		{`plain`, " TEXT/Plain ", "UTF-8"},
+		{`<a/>`, "application/soap+xml", ""},
+		{`bytes`, "application/octet-stream", ""},
+		{`bytes`, "text/plain", "gzip"},
+		{`bytes`, "text/plain", "identity"},
+		{`bytes`, "text/plain\x00", ""},
+		{`bytes`, "text/\xffplain", ""},
+		{`bytes`, "not a type/", ""},
+		{"\xff\xfe", "", ""},
+		{"", "text/plain", ""},
+	} {
+		props := broker.PropertiesOf(&amqp.Delivery{ContentType: c.ct, ContentEncoding: c.enc}).AppendJSON(nil)
+		m := store.NewMessage{Body: []byte(c.body), Properties: props, ContentType: c.ct, ContentEncoding: c.enc, ContentKnown: true}
+		want := store.BodyTextBytes(m.Body, props)
+		require.Equal(t, int32(want), store.BodyTextColumn(&m), "body %q content type %q encoding %q", c.body, c.ct, c.enc)
+		m.ContentKnown = false
+		require.Equal(t, int32(want), store.BodyTextColumn(&m))
+	}
+}
+
 // TestWordSeparatorsMatchSQL holds the separators q is split on (for a
 // trailing prefix) to those of dlq_search_words in migration 00078.
 func TestWordSeparatorsMatchSQL(t *testing.T) {
@@ -204,7 +236,10 @@ func TestBackfillText(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	ingest(t, st, msgs...)
-	_, err := db.Exec(ctx, `UPDATE dead_messages SET body_text_bytes = NULL, search_text = NULL; DELETE FROM text_index_queue`)
+	// Rows below the mark without documents (rows of a database that
+	// had text search before the mark, whose entries were lost).
+	dlqtest.IndexText(t, st)
+	_, err := db.Exec(ctx, `UPDATE dead_messages SET body_text_bytes = NULL, search_text = NULL; DELETE FROM text_index_queue; DELETE FROM message_text`)
 	require.NoError(t, err)
 	find := func(q string) int {
 		page, err := st.ListMessages(ctx, store.Filter{Status: "all", Query: q}, store.ListOptions{Limit: 100})

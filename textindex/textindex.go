@@ -1,20 +1,22 @@
 // Package textindex writes the documents of text search (q's words,
-// docs/API.md) off the ingest path: ingest names its new rows in
-// text_index_queue, in its own transaction, and the Indexer turns them
-// into documents in message_text, in bounded batches (store.IndexText).
+// docs/API.md) off the ingest path: ingest writes nothing for it; the
+// Indexer walks the new rows in id order behind a mark, and takes the
+// rows changed after they were stored from text_index_queue, writing
+// their documents into message_text in bounded batches (store.IndexText).
 //
 // Several dlq instances may run an Indexer on one database: a batch
-// claims its queue entries FOR UPDATE SKIP LOCKED and deletes them in the
-// transaction that writes their documents, so no row is indexed twice by
-// two claims and none is lost when a process dies mid-batch.
+// holds the mark and claims its queue entries FOR UPDATE SKIP LOCKED,
+// and moves the mark and deletes the entries in the transaction that
+// writes their documents, so no row is indexed twice by two claims and
+// none is lost when a process dies mid-batch.
 //
 // Pacing: while messages keep arriving, or a replay runs, the Indexer
 // works a share of the time (Duty, percent): after a batch that took d it
 // pauses d*(100-Duty)/Duty, so that on a 2-core machine it leaves ingest
 // and replay the database's CPU. When nothing new arrived since its last
-// batch (the queue's newest entry did not grow) and no replay runs, it
-// works without pause until the queue is empty; then it looks again
-// every Poll.
+// batch (the newest message id did not grow) and no replay runs, it
+// works without pause until nothing waits; then it looks again every
+// Poll.
 package textindex
 
 import (
@@ -39,6 +41,10 @@ const (
 	waitingEvery = 5 * time.Second
 	// errorPause is the pause after a failed batch.
 	errorPause = 5 * time.Second
+	// markWait is the pause while new rows wait for the transactions
+	// that may still commit ids below them (store.IndexText): an ingest
+	// batch takes tens of milliseconds.
+	markWait = 50 * time.Millisecond
 )
 
 // Store is what the Indexer needs of the store.
@@ -63,7 +69,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Indexer drains text_index_queue.
+// Indexer writes the documents of the rows waiting for theirs.
 type Indexer struct {
 	cfg     Config
 	log     *slog.Logger
@@ -167,10 +173,14 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		case err != nil:
 			ix.log.Warn("text index batch failed; retrying", "error", err, "pause", errorPause)
 			pause = errorPause
-		case res.Rows == 0 && res.Newest == 0:
+		case res.Rows == 0 && !res.More:
 			pause = ix.cfg.Poll
+		case res.Rows == 0:
+			// Rows wait above the mark for transactions that may still
+			// commit ids below them: a moment, not a poll.
+			pause = min(ix.cfg.Poll, markWait)
 		case res.Newest > newest:
-			// New entries arrived since the last batch: ingest is busy.
+			// New rows arrived since the last batch: ingest is busy.
 			newest = res.Newest
 			pause = ix.dutyPause(took)
 		case ix.replaying(ctx):

@@ -13,8 +13,8 @@ import (
 
 // TestServeIndexesText: `dlq serve` with its defaults (text search on)
 // ingests dead letters through RabbitMQ and its text indexer writes their
-// documents in the background: every plain row gets one, the queue
-// empties, the metrics count them, q finds the failure message's words
+// documents in the background: every plain row gets one, the mark
+// passes them all and the queue stays empty, the metrics count them, q finds the failure message's words
 // as a phrase across queues, and the binary bodies' bytes never become
 // words. A graceful stop stops the indexer too.
 func TestServeIndexesText(t *testing.T) {
@@ -30,6 +30,7 @@ func TestServeIndexesText(t *testing.T) {
 	indexed := func() (docs, waiting int) {
 		h.query(func(ctx context.Context) error {
 			return h.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM message_text),
+    (SELECT count(*) FROM dead_messages WHERE id > (SELECT last_id FROM text_index_mark)) +
     (SELECT coalesce(sum(coalesce(cardinality(ids), hi - lo)), 0) FROM text_index_queue)`).Scan(&docs, &waiting)
 		})
 		return docs, waiting
