@@ -455,7 +455,9 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	}
 	r.Secs = time.Since(start).Seconds()
 	c1 := o.cpu.take()
-	if r.TextSearch && !encrypted {
+	// Not while profiling: the profiles end when dlq stops, and would
+	// hold the indexer's catching up after the drain.
+	if r.TextSearch && !encrypted && o.cpuProfile == "" && o.memProfile == "" {
 		if r.SearchNewestSecs, r.TextCaughtUpSecs, err = searchNewest(st, o.textBodies, newestNeedle(suffix)); err != nil {
 			_ = stop()
 			return r, err
