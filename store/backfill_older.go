@@ -166,14 +166,8 @@ WHERE m.id = u.id`
 			return 0, err
 		}
 	}
-	var b pgx.Batch
-	if err := queueGroupChanges(&b, moves, nil); err != nil {
+	if err := moveGroups(ctx, tx, moves); err != nil {
 		return 0, err
-	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-			return 0, fmt.Errorf("move groups: %w", err)
-		}
 	}
 	return int64(len(locked)), nil
 }

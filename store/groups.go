@@ -288,6 +288,24 @@ func groupMove(changes map[int64]*groupChange, id int64, from, to string, n int6
 // messages reference it); the placeholder values of its insert part are
 // never used, and its infinite times leave first and last seen alone.
 // When the store seals (enc set), a new group's pattern and sample go in
+
+// moveGroups applies the group changes of messages that a background job
+// moved from one failure group to another (categories, backfill
+// older_rows), in tx; neither needs the encryption state ingest passes.
+func moveGroups(ctx context.Context, tx pgx.Tx, moves map[int64]*groupChange) error {
+	var b pgx.Batch
+	if err := queueGroupChanges(&b, moves, nil); err != nil {
+		return err
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("move groups: %w", err)
+	}
+	return nil
+}
+
 // enc_text, sealed.
 func queueGroupChanges(b *pgx.Batch, changes map[int64]*groupChange, enc *encState) error {
 	ids := make([]int64, 0, len(changes))
