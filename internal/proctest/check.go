@@ -42,11 +42,18 @@ type Tally struct {
 	IndeterminateStored        int
 	ConversionErrors, BadIDRow int
 	Nacks                      int
+	// LostSample names a few of the lost ids (at most five), for the
+	// failure message: which publish, and so which path, lost one.
+	LostSample []string
 }
 
 func (c Tally) String() string {
-	return fmt.Sprintf("confirmed=%d indeterminate=%d (stored %d, nacks %d) rows=%d lost=%d duplicated=%d unexpected=%d conversion_errors=%d message_id_mismatch=%d",
+	s := fmt.Sprintf("confirmed=%d indeterminate=%d (stored %d, nacks %d) rows=%d lost=%d duplicated=%d unexpected=%d conversion_errors=%d message_id_mismatch=%d",
 		c.Confirmed, c.Indeterminate, c.IndeterminateStored, c.Nacks, c.Rows, c.Lost, c.Duplicated, c.Unexpected, c.ConversionErrors, c.BadIDRow)
+	if len(c.LostSample) > 0 {
+		s += fmt.Sprintf(" (lost ids include %s)", strings.Join(c.LostSample, ", "))
+	}
+	return s
 }
 
 // Check reads every row of dead_messages in pool's schema back and counts
@@ -86,6 +93,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, l *Ledger) (Tally, error) {
 	for id := range l.confirmed {
 		if seen[id] == 0 {
 			c.Lost++
+			if len(c.LostSample) < 5 {
+				c.LostSample = append(c.LostSample, id)
+			}
 		}
 	}
 	for id, n := range seen {
