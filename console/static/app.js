@@ -34,6 +34,13 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("form").forEach(countSelected);
+    // The edit page's preview is the answer to a POST (the draft travels
+    // in the form, too large for an address). Replacing its history entry
+    // with the page's own address makes Back and Forward fetch the edit
+    // form with GET instead of asking to send the form again.
+    if (document.querySelector("form[data-draft-page]") && window.history.replaceState) {
+      window.history.replaceState(null, "", window.location.href);
+    }
     // The page size and the sort apply as soon as they are chosen.
     document.querySelectorAll("select[data-autosubmit]").forEach(function (s) {
       s.addEventListener("change", function () { s.form.requestSubmit(); });
