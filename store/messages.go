@@ -87,10 +87,13 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 		keyID          *string
 		sl             Sealed
 	)
+	// The JSON columns are scanned as bytes: into a json.RawMessage pgx
+	// would run encoding/json over text PostgreSQL already validated (a
+	// sixth of a 500-row console page's CPU); NULL is nil either way.
 	dest := []any{&m.ID, &m.MessageID, &m.SourceQueue, &m.SourceExchange, &m.SourceRoutingKey,
-		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, &m.Failure, &m.Properties, &m.Headers, &m.XDeath,
+		&m.DeadLetterQueue, &m.Reason, &m.DeathCount, (*[]byte)(&m.Failure), (*[]byte)(&m.Properties), (*[]byte)(&m.Headers), (*[]byte)(&m.XDeath),
 		&m.BodySize, &m.Status, &m.ReplayCount, &m.FirstFailedAt, &m.FailedAt, &m.ReplayedAt, &m.AcknowledgedAt,
-		&group, &m.LastReplayError, &m.ConversionError, &m.DeathHistory, &origin, &importedFromID, &m.Category, &m.AutoExhausted,
+		&group, &m.LastReplayError, &m.ConversionError, (*[]byte)(&m.DeathHistory), &origin, &importedFromID, &m.Category, &m.AutoExhausted,
 		&keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta}
 	if withBody {
 		dest = append(dest, &body)

@@ -41,6 +41,8 @@ type apiOptions struct {
 	cursor       string
 	withoutIdx   string // comma-separated index names the generator leaves unbuilt
 	skipPages    string // console: a regular expression of page names not to measure
+	cpuProfile   string // console: a CPU profile of the measured pages
+	onlyPages    string // console: a regular expression of the only page names to measure
 	genOnly      bool
 	textOnly     bool
 	ingestRounds int

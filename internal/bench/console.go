@@ -16,6 +16,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"time"
@@ -51,6 +52,8 @@ func Console(args []string) error {
 	fs.StringVar(&o.out, "out", "", "append results as JSON lines to this file")
 	fs.StringVar(&o.withoutIdx, "without-indexes", "", "generate without these indexes (comma-separated names): faster, for pages that never use them")
 	fs.StringVar(&o.skipPages, "skip-pages", "", "a regular expression: pages whose name it matches are not measured (e.g. 'search' on a schema whose text documents were never built: -build-text of dlq-bench api)")
+	fs.StringVar(&o.onlyPages, "pages", "", "a regular expression: only pages whose name it matches are measured (e.g. '500' for 500 messages a page)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured requests (with -skip-pages, of the pages left) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -66,7 +69,20 @@ func Console(args []string) error {
 	if err := prepareAPISchema(ctx, o, dsn); err != nil {
 		return err
 	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("create the CPU profile %s: %w", o.cpuProfile, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start the CPU profile: %w", err)
+		}
+	}
 	results, failed, err := measureConsole(ctx, o, dsn)
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if o.out != "" {
 		if werr := appendResults(o.out, results); werr != nil {
 			return werr
@@ -265,9 +281,13 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 	if err != nil {
 		return results, failed, fmt.Errorf("-skip-pages %q: %w", o.skipPages, err)
 	}
+	only, err := regexp.Compile(o.onlyPages)
+	if err != nil {
+		return results, failed, fmt.Errorf("-pages %q: %w", o.onlyPages, err)
+	}
 	for _, p := range pages {
-		if o.skipPages != "" && skip.MatchString(p.name) {
-			fmt.Printf("%-40s not measured (-skip-pages)\n", p.name)
+		if (o.skipPages != "" && skip.MatchString(p.name)) || !only.MatchString(p.name) {
+			fmt.Printf("%-40s not measured (-skip-pages, -pages)\n", p.name)
 			continue
 		}
 		if err := measure(p.name, p.limit, p.path, p.refresh); err != nil {
