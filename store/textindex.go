@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dlq/dlq/internal/proccpu"
 )
 
 // The text index off the ingest path (migrations 00079, 00090). New rows
@@ -51,6 +54,12 @@ type TextIndexResult struct {
 	// more than max, or rows it may take only once the transactions that
 	// may still commit ids below them have ended (markStep).
 	More bool
+	// DatabaseCPU is the CPU time PostgreSQL's backend spent on the batch
+	// (its /proc entry read before and after, at proccpu.Resolution),
+	// when DatabaseCPUKnown: the database runs on this machine. The
+	// indexer paces itself by it.
+	DatabaseCPU      time.Duration
+	DatabaseCPUKnown bool
 }
 
 type textEntry struct {
@@ -82,6 +91,8 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 		return res, fmt.Errorf("store: index text: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	backend := int(tx.Conn().PgConn().PID())
+	cpuBefore, cpuKnown := proccpu.Of(backend, postgresComm)
 	// With text search off the mark stays: the rows stored meanwhile
 	// get their documents once it is on again.
 	var fresh []int64
@@ -123,8 +134,17 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 		return res, fmt.Errorf("store: index text: commit %d rows: %w", len(ids), err)
 	}
 	res.Rows = len(ids)
+	if cpuKnown {
+		if after, ok := proccpu.Of(backend, postgresComm); ok && after >= cpuBefore {
+			res.DatabaseCPU, res.DatabaseCPUKnown = after-cpuBefore, true
+		}
+	}
 	return res, nil
 }
+
+// postgresComm is the command name of PostgreSQL's processes, backends
+// included, on Linux (their titles change only the command line).
+const postgresComm = "postgres"
 
 // writeDocuments writes the documents of the plain rows among ids.
 // The document: the failure text and header values at weight A, the

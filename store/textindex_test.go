@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proccpu"
 	"github.com/dlq/dlq/store"
 )
 
@@ -545,4 +547,44 @@ func TestTextMarkUnderConcurrentIngest(t *testing.T) {
 	<-indexing
 	dlqtest.IndexText(t, st)
 	require.Equal(t, writers*batches*per, count(t, db, "id IN (SELECT id FROM message_text)"), "every row has its document")
+}
+
+// TestIndexTextReportsDatabaseCPU: the database runs on this machine, so
+// each batch says how much CPU its backend spent (what the indexer paces
+// itself by): in all, something for thousands of documents, and never
+// more than the batches' wall time but for a clock tick each.
+func TestIndexTextReportsDatabaseCPU(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	const batches, per = 10, 300
+	words := strings.Repeat("papaya guava tamarind soursop rambutan ", 40)
+	for b := range batches {
+		msgs := make([]store.NewMessage, per)
+		for i := range msgs {
+			msgs[i] = textMsg("orders", fmt.Sprintf(`{"n":%d,"text":%q}`, b*per+i, words), int64(b*per+i+1))
+		}
+		ingest(t, st, msgs...)
+	}
+	var cpu, wall time.Duration
+	took := 0
+	deadline := time.Now().Add(time.Minute)
+	for rows := 0; rows < batches*per; {
+		require.True(t, time.Now().Before(deadline), "indexed %d of %d rows in a minute", rows, batches*per)
+		start := time.Now()
+		res, err := st.IndexText(ctx, 500)
+		require.NoError(t, err)
+		wall += time.Since(start)
+		if res.Rows == 0 {
+			time.Sleep(50 * time.Millisecond) // the mark waits for ingest's last transaction to be seen ended
+			continue
+		}
+		require.True(t, res.DatabaseCPUKnown, "PostgreSQL runs on this machine: its backend's CPU is readable")
+		cpu += res.DatabaseCPU
+		rows += res.Rows
+		took++
+	}
+	require.Positive(t, cpu, "%d batches of documents cost the backend no CPU at all", took)
+	require.LessOrEqual(t, cpu, wall+time.Duration(took)*proccpu.Resolution, "more CPU than time")
+	t.Logf("%d documents in %d batches: backend CPU %s, wall %s", batches*per, took, cpu, wall)
 }

@@ -11,9 +11,13 @@
 // none is lost when a process dies mid-batch.
 //
 // Pacing: while messages keep arriving, or a replay runs, the Indexer
-// works a share of the time (Duty, percent): after a batch that took d it
-// pauses d*(100-Duty)/Duty, so that on a 2-core machine it leaves ingest
-// and replay the database's CPU. When nothing new arrived since its last
+// takes a share (Duty, percent) of one core: after a batch that cost c
+// it pauses c*(100-Duty)/Duty, so that on a 2-core machine it leaves
+// ingest and replay the database's CPU. The cost is the CPU time the
+// database's backend spent on the batch (store.TextIndexResult's
+// DatabaseCPU: where the documents are built), not the batch's wall time,
+// which on a busy machine is mostly waiting for a core; when the database
+// runs elsewhere and its CPU cannot be read, the wall time stands in. When nothing new arrived since its last
 // batch (the newest message id did not grow) and no replay runs, it
 // works without pause until nothing waits; then it looks again every
 // Poll.
@@ -78,6 +82,7 @@ type Indexer struct {
 	docs    prometheus.Counter
 	errors  prometheus.Counter
 	seconds prometheus.Histogram
+	dbCPU   prometheus.Counter
 }
 
 // New checks cfg and registers the metrics.
@@ -113,6 +118,10 @@ func New(cfg Config) (*Indexer, error) {
 			Name: "dlq_text_index_errors_total",
 			Help: "Text index batches that failed (retried after a pause).",
 		}),
+		dbCPU: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dlq_text_index_database_cpu_seconds_total",
+			Help: "CPU time PostgreSQL's backend spent on text index batches (counted when the database runs on this machine; the indexer's pacing is by it).",
+		}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dlq_text_index_batch_seconds",
 			Help:    "Time one text index batch took.",
@@ -120,7 +129,7 @@ func New(cfg Config) (*Indexer, error) {
 		}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{ix.waiting, ix.indexed, ix.docs, ix.errors, ix.seconds} {
+		for _, c := range []prometheus.Collector{ix.waiting, ix.indexed, ix.docs, ix.errors, ix.seconds, ix.dbCPU} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("textindex: register metrics: %w", err)
 			}
@@ -146,6 +155,7 @@ func (ix *Indexer) Once(ctx context.Context) (store.TextIndexResult, error) {
 	}
 	ix.indexed.Add(float64(res.Rows))
 	ix.docs.Add(float64(res.Documents))
+	ix.dbCPU.Add(res.DatabaseCPU.Seconds())
 	return res, nil
 }
 
@@ -182,12 +192,12 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		case res.Newest > newest:
 			// New rows arrived since the last batch: ingest is busy.
 			newest = res.Newest
-			pause = ix.dutyPause(took)
+			pause = ix.dutyPause(cost(res, took))
 		case ix.replaying(ctx):
 			// A replay publishes now: catching up at full speed would
 			// take its share of the machine (end to end, a classic replay
 			// right after a burst fell from 0.90 to 0.71 of raw).
-			pause = ix.dutyPause(took)
+			pause = ix.dutyPause(cost(res, took))
 		}
 		if pause > 0 {
 			t := time.NewTimer(pause)
@@ -201,10 +211,21 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 }
 
-// dutyPause is the pause after a batch that took took, so that the
-// Indexer works Duty percent of the time.
-func (ix *Indexer) dutyPause(took time.Duration) time.Duration {
-	return took * time.Duration(100-ix.cfg.Duty) / time.Duration(ix.cfg.Duty)
+// dutyPause is the pause after a batch that cost c, so that the Indexer
+// takes Duty percent.
+func (ix *Indexer) dutyPause(c time.Duration) time.Duration {
+	return c * time.Duration(100-ix.cfg.Duty) / time.Duration(ix.cfg.Duty)
+}
+
+// cost is what a batch that took took (wall time) cost the machine: the
+// database backend's CPU time when known. That is read in clock ticks
+// (10 ms), so a short batch may read 0 and the next one a whole tick:
+// over many batches the pauses add up to the share all the same.
+func cost(res store.TextIndexResult, took time.Duration) time.Duration {
+	if res.DatabaseCPUKnown {
+		return res.DatabaseCPU
+	}
+	return took
 }
 
 // replaying reports whether a replay runs; an error reads as none (the
