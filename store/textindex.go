@@ -57,7 +57,7 @@ type TextIndexResult struct {
 	// DatabaseCPU is the CPU time PostgreSQL's backend spent on the batch
 	// (its /proc entry read before and after, at proccpu.Resolution),
 	// when DatabaseCPUKnown: the database runs on this machine. The
-	// indexer paces itself by it.
+	// indexer counts it (package textindex says why it paces by wall time).
 	DatabaseCPU      time.Duration
 	DatabaseCPUKnown bool
 }

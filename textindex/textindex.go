@@ -11,13 +11,16 @@
 // none is lost when a process dies mid-batch.
 //
 // Pacing: while messages keep arriving, or a replay runs, the Indexer
-// takes a share (Duty, percent) of one core: after a batch that cost c
-// it pauses c*(100-Duty)/Duty, so that on a 2-core machine it leaves
-// ingest and replay the database's CPU. The cost is the CPU time the
-// database's backend spent on the batch (store.TextIndexResult's
-// DatabaseCPU: where the documents are built), not the batch's wall time,
-// which on a busy machine is mostly waiting for a core; when the database
-// runs elsewhere and its CPU cannot be read, the wall time stands in. When nothing new arrived since its last
+// works a share of the time (Duty, percent): after a batch that took d it
+// pauses d*(100-Duty)/Duty, so that on a 2-core machine it leaves ingest
+// and replay the database's CPU. The batch's wall time, not the CPU its
+// database backend spent (which it counts, store.TextIndexResult's
+// DatabaseCPU): on a busy machine a batch waits for a core most of its
+// time, so the wall time gives a longer pause, and ingest the core.
+// Pacing by the backend's CPU was measured: ingest with text search on
+// lost a fifth of its throughput in the rounds of 2026-11-28 15:00 (load
+// 3 to 7), and PostgreSQL's CPU per message rose by 14 µs
+// (docs/BENCHMARKS.md, History). When nothing new arrived since its last
 // batch (the newest message id did not grow) and no replay runs, it
 // works without pause until nothing waits; then it looks again every
 // Poll.
@@ -120,7 +123,7 @@ func New(cfg Config) (*Indexer, error) {
 		}),
 		dbCPU: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dlq_text_index_database_cpu_seconds_total",
-			Help: "CPU time PostgreSQL's backend spent on text index batches (counted when the database runs on this machine; the indexer's pacing is by it).",
+			Help: "CPU time PostgreSQL's backend spent on text index batches (counted when the database runs on this machine).",
 		}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dlq_text_index_batch_seconds",
@@ -192,12 +195,12 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		case res.Newest > newest:
 			// New rows arrived since the last batch: ingest is busy.
 			newest = res.Newest
-			pause = ix.dutyPause(cost(res, took))
+			pause = ix.dutyPause(took)
 		case ix.replaying(ctx):
 			// A replay publishes now: catching up at full speed would
 			// take its share of the machine (end to end, a classic replay
 			// right after a burst fell from 0.90 to 0.71 of raw).
-			pause = ix.dutyPause(cost(res, took))
+			pause = ix.dutyPause(took)
 		}
 		if pause > 0 {
 			t := time.NewTimer(pause)
@@ -211,21 +214,10 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 }
 
-// dutyPause is the pause after a batch that cost c, so that the Indexer
-// takes Duty percent.
-func (ix *Indexer) dutyPause(c time.Duration) time.Duration {
-	return c * time.Duration(100-ix.cfg.Duty) / time.Duration(ix.cfg.Duty)
-}
-
-// cost is what a batch that took took (wall time) cost the machine: the
-// database backend's CPU time when known. That is read in clock ticks
-// (10 ms), so a short batch may read 0 and the next one a whole tick:
-// over many batches the pauses add up to the share all the same.
-func cost(res store.TextIndexResult, took time.Duration) time.Duration {
-	if res.DatabaseCPUKnown {
-		return res.DatabaseCPU
-	}
-	return took
+// dutyPause is the pause after a batch that took took, so that the
+// Indexer works Duty percent of the time.
+func (ix *Indexer) dutyPause(took time.Duration) time.Duration {
+	return took * time.Duration(100-ix.cfg.Duty) / time.Duration(ix.cfg.Duty)
 }
 
 // replaying reports whether a replay runs; an error reads as none (the

@@ -1,7 +1,7 @@
 // Package proccpu reads how much CPU time another process on this machine
-// has used, from /proc. The text indexer paces itself by the CPU its
-// PostgreSQL backend spends (package textindex): that backend is another
-// process, which no rusage call of ours covers.
+// has used, from /proc. The text indexer counts the CPU its PostgreSQL
+// backend spends (package textindex): that backend is another process,
+// which no rusage call of ours covers.
 package proccpu
 
 import (
