@@ -262,8 +262,19 @@ func (v RawValue) Decode() any {
 	case 'x':
 		return []byte(v[5:])
 	case 'F':
-		t, _ := v.Table()
-		return t.Table(func(string) bool { return true })
+		// Entries in table order: a repeated key keeps its last value,
+		// as amqp091-go's map does.
+		t := amqp.Table{}
+		for s := string(v[5:]); len(s) > 0; {
+			klen := int(s[0])
+			rest, err := skipFieldShallow(s[1+klen:])
+			if err != nil {
+				break // not reached in a decodable table
+			}
+			t[s[1:1+klen]] = RawValue(s[1+klen : len(s)-len(rest)]).Decode()
+			s = rest
+		}
+		return t
 	case 'A':
 		var arr []any // nil when empty, as amqp091-go leaves it
 		for s := string(v[5:]); len(s) > 0; {

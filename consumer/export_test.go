@@ -23,3 +23,9 @@ func ConvertBoth(d amqp.Delivery, table []byte, queue string, now time.Time, rul
 	categorizeDelivery(rules, &viaRaw, &d, rt)
 	return viaTable, viaRaw
 }
+
+// ConvertRaw is the raw path alone, for its benchmark.
+func ConvertRaw(d *amqp.Delivery, table []byte, queue string, now time.Time) store.NewMessage {
+	m, _ := convertRaw(d, queue, now, table)
+	return m
+}

@@ -124,3 +124,47 @@ func TestConvertRawRealistic(t *testing.T) {
 		sameRow(t, viaTable, viaRaw)
 	}
 }
+
+// benchTable is the header table of dlq-bench's dead letters (two deaths).
+func benchTable() []byte {
+	A, E, S, L := amqptest.Array, amqptest.Entry, amqptest.Str, amqptest.Long
+	death := func(queue, reason, exchange string, count int64, extra ...[]byte) []byte {
+		return amqptest.Table(append([][]byte{E("count", L(count)), E("reason", S(reason)), E("queue", S(queue)),
+			E("time", amqptest.Timestamp(1764300000)), E("exchange", S(exchange)), E("routing-keys", A(S("orders.created")))}, extra...)...)
+	}
+	return amqptest.Concat(
+		E("x-correlation-id", S("bench-abc-00000001")), E("x-tenant", S("acme-1")), E("x-retry-count", []byte{'I', 0, 0, 0, 3}),
+		E("x-exception-type", S("OrderValidationError")), E("x-exception-message", S("order total does not match its lines")),
+		E("traceparent", S("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")),
+		E("x-death", A(death("orders.process", "rejected", "orders", 3), death("orders.retry", "expired", "orders.retry", 2, E("original-expiration", S("10000"))))),
+		E("x-first-death-reason", S("expired")), E("x-first-death-queue", S("orders.retry")), E("x-first-death-exchange", S("orders.retry")),
+	)
+}
+
+// BenchmarkConvertHeaders compares the two paths from what reaches the
+// consumer: amqp091-go's table, or the table's bytes.
+func BenchmarkConvertHeaders(b *testing.B) {
+	table := benchTable()
+	ds, err := amqptest.DecodeTables([][]byte{table}, "dlq-x-q-0", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := realisticDelivery(make([]byte, 1024))
+	now := time.Now()
+	b.Run("table", func(b *testing.B) {
+		d := d
+		d.Headers = ds[0].Headers
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = consumer.Convert(&d, "dlq", now)
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		d := d
+		d.Headers = nil
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = consumer.ConvertRaw(&d, table, "dlq", now)
+		}
+	})
+}
