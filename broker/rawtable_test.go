@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"testing"
 
@@ -126,4 +127,64 @@ func TestRawHeadersOnlyForTheirConsumers(t *testing.T) {
 	table, ok := c.RawHeaders(&amqp.Delivery{Headers: got})
 	require.True(t, ok)
 	require.Equal(t, in, table, "the publisher's entry stays inside the bytes")
+}
+
+// methodFrame builds a method frame on channel 1.
+func methodFrame(class, id uint16, args []byte) []byte {
+	p := binary.BigEndian.AppendUint16(nil, class)
+	p = binary.BigEndian.AppendUint16(p, id)
+	p = append(p, args...)
+	f := binary.BigEndian.AppendUint32([]byte{frameTypeMethod, 0, 1}, uint32(len(p)))
+	return append(append(f, p...), frameEndByte)
+}
+
+// TestRawDeliveriesWhichHeaders: only the content header right after a
+// basic.deliver to a wanted tag is taken as bytes (not after basic.get-ok
+// or basic.return, nor the next one), and only when the new frame fits
+// the negotiated frame_max.
+func TestRawDeliveriesWhichHeaders(t *testing.T) {
+	cfg := newRawConfig()
+	(&Conn{raw: cfg}).DeliverRawHeaders("dlq-a-")
+	r := cfg.forDial(0)
+	deliver := func(tag string) []byte {
+		args := append(shortstrEnc(tag), make([]byte, 9)...)
+		return methodFrame(classBasic, methodDeliver, append(append(args, shortstrEnc("ex")...), shortstrEnc("rk")...))
+	}
+	hf := headerFrame(tableEnc(entry("k", fieldLong(1)), entry("x-delivery-count", fieldLong(2))))
+
+	r.method(deliver("dlq-a-q-0"))
+	require.True(t, r.header(hf))
+	require.False(t, r.header(hf), "only the header right after the deliver")
+	r.method(deliver("dlq-b-q-0"))
+	require.False(t, r.header(hf), "another consumer's")
+	r.method(deliver("dlq-a-q-0"))
+	r.method(methodFrame(classBasic, 71, nil)) // basic.get-ok
+	require.False(t, r.header(hf))
+	r.method(methodFrame(classBasic, 50, nil)) // basic.return
+	require.False(t, r.header(hf))
+
+	out, ok := r.rewrite(hf, nil)
+	require.True(t, ok)
+	off, n, ok := headerTable(out)
+	require.True(t, ok)
+	got := out[off : off+n]
+	require.True(t, bytes.HasPrefix(got, shortstrEnc(headerRaw)))
+	require.True(t, bytes.HasSuffix(got, entry("x-delivery-count", fieldLong(2))), "the return count stays readable")
+	require.True(t, bytes.HasSuffix(out, append(shortstrEnc("msg-1"), frameEndByte)), "the properties after the headers are kept")
+
+	// connection.tune: frame_max as amqp091-go negotiates it.
+	tune := binary.BigEndian.AppendUint16(nil, 0)
+	tune = binary.BigEndian.AppendUint32(tune, uint32(len(hf)+5))
+	tune = binary.BigEndian.AppendUint16(tune, 0)
+	f := methodFrame(classConnection, methodTune, tune)
+	f[1], f[2] = 0, 0
+	r.method(f)
+	require.Equal(t, max(len(hf)+5, 4096), r.frameMax)
+	big := headerFrame(tableEnc(entry("k", append(binary.BigEndian.AppendUint32([]byte{'S'}, 5000), make([]byte, 5000)...))))
+	r.frameMax = len(big) + 10
+	_, ok = r.rewrite(big, nil)
+	require.False(t, ok, "a table that would no longer fit frame_max is left to amqp091-go")
+	r.frameMax = 0
+	_, ok = r.rewrite(big, nil)
+	require.True(t, ok, "no frame_max")
 }
