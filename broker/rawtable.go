@@ -26,6 +26,7 @@ import (
 // a key repeats (amqp091-go stores them into a map in order). Keys and
 // string values are substrings of the table, so reading allocates little.
 type RawTable struct {
+	s       string     // the table body
 	entries []rawEntry // sorted by key, byte order
 	buf     [20]rawEntry
 	// safeKeys and lookalike decide how AppendHeadersJSON writes the table
@@ -37,10 +38,13 @@ type RawTable struct {
 // the value.
 type RawValue string
 
-type rawEntry struct {
-	key string
-	val RawValue
-}
+// rawEntry locates one entry in the table body: its key is s[k0:k1] and
+// its value s[k1:v1]. Offsets rather than substrings keep the entries free
+// of pointers, so sorting them costs no write barriers.
+type rawEntry struct{ k0, k1, v1 uint32 }
+
+func (e rawEntry) key(s string) string   { return s[e.k0:e.k1] }
+func (e rawEntry) val(s string) RawValue { return RawValue(s[e.k1:e.v1]) }
 
 // ParseRawTable reads the AMQP encoding of a header table. It refuses
 // (with an error naming the problem) one amqp091-go could not decode.
@@ -52,7 +56,7 @@ func parseRawTable(s string) (*RawTable, error) {
 	if !tableDecodable(s, 0) {
 		return nil, fmt.Errorf("broker: header table of %d bytes is not one the AMQP client decodes", len(s))
 	}
-	t := &RawTable{}
+	t := &RawTable{s: s}
 	t.entries, t.safeKeys, t.lookalike = rawEntries(s, t.buf[:0])
 	return t, nil
 }
@@ -61,38 +65,50 @@ func parseRawTable(s string) (*RawTable, error) {
 // sorted and one per key, and says how appendTable would write them.
 func rawEntries(s string, buf []rawEntry) (entries []rawEntry, safeKeys, lookalike bool) {
 	entries = buf
-	for len(s) > 0 {
-		klen := int(s[0])
-		key := s[1 : 1+klen]
-		rest, err := skipFieldShallow(s[1+klen:])
+	for off := 0; off < len(s); {
+		klen := int(s[off])
+		rest, err := skipFieldShallow(s[off+1+klen:])
 		if err != nil {
 			break // not reached for a decodable table
 		}
-		val := s[1+klen : len(s)-len(rest)]
-		entries = append(entries, rawEntry{key, RawValue(val)})
-		s = rest
+		end := len(s) - len(rest)
+		entries = append(entries, rawEntry{uint32(off + 1), uint32(off + 1 + klen), uint32(end)})
+		off = end
 	}
 	// A stable insertion sort keeps repeated keys in table order; the
 	// last of each run is the one amqp091-go's map keeps.
+	dups := false
 	for i := 1; i < len(entries); i++ {
-		for j := i; j > 0 && entries[j].key < entries[j-1].key; j-- {
-			entries[j], entries[j-1] = entries[j-1], entries[j]
+		e, k := entries[i], entries[i].key(s)
+		j := i
+		for ; j > 0; j-- {
+			prev := entries[j-1].key(s)
+			if prev <= k {
+				dups = dups || prev == k
+				break
+			}
+			entries[j] = entries[j-1]
 		}
+		entries[j] = e
 	}
-	out := entries[:0]
-	for i, e := range entries {
-		if i+1 < len(entries) && entries[i+1].key == e.key {
-			continue
+	out := entries
+	if dups {
+		out = entries[:0]
+		for i, e := range entries {
+			if i+1 < len(entries) && entries[i+1].key(s) == e.key(s) {
+				continue
+			}
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	safeKeys, lookalike = true, true
 	hasType := false
 	for _, e := range out {
-		if safeKeys && !isSafeText(e.key) {
+		k := e.key(s)
+		if safeKeys && !isSafeText(k) {
 			safeKeys = false
 		}
-		switch e.key {
+		switch k {
 		case "type":
 			hasType = true
 		case "value", "encoding":
@@ -109,7 +125,7 @@ func (t *RawTable) Len() int { return len(t.entries) }
 // Entry returns the i-th entry in key order.
 func (t *RawTable) Entry(i int) (key string, v RawValue) {
 	e := t.entries[i]
-	return e.key, e.val
+	return e.key(t.s), e.val(t.s)
 }
 
 // Get returns the value under key.
@@ -117,14 +133,14 @@ func (t *RawTable) Get(key string) (RawValue, bool) {
 	lo, hi := 0, len(t.entries)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if t.entries[m].key < key {
+		if t.entries[m].key(t.s) < key {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo < len(t.entries) && t.entries[lo].key == key {
-		return t.entries[lo].val, true
+	if lo < len(t.entries) && t.entries[lo].key(t.s) == key {
+		return t.entries[lo].val(t.s), true
 	}
 	return "", false
 }
@@ -138,8 +154,8 @@ func (t *RawTable) PlainJSON() bool { return t.safeKeys && !t.lookalike }
 func (t *RawTable) Table(keep func(key string) bool) amqp.Table {
 	out := amqp.Table{}
 	for _, e := range t.entries {
-		if keep(e.key) {
-			out[e.key] = e.val.Decode()
+		if k := e.key(t.s); keep(k) {
+			out[k] = e.val(t.s).Decode()
 		}
 	}
 	return out
@@ -148,10 +164,10 @@ func (t *RawTable) Table(keep func(key string) bool) amqp.Table {
 // AppendJSON appends the typed JSON encoding of t, the same bytes
 // AppendHeadersJSON writes for the amqp.Table amqp091-go decodes from it.
 func (t *RawTable) AppendJSON(dst []byte) []byte {
-	return appendRawEntries(dst, t.entries, t.safeKeys, t.lookalike)
+	return appendRawEntries(dst, t.s, t.entries, t.safeKeys, t.lookalike)
 }
 
-func appendRawEntries(dst []byte, entries []rawEntry, safeKeys, lookalike bool) []byte {
+func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookalike bool) []byte {
 	if len(entries) == 0 {
 		return append(dst, '{', '}')
 	}
@@ -168,14 +184,14 @@ func appendRawEntries(dst []byte, entries []rawEntry, safeKeys, lookalike bool) 
 			dst = append(dst, ',')
 		}
 		if safeKeys {
-			dst = appendEscaped(dst, e.key)
+			dst = appendEscaped(dst, e.key(s))
 		} else {
 			dst = append(dst, '"')
-			dst = base64.StdEncoding.AppendEncode(dst, []byte(e.key))
+			dst = base64.StdEncoding.AppendEncode(dst, []byte(e.key(s)))
 			dst = append(dst, '"')
 		}
 		dst = append(dst, ':')
-		dst = e.val.appendJSON(dst)
+		dst = e.val(s).appendJSON(dst)
 	}
 	dst = append(dst, '}')
 	if !safeKeys || lookalike {
@@ -222,8 +238,8 @@ func (v RawValue) Table() (*RawTable, bool) {
 	if v.Kind() != 'F' {
 		return nil, false
 	}
-	t := &RawTable{}
-	t.entries, t.safeKeys, t.lookalike = rawEntries(string(v[5:]), t.buf[:0])
+	t := &RawTable{s: string(v[5:])}
+	t.entries, t.safeKeys, t.lookalike = rawEntries(t.s, t.buf[:0])
 	return t, true
 }
 
@@ -329,8 +345,9 @@ func (v RawValue) appendJSON(dst []byte) []byte {
 		return appendBytesJSON(dst, string(v[5:]))
 	case 'F':
 		var buf [16]rawEntry
-		entries, safeKeys, lookalike := rawEntries(string(v[5:]), buf[:0])
-		return appendRawEntries(dst, entries, safeKeys, lookalike)
+		s := string(v[5:])
+		entries, safeKeys, lookalike := rawEntries(s, buf[:0])
+		return appendRawEntries(dst, s, entries, safeKeys, lookalike)
 	}
 	// 'A'
 	dst = append(dst, '[')
