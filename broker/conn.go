@@ -64,6 +64,8 @@ type Conn struct {
 	// undecodable holds the header tables the frame filters of this Conn's
 	// connections replaced, until their consumers take them.
 	undecodable *undecodableTables
+	// raw says which deliveries carry their header table as bytes.
+	raw *rawConfig
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
@@ -90,6 +92,7 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 		ready: make(chan struct{}),
 
 		undecodable: newUndecodableTables(),
+		raw:         newRawConfig(),
 	}
 	c.wg.Add(1)
 	go c.loop()
@@ -111,7 +114,7 @@ func (c *Conn) loop() {
 			Locale:          "en_US",
 			Properties:      amqp.Table{"connection_name": c.cfg.Name, "product": "dlq"},
 			TLSClientConfig: c.cfg.TLS,
-		}, c.undecodable)
+		}, c.undecodable, c.raw)
 		if err != nil {
 			c.setErr(err)
 			if failed++; failed%len(c.urls) != 0 {

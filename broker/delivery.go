@@ -3,6 +3,7 @@ package broker
 import (
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -137,4 +138,20 @@ func toInt64(v any) int64 {
 		return n
 	}
 	return 0
+}
+
+// IsReturnCount reports whether k is one of the return counts a quorum
+// queue adds on redelivery (ReturnCount, WithoutReturnCounts).
+func IsReturnCount(k string) bool { return isReturnCount(k) }
+
+// IsExtractedHeader reports whether ExtractDeath, ExtractFailure or
+// ReplayMarks may read header k: a table holding only these keys gives
+// them the same results as the whole table (ingest decodes just these from
+// a RawTable). Keep it in step with those functions.
+func IsExtractedHeader(k string) bool {
+	switch k {
+	case "x-death", HeaderID, HeaderReplayID, HeaderReplayCount:
+		return true
+	}
+	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") || IsFailureHeader(k)
 }

@@ -24,7 +24,12 @@
 // the table's bytes in its Conn, which hands them to the consumer
 // (Conn.UndecodableHeaders); the consumer stores the message raw, flagged,
 // with those bytes. No package-level state is involved: each Conn keeps its
-// own.
+// own. The filter also gives the ingest consumers (Conn.DeliverRawHeaders)
+// every other header table of theirs as bytes, under a secret only their
+// Conn knows (rawheaders.go), so amqp091-go copies bytes instead of
+// building maps; RawTable (rawtable.go) reads them into exactly what
+// AppendHeadersJSON and the extract functions would make of amqp091-go's
+// table.
 //
 // Over both sits a write gatherer (coalesce.go): amqp091-go flushes after
 // every publish, and at replay rates a system call and a TCP segment per

@@ -2,18 +2,12 @@ package broker
 
 import (
 	"bufio"
-	"cmp"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/url"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -54,6 +48,7 @@ const (
 )
 
 const (
+	frameTypeMethod = 1
 	frameTypeHeader = 2
 	frameEndByte    = 0xCE
 	// maxFilteredFrame bounds the frames the filter reads whole; a larger
@@ -132,16 +127,18 @@ func UndecodableError(n int) error {
 type frameFilter struct {
 	net.Conn
 	tables  *undecodableTables // where replaced tables are kept
+	raw     rawDeliveries      // which header tables go to the consumer as bytes
 	r       *bufio.Reader
 	started bool
-	raw     bool   // not AMQP frames (a protocol mismatch): pass everything
+	through bool   // not AMQP frames (a protocol mismatch): pass everything
 	pending []byte // bytes to hand out before reading on
 	left    int    // bytes of the current frame to pass straight through
-	buf     []byte // reused for header frames
+	buf     []byte // reused for method and header frames
+	out     []byte // reused for rewritten header frames
 }
 
-func newFrameFilter(c net.Conn, tables *undecodableTables) *frameFilter {
-	return &frameFilter{Conn: c, tables: tables, r: bufio.NewReaderSize(c, 64<<10)}
+func newFrameFilter(c net.Conn, tables *undecodableTables, raw rawDeliveries) *frameFilter {
+	return &frameFilter{Conn: c, tables: tables, raw: raw, r: bufio.NewReaderSize(c, 64<<10)}
 }
 
 func (f *frameFilter) Read(p []byte) (int, error) {
@@ -151,7 +148,7 @@ func (f *frameFilter) Read(p []byte) (int, error) {
 			f.pending = f.pending[n:]
 			return n, nil
 		}
-		if f.raw {
+		if f.through {
 			return f.r.Read(p)
 		}
 		if f.left > 0 {
@@ -165,14 +162,16 @@ func (f *frameFilter) Read(p []byte) (int, error) {
 	}
 }
 
-// next reads the next frame's header and sets up how to pass it on.
+// next reads the next frame's header and sets up how to pass it on:
+// method frames (which say whose delivery the next content header is) and
+// content headers are read whole, everything else passed straight through.
 func (f *frameFilter) next() error {
 	if !f.started {
 		f.started = true
 		// A server that does not speak our protocol version answers with
 		// its protocol header ("AMQP...") instead of a frame.
 		if b, err := f.r.Peek(1); err == nil && b[0] == 'A' {
-			f.raw = true
+			f.through = true
 			return nil
 		}
 	}
@@ -181,7 +180,7 @@ func (f *frameFilter) next() error {
 		return err
 	}
 	size := int(binary.BigEndian.Uint32(hdr[3:7]))
-	if hdr[0] != frameTypeHeader || size > maxFilteredFrame {
+	if hdr[0] != frameTypeHeader && hdr[0] != frameTypeMethod || size > maxFilteredFrame {
 		f.pending = append(f.buf[:0], hdr[:]...)
 		f.left = size + 1
 		return nil
@@ -195,11 +194,68 @@ func (f *frameFilter) next() error {
 	if _, err := io.ReadFull(f.r, frame[7:]); err != nil {
 		return err
 	}
+	if hdr[0] == frameTypeMethod {
+		f.raw.method(frame)
+		f.pending = frame
+		return nil
+	}
+	asBytes := f.raw.header(frame)
 	if out, ok := rewriteHeaderFrame(frame, f.tables); ok {
 		frame = out
+	} else if asBytes {
+		if f.out, ok = f.raw.rewrite(frame, f.out[:0]); ok {
+			frame = f.out
+		}
 	}
 	f.pending = frame
 	return nil
+}
+
+// headerTable locates the header table in a content header frame: the
+// table body is frame[off:off+n]; ok is false when the frame has none or
+// is malformed in a way the filter leaves for amqp091-go to report.
+func headerTable(frame []byte) (off, n int, ok bool) {
+	if frame[len(frame)-1] != frameEndByte {
+		return 0, 0, false
+	}
+	payload := frame[7 : len(frame)-1]
+	// class-id, weight, body size, property flags.
+	if len(payload) < 14 {
+		return 0, 0, false
+	}
+	flags := binary.BigEndian.Uint16(payload[12:14])
+	if flags&flagHeaders == 0 {
+		return 0, 0, false
+	}
+	off = 14
+	for _, fl := range []uint16{flagContentType, flagContentEnc} {
+		if flags&fl != 0 {
+			if off >= len(payload) {
+				return 0, 0, false
+			}
+			off += 1 + int(payload[off])
+		}
+	}
+	if off+4 > len(payload) {
+		return 0, 0, false
+	}
+	n = int(binary.BigEndian.Uint32(payload[off : off+4]))
+	if n < 0 || off+4+n > len(payload) {
+		return 0, 0, false
+	}
+	return 7 + off + 4, n, true
+}
+
+// replaceTable returns frame with the header table at frame[off:off+n]
+// replaced by table, appended to dst.
+func replaceTable(dst, frame []byte, off, n int, table []byte) []byte {
+	size := len(frame) - 8 - n + len(table)
+	dst = append(dst, frame[:3]...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(size))
+	dst = append(dst, frame[7:off-4]...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(table)))
+	dst = append(dst, table...)
+	return append(dst, frame[off+n:]...)
 }
 
 // rewriteHeaderFrame returns frame with its header table replaced when
@@ -207,35 +263,11 @@ func (f *frameFilter) next() error {
 // when it can stay as it is (or is malformed in a way the filter leaves for
 // amqp091-go to report).
 func rewriteHeaderFrame(frame []byte, tables *undecodableTables) (out []byte, ok bool) {
-	if frame[len(frame)-1] != frameEndByte {
+	off, n, ok := headerTable(frame)
+	if !ok {
 		return nil, false
 	}
-	payload := frame[7 : len(frame)-1]
-	// class-id, weight, body size, property flags.
-	if len(payload) < 14 {
-		return nil, false
-	}
-	flags := binary.BigEndian.Uint16(payload[12:14])
-	if flags&flagHeaders == 0 {
-		return nil, false
-	}
-	off := 14
-	for _, fl := range []uint16{flagContentType, flagContentEnc} {
-		if flags&fl != 0 {
-			if off >= len(payload) {
-				return nil, false
-			}
-			off += 1 + int(payload[off])
-		}
-	}
-	if off+4 > len(payload) {
-		return nil, false
-	}
-	n := int(binary.BigEndian.Uint32(payload[off : off+4]))
-	if n < 0 || off+4+n > len(payload) {
-		return nil, false
-	}
-	table := payload[off+4 : off+4+n]
+	table := frame[off : off+n]
 	if tableDecodable(table, 0) {
 		return nil, false
 	}
@@ -248,25 +280,23 @@ func rewriteHeaderFrame(frame []byte, tables *undecodableTables) (out []byte, ok
 	repl = append(repl, 'l')
 	repl = binary.BigEndian.AppendUint64(repl, uint64(token))
 	repl = append(repl, counts...)
-
-	newPayload := make([]byte, 0, len(payload)-n+len(repl))
-	newPayload = append(newPayload, payload[:off]...)
-	newPayload = binary.BigEndian.AppendUint32(newPayload, uint32(len(repl)))
-	newPayload = append(newPayload, repl...)
-	newPayload = append(newPayload, payload[off+4+n:]...)
-
-	out = make([]byte, 0, 7+len(newPayload)+1)
-	out = append(out, frame[:3]...)
-	out = binary.BigEndian.AppendUint32(out, uint32(len(newPayload)))
-	out = append(out, newPayload...)
-	return append(out, frameEndByte), true
+	return replaceTable(make([]byte, 0, len(frame)-n+len(repl)), frame, off, n, repl), true
 }
 
 var errUndecodable = errors.New("undecodable")
 
+// amqpBytes is the AMQP encoding as the frame filter reads it ([]byte) or
+// as the consumer walks it (string, so keys and values are substrings).
+type amqpBytes interface{ ~string | ~[]byte }
+
+// be32 reads a big-endian uint32 from the first four bytes of b.
+func be32[T amqpBytes](b T) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
 // tableDecodable reports whether amqp091-go can decode the table body b
 // (without its length prefix) found at depth.
-func tableDecodable(b []byte, depth int) bool {
+func tableDecodable[T amqpBytes](b T, depth int) bool {
 	if depth > clientMaxDepth {
 		return false
 	}
@@ -288,7 +318,7 @@ func tableDecodable(b []byte, depth int) bool {
 	return true
 }
 
-func arrayDecodable(b []byte, depth int) bool {
+func arrayDecodable[T amqpBytes](b T, depth int) bool {
 	if depth > clientMaxDepth {
 		return false
 	}
@@ -307,9 +337,10 @@ func arrayDecodable(b []byte, depth int) bool {
 
 // skipField checks one field value (type byte first) as amqp091-go reads
 // it at depth and returns what follows it.
-func skipField(b []byte, depth int) ([]byte, error) {
+func skipField[T amqpBytes](b T, depth int) (T, error) {
+	var none T
 	if len(b) == 0 {
-		return nil, errUndecodable
+		return none, errUndecodable
 	}
 	typ, b := b[0], b[1:]
 	fixed := -1
@@ -329,29 +360,29 @@ func skipField(b []byte, depth int) ([]byte, error) {
 	}
 	if fixed >= 0 {
 		if len(b) < fixed {
-			return nil, errUndecodable
+			return none, errUndecodable
 		}
 		return b[fixed:], nil
 	}
 	switch typ {
 	case 'S', 'x', 'A', 'F':
 		if len(b) < 4 {
-			return nil, errUndecodable
+			return none, errUndecodable
 		}
-		n := int64(binary.BigEndian.Uint32(b[:4]))
+		n := int64(be32(b))
 		if n > int64(len(b)-4) {
-			return nil, errUndecodable
+			return none, errUndecodable
 		}
 		body, rest := b[4:4+n], b[4+n:]
 		switch {
 		case typ == 'F' && !tableDecodable(body, depth+1):
-			return nil, errUndecodable
+			return none, errUndecodable
 		case typ == 'A' && !arrayDecodable(body, depth+1):
-			return nil, errUndecodable
+			return none, errUndecodable
 		}
 		return rest, nil
 	}
-	return nil, errUndecodable
+	return none, errUndecodable
 }
 
 // splitReturnCounts separates the broker's return counts from the other
@@ -385,104 +416,18 @@ func splitReturnCounts(table []byte) (kept, counts []byte) {
 }
 
 // skipFieldShallow skips one field without checking what it nests.
-func skipFieldShallow(b []byte) ([]byte, error) {
+func skipFieldShallow[T amqpBytes](b T) (T, error) {
 	if len(b) > 0 && (b[0] == 'F' || b[0] == 'A') {
 		if len(b) < 5 {
-			return nil, errUndecodable
+			var none T
+			return none, errUndecodable
 		}
-		n := int64(binary.BigEndian.Uint32(b[1:5]))
+		n := int64(be32(b[1:5]))
 		if n > int64(len(b)-5) {
-			return nil, errUndecodable
+			var none T
+			return none, errUndecodable
 		}
 		return b[5+n:], nil
 	}
 	return skipField(b, 0)
-}
-
-// dialFiltered dials like amqp.DialConfig with a frameFilter between the
-// socket and amqp091-go, and a coalescingConn over both that gathers the
-// writes. For amqps it does the TLS handshake itself, so the filter reads
-// plain frames, with cfg.TLSClientConfig, or else the URL's own TLS
-// parameters (cacertfile, certfile, keyfile, server_name_indication),
-// read here as amqp091-go would. The filter keeps the tables it replaces
-// in tables.
-func dialFiltered(rawURL string, cfg amqp.Config, tables *undecodableTables) (*amqp.Connection, error) {
-	uri, err := amqp.ParseURI(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	timeout := 30 * time.Second
-	if uri.ConnectionTimeout > 0 {
-		timeout = time.Duration(uri.ConnectionTimeout) * time.Millisecond
-	}
-	var tlsCfg *tls.Config
-	dialURL := rawURL
-	if uri.Scheme == "amqps" {
-		if tlsCfg, err = uriTLS(uri, cfg.TLSClientConfig); err != nil {
-			return nil, err
-		}
-		cfg.TLSClientConfig = nil
-		// amqp091-go must not wrap the connection in TLS a second time:
-		// it gets an amqp:// URL with the amqps port spelt out, and the
-		// rest of the URL (vhost, query parameters) as it was.
-		u, err := url.Parse(rawURL)
-		if err != nil {
-			return nil, err
-		}
-		u.Scheme = "amqp"
-		u.Host = net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
-		dialURL = u.String()
-	}
-	cfg.Dial = func(network, addr string) (net.Conn, error) {
-		c, err := net.DialTimeout(network, addr, timeout)
-		if err != nil {
-			return nil, err
-		}
-		// The handshake has a deadline; amqp091-go clears it once open.
-		if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		if tlsCfg != nil {
-			tc := tls.Client(c, tlsCfg)
-			if err := tc.Handshake(); err != nil {
-				_ = c.Close()
-				return nil, err
-			}
-			c = tc
-		}
-		return newCoalescingConn(newFrameFilter(c, tables), coalesceDelay), nil
-	}
-	return amqp.DialConfig(dialURL, cfg)
-}
-
-// uriTLS is the TLS configuration of an amqps connection: base (cloned),
-// or the URL's parameters; the server name defaults to the URL's host.
-func uriTLS(uri amqp.URI, base *tls.Config) (*tls.Config, error) {
-	if base != nil {
-		c := base.Clone()
-		if c.ServerName == "" {
-			c.ServerName = uri.Host
-		}
-		return c, nil
-	}
-	c := &tls.Config{ServerName: cmp.Or(uri.ServerName, uri.Host), MinVersion: tls.VersionTLS12}
-	if uri.CACertFile != "" {
-		pem, err := os.ReadFile(uri.CACertFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker: cacertfile: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("broker: cacertfile %s holds no PEM certificate", uri.CACertFile)
-		}
-	}
-	if uri.CertFile != "" || uri.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(uri.CertFile, uri.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker: certfile and keyfile: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }

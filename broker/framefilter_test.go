@@ -121,7 +121,7 @@ func TestFrameFilterStream(t *testing.T) {
 		_ = server.Close()
 	}()
 	tables := newUndecodableTables()
-	f := newFrameFilter(client, tables)
+	f := newFrameFilter(client, tables, newRawConfig().forDial(0))
 	require.NoError(t, f.SetReadDeadline(time.Now().Add(10*time.Second)))
 	var out bytes.Buffer
 	buf := make([]byte, 5) // small reads split every frame

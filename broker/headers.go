@@ -247,50 +247,66 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 	case []any:
 		return appendArray(dst, v, depth)
 	case int64:
-		dst = append(dst, `{"type":"int64","value":`...)
-		return append(strconv.AppendInt(dst, v, 10), '}'), nil
+		return appendIntJSON(dst, "int64", v), nil
 	case int32:
-		dst = append(dst, `{"type":"int32","value":`...)
-		return append(strconv.AppendInt(dst, int64(v), 10), '}'), nil
+		return appendIntJSON(dst, "int32", int64(v)), nil
 	case int16:
-		dst = append(dst, `{"type":"int16","value":`...)
-		return append(strconv.AppendInt(dst, int64(v), 10), '}'), nil
+		return appendIntJSON(dst, "int16", int64(v)), nil
 	case int8:
-		dst = append(dst, `{"type":"int8","value":`...)
-		return append(strconv.AppendInt(dst, int64(v), 10), '}'), nil
+		return appendIntJSON(dst, "int8", int64(v)), nil
 	case int:
-		dst = append(dst, `{"type":"int64","value":`...)
-		return append(strconv.AppendInt(dst, int64(v), 10), '}'), nil
+		return appendIntJSON(dst, "int64", int64(v)), nil
 	case uint8:
-		dst = append(dst, `{"type":"uint8","value":`...)
-		return append(strconv.AppendUint(dst, uint64(v), 10), '}'), nil
+		return appendUintJSON(dst, "uint8", uint64(v)), nil
 	case uint16:
-		dst = append(dst, `{"type":"uint16","value":`...)
-		return append(strconv.AppendUint(dst, uint64(v), 10), '}'), nil
+		return appendUintJSON(dst, "uint16", uint64(v)), nil
 	case uint32:
-		dst = append(dst, `{"type":"uint32","value":`...)
-		return append(strconv.AppendUint(dst, uint64(v), 10), '}'), nil
+		return appendUintJSON(dst, "uint32", uint64(v)), nil
 	case float32:
-		dst = append(dst, `{"type":"float32","value":`...)
-		return append(appendFloat(dst, float64(v), 32), '}'), nil
+		return appendFloatJSON(dst, "float32", float64(v), 32), nil
 	case float64:
-		dst = append(dst, `{"type":"float64","value":`...)
-		return append(appendFloat(dst, v, 64), '}'), nil
+		return appendFloatJSON(dst, "float64", v, 64), nil
 	case time.Time:
 		dst = append(dst, `{"type":"timestamp","value":`...)
 		return append(appendTimestamp(dst, v), '}'), nil
 	case amqp.Decimal:
-		dst = append(dst, `{"type":"decimal","value":{"scale":`...)
-		dst = strconv.AppendUint(dst, uint64(v.Scale), 10)
-		dst = append(dst, `,"value":`...)
-		dst = strconv.AppendInt(dst, int64(v.Value), 10)
-		return append(dst, '}', '}'), nil
+		return appendDecimalJSON(dst, v), nil
 	case []byte:
-		dst = append(dst, `{"type":"bytes","value":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, v)
-		return append(dst, '"', '}'), nil
+		return appendBytesJSON(dst, v), nil
 	}
 	return dst, &pathError{msg: fmt.Sprintf("unsupported Go type %T (AMQP cannot carry it)", v)}
+}
+
+// The typed forms of the values plain JSON cannot carry; the decoded
+// (appendValue) and the raw (appendRawValue) encodings both write them here.
+
+func appendIntJSON(dst []byte, typ string, v int64) []byte {
+	dst = append(append(append(dst, `{"type":"`...), typ...), `","value":`...)
+	return append(strconv.AppendInt(dst, v, 10), '}')
+}
+
+func appendUintJSON(dst []byte, typ string, v uint64) []byte {
+	dst = append(append(append(dst, `{"type":"`...), typ...), `","value":`...)
+	return append(strconv.AppendUint(dst, v, 10), '}')
+}
+
+func appendFloatJSON(dst []byte, typ string, f float64, bits int) []byte {
+	dst = append(append(append(dst, `{"type":"`...), typ...), `","value":`...)
+	return append(appendFloat(dst, f, bits), '}')
+}
+
+func appendDecimalJSON(dst []byte, v amqp.Decimal) []byte {
+	dst = append(dst, `{"type":"decimal","value":{"scale":`...)
+	dst = strconv.AppendUint(dst, uint64(v.Scale), 10)
+	dst = append(dst, `,"value":`...)
+	dst = strconv.AppendInt(dst, int64(v.Value), 10)
+	return append(dst, '}', '}')
+}
+
+func appendBytesJSON[T amqpBytes](dst []byte, v T) []byte {
+	dst = append(dst, `{"type":"bytes","value":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, []byte(v))
+	return append(dst, '"', '}')
 }
 
 // appendFloat writes f the way encoding/json does (shortest form that parses

@@ -152,6 +152,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		stopWorkers()
 	}()
+	// Every delivery to these consumers goes through convert, which reads
+	// a header table delivered as bytes: amqp091-go need not decode it.
+	c.cfg.Conn.DeliverRawHeaders(c.tagPrefix())
 	var wg sync.WaitGroup
 	for _, q := range c.cfg.Queues {
 		for i := range c.cfg.Consumers {
@@ -173,8 +176,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 // tag is the consumer tag of consumer i of queue, also written to
 // ingest_inflight with every batch it commits.
 func (c *Consumer) tag(queue string, i int) string {
-	return fmt.Sprintf("dlq-%s-%s-%d", c.cfg.Name, queue, i)
+	return fmt.Sprintf("%s%s-%d", c.tagPrefix(), queue, i)
 }
+
+// tagPrefix starts the tag of every consumer of c.
+func (c *Consumer) tagPrefix() string { return "dlq-" + c.cfg.Name + "-" }
 
 // ConsumerTags returns the tags of this process's consumers, as
 // ingest_inflight.consumer names them.

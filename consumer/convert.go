@@ -22,21 +22,34 @@ import (
 // and properties and the error recorded, so nothing is dropped and nothing
 // loops.
 func Convert(d *amqp.Delivery, queue string, now time.Time) store.NewMessage {
-	return convert(d, queue, now, nil)
+	m, _ := convert(d, queue, now, nil)
+	return m
+}
+
+// headerTables gives back the header tables the frame filter took out of
+// deliveries (broker.Conn): those amqp091-go cannot decode, and those it
+// delivered as bytes.
+type headerTables interface {
+	UndecodableHeaders(d *amqp.Delivery) ([]byte, bool)
+	RawHeaders(d *amqp.Delivery) ([]byte, bool)
 }
 
 // convert is Convert for a delivery that may have come through a frame
-// filter: undecodable, when set, gives back the original header table of
-// a delivery whose table the filter replaced (broker.Conn.UndecodableHeaders).
-func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*amqp.Delivery) ([]byte, bool)) (m store.NewMessage) {
+// filter (tables, when set, gives back what it took out). It also returns
+// the table read from bytes, when the delivery carried it so (nil when
+// the headers are in d.Headers), for the category rules.
+func convert(d *amqp.Delivery, queue string, now time.Time, tables headerTables) (m store.NewMessage, rt *broker.RawTable) {
 	defer func() {
 		if r := recover(); r != nil {
-			m = raw(d, queue, now, fmt.Errorf("panic while converting: %v", r))
+			m, rt = raw(d, queue, now, fmt.Errorf("panic while converting: %v", r)), nil
 		}
 	}()
-	if undecodable != nil {
-		if table, ok := undecodable(d); ok {
-			return undecodableRow(d, queue, now, table)
+	if tables != nil {
+		if table, ok := tables.UndecodableHeaders(d); ok {
+			return undecodableRow(d, queue, now, table), nil
+		}
+		if table, ok := tables.RawHeaders(d); ok {
+			return convertRaw(d, queue, now, table)
 		}
 	}
 	// Our own quorum queue adds the return counts on redelivery; storing
@@ -44,8 +57,29 @@ func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*am
 	headers := broker.WithoutReturnCounts(d.Headers)
 	hj, err := broker.AppendHeadersJSON(make([]byte, 0, 256+64*len(headers)), headers)
 	if err != nil {
-		return raw(d, queue, now, err)
+		return raw(d, queue, now, err), nil
 	}
+	return row(d, queue, now, hj, headers, headerSearchValues(headers)), nil
+}
+
+// convertRaw is convert for a delivery whose header table (without the
+// return counts) came as bytes: the same row, read without decoding the
+// whole table (broker.RawTable).
+func convertRaw(d *amqp.Delivery, queue string, now time.Time, table []byte) (store.NewMessage, *broker.RawTable) {
+	t, err := broker.ParseRawTable(table)
+	if err != nil {
+		// The filter only passes tables amqp091-go decodes; should one
+		// not be, it is still kept whole.
+		return undecodableRow(d, queue, now, table), nil
+	}
+	hj := t.AppendJSON(make([]byte, 0, 256+64*t.Len()))
+	return row(d, queue, now, hj, t.Table(broker.IsExtractedHeader), rawSearchValues(t)), t
+}
+
+// row is the row of a delivery whose headers (without the return counts)
+// encode as hj; headers holds at least those broker.IsExtractedHeader
+// names, and vals the header search values.
+func row(d *amqp.Delivery, queue string, now time.Time, hj []byte, headers amqp.Table, vals []string) (m store.NewMessage) {
 	props := broker.PropertiesOf(d)
 	pj := props.AppendJSON(make([]byte, 0, 128))
 	death := broker.ExtractDeath(headers)
@@ -70,7 +104,7 @@ func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*am
 		FailedAt:         now,
 		Redelivered:      d.Redelivered,
 		Returns:          returns(d),
-		HeaderValues:     headerSearchValues(headers),
+		HeaderValues:     vals,
 		ContentType:      d.ContentType,
 		ContentEncoding:  d.ContentEncoding,
 		ContentKnown:     true,
@@ -89,7 +123,7 @@ func convert(d *amqp.Delivery, queue string, now time.Time, undecodable func(*am
 			m.Failure = fj
 		}
 	}
-	m.DLQID, m.ReplayID, m.ReplayCount = broker.ReplayMarks(d.Headers)
+	m.DLQID, m.ReplayID, m.ReplayCount = broker.ReplayMarks(headers)
 	m.Fingerprint = fingerprint(d, pj, hj)
 	return m
 }

@@ -56,6 +56,11 @@
 //     the Conn until the reader takes it (Conn.UndecodableHeaders); such a
 //     message is stored raw and flagged, with their AMQP encoding. Before,
 //     it closed the connection on every delivery.
+//   - Every other header table of a delivery to these consumers (their tags
+//     start with "dlq-<name>-", Conn.DeliverRawHeaders) reaches convert as
+//     its AMQP bytes (Conn.RawHeaders), which it reads with
+//     broker.RawTable: the same row as from amqp091-go's amqp.Table
+//     (FuzzConvertRaw), without building one for the whole table.
 //   - Channel or connection lost: everything received on it is abandoned.
 //     Its delivery tags mean nothing on another channel, so nothing received
 //     before a reconnect is ever acknowledged. RabbitMQ redelivers those

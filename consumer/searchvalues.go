@@ -27,14 +27,12 @@ func headerSearchValues(t amqp.Table) []string {
 
 func appendSearchValues(vals []string, t amqp.Table, depth int) []string {
 	for k, v := range t {
-		if strings.HasPrefix(k, "x-death") || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+		if !searchableKey(k) {
 			continue
 		}
 		switch v := v.(type) {
 		case string:
-			// Strings that the header JSON can only carry base64-encoded
-			// are not searchable text.
-			if len(v) <= maxSearchValueLen && utf8.ValidString(v) && strings.IndexByte(v, 0) < 0 {
+			if searchableText(v) {
 				vals = append(vals, v)
 			}
 		case int64:
@@ -71,5 +69,56 @@ func plainTable(t amqp.Table) bool {
 		return false
 	}
 	s, isString := t["type"].(string)
+	return !isString || s == ""
+}
+
+// searchableKey reports whether a header's values may be searched: not
+// RabbitMQ's death headers.
+func searchableKey(k string) bool {
+	return !strings.HasPrefix(k, "x-death") && !strings.HasPrefix(k, "x-first-death-") && !strings.HasPrefix(k, "x-last-death-")
+}
+
+// searchableText reports whether a string header value is searchable:
+// short, and text the header JSON carries as it is (not base64-encoded).
+func searchableText(s string) bool {
+	return len(s) <= maxSearchValueLen && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// rawSearchValues is headerSearchValues for a table read from its bytes,
+// with the same values (in key order).
+func rawSearchValues(t *broker.RawTable) []string {
+	vals := make([]string, 0, t.Len())
+	return appendRawSearchValues(vals, t, 0)
+}
+
+func appendRawSearchValues(vals []string, t *broker.RawTable, depth int) []string {
+	for i := range t.Len() {
+		k, v := t.Entry(i)
+		if !searchableKey(k) {
+			continue
+		}
+		if s, ok := v.Text(); ok {
+			if searchableText(s) {
+				vals = append(vals, s)
+			}
+		} else if n, ok := v.Int(); ok {
+			vals = append(vals, strconv.FormatInt(n, 10))
+		} else if nt, ok := v.Table(); ok && depth == 0 && rawPlainTable(nt) {
+			vals = appendRawSearchValues(vals, nt, depth+1)
+		}
+	}
+	return vals
+}
+
+// rawPlainTable is plainTable for a table read from its bytes.
+func rawPlainTable(t *broker.RawTable) bool {
+	if !t.PlainJSON() {
+		return false
+	}
+	v, ok := t.Get("type")
+	if !ok {
+		return true
+	}
+	s, isString := v.Text()
 	return !isString || s == ""
 }

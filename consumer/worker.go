@@ -213,8 +213,8 @@ func (w *worker) session(ctx context.Context) error {
 					return errors.New("subscription cancelled by the broker (queue deleted?)")
 				}
 			}
-			m := convert(&d, w.queue, cfg.Now(), cfg.Conn.UndecodableHeaders)
-			Categorize(cfg.Categories, &m, d.Headers)
+			m, rt := convert(&d, w.queue, cfg.Now(), cfg.Conn)
+			categorizeDelivery(cfg.Categories, &m, &d, rt)
 			if len(cur.batch.Messages) == 0 {
 				linger.Reset(cfg.Linger)
 				due = false
