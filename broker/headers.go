@@ -155,14 +155,7 @@ func appendTable(dst []byte, t amqp.Table, depth int) ([]byte, error) {
 		_, typedLookalike = t["type"]
 	}
 
-	switch {
-	case !safeKeys:
-		dst = append(dst, `{"type":"table","encoding":"base64","value":{`...)
-	case typedLookalike:
-		dst = append(dst, `{"type":"table","value":{`...)
-	default:
-		dst = append(dst, '{')
-	}
+	dst = appendTableOpen(dst, safeKeys, typedLookalike)
 	var err error
 	for i, e := range entries {
 		if i > 0 {
@@ -185,6 +178,24 @@ func appendTable(dst []byte, t amqp.Table, depth int) ([]byte, error) {
 		dst = append(dst, '}')
 	}
 	return dst, nil
+}
+
+// appendTableOpen opens a non-empty table's JSON: wrapped as a typed
+// table, its keys base64, when a key is not safe text; wrapped when its
+// keys alone would read as a typed value ("type", "value", "encoding");
+// a plain object otherwise. Both encoders (the amqp.Table's, appendTable,
+// and the raw bytes', appendRawEntries) open tables here, so that they
+// write the same bytes; the matching close is "}}" when wrapped, "}"
+// otherwise.
+func appendTableOpen(dst []byte, safeKeys, lookalike bool) []byte {
+	switch {
+	case !safeKeys:
+		return append(dst, `{"type":"table","encoding":"base64","value":{`...)
+	case lookalike:
+		return append(dst, `{"type":"table","value":{`...)
+	default:
+		return append(dst, '{')
+	}
 }
 
 // PlainJSONTable reports whether AppendHeadersJSON writes t as a plain JSON

@@ -51,6 +51,12 @@ func parseJSON(b []byte) (any, error) {
 	if v, ok := parseJSONFast(b); ok {
 		return v, nil
 	}
+	return parseJSONStd(b)
+}
+
+// parseJSONStd parses b with encoding/json (numbers kept as json.Number):
+// parseJSON's fallback, and the reference its fast path is tested against.
+func parseJSONStd(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var raw any

@@ -1,27 +1,9 @@
 package broker
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"reflect"
 	"testing"
 )
-
-// parseJSONStd is what parseJSON did before parseJSONFast: the reference.
-func parseJSONStd(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var raw any
-	if err := dec.Decode(&raw); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("unexpected data after the JSON value")
-	}
-	return raw, nil
-}
 
 var jsonParseSeeds = []string{
 	`{"x-app":"bench","x-attempt":{"type":"int32","value":3},"x-tenant":"acme"}`,

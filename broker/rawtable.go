@@ -171,14 +171,7 @@ func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookal
 	if len(entries) == 0 {
 		return append(dst, '{', '}')
 	}
-	switch {
-	case !safeKeys:
-		dst = append(dst, `{"type":"table","encoding":"base64","value":{`...)
-	case lookalike:
-		dst = append(dst, `{"type":"table","value":{`...)
-	default:
-		dst = append(dst, '{')
-	}
+	dst = appendTableOpen(dst, safeKeys, lookalike)
 	for i, e := range entries {
 		if i > 0 {
 			dst = append(dst, ',')
