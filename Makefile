@@ -195,12 +195,13 @@ bench-instances: services
 # MEASURED lines, the time of each migration, the longest time without a committed dead
 # letter, the roll's and the backfill's durations; docs/UPGRADING.md and
 # docs/BENCHMARKS.md record them. In a schema of the bench database (BENCH_DATABASE_URL);
-# over an hour on 2 cores, most of it the fill.
+# over an hour on 2 cores, most of it the fill. BACKFILL_WATCH=10m watches the backfill for
+# that long and reports its rate instead of waiting for the whole pass (hours at N=10000000).
 bench-upgrade: services build
 	scripts/services.sh --database bench
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq DLQ_TEST_UPGRADE_DATABASE_URL='$(BENCH_DATABASE_URL)' \
 		DLQ_TEST_UPGRADE_FILL='$(or $(N),1000000)' DLQ_TEST_UPGRADE_INSTANCES='$(or $(INSTANCES),3)' \
-		DLQ_TEST_UPGRADE_RATE='$(or $(RATE),1000)' \
+		DLQ_TEST_UPGRADE_RATE='$(or $(RATE),1000)' DLQ_TEST_UPGRADE_BACKFILL_WATCH='$(BACKFILL_WATCH)' \
 		$(GO) test -count=1 -tags cluster -run '^TestUpgradeFromEarlierVersion$$' -timeout 180m -v ./test/cluster/
 
 bench-limits:

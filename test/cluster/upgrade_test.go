@@ -36,6 +36,10 @@ type upgradeParams struct {
 	rate int
 	// instances of the earlier version are replaced one by one.
 	instances int
+	// backfillWatch, when set, watches the backfill for that long instead
+	// of waiting for its whole pass (hours at 10,000,000 rows), and the
+	// run goes on with the rows it has not reached: reads derive them.
+	backfillWatch time.Duration
 }
 
 func upgradeParamsFromEnv(t *testing.T) upgradeParams {
@@ -49,6 +53,11 @@ func upgradeParamsFromEnv(t *testing.T) upgradeParams {
 			require.NoError(t, err, name)
 			*dst = n
 		}
+	}
+	if v := os.Getenv("DLQ_TEST_UPGRADE_BACKFILL_WATCH"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "DLQ_TEST_UPGRADE_BACKFILL_WATCH (a duration, such as 10m)")
+		p.backfillWatch = d
 	}
 	return p
 }
@@ -119,14 +128,20 @@ func TestUpgradeFromEarlierVersion(t *testing.T) {
 
 	fillMax := u.fill(ctx)
 	rollEnd := u.roll(ctx)
-	u.backfilled(fillMax, rollEnd)
+	if p.backfillWatch > 0 {
+		u.backfillWatched(fillMax)
+	} else {
+		u.backfilled(fillMax, rollEnd)
+	}
 	u.rollBack(ctx)
 	// And forward again: the backfill takes what the earlier version
 	// stored meanwhile.
 	u.d.start(p.instances)
 	u.d.waitReady(p.instances, 3*time.Minute)
 	u.d.stop(0)
-	waitBackfilled(t, u.d, 5*time.Minute)
+	if p.backfillWatch == 0 {
+		waitBackfilled(t, u.d, 5*time.Minute)
+	}
 	u.d.stopAll()
 	u.d.requireQueuesEmpty()
 	u.d.requireExact(u.d.check())
@@ -227,6 +242,39 @@ func (u *upgrade) backfilled(fillMax int64, rollEnd time.Time) {
 	code, out := migrateStatus(t, d)
 	require.Equal(t, 0, code, "dlq migrate --status after the upgrade:\n%s", out)
 	require.Regexp(t, `older_rows +idle`, out)
+}
+
+// backfillWatched is backfilled for a run too large to wait for the
+// whole pass: it watches the pass for p.backfillWatch, logging its
+// progress each minute, then measures its rate, shows what dlq migrate
+// --status says meanwhile (running, with a rate and an estimate), and
+// checks the rows it has done and what this version reads of an earlier
+// row it may not have reached.
+func (u *upgrade) backfillWatched(fillMax int64) {
+	t, d := u.t, u.d
+	began, left0 := time.Now(), d.count("x_death IS NULL")
+	left := left0
+	for time.Since(began) < u.p.backfillWatch && left > 0 {
+		time.Sleep(min(time.Minute, u.p.backfillWatch-time.Since(began)))
+		left = d.count("x_death IS NULL")
+		t.Logf("backfill older_rows: %d rows left after %s", left, time.Since(began).Round(time.Second))
+	}
+	took := time.Since(began)
+	rate := float64(left0-left) / took.Seconds()
+	require.Positive(t, rate, "the backfill older_rows did no row in %s", took.Round(time.Second))
+	t.Logf("MEASURED the backfill older_rows did %d rows in %s (%.0f rows/s); %d rows left, about %s more at that rate",
+		left0-left, took.Round(time.Second), rate, left, (time.Duration(float64(left)/rate) * time.Second).Round(time.Minute))
+	code, out := migrateStatus(t, d)
+	t.Logf("dlq migrate --status while the backfill runs:\n%s", out)
+	if left > 0 {
+		require.Equal(t, 6, code, "dlq migrate --status with a backfill under way:\n%s", out)
+		require.Regexp(t, `older_rows +running since`, out)
+	}
+	require.Zero(t, d.count("id <= $1 AND x_death IS NOT NULL AND reason = 'expired' AND category <> 'transient'", fillMax),
+		"an expired dead letter the earlier version stored is transient once backfilled (default rules)")
+	require.Zero(t, d.count("id <= $1 AND x_death IS NOT NULL AND failure_message LIKE '%failed validation' AND category <> 'permanent'", fillMax),
+		"a validation failure the earlier version stored is permanent once backfilled (default rules)")
+	requireNoMisreads(t, d, u.p.instances, fillMax)
 }
 
 // rollBack stops this version's instances and starts an earlier one on
