@@ -15,12 +15,16 @@ import (
 	"github.com/dlq/dlq/api"
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/category"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/console"
 	"github.com/dlq/dlq/consumer"
+	"github.com/dlq/dlq/control"
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 	"github.com/dlq/dlq/textindex"
 )
@@ -92,8 +96,64 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer conn.Close() // 5.
 
+	if err := startBrokerWatch(ctx, cfg, conn, log, reg); err != nil {
+		return err
+	}
+	categories, err := cfg.CategoryRules()
+	if err != nil {
+		return err
+	}
+	p := parts{up: up}
+	if p.consumer, err = newConsumer(cfg, st, conn, categories, log, reg, up.WithLabelValues("consumer")); err != nil {
+		return err
+	}
+	// One authenticator for the HTTP API and the control queue, so a token
+	// means the same on both.
+	authn, err := auth.New(cfg.AuthConfig())
+	if err != nil {
+		return err
+	}
+	if p.cron, err = newCron(cfg, st, p.consumer, categories, log, reg); err != nil {
+		return err
+	}
+	if p.replays, err = newReplay(cfg, st, conn, ring, log, reg); err != nil {
+		return err
+	}
+	// The text indexer writes q's word documents off the ingest path
+	// (package textindex); with text search off nothing is queued for it.
+	if cfg.Ingest.TextSearch {
+		if p.indexer, err = textindex.New(textindex.Config{Store: st, Duty: cfg.Ingest.TextIndexDuty, Logger: log, Registerer: reg}); err != nil {
+			return err
+		}
+	}
+	// The operations layer: every rule of every front door, once.
+	operations, err := ops.New(ops.Config{Store: st, Replays: p.replays, Cron: p.cron, ConfirmAbove: cfg.API.ConfirmAbove,
+		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(), Principals: authn.Principals,
+		EditLockedHeaders: cfg.Replay.EditLockedHeaders, EditSensitiveHeaders: cfg.Replay.EditSensitiveHeaders,
+		KeepUserID: cfg.Replay.KeepUserID, Ring: ring,
+		Redaction: ops.Redaction{Headers: cfg.Redaction.Headers, BodyPaths: cfg.Redaction.BodyPaths, RevealRole: cfg.Redaction.RevealRole},
+		Logger:    log})
+	if err != nil {
+		return err
+	}
+	if p.control, err = newControl(cfg, st, conn, operations, authn, log, reg); err != nil {
+		return err
+	}
+	if p.http, err = newHTTP(ctx, cfg, httpDeps{ops: operations, authn: authn, st: st, conn: conn, cons: p.consumer}, log, reg); err != nil {
+		return err
+	}
+	go func() { _ = st.Watch(ctx) }()
+	return p.run(ctx, cfg, log)
+}
+
+// startBrokerWatch starts what watches and declares RabbitMQ's side: the
+// management API's policy check (when configured) and the declarer of
+// dlq's topology, and waits for the declarer's first attempt, so that
+// consumers subscribe to declared queues. Both retry in the background
+// until ctx ends and need no place in the shutdown order: they only read
+// or declare.
+func startBrokerWatch(ctx context.Context, cfg config.Config, conn *broker.Conn, log *slog.Logger, reg prometheus.Registerer) error {
 	if cfg.Management.URL != "" {
-		// Reads only; it stops with ctx and needs no place in the shutdown order.
 		base, user, password, vhost := cfg.ManagementCredentials()
 		pc, err := broker.NewPolicyCheck(broker.PolicyCheckConfig{
 			URL: base, User: user, Password: password, Vhost: vhost,
@@ -105,26 +165,23 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		go func() { _ = pc.Run(ctx) }()
 	}
-
 	declarer, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: conn, Topology: cfg.BrokerTopology(),
 		Sources: cfg.Topology.DeclareSources, Logger: log})
 	if err != nil {
 		return err
 	}
-	// Retried in the background until declared; it needs no place in the
-	// shutdown order. Consumers start after the first attempt.
 	go func() { _ = declarer.Run(ctx) }()
 	select {
 	case <-declarer.Tried():
 	case <-time.After(15 * time.Second):
 	case <-ctx.Done():
 	}
+	return nil
+}
 
-	categories, err := cfg.CategoryRules()
-	if err != nil {
-		return err
-	}
-	cons, err := consumer.New(consumer.Config{
+// newConsumer builds ingest for serve.
+func newConsumer(cfg config.Config, st *store.Store, conn *broker.Conn, categories *category.Rules, log *slog.Logger, reg prometheus.Registerer, up prometheus.Gauge) (*consumer.Consumer, error) {
+	return consumer.New(consumer.Config{
 		Conn:       conn,
 		Store:      st,
 		Exchange:   cfg.Exchange,
@@ -136,116 +193,95 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Linger:     cfg.Ingest.Linger.D(),
 		Logger:     log,
 		Registerer: reg,
-		Up:         up.WithLabelValues("consumer"),
+		Up:         up,
 		Categories: categories,
 	})
-	if err != nil {
-		return err
-	}
+}
 
-	// One authenticator for the HTTP API and the control queue, so a token
-	// means the same on both.
-	authn, err := auth.New(cfg.AuthConfig())
-	if err != nil {
-		return err
-	}
+// httpDeps is what the HTTP server serves and checks.
+type httpDeps struct {
+	ops   *ops.Service
+	authn *auth.Authenticator
+	st    *store.Store
+	conn  *broker.Conn
+	cons  *consumer.Consumer
+}
 
-	cron, err := newCron(cfg, st, cons, categories, log, reg)
-	if err != nil {
-		return err
-	}
-
-	replays, err := newReplay(cfg, st, conn, ring, log, reg)
-	if err != nil {
-		return err
-	}
-
-	// The text indexer writes q's word documents off the ingest path
-	// (package textindex); with text search off nothing is queued for it.
-	var indexer *textindex.Indexer
-	if cfg.Ingest.TextSearch {
-		if indexer, err = textindex.New(textindex.Config{Store: st, Duty: cfg.Ingest.TextIndexDuty, Logger: log, Registerer: reg}); err != nil {
-			return err
-		}
-	}
-
-	// The operations layer: every rule of every front door, once.
-	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Cron: cron, ConfirmAbove: cfg.API.ConfirmAbove,
-		ApprovalAbove: cfg.API.ApprovalAbove, ApprovalTTL: cfg.API.ApprovalTTL.D(), Principals: authn.Principals,
-		EditLockedHeaders: cfg.Replay.EditLockedHeaders, EditSensitiveHeaders: cfg.Replay.EditSensitiveHeaders,
-		KeepUserID: cfg.Replay.KeepUserID, Ring: ring,
-		Redaction: ops.Redaction{Headers: cfg.Redaction.Headers, BodyPaths: cfg.Redaction.BodyPaths, RevealRole: cfg.Redaction.RevealRole},
-		Logger:    log})
-	if err != nil {
-		return err
-	}
-	control, err := newControl(cfg, st, conn, operations, authn, log, reg)
-	if err != nil {
-		return err
-	}
-
-	// The web console, beside the API on its port (DLQ_UI=false: none).
+// newHTTP builds the HTTP server: the API, the metrics, the health checks
+// and the web console beside them on one port (DLQ_UI=false: no console).
+func newHTTP(ctx context.Context, cfg config.Config, d httpDeps, log *slog.Logger, reg *prometheus.Registry) (*api.Server, error) {
 	mount := map[string]http.Handler{}
 	if cfg.UI.Enabled {
-		ui, err := console.New(console.Config{Ops: operations, Auth: authn, Sessions: st, SessionTTL: cfg.UI.SessionTTL.D(),
+		ui, err := console.New(console.Config{Ops: d.ops, Auth: d.authn, Sessions: d.st, SessionTTL: cfg.UI.SessionTTL.D(),
 			RequestID: api.RequestID, Logger: log, Registerer: reg})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		mount[console.Path] = ui
 	}
-
 	httpTLS, err := serverTLS(ctx, cfg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	srv, err := api.New(api.Config{
+	return api.New(api.Config{
 		TLS:          httpTLS,
 		Addr:         cfg.HTTPAddr,
 		Mount:        mount,
 		Gatherer:     reg,
 		Registerer:   reg,
 		Logger:       log,
-		Ops:          operations,
-		Auth:         authn,
+		Ops:          d.ops,
+		Auth:         d.authn,
 		MaxBodyBytes: cfg.API.MaxBodyBytes,
 		Checks: []api.Check{
 			// The detail says when a failover could lose acknowledged dead
 			// letters (docs/OPERATIONS.md, "PostgreSQL failover").
-			{Name: "postgres", Check: st.Ping, Detail: st.ReplicationDetail},
+			{Name: "postgres", Check: d.st.Ping, Detail: d.st.ReplicationDetail},
 			{Name: "rabbitmq", Check: func(context.Context) error {
-				if ok, err := conn.Connected(); !ok {
+				if ok, err := d.conn.Connected(); !ok {
 					return err
 				}
 				return nil
 			}},
-			{Name: "ingest", Check: func(context.Context) error { return cons.Ready() }},
+			{Name: "ingest", Check: func(context.Context) error { return d.cons.Ready() }},
 		},
 	})
-	if err != nil {
-		return err
-	}
-	ln, err := srv.Listen()
+}
+
+// parts are the components serve runs and stops in its written order;
+// the store and the AMQP connection close after them (steps 5 and 6).
+type parts struct {
+	up       *prometheus.GaugeVec
+	consumer *consumer.Consumer
+	control  *control.Control
+	replays  *replay.Service
+	cron     *cron.Service
+	indexer  *textindex.Indexer // nil: text search off
+	http     *api.Server
+}
+
+// run starts every part and, once ctx ends (or HTTP fails), stops them in
+// serve's order, steps 1 to 4.
+func (p parts) run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	ln, err := p.http.Listen()
 	if err != nil {
 		return err
 	}
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(ln) }()
-
-	go func() { _ = st.Watch(ctx) }()
+	go func() { httpDone <- p.http.Serve(ln) }()
 	consumeDone := make(chan error, 1)
-	go func() { consumeDone <- cons.Run(ctx) }()
+	go func() { consumeDone <- p.consumer.Run(ctx) }()
 	controlDone := make(chan error, 1)
-	go func() { controlDone <- control.Run(ctx) }()
+	go func() { controlDone <- p.control.Run(ctx) }()
 	replayDone := make(chan error, 1)
-	go func() { replayDone <- replays.Run(ctx) }()
+	go func() { replayDone <- p.replays.Run(ctx) }()
 	indexDone := make(chan error, 1)
-	if indexer != nil {
-		go func() { indexDone <- indexer.Run(ctx) }()
+	if p.indexer != nil {
+		go func() { indexDone <- p.indexer.Run(ctx) }()
 	} else {
 		indexDone <- nil
 	}
-	cron.Start()
+	p.cron.Start()
 	log.Info("dlq serving", "queues", cfg.Queues, "exchange", cfg.Exchange, "http_addr", cfg.HTTPAddr)
 
 	select {
@@ -258,7 +294,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := <-consumeDone; err != nil {
 		log.Error("consumer stopped with an error", "error", err)
 	}
-	up.WithLabelValues("consumer").Set(0)
+	p.up.WithLabelValues("consumer").Set(0)
 	if err := <-controlDone; err != nil {
 		log.Error("control queue stopped with an error", "error", err)
 	}
@@ -267,14 +303,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Error("replay stopped with an error", "error", err)
 	}
 	// 3.
-	stopCron(cron, log)
+	stopCron(p.cron, log)
 	if err := <-indexDone; err != nil {
 		log.Error("text indexer stopped with an error", "error", err)
 	}
 	// 4.
 	shCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shCtx); err != nil {
+	if err := p.http.Shutdown(shCtx); err != nil {
 		log.Warn("HTTP shutdown", "error", err)
 	}
 	log.Info("shutdown complete")
