@@ -144,10 +144,56 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 		return ClaimResult{}, fmt.Errorf("store: begin claim for replay task %d: %w", c.TaskID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	// First the rows are locked, in id order, passing over rows another
+	res := ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
+	l, err := lockClaimRows(ctx, tx, c, items)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	res.Deferred = l.deferred
+	var moves []StatusMove
+	if res.Messages, moves, err = claimRows(ctx, tx, c, l.claimable); err != nil {
+		return ClaimResult{}, err
+	}
+	// A pending row the claim passed over had its item settled since it
+	// was selected, or is back from the dead after an unknown outcome; so,
+	// perhaps, is one the loop guard stops (the copy that came back raised
+	// its replay_count). Rare, and looked for only then.
+	returned, err := settleReturned(ctx, tx, c.TaskID, append(l.guarded, passedOver(l.claimable, res.Messages)...))
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	if len(returned) > 0 {
+		l.skipIDs, l.skipWhy = without(l.skipIDs, l.skipWhy, returned)
+		res.Returned = len(returned)
+	}
+	if res.Skipped, err = recordClaim(ctx, tx, c, res.Messages, l.skipIDs, l.skipWhy, returned); err != nil {
+		return ClaimResult{}, err
+	}
+	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
+		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ClaimResult{}, fmt.Errorf("store: commit claim for replay task %d: %w", c.TaskID, err)
+	}
+	return res, nil
+}
+
+// lockedClaimRows sorts the rows a claim locked by what it does with each.
+type lockedClaimRows struct {
+	claimable []int64
+	guarded   []int64 // pending, stopped by the loop guard
+	skipIDs   []int64
+	skipWhy   []string
+	deferred  int // replaying in another task: asked again later
+}
+
+// lockClaimRows locks the message rows of items a claim may take and
+// sorts them by their status now.
+func lockClaimRows(ctx context.Context, tx pgx.Tx, c ReplayClaim, items []int64) (lockedClaimRows, error) {
+	// The rows are locked in id order, passing over rows another
 	// transaction holds (FOR NO KEY UPDATE: the claim changes no key, and
-	// so is not held up by the text indexer's FOR KEY SHARE). Only the message rows: every write that settles
-	// an item of a message it can still claim holds the message's row
+	// so is not held up by the text indexer's FOR KEY SHARE). Only the
+	// message rows: every write that settles an item of a message it can still claim holds the message's row
 	// (claims, settlements, lease recovery), so the row lock is enough, and
 	// locking the items too cost a WAL record per message.
 	rows, err := tx.Query(ctx, `
@@ -156,15 +202,9 @@ JOIN dead_messages m ON m.id = x.id
 ORDER BY m.id
 FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 	if err != nil {
-		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
+		return lockedClaimRows{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
 	}
-	var (
-		res       = ClaimResult{Scanned: len(items), Last: items[len(items)-1]}
-		claimable []int64
-		guarded   []int64 // pending, stopped by the loop guard
-		skipIDs   []int64
-		skipWhy   []string
-	)
+	var l lockedClaimRows
 	for rows.Next() {
 		var (
 			id, replays int64
@@ -172,29 +212,36 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 		)
 		if err := rows.Scan(&id, &status, &replays); err != nil {
 			rows.Close()
-			return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
+			return lockedClaimRows{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
 		}
 		// A locked row is read as it is now, whatever the statement's
 		// snapshot: its status is the one the claim would change.
 		switch {
 		case status == StatusPending && (replays < int64(c.MaxReplays) || c.Force):
-			claimable = append(claimable, id)
+			l.claimable = append(l.claimable, id)
 		case status == StatusReplaying:
-			res.Deferred++
+			l.deferred++
 		case status == StatusPending:
-			guarded = append(guarded, id)
-			skipIDs = append(skipIDs, id)
-			skipWhy = append(skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays))
+			l.guarded = append(l.guarded, id)
+			l.skipIDs = append(l.skipIDs, id)
+			l.skipWhy = append(l.skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays))
 		default:
-			skipIDs = append(skipIDs, id)
-			skipWhy = append(skipWhy, fmt.Sprintf("status is %s: only pending messages are replayed", status))
+			l.skipIDs = append(l.skipIDs, id)
+			l.skipWhy = append(l.skipWhy, fmt.Sprintf("status is %s: only pending messages are replayed", status))
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return ClaimResult{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
+		return lockedClaimRows{}, fmt.Errorf("store: lock rows for replay task %d: %w", c.TaskID, err)
 	}
-	// Then the claim, in a statement of its own: its snapshot is taken
+	return l, nil
+}
+
+// claimRows claims the claimable rows for the task: they become
+// replaying under the claim's token and lease. It returns them in id
+// order, with the moves of the status counters.
+func claimRows(ctx context.Context, tx pgx.Tx, c ReplayClaim, claimable []int64) ([]ClaimedMessage, []StatusMove, error) {
+	// The claim is a statement of its own: its snapshot is taken
 	// after the locks were granted, so it sees every change committed to
 	// these rows, and every item settled with them, up to now (a statement
 	// that locks sees the latest version of a locked row, but still the
@@ -210,10 +257,10 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 	// redelivery of it must still find the row (matchRedelivery, whose
 	// update waits for this row's lock and cannot slip in between). A
 	// batch never comes back to ingest_inflight once it left.
-	moves := map[moveKey]*StatusMove{}
-	var moveToKeys []moveKey
-	if len(claimable) > 0 {
-		rows, err = tx.Query(ctx, `
+	if len(claimable) == 0 {
+		return nil, nil, nil
+	}
+	rows, err := tx.Query(ctx, `
 WITH x AS MATERIALIZED (
     -- Driving from the ids keeps the plan to index probes whatever the
     -- tables' statistics say (a task's items are often minutes old).
@@ -238,55 +285,56 @@ WHERE m.id = x.id AND (i.copy_replay_count IS NULL OR m.replay_count < i.copy_re
 RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.source_exchange,
     m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size,
     m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta, coalesce(i.unknown_count, 0)`,
-			claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
-		if err != nil {
-			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
-		}
-		for rows.Next() {
-			var (
-				m     ClaimedMessage
-				keyID *string
-				sl    Sealed
-			)
-			if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
-				&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta, &m.Unknowns); err != nil {
-				rows.Close()
-				return ClaimResult{}, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
-			}
-			if keyID != nil {
-				sl.Envelope.KeyID, sl.Body, m.Body = *keyID, m.Body, nil
-				m.Sealed = &sl
-			}
-			res.Messages = append(res.Messages, m)
-			k := moveKey{m.SourceQueue, m.Group}
-			mv := moves[k]
-			if mv == nil {
-				mv = &StatusMove{Queue: k.queue, Group: k.group, From: StatusPending, To: StatusReplaying}
-				moves[k] = mv
-				moveToKeys = append(moveToKeys, k)
-			}
-			mv.Messages++
-			mv.Bytes += m.BodySize
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
-		}
-		// Published in id order (the write-ahead mark relies on it).
-		slices.SortFunc(res.Messages, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
-	}
-	// A pending row the claim passed over had its item settled since it
-	// was selected, or is back from the dead after an unknown outcome; so,
-	// perhaps, is one the loop guard stops (the copy that came back raised
-	// its replay_count). Rare, and looked for only then.
-	returned, err := settleReturned(ctx, tx, c.TaskID, append(guarded, passedOver(claimable, res.Messages)...))
+		claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
 	if err != nil {
-		return ClaimResult{}, err
+		return nil, nil, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
 	}
-	if len(returned) > 0 {
-		skipIDs, skipWhy = without(skipIDs, skipWhy, returned)
-		res.Returned = len(returned)
+	var claimed []ClaimedMessage
+	moves := map[moveKey]*StatusMove{}
+	var moveToKeys []moveKey
+	for rows.Next() {
+		var (
+			m     ClaimedMessage
+			keyID *string
+			sl    Sealed
+		)
+		if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
+			&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta, &m.Unknowns); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
+		}
+		if keyID != nil {
+			sl.Envelope.KeyID, sl.Body, m.Body = *keyID, m.Body, nil
+			m.Sealed = &sl
+		}
+		claimed = append(claimed, m)
+		k := moveKey{m.SourceQueue, m.Group}
+		mv := moves[k]
+		if mv == nil {
+			mv = &StatusMove{Queue: k.queue, Group: k.group, From: StatusPending, To: StatusReplaying}
+			moves[k] = mv
+			moveToKeys = append(moveToKeys, k)
+		}
+		mv.Messages++
+		mv.Bytes += m.BodySize
 	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+	}
+	// Published in id order (the write-ahead mark relies on it).
+	slices.SortFunc(claimed, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
+	list := make([]StatusMove, 0, len(moveToKeys))
+	for _, k := range moveToKeys {
+		list = append(list, *moves[k])
+	}
+	return claimed, list, nil
+}
+
+// recordClaim settles the skipped items, adds the claim to the task's
+// counters and, when it claimed rows, records its lease and write-ahead
+// mark. It returns how many items it settled as skipped.
+func recordClaim(ctx context.Context, tx pgx.Tx, c ReplayClaim, claimed []ClaimedMessage, skipIDs []int64, skipWhy []string, returned []int64) (int, error) {
 	var b pgx.Batch
 	// Skipped items are settled here; the counter adds those this
 	// statement settled, exactly.
@@ -303,38 +351,27 @@ UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n,
     canary_ids = CASE WHEN $6 THEN canary_ids || $5::bigint[] ELSE canary_ids END,
     updated_at = now()
 FROM n WHERE id = $1
-RETURNING n.n`, c.TaskID, len(res.Messages), nonNilIDs(skipIDs), nonNilStrings(skipWhy), nonNilIDs(returned), c.Canary).QueryRow(func(row pgx.Row) error {
+RETURNING n.n`, c.TaskID, len(claimed), nonNilIDs(skipIDs), nonNilStrings(skipWhy), nonNilIDs(returned), c.Canary).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&skipped)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		return err
 	})
-	if len(res.Messages) > 0 {
+	if len(claimed) > 0 {
 		// The claim's lease and write-ahead mark (0: nothing may be
 		// published yet).
 		var through int64
 		if c.MarkFirst > 0 {
-			through = res.Messages[min(c.MarkFirst, len(res.Messages))-1].ID
+			through = claimed[min(c.MarkFirst, len(claimed))-1].ID
 		}
 		b.Queue(`INSERT INTO replay_claims (token, task_id, through_id, expires_at) VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')`,
 			c.Token, c.TaskID, through, c.Lease.Milliseconds())
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return ClaimResult{}, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
+		return 0, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
 	}
-	res.Skipped = int(skipped)
-	list := make([]StatusMove, 0, len(moveToKeys))
-	for _, k := range moveToKeys {
-		list = append(list, *moves[k])
-	}
-	if err := applyStatusDeltas(ctx, tx, list); err != nil {
-		return ClaimResult{}, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return ClaimResult{}, fmt.Errorf("store: commit claim for replay task %d: %w", c.TaskID, err)
-	}
-	return res, nil
+	return int(skipped), nil
 }
 
 type moveKey struct {
