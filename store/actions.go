@@ -180,6 +180,33 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 		return res, nil
 	}
 
+	moves, err := changeSelected(ctx, tx, action, where+` AND `+eligible, limit, args)
+	if err != nil {
+		return res, err
+	}
+	for _, m := range moves {
+		res.Changed += m.Messages
+	}
+	res.Matched += res.Changed
+	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
+		return res, fmt.Errorf("store: %s: %w", action, err)
+	}
+	if err := auditAct(ctx, tx, action, f, actor, opt, res); err != nil {
+		return res, err
+	}
+	if err := approvalResult(ctx, tx, opt.Approval, res); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("store: %s: commit: %w", action, err)
+	}
+	return res, nil
+}
+
+// changeSelected acknowledges or deletes, in id order, the rows where
+// selects (up to limit, a LIMIT clause or ""), holding each row's lock,
+// and returns the moves of the status counters.
+func changeSelected(ctx context.Context, tx pgx.Tx, action, where, limit string, args sqlArgs) ([]StatusMove, error) {
 	var change string
 	switch action {
 	case ActionAcknowledge:
@@ -195,26 +222,26 @@ RETURNING d.source_queue, d.group_id, sel.status AS from_status, NULL::text AS t
 	rows, err := tx.Query(ctx, `
 WITH sel AS (
     SELECT m.id, m.status FROM dead_messages m
-    WHERE `+where+` AND `+eligible+`
+    WHERE `+where+`
     ORDER BY m.id`+limit+`
     FOR UPDATE
 ), chg AS (`+change+`)
 SELECT source_queue, group_id, from_status, to_status, count(*), coalesce(sum(body_size), 0)
 FROM chg GROUP BY 1, 2, 3, 4`, args...)
 	if err != nil {
-		return res, fmt.Errorf("store: %s: change messages: %w", action, err)
+		return nil, fmt.Errorf("store: %s: change messages: %w", action, err)
 	}
 	moves, err := statusMovesSQL(rows)
 	if err != nil {
-		return res, fmt.Errorf("store: %s: change messages: %w", action, err)
+		return nil, fmt.Errorf("store: %s: change messages: %w", action, err)
 	}
-	for _, m := range moves {
-		res.Changed += m.Messages
-	}
-	res.Matched += res.Changed
-	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
-		return res, fmt.Errorf("store: %s: %w", action, err)
-	}
+	return moves, nil
+}
+
+// auditAct records an acknowledge or delete in the audit: what was
+// selected (as asked: opt.AuditSelection, else the filter), by whom,
+// approved by whom, and its counts.
+func auditAct(ctx context.Context, tx pgx.Tx, action string, f Filter, actor Actor, opt ActionOptions, res ActionResult) error {
 	detail := map[string]any{"matched": res.Matched, "unchanged": res.Unchanged}
 	if f.Scope != nil {
 		detail["scope"] = f.Scope
@@ -240,15 +267,9 @@ FROM chg GROUP BY 1, 2, 3, 4`, args...)
 		approvedBy = approverOr(opt.Approver, actor).Name
 	}
 	if err := insertAuditApproved(ctx, tx, actor, approvedBy, action, sel, res.Changed, detail); err != nil {
-		return res, fmt.Errorf("store: %s: %w", action, err)
+		return fmt.Errorf("store: %s: %w", action, err)
 	}
-	if err := approvalResult(ctx, tx, opt.Approval, res); err != nil {
-		return res, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("store: %s: commit: %w", action, err)
-	}
-	return res, nil
+	return nil
 }
 
 // checkIDs locks the messages a selection by id names and checks them: a
