@@ -50,6 +50,51 @@ func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (Reco
 		return res, fmt.Errorf("store: begin claim recovery: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	t, err := takeExpiredClaims(ctx, tx, limit)
+	if err != nil || t.taken == 0 {
+		return res, err
+	}
+	res.Taken = t.taken
+	if res.Unknown, res.Retried, res.Republished, err = settleTakenMaybePublished(ctx, tx, t); err != nil {
+		return res, err
+	}
+	if err := handBackTaken(ctx, tx, t.released); err != nil {
+		return res, err
+	}
+	list := make([]StatusMove, 0, len(t.moves))
+	for _, m := range t.moves {
+		list = append(list, *m)
+	}
+	if err := applyStatusDeltas(ctx, tx, list); err != nil {
+		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
+	}
+	if err := dropSpentClaimMarks(ctx, tx, t.tokens); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("store: commit claim recovery: %w", err)
+	}
+	return res, nil
+}
+
+// takenClaims are the rows recovery took back from expired claims.
+type takenClaims struct {
+	taken int64
+	// taskIDs, msgIDs and counts (the replay_count the copies carried)
+	// name the rows whose copy may have been published: their items'
+	// outcome is unknown.
+	taskIDs, msgIDs, counts []int64
+	// released counts, per task, the rows taken back before any copy
+	// could be published: their items stay to be claimed again.
+	released map[int64]int64
+	tokens   map[string]bool // the claims the rows were under
+	moves    map[moveKey]*StatusMove
+}
+
+// takeExpiredClaims sets the replaying rows of expired claims back to
+// pending (up to limit, passing over rows another transaction holds),
+// marking those a copy of which may have been published.
+func takeExpiredClaims(ctx context.Context, tx pgx.Tx, limit int) (takenClaims, error) {
 	rows, err := tx.Query(ctx, `
 WITH e AS (
     SELECT m.id, m.claim_owner, coalesce(m.id <= c.through_id, false) AS maybe
@@ -69,14 +114,9 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
     m.replay_count`,
 		limit, UnknownOutcomeLeaseExpired)
 	if err != nil {
-		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return takenClaims{}, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
-	var (
-		taskIDs, msgIDs, counts []int64
-		released                = map[int64]int64{}
-		tokens                  = map[string]bool{}
-		moves                   = map[moveKey]*StatusMove{}
-	)
+	t := takenClaims{released: map[int64]int64{}, tokens: map[string]bool{}, moves: map[moveKey]*StatusMove{}}
 	for rows.Next() {
 		var id, task, group, size, replays int64
 		var queue string
@@ -84,43 +124,48 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 		var token *string
 		if err := rows.Scan(&id, &task, &queue, &group, &size, &maybe, &token, &replays); err != nil {
 			rows.Close()
-			return res, fmt.Errorf("store: recover expired replay claims: %w", err)
+			return takenClaims{}, fmt.Errorf("store: recover expired replay claims: %w", err)
 		}
-		res.Taken++
+		t.taken++
 		if token != nil {
-			tokens[*token] = true
+			t.tokens[*token] = true
 		}
 		switch {
 		case task > 0 && maybe:
-			taskIDs = append(taskIDs, task)
-			msgIDs = append(msgIDs, id)
+			t.taskIDs = append(t.taskIDs, task)
+			t.msgIDs = append(t.msgIDs, id)
 			// Its copies carried replay_count + 1: the row is still as the
 			// claim left it (a copy that died and came back would have
 			// taken it out of replaying).
-			counts = append(counts, replays+1)
+			t.counts = append(t.counts, replays+1)
 		case task > 0:
-			released[task]++
+			t.released[task]++
 		}
 		k := moveKey{queue, group}
-		mv := moves[k]
+		mv := t.moves[k]
 		if mv == nil {
 			mv = &StatusMove{Queue: queue, Group: group, From: StatusReplaying, To: StatusPending}
-			moves[k] = mv
+			t.moves[k] = mv
 		}
 		mv.Messages++
 		mv.Bytes += size
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
+		return takenClaims{}, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
-	if res.Taken == 0 {
-		return res, nil
+	return t, nil
+}
+
+// settleTakenMaybePublished settles the items of the rows a copy of
+// which may have been published: a task still running sends the message
+// again while it has retries left for it (retried, republished: sent
+// more than once); otherwise the outcome is unknown.
+func settleTakenMaybePublished(ctx context.Context, tx pgx.Tx, t takenClaims) (unknown, retried, republished int64, err error) {
+	if len(t.msgIDs) == 0 {
+		return 0, 0, 0, nil
 	}
-	if len(msgIDs) > 0 {
-		// A task still running sends the message again while it has
-		// retries left for it; a finished one (cancelled, say) settles it.
-		err = tx.QueryRow(ctx, `
+	err = tx.QueryRow(ctx, `
 WITH o AS (
     SELECT o.task_id, o.id, o.copy,
            (t.status IN ('scheduled', 'running', 'canary_wait')) AS live, t.unknown_retries
@@ -146,46 +191,48 @@ WITH o AS (
     RETURNING c.u, c.r, c.rp
 )
 SELECT coalesce(sum(u), 0)::bigint, coalesce(sum(r), 0)::bigint, coalesce(sum(rp), 0)::bigint FROM t`,
-			taskIDs, msgIDs, UnknownOutcomeLeaseExpired, counts).Scan(&res.Unknown, &res.Retried, &res.Republished)
-		if err != nil {
-			return res, fmt.Errorf("store: settle recovered replay claims: %w", err)
-		}
+		t.taskIDs, t.msgIDs, UnknownOutcomeLeaseExpired, t.counts).Scan(&unknown, &retried, &republished)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
 	}
-	if len(released) > 0 {
-		ids := slices.Sorted(maps.Keys(released))
-		counts := make([]int64, len(ids))
-		for i, id := range ids {
-			counts[i] = released[id]
-		}
-		_, err = tx.Exec(ctx, `
+	return unknown, retried, republished, nil
+}
+
+// handBackTaken takes the rows no copy of which was published out of
+// their tasks' claimed counts: they are claimed again.
+func handBackTaken(ctx context.Context, tx pgx.Tx, released map[int64]int64) error {
+	if len(released) == 0 {
+		return nil
+	}
+	ids := slices.Sorted(maps.Keys(released))
+	counts := make([]int64, len(ids))
+	for i, id := range ids {
+		counts[i] = released[id]
+	}
+	_, err := tx.Exec(ctx, `
 UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)
-		if err != nil {
-			return res, fmt.Errorf("store: hand back recovered replay claims: %w", err)
-		}
+	if err != nil {
+		return fmt.Errorf("store: hand back recovered replay claims: %w", err)
 	}
-	list := make([]StatusMove, 0, len(moves))
-	for _, m := range moves {
-		list = append(list, *m)
-	}
-	if err := applyStatusDeltas(ctx, tx, list); err != nil {
-		return res, fmt.Errorf("store: recover expired replay claims: %w", err)
-	}
+	return nil
+}
+
+// dropSpentClaimMarks deletes the write-ahead marks of the claims none
+// of whose rows is replaying any more.
+func dropSpentClaimMarks(ctx context.Context, tx pgx.Tx, tokens map[string]bool) error {
 	// A claim's mark goes once none of its rows is replaying any more.
 	toks := make([]string, 0, len(tokens))
 	for t := range tokens {
 		toks = append(toks, t)
 	}
-	_, err = tx.Exec(ctx, `
+	_, err := tx.Exec(ctx, `
 DELETE FROM replay_claims c WHERE c.token = ANY($1)
   AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.status = 'replaying' AND m.claim_owner = c.token)`, toks)
 	if err != nil {
-		return res, fmt.Errorf("store: drop marks of recovered replay claims: %w", err)
+		return fmt.Errorf("store: drop marks of recovered replay claims: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, fmt.Errorf("store: commit claim recovery: %w", err)
-	}
-	return res, nil
+	return nil
 }
 
 // UnknownOutcomeNotSentAgain is the item detail of a message whose
