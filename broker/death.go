@@ -101,8 +101,14 @@ const (
 // else x-first-death-* (3.10+). It never panics: a client may have put
 // anything under these names, and wrong types read as absent.
 func ExtractDeath(h amqp.Table) DeathInfo {
-	info := DeathInfo{Reason: reasonUnknown}
-	info.Deaths = parseDeaths(h["x-death"])
+	return deathInfo(parseDeaths(h["x-death"]), func(key string) string { return headerString(h[key]) })
+}
+
+// deathInfo is ExtractDeath's rule over the x-death entries and a
+// reader of the other death headers' text (ExtractDeathRaw reads both
+// from a table's bytes).
+func deathInfo(deaths []Death, text func(key string) string) DeathInfo {
+	info := DeathInfo{Reason: reasonUnknown, Deaths: deaths}
 	for _, d := range info.Deaths {
 		if d.Time.IsZero() {
 			continue
@@ -129,15 +135,15 @@ func ExtractDeath(h amqp.Table) DeathInfo {
 		info.Count = max(d.Count, 1)
 		return info
 	}
-	for _, prefix := range []string{"x-last-death-", "x-first-death-"} {
-		queue := headerString(h[prefix+"queue"])
-		reason := headerString(h[prefix+"reason"])
+	for _, prefix := range [...]string{"x-last-death-", "x-first-death-"} {
+		queue := text(prefix + "queue")
+		reason := text(prefix + "reason")
 		if queue == "" && reason == "" {
 			continue
 		}
 		info.Reason = normalizeReason(reason)
 		info.SourceQueue = queue
-		info.SourceExchange = headerString(h[prefix+"exchange"])
+		info.SourceExchange = text(prefix + "exchange")
 		info.Count = 1
 		// x-death may still hold the matching entry further down.
 		for _, d := range info.Deaths {

@@ -130,17 +130,24 @@ func (t *RawTable) Entry(i int) (key string, v RawValue) {
 
 // Get returns the value under key.
 func (t *RawTable) Get(key string) (RawValue, bool) {
-	lo, hi := 0, len(t.entries)
+	return rawGet(t.s, t.entries, key)
+}
+
+// rawGet looks key up in the sorted entries of the table body s. The body
+// and its entries are apart so that entries held on a caller's stack stay
+// there (only s flows into the value).
+func rawGet(s string, entries []rawEntry, key string) (RawValue, bool) {
+	lo, hi := 0, len(entries)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if t.entries[m].key(t.s) < key {
+		if entries[m].key(s) < key {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo < len(t.entries) && t.entries[lo].key(t.s) == key {
-		return t.entries[lo].val(t.s), true
+	if lo < len(entries) && entries[lo].key(s) == key {
+		return entries[lo].val(s), true
 	}
 	return "", false
 }

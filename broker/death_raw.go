@@ -1,0 +1,151 @@
+package broker
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ExtractDeathRaw is ExtractDeath over a header table's bytes: the same
+// DeathInfo (FuzzRawTable holds the two to it), without decoding x-death's
+// entries into tables first. Ingest reads every delivery's death this way.
+func ExtractDeathRaw(t *RawTable) DeathInfo {
+	return deathInfo(rawDeaths(t), func(key string) string { return rawText(t.s, t.entries, key) })
+}
+
+// rawDeaths is parseDeaths of the table's x-death value: only an array
+// has entries, and only its table elements are read.
+func rawDeaths(t *RawTable) []Death {
+	v, ok := t.Get("x-death")
+	if !ok || v.Kind() != 'A' {
+		return nil
+	}
+	var deaths []Death
+	for s := string(v[5:]); len(s) > 0; {
+		rest, err := skipFieldShallow(s)
+		if err != nil {
+			break // not reached in a decodable table
+		}
+		ev := RawValue(s[:len(s)-len(rest)])
+		s = rest
+		if ev.Kind() != 'F' {
+			continue
+		}
+		// The entry's own entries, on this stack: an x-death entry has
+		// seven or eight keys.
+		var buf [10]rawEntry
+		body := string(ev[5:])
+		entries, _, _ := rawEntries(body, buf[:0])
+		if deaths == nil {
+			// Room for the entries RabbitMQ usually writes: one or two.
+			deaths = make([]Death, 0, 2)
+		}
+		deaths = append(deaths, Death{
+			Queue:              rawText(body, entries, "queue"),
+			Reason:             rawText(body, entries, "reason"),
+			Exchange:           rawText(body, entries, "exchange"),
+			RoutingKeys:        rawStrings(body, entries),
+			Count:              rawInteger(body, entries, "count"),
+			Time:               rawTimestamp(body, entries, "time"),
+			OriginalExpiration: rawText(body, entries, "original-expiration"),
+		})
+	}
+	return deaths
+}
+
+// rawText, rawInteger and rawTimestamp read the entry key of the table
+// body s as headerString, headerInt and headerTime read its decoded value
+// ("", 0, the zero time when there is none).
+func rawText(s string, entries []rawEntry, key string) string {
+	if v, ok := rawGet(s, entries, key); ok {
+		return rawString(v)
+	}
+	return ""
+}
+
+func rawInteger(s string, entries []rawEntry, key string) int64 {
+	if v, ok := rawGet(s, entries, key); ok {
+		return rawInt(v)
+	}
+	return 0
+}
+
+func rawTimestamp(s string, entries []rawEntry, key string) time.Time {
+	if v, ok := rawGet(s, entries, key); ok {
+		return rawTime(v)
+	}
+	return time.Time{}
+}
+
+// rawString is headerString of the decoded value: long strings and byte
+// arrays are text, anything else is "".
+func rawString(v RawValue) string {
+	switch v.Kind() {
+	case 'S', 'x':
+		return string(v[5:])
+	}
+	return ""
+}
+
+// rawStrings is headerStrings of the entry's routing-keys: the text
+// elements of an array, a single string as one key, never nil.
+func rawStrings(s string, entries []rawEntry) []string {
+	v, ok := rawGet(s, entries, "routing-keys")
+	if !ok {
+		return []string{}
+	}
+	switch v.Kind() {
+	case 'S', 'x':
+		return []string{string(v[5:])}
+	case 'A':
+	default:
+		return []string{}
+	}
+	out := make([]string, 0, 1)
+	for s := string(v[5:]); len(s) > 0; {
+		rest, err := skipFieldShallow(s)
+		if err != nil {
+			break // not reached in a decodable table
+		}
+		e := RawValue(s[:len(s)-len(rest)])
+		s = rest
+		// headerStrings takes strings and byte arrays alike.
+		if k := e.Kind(); k == 'S' || k == 'x' {
+			out = append(out, string(e[5:]))
+		}
+	}
+	return out
+}
+
+// rawInt is headerInt of the decoded value: any integer, or a decimal
+// string.
+func rawInt(v RawValue) int64 {
+	if n, ok := v.Int(); ok {
+		return n
+	}
+	switch v.Kind() {
+	case 'S', 'x':
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(v[5:])), 10, 64); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// rawTime is headerTime of the decoded value: a timestamp, or Unix seconds
+// of the integer types headerTime takes (int64, int32, uint32).
+func rawTime(v RawValue) time.Time {
+	switch v.Kind() {
+	case 'T', 'l', 'I', 'i':
+		n, _ := v.Int()
+		if v.Kind() == 'T' {
+			n = int64(be64(v[1:]))
+		}
+		t := time.Unix(n, 0).UTC()
+		if y := t.Year(); y < 1 || y > 9999 || t.IsZero() {
+			return time.Time{}
+		}
+		return t
+	}
+	return time.Time{}
+}
