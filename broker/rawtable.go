@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -48,8 +49,13 @@ func (e rawEntry) val(s string) RawValue { return RawValue(s[e.k1:e.v1]) }
 
 // ParseRawTable reads the AMQP encoding of a header table. It refuses
 // (with an error naming the problem) one amqp091-go could not decode.
+//
+// The table and the strings read from it share b's memory rather than a
+// copy of it (a copy was a table's size allocated per delivery): the
+// caller must not change b afterwards. A delivery's header bytes are
+// written once by the AMQP client and only read after.
 func ParseRawTable(b []byte) (*RawTable, error) {
-	return parseRawTable(string(b))
+	return parseRawTable(unsafe.String(unsafe.SliceData(b), len(b)))
 }
 
 func parseRawTable(s string) (*RawTable, error) {
