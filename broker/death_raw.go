@@ -21,13 +21,7 @@ func rawDeaths(t *RawTable) []Death {
 		return nil
 	}
 	var deaths []Death
-	for s := string(v[5:]); len(s) > 0; {
-		rest, err := skipFieldShallow(s)
-		if err != nil {
-			break // not reached in a decodable table
-		}
-		ev := RawValue(s[:len(s)-len(rest)])
-		s = rest
+	for ev := range v.elements {
 		if ev.Kind() != 'F' {
 			continue
 		}
@@ -102,13 +96,7 @@ func rawStrings(s string, entries []rawEntry) []string {
 		return []string{}
 	}
 	out := make([]string, 0, 1)
-	for s := string(v[5:]); len(s) > 0; {
-		rest, err := skipFieldShallow(s)
-		if err != nil {
-			break // not reached in a decodable table
-		}
-		e := RawValue(s[:len(s)-len(rest)])
-		s = rest
+	for e := range v.elements {
 		// headerStrings takes strings and byte arrays alike.
 		if k := e.Kind(); k == 'S' || k == 'x' {
 			out = append(out, string(e[5:]))

@@ -3,7 +3,6 @@ package broker
 import (
 	"math"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -144,14 +143,15 @@ func toInt64(v any) int64 {
 // queue adds on redelivery (ReturnCount, WithoutReturnCounts).
 func IsReturnCount(k string) bool { return isReturnCount(k) }
 
-// IsExtractedHeader reports whether ExtractDeath, ExtractFailure or
-// ReplayMarks may read header k: a table holding only these keys gives
-// them the same results as the whole table (ingest decodes just these from
-// a RawTable). Keep it in step with those functions.
+// IsExtractedHeader reports whether ExtractFailure or ReplayMarks may
+// read header k: a table holding only these keys gives them the same
+// results as the whole table (ingest decodes just these from a RawTable,
+// and reads the death headers with ExtractDeathRaw). Keep it in step with
+// those functions.
 func IsExtractedHeader(k string) bool {
 	switch k {
-	case "x-death", HeaderID, HeaderReplayID, HeaderReplayCount:
+	case HeaderID, HeaderReplayID, HeaderReplayCount:
 		return true
 	}
-	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") || IsFailureHeader(k)
+	return IsFailureHeader(k)
 }

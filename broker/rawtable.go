@@ -299,13 +299,8 @@ func (v RawValue) Decode() any {
 		return t
 	case 'A':
 		var arr []any // nil when empty, as amqp091-go leaves it
-		for s := string(v[5:]); len(s) > 0; {
-			rest, err := skipFieldShallow(s)
-			if err != nil {
-				break // not reached in a decodable table
-			}
-			arr = append(arr, RawValue(s[:len(s)-len(rest)]).Decode())
-			s = rest
+		for e := range v.elements {
+			arr = append(arr, e.Decode())
 		}
 		return arr
 	}
@@ -357,18 +352,30 @@ func (v RawValue) appendJSON(dst []byte) []byte {
 	}
 	// 'A'
 	dst = append(dst, '[')
-	for s, i := string(v[5:]), 0; len(s) > 0; i++ {
-		rest, err := skipFieldShallow(s)
-		if err != nil {
-			break // not reached in a decodable table
-		}
-		if i > 0 {
+	first := true
+	for e := range v.elements {
+		if !first {
 			dst = append(dst, ',')
 		}
-		dst = RawValue(s[:len(s)-len(rest)]).appendJSON(dst)
-		s = rest
+		first = false
+		dst = e.appendJSON(dst)
 	}
 	return append(dst, ']')
+}
+
+// elements yields the elements of an array value ('A') in order: the one
+// walk over an array's encoding, for every reader of arrays.
+func (v RawValue) elements(yield func(RawValue) bool) {
+	for s := string(v[5:]); len(s) > 0; {
+		rest, err := skipFieldShallow(s)
+		if err != nil {
+			return // not reached in a decodable table
+		}
+		if !yield(RawValue(s[:len(s)-len(rest)])) {
+			return
+		}
+		s = rest
+	}
 }
 
 func be16[T amqpBytes](b T) uint16 { return uint16(b[0])<<8 | uint16(b[1]) }

@@ -19,7 +19,7 @@ import (
 // and the frame filter hands a raw consumer exactly those bytes, the
 // return counts left in the table.
 func FuzzRawTable(f *testing.F) {
-	for _, s := range append(amqptest.Seeds(), deathSeeds()...) {
+	for _, s := range append(amqptest.Seeds(), amqptest.DeathSeeds()...) {
 		f.Add(s)
 		f.Add(append(amqptest.Entry("x-delivery-count", amqptest.Long(2)), s...))
 	}
@@ -91,35 +91,6 @@ func FuzzRawTable(f *testing.F) {
 			}
 		}
 	})
-}
-
-// deathSeeds are death headers of every shape ExtractDeath reads: two
-// entries, values of other types than RabbitMQ's, elements that are not
-// tables, x-death that is not an array, the x-last- and x-first-death-
-// headers alone.
-func deathSeeds() [][]byte {
-	e, str, long := amqptest.Entry, amqptest.Str, amqptest.Long
-	i32 := func(n uint32) []byte { return binary.BigEndian.AppendUint32([]byte{'I'}, n) }
-	u32 := func(n uint32) []byte { return binary.BigEndian.AppendUint32([]byte{'i'}, n) }
-	bytesOf := func(s string) []byte { return append(binary.BigEndian.AppendUint32([]byte{'x'}, uint32(len(s))), s...) }
-	first := amqptest.Table(e("queue", str("a")), e("reason", str("expired")), e("count", long(2)),
-		e("time", amqptest.Timestamp(1764300000)), e("routing-keys", amqptest.Array(str("k1"), bytesOf("k2"), long(3))),
-		e("original-expiration", str("1000")), e("exchange", str("")))
-	second := amqptest.Table(e("queue", bytesOf("b")), e("reason", str("REJECTED")), e("count", str(" 4 ")),
-		e("time", i32(1764200000)), e("routing-keys", str("single")), e("queue", str("b2")))
-	odd := amqptest.Table(e("queue", long(1)), e("reason", str("maxlen")), e("count", []byte{'s', 0, 9}),
-		e("time", u32(4000000000)), e("routing-keys", long(1)))
-	far := amqptest.Table(e("reason", str("delivery_limit")), e("time", amqptest.Timestamp(1<<40)), e("count", str("x")),
-		e("time", []byte{'s', 0, 1}))
-	return [][]byte{
-		amqptest.Concat(e("x-death", amqptest.Array(first, str("not a table"), second, odd, far))),
-		amqptest.Concat(e("x-death", amqptest.Array(amqptest.Table(e("count", long(1))))), e("x-last-death-queue", str("q")),
-			e("x-last-death-reason", str("delivery-limit")), e("x-last-death-exchange", bytesOf("ex"))),
-		amqptest.Concat(e("x-death", str("x")), e("x-first-death-queue", str("q1")), e("x-first-death-reason", long(1)),
-			e("x-last-death-queue", str("")), e("x-last-death-reason", str(""))),
-		amqptest.Concat(e("x-death", amqptest.Array()), e("x-first-death-reason", str("expired"))),
-		amqptest.Concat(e("x-death", amqptest.Array(second, first)), e("x-first-death-queue", str("a")), e("x-first-death-reason", str("expired"))),
-	}
 }
 
 func pick(t amqp.Table, keep func(string) bool) amqp.Table {

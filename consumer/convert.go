@@ -75,19 +75,13 @@ func convertRaw(d *amqp.Delivery, queue string, now time.Time, table []byte) (st
 	hj := t.AppendJSON(make([]byte, 0, 256+64*t.Len()))
 	// The death straight from the bytes: decoding x-death's entries into
 	// tables was most of what converting a delivery cost.
-	return row(d, queue, now, hj, t.Table(isExtractedNotDeath), broker.ExtractDeathRaw(t), rawSearchValues(t)), t
-}
-
-// isExtractedNotDeath names the extracted headers row still reads from a
-// decoded table: those but the death headers, read from the bytes.
-func isExtractedNotDeath(k string) bool {
-	return k != "x-death" && broker.IsExtractedHeader(k)
+	return row(d, queue, now, hj, t.Table(broker.IsExtractedHeader), broker.ExtractDeathRaw(t), rawSearchValues(t)), t
 }
 
 // row is the row of a delivery whose headers (without the return counts)
-// encode as hj; headers holds at least the broker.IsExtractedHeader names
-// but the death headers, death is what they say (broker.ExtractDeath), and
-// vals the header search values.
+// encode as hj; headers holds at least the broker.IsExtractedHeader names,
+// death is what the death headers say (broker.ExtractDeath), and vals the
+// header search values.
 func row(d *amqp.Delivery, queue string, now time.Time, hj []byte, headers amqp.Table, death broker.DeathInfo, vals []string) (m store.NewMessage) {
 	props := broker.PropertiesOf(d)
 	pj := props.AppendJSON(make([]byte, 0, 128))

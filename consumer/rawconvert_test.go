@@ -22,7 +22,7 @@ import (
 // amqp091-go's amqp.Table: headers JSON, death record, failure, search
 // values, fingerprint, replay marks, returns and category.
 func FuzzConvertRaw(f *testing.F) {
-	for _, s := range amqptest.Seeds() {
+	for _, s := range append(amqptest.Seeds(), amqptest.DeathSeeds()...) {
 		f.Add(s)
 	}
 	rules, err := category.New([]category.Rule{

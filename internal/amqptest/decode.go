@@ -270,3 +270,32 @@ func Seeds() [][]byte {
 		Concat(every...),
 	}
 }
+
+// DeathSeeds are header table bodies for fuzz targets: death headers of
+// every shape broker.ExtractDeath reads (two entries, values of other
+// types than RabbitMQ's, elements that are not tables, x-death that is not
+// an array, the x-last- and x-first-death- headers alone).
+func DeathSeeds() [][]byte {
+	e, str, long := Entry, Str, Long
+	i32 := func(n uint32) []byte { return binary.BigEndian.AppendUint32([]byte{'I'}, n) }
+	u32 := func(n uint32) []byte { return binary.BigEndian.AppendUint32([]byte{'i'}, n) }
+	bytesOf := func(s string) []byte { return append(binary.BigEndian.AppendUint32([]byte{'x'}, uint32(len(s))), s...) }
+	first := Table(e("queue", str("a")), e("reason", str("expired")), e("count", long(2)),
+		e("time", Timestamp(1764300000)), e("routing-keys", Array(str("k1"), bytesOf("k2"), long(3))),
+		e("original-expiration", str("1000")), e("exchange", str("")))
+	second := Table(e("queue", bytesOf("b")), e("reason", str("REJECTED")), e("count", str(" 4 ")),
+		e("time", i32(1764200000)), e("routing-keys", str("single")), e("queue", str("b2")))
+	odd := Table(e("queue", long(1)), e("reason", str("maxlen")), e("count", []byte{'s', 0, 9}),
+		e("time", u32(4000000000)), e("routing-keys", long(1)))
+	far := Table(e("reason", str("delivery_limit")), e("time", Timestamp(1<<40)), e("count", str("x")),
+		e("time", []byte{'s', 0, 1}))
+	return [][]byte{
+		Concat(e("x-death", Array(first, str("not a table"), second, odd, far))),
+		Concat(e("x-death", Array(Table(e("count", long(1))))), e("x-last-death-queue", str("q")),
+			e("x-last-death-reason", str("delivery-limit")), e("x-last-death-exchange", bytesOf("ex"))),
+		Concat(e("x-death", str("x")), e("x-first-death-queue", str("q1")), e("x-first-death-reason", long(1)),
+			e("x-last-death-queue", str("")), e("x-last-death-reason", str(""))),
+		Concat(e("x-death", Array()), e("x-first-death-reason", str("expired"))),
+		Concat(e("x-death", Array(second, first)), e("x-first-death-queue", str("a")), e("x-first-death-reason", str("expired"))),
+	}
+}
