@@ -82,14 +82,15 @@ func rawString(v RawValue) string {
 }
 
 // rawStrings is headerStrings of the entry's routing-keys: the text
-// elements of an array, a single string as one key, never nil.
+// elements of an array (strings and byte arrays), a single long string as
+// one key, never nil.
 func rawStrings(s string, entries []rawEntry) []string {
 	v, ok := rawGet(s, entries, "routing-keys")
 	if !ok {
 		return []string{}
 	}
 	switch v.Kind() {
-	case 'S', 'x':
+	case 'S': // a single key where an array was expected (not a byte array)
 		return []string{string(v[5:])}
 	case 'A':
 	default:

@@ -287,10 +287,12 @@ func DeathSeeds() [][]byte {
 		e("time", i32(1764200000)), e("routing-keys", str("single")), e("queue", str("b2")))
 	odd := Table(e("queue", long(1)), e("reason", str("maxlen")), e("count", []byte{'s', 0, 9}),
 		e("time", u32(4000000000)), e("routing-keys", long(1)))
+	bytesKey := Table(e("queue", str("c")), e("reason", str("rejected")), e("routing-keys", bytesOf("k")))
 	far := Table(e("reason", str("delivery_limit")), e("time", Timestamp(1<<40)), e("count", str("x")),
 		e("time", []byte{'s', 0, 1}))
 	return [][]byte{
 		Concat(e("x-death", Array(first, str("not a table"), second, odd, far))),
+		Concat(e("x-death", Array(bytesKey, first))),
 		Concat(e("x-death", Array(Table(e("count", long(1))))), e("x-last-death-queue", str("q")),
 			e("x-last-death-reason", str("delivery-limit")), e("x-last-death-exchange", bytesOf("ex"))),
 		Concat(e("x-death", str("x")), e("x-first-death-queue", str("q1")), e("x-first-death-reason", long(1)),
