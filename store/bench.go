@@ -308,6 +308,17 @@ func (b Bench) Checkpoint(ctx context.Context) error {
 	return nil
 }
 
+// WALPosition is how many bytes of WAL the server has written since its
+// start (the current WAL position): two readings give the WAL of what ran
+// between them.
+func (b Bench) WALPosition(ctx context.Context) (int64, error) {
+	var n int64
+	if err := b.db.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: current WAL position: %w", err)
+	}
+	return n, nil
+}
+
 // MessagesSize is the size of dead_messages with its indexes, for humans
 // (pg_size_pretty).
 func (b Bench) MessagesSize(ctx context.Context) (string, error) {

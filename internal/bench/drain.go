@@ -137,7 +137,8 @@ func profilePath(flagValue string, o ingestOptions, size, run int) string {
 	return flagValue
 }
 
-// startProfiles starts the CPU profile (-cpuprofile) and writes the
+// startProfiles starts the CPU profile (-cpuprofile) and perf's sampling
+// of the machine (-pgprofile), and writes the
 // allocations so far to <memprofile>.base (-memprofile); the returned stop
 // ends the CPU profile and writes the allocations after the drain, so
 // `go tool pprof -base <file>.base <file>` shows the drain's alone (the
@@ -164,9 +165,24 @@ func startProfiles(o ingestOptions, size, run int) (stop func(), err error) {
 			return nil, err
 		}
 	}
+	var stopPerf func() error
+	if o.pgProfile != "" {
+		if stopPerf, err = startPerf(profilePath(o.pgProfile, o, size, run)); err != nil {
+			if cpuFile != nil {
+				pprof.StopCPUProfile()
+				cpuFile.Close()
+			}
+			return nil, err
+		}
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			if stopPerf != nil {
+				if err := stopPerf(); err != nil {
+					fmt.Fprintf(os.Stderr, "warning: -pgprofile: %v\n", err)
+				}
+			}
 			if cpuFile != nil {
 				pprof.StopCPUProfile()
 				cpuFile.Close()

@@ -39,9 +39,11 @@ type ingestOptions struct {
 	pgURL      string
 	cpuProfile string
 	memProfile string
-	out        string
-	keep       bool
-	ingest     config.Ingest
+	// pgProfile is where perf's samples of each drain go (startPerf).
+	pgProfile string
+	out       string
+	keep      bool
+	ingest    config.Ingest
 	// withoutIndexes are dropped after migrating: a diagnostic to price an
 	// index at ingest, never for recorded figures.
 	withoutIndexes []string
@@ -90,6 +92,10 @@ type ingestResult struct {
 	// and its mean size (inproc mode, from dlq's own histograms).
 	BatchMs   float64 `json:"batch_ms,omitempty"`
 	BatchMsgs float64 `json:"batch_msgs,omitempty"`
+	// WALBytesPerMsg is the WAL PostgreSQL wrote during the drain per
+	// message: the row, its index entries, and what else ran (the text
+	// indexer, the server's own); bench-limits reports its WAL too.
+	WALBytesPerMsg float64 `json:"wal_bytes_per_msg"`
 	// WithoutIndexes lists indexes dropped for a diagnostic run.
 	WithoutIndexes []string `json:"without_indexes,omitempty"`
 	// Encrypted: encryption at rest on (a random key, every header sealed).
@@ -129,6 +135,7 @@ func Ingest(args []string) error {
 		"PostgreSQL database; each run gets a fresh schema in it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed drain (inproc mode) to this file; runs after the first get -<size>-<run> before the extension")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of each timed drain (inproc mode) to this file, and the allocations before it to <file>.base (compare with go tool pprof -base); names as -cpuprofile; the collection before the first write adds a few ms to the timed drain")
+	fs.StringVar(&o.pgProfile, "pgprofile", "", "sample the whole machine with Linux perf during each timed drain (inproc mode) into this file, for PostgreSQL's side (scripts/bench-pg-stages.py); names as -cpuprofile")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's schema, exchange and queue")
 	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
@@ -168,8 +175,8 @@ func Ingest(args []string) error {
 		return fmt.Errorf("-queue-type must be quorum or classic, got %q", o.queueType)
 	case o.deadLetter != "direct" && o.deadLetter != "reject" && o.deadLetter != "ttl":
 		return fmt.Errorf("-dead-letter must be direct, reject or ttl, got %q", o.deadLetter)
-	case (o.cpuProfile != "" || o.memProfile != "") && o.mode != "inproc":
-		return errors.New("-cpuprofile and -memprofile need -mode inproc (the consumer must run in this process)")
+	case (o.cpuProfile != "" || o.memProfile != "" || o.pgProfile != "") && o.mode != "inproc":
+		return errors.New("-cpuprofile, -memprofile and -pgprofile need -mode inproc (the consumer must run in this process)")
 	}
 	// The in-process consumer runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
@@ -245,6 +252,7 @@ func printResult(r ingestResult) {
 	if !r.TextSearch {
 		batch += " TEXT-SEARCH-OFF"
 	}
+	batch += fmt.Sprintf(" wal=%.0fB/msg", r.WALBytesPerMsg)
 	fmt.Printf("RESULT ingest %s/%s/%s/%dB run=%d n=%d secs=%.2f msgs/s=%.0f MB/s=%.1f cpu dlq=%.0f%% rabbit=%.0f%% pg=%.0f%% us/msg dlq=%.1f pg=%.1f rabbit=%.1f total=%.1f%s%s (prefill %.1fs)\n",
 		r.Mode, r.QueueType, r.DeadLetter, r.Size, r.Run, r.N, r.Secs, r.MsgsSec, r.MBSec, r.CPUDlq, r.CPURabbit, r.CPUPg,
 		r.UsPerMsgDlq, r.UsPerMsgPg, r.UsPerMsgRabbit, r.UsPerMsgTotal, rss, batch, r.PrefillSecs)
@@ -447,6 +455,10 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 		}
 	}
 	r.Load1 = loadAvg()
+	wal0, err := st.Bench().WALPosition(ctx)
+	if err != nil {
+		return r, err
+	}
 	c0 := o.cpu.take()
 	start := time.Now()
 	dlqCPU, peak, stop, err := drain()
@@ -455,9 +467,15 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	}
 	r.Secs = time.Since(start).Seconds()
 	c1 := o.cpu.take()
+	wal1, err := st.Bench().WALPosition(ctx)
+	if err != nil {
+		_ = stop()
+		return r, err
+	}
+	r.WALBytesPerMsg = float64(wal1-wal0) / float64(o.n)
 	// Not while profiling: the profiles end when dlq stops, and would
 	// hold the indexer's catching up after the drain.
-	if r.TextSearch && !encrypted && o.cpuProfile == "" && o.memProfile == "" {
+	if r.TextSearch && !encrypted && o.cpuProfile == "" && o.memProfile == "" && o.pgProfile == "" {
 		if r.SearchNewestSecs, r.TextCaughtUpSecs, err = searchNewest(st, o.textBodies, newestNeedle(suffix)); err != nil {
 			_ = stop()
 			return r, err
