@@ -174,7 +174,7 @@ func TestFencingPausedHolder(t *testing.T) {
 	var outcome, errText string
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		err := db.QueryRow(ctxT(t), `
-SELECT outcome, coalesce(error, '') FROM job_runs WHERE instance = 'A' AND token = $1 ORDER BY id DESC LIMIT 1`, aLease.Token).
+SELECT outcome, coalesce(error, '') FROM job_runs WHERE instance = 'A' AND token = $1 AND outcome <> 'skipped' ORDER BY id DESC LIMIT 1`, aLease.Token).
 			Scan(&outcome, &errText)
 		require.NoError(t, err)
 		return outcome != store.JobRunning
