@@ -124,17 +124,18 @@ func rawInt(v RawValue) int64 {
 // rawTime is headerTime of the decoded value: a timestamp, or Unix seconds
 // of the integer types headerTime takes (int64, int32, uint32).
 func rawTime(v RawValue) time.Time {
+	var n int64
 	switch v.Kind() {
-	case 'T', 'l', 'I', 'i':
-		n, _ := v.Int()
-		if v.Kind() == 'T' {
-			n = int64(be64(v[1:]))
-		}
-		t := time.Unix(n, 0).UTC()
-		if y := t.Year(); y < 1 || y > 9999 || t.IsZero() {
-			return time.Time{}
-		}
-		return t
+	case 'T':
+		n = int64(be64(v[1:]))
+	case 'l', 'I', 'i':
+		n, _ = v.Int()
+	default:
+		return time.Time{}
 	}
-	return time.Time{}
+	t := time.Unix(n, 0).UTC()
+	if y := t.Year(); y < 1 || y > 9999 || t.IsZero() {
+		return time.Time{}
+	}
+	return t
 }
