@@ -113,21 +113,39 @@ func mustConn(t *testing.T) *broker.Conn {
 // When the connection dies with confirms outstanding, each of those
 // publishes ends exactly once, as acked or unknown (never "not
 // delivered"), and publishing resumes on the new connection.
+//
+// Whether confirms are outstanding at the instant RabbitMQ closes the
+// connection is up to the scheduler: on a loaded host the publisher can sit
+// blocked on its socket while every confirm arrives. Such a round proves
+// less, so the scenario runs again, up to three rounds, until one had
+// confirms outstanding; every round's outcomes are checked all the same.
 func TestPublisherUnknownOnConnectionLoss(t *testing.T) {
 	t.Parallel()
+	for round := 1; ; round++ {
+		counts := publishThroughConnectionLoss(t, round)
+		if counts[broker.Unknown] > 0 {
+			return
+		}
+		require.Less(t, round, 3, "in %d rounds no confirm was outstanding when the connection went", round)
+	}
+}
+
+// publishThroughConnectionLoss publishes continuously on a fresh publisher
+// while RabbitMQ closes its connection, checks every outcome and that
+// publishing resumes, and returns the outcome counts.
+func publishThroughConnectionLoss(t *testing.T, round int) map[broker.Outcome]int {
+	t.Helper()
 	app := dlqtest.Dial(t)
 	ch := dlqtest.Channel(t, app)
-	q := dlqtest.Name(t, "pub")
+	q := dlqtest.Name(t, fmt.Sprintf("pub%d", round))
 	_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 	require.NoError(t, err)
 	dlqtest.DeleteQueues(t, app, q)
-	name := dlqtest.Name(t, "conn")
+	name := dlqtest.Name(t, fmt.Sprintf("conn%d", round))
 	_, p := newPublisher(t, name, 5000)
 	o := &outcomes{got: map[string][]broker.Result{}}
 	ctx := context.Background()
 
-	// Publish continuously while the broker closes the connection, so that
-	// confirms are outstanding when it goes.
 	closed := make(chan struct{})
 	n := 0
 	for ; ; n++ {
@@ -161,11 +179,10 @@ func TestPublisherUnknownOnConnectionLoss(t *testing.T) {
 			require.Contains(t, r[0].Reason, "outcome unknown")
 		}
 	}
-	t.Logf("outcomes: %v", counts)
+	t.Logf("round %d outcomes: %v", round, counts)
 	// A publish that reached the dead channel before the publisher knew
 	// it was dead never left: unsent, not failed.
 	require.Equal(t, n, counts[broker.Acked]+counts[broker.Unknown]+counts[broker.Unsent])
-	require.Positive(t, counts[broker.Unknown], "confirms were outstanding when the connection went")
 	require.LessOrEqual(t, counts[broker.Acked], dlqtest.QueueDepth(t, app, q), "every ack is a routed message")
 
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
@@ -175,4 +192,5 @@ func TestPublisherUnknownOnConnectionLoss(t *testing.T) {
 		}
 		return (<-ok).Outcome == broker.Acked
 	}, "publishing did not resume after the reconnect")
+	return counts
 }
