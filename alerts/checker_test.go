@@ -129,8 +129,9 @@ alerts:
 	received("alertmanager", am, 26)
 
 	var hook []WebhookPayload
-	for i, req := range webhook.requests() {
-		if i > 0 && bytes.Equal(req.Body, webhook.requests()[i-1].Body) {
+	reqs := webhook.requests()
+	for i, req := range reqs {
+		if i > 0 && bytes.Equal(req.Body, reqs[i-1].Body) {
 			continue // a retry's duplicate, allowed above
 		}
 		var p WebhookPayload
