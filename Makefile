@@ -168,10 +168,11 @@ bench-replay-rounds: services
 # revision) an A/B in the same rounds that FAILS (exit 1) when HEAD's median
 # ratio to raw drops more than THRESHOLD percent (default 10) below the
 # baseline's: run it before merging a change to consumer/, store/ingest*,
-# broker/ or a migration touching dead_messages (docs/BENCHMARKS.md).
+# broker/ or a migration touching dead_messages (docs/BENCHMARKS.md). MODE=process
+# runs `dlq serve` itself instead of the consumer in the benchmark's process (no BASELINE).
 #   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
 bench-ingest-rounds: services
-	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' \
+	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' MODE='$(MODE)' \
 		scripts/bench-ingest-rounds.sh
 
 # Where each microsecond of an ingest drain goes: RUNS drains (default 3) of N

@@ -18,9 +18,15 @@
 #             (HEAD / raw) / (baseline / raw) is more than THRESHOLD percent
 #             below 1, and warns when CPU per message rose more than that
 #   THRESHOLD percent (default 10)
+#   MODE      inproc (default): the consumer in dlq-bench's process, with
+#             dlq serve's defaults and collector settings; process: `dlq
+#             serve` itself as a subprocess (built from this working tree by
+#             each run, before its clock starts), as a user runs it, with its
+#             peak RSS; not with BASELINE (the build would be this tree's)
 #
 #   make bench-ingest-rounds                                   (3 rounds, n = 100,000)
 #   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
+#   make bench-ingest-rounds MODE=process SETTINGS='text encrypted'
 #
 # Everything lands in tmp/bench-ingest/<start time>/ (a JSON file per round,
 # setting and build in ingest-rounds/); scripts/bench-summary.py prints the
@@ -32,6 +38,15 @@ rounds=${ROUNDS:-3}
 n=${N:-100000}
 settings=${SETTINGS:-text}
 threshold=${THRESHOLD:-10}
+mode=${MODE:-inproc}
+case $mode in
+inproc | process) ;;
+*) echo "MODE: $mode is not inproc or process" >&2; exit 2 ;;
+esac
+if [ "$mode" = process ] && [ -n "${BASELINE:-}" ]; then
+	echo "MODE=process with BASELINE: -mode process builds dlq serve from this working tree, so both sides would run it; compare builds with MODE=inproc" >&2
+	exit 2
+fi
 for s in $settings; do
 	case $s in text | notext | encrypted) ;; *) echo "SETTINGS: $s is not text, notext or encrypted" >&2; exit 2 ;; esac
 done
@@ -86,7 +101,7 @@ flags() {
 				fi
 				stamp "ingest round $i: $s $b ($f)"
 				# shellcheck disable=SC2086 # $f is a list of flags
-				"$bin" ingest -n "$n" -size 1024 -runs 1 -queue-type quorum $f -out "$rd/$i-$s-$b.jsonl"
+				"$bin" ingest -n "$n" -size 1024 -runs 1 -queue-type quorum -mode "$mode" $f -out "$rd/$i-$s-$b.jsonl"
 			done
 		done
 	done
