@@ -177,17 +177,25 @@ func (t *RawTable) Table(keep func(key string) bool) amqp.Table {
 // AppendJSON appends the typed JSON encoding of t, the same bytes
 // AppendHeadersJSON writes for the amqp.Table amqp091-go decodes from it.
 func (t *RawTable) AppendJSON(dst []byte) []byte {
-	return appendRawEntries(dst, t.s, t.entries, t.safeKeys, t.lookalike)
+	dst, _, _ = appendRawEntries(dst, t.s, t.entries, t.safeKeys, t.lookalike, "")
+	return dst
 }
 
-func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookalike bool) []byte {
+// appendRawEntries writes the table body s (its entries) as typed JSON.
+// When mark is one of its keys, dst[from:to] is that member as written
+// ("key":value, no comma).
+func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookalike bool, mark string) (out []byte, from, to int) {
 	if len(entries) == 0 {
-		return append(dst, '{', '}')
+		return append(dst, '{', '}'), 0, 0
 	}
 	dst = appendTableOpen(dst, safeKeys, lookalike)
 	for i, e := range entries {
 		if i > 0 {
 			dst = append(dst, ',')
+		}
+		marked := mark != "" && e.key(s) == mark
+		if marked {
+			from = len(dst)
 		}
 		if safeKeys {
 			dst = appendEscaped(dst, e.key(s))
@@ -198,12 +206,15 @@ func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookal
 		}
 		dst = append(dst, ':')
 		dst = e.val(s).appendJSON(dst)
+		if marked {
+			to = len(dst)
+		}
 	}
 	dst = append(dst, '}')
 	if !safeKeys || lookalike {
 		dst = append(dst, '}')
 	}
-	return dst
+	return dst, from, to
 }
 
 // Kind is the value's AMQP field type ('S', 'l', 'F', ...).
@@ -348,7 +359,8 @@ func (v RawValue) appendJSON(dst []byte) []byte {
 		var buf [16]rawEntry
 		s := string(v[5:])
 		entries, safeKeys, lookalike := rawEntries(s, buf[:0])
-		return appendRawEntries(dst, s, entries, safeKeys, lookalike)
+		dst, _, _ = appendRawEntries(dst, s, entries, safeKeys, lookalike, "")
+		return dst
 	}
 	// 'A'
 	dst = append(dst, '[')

@@ -141,16 +141,19 @@ type storedRow struct {
 	DeathCount                                                                     int64
 	MessageID                                                                      *string
 	Body                                                                           []byte
-	Headers, Properties                                                            []byte
-	FailureType, FailureMessage                                                    *string
-	Failure                                                                        []byte
+	// Headers are as reads show them; StoredHeaders as the column holds
+	// them (without the x-death ingest leaves to the death record).
+	Headers, StoredHeaders, Properties []byte
+	FailureType, FailureMessage        *string
+	Failure                            []byte
 }
 
 func (b *bundle) rows(t *testing.T, where string, args ...any) []storedRow {
 	t.Helper()
 	rs, err := b.db.Query(context.Background(), `
 SELECT source_queue, source_exchange, source_routing_key, dead_letter_queue, reason, status,
-       death_count, message_id, body, headers::text, properties::text, failure_type, failure_message, failure::text
+       death_count, message_id, body, headers::text, properties::text, failure_type, failure_message, failure::text,
+       x_death::text
 FROM dead_messages WHERE `+where+` ORDER BY id`, args...)
 	require.NoError(t, err)
 	defer rs.Close()
@@ -158,10 +161,13 @@ FROM dead_messages WHERE `+where+` ORDER BY id`, args...)
 	for rs.Next() {
 		var r storedRow
 		var h, p string
-		var f *string
+		var f, xd *string
 		require.NoError(t, rs.Scan(&r.SourceQueue, &r.SourceExchange, &r.SourceRoutingKey, &r.DeadLetterQueue,
-			&r.Reason, &r.Status, &r.DeathCount, &r.MessageID, &r.Body, &h, &p, &r.FailureType, &r.FailureMessage, &f))
-		r.Headers, r.Properties = []byte(h), []byte(p)
+			&r.Reason, &r.Status, &r.DeathCount, &r.MessageID, &r.Body, &h, &p, &r.FailureType, &r.FailureMessage, &f, &xd))
+		r.StoredHeaders, r.Headers, r.Properties = []byte(h), []byte(h), []byte(p)
+		if xd != nil {
+			r.Headers = broker.RestoreDeathHeader(r.Headers, []byte(*xd))
+		}
 		if f != nil {
 			r.Failure = []byte(*f)
 		}

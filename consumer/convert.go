@@ -72,10 +72,13 @@ func convertRaw(d *amqp.Delivery, queue string, now time.Time, table []byte) (st
 		// not be, it is still kept whole.
 		return undecodableRow(d, queue, now, table), nil
 	}
-	hj := t.AppendJSON(make([]byte, 0, 256+64*t.Len()))
 	// The death straight from the bytes: decoding x-death's entries into
 	// tables was most of what converting a delivery cost.
-	return row(d, queue, now, hj, t.Table(broker.IsExtractedHeader), broker.ExtractDeathRaw(t), rawSearchValues(t)), t
+	death := broker.ExtractDeathRaw(t)
+	hj, span := t.AppendJSONDeathSpan(make([]byte, 0, 256+64*t.Len()), death.Deaths)
+	m := row(d, queue, now, hj, t.Table(broker.IsExtractedHeader), death, rawSearchValues(t))
+	m.DeathHeader = span
+	return m, t
 }
 
 // row is the row of a delivery whose headers (without the return counts)

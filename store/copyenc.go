@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dlq/dlq/broker"
 )
 
 // Ingest's COPY in PostgreSQL's binary format, written by hand: the
@@ -64,6 +66,18 @@ func (c *copyBuf) json(b []byte) {
 		return
 	}
 	c.bytes(b)
+}
+
+// jsonWithout writes a json column's value b without its part cut
+// (NewMessage.DeathHeader), NULL for nil.
+func (c *copyBuf) jsonWithout(b []byte, cut broker.Span) {
+	if b == nil || cut.Empty() {
+		c.json(b)
+		return
+	}
+	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(b)-(cut.To-cut.From)))
+	c.b = append(c.b, b[:cut.From]...)
+	c.b = append(c.b, b[cut.To:]...)
 }
 
 // jsonOrNull writes a json column's value, NULL for none (nullJSON).
@@ -220,7 +234,7 @@ func (s *Store) copyPlain(c *copyBuf, m *NewMessage, batch, group int64) error {
 	c.textOrNull(m.FailureType)
 	c.textOrNull(m.FailureMessage)
 	c.json(m.Properties)
-	c.json(m.Headers)
+	c.jsonWithout(m.Headers, m.DeathHeader)
 	c.bytes(nonNilBytes(m.Body))
 	if err := c.int4(int64(len(m.Body)), "body_size"); err != nil {
 		return err

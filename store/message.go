@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dlq/dlq/broker"
 )
 
 // Message statuses.
@@ -43,7 +45,13 @@ type NewMessage struct {
 	// XDeath is the parsed x-death header as the API shows it (x_death):
 	// the entries, most recent first, [] when there are none. nil leaves
 	// it to be derived from Headers when the row is read (migration 00070).
-	XDeath        json.RawMessage
+	XDeath json.RawMessage
+	// DeathHeader is the part of Headers a plain row leaves out: the
+	// x-death member, which reads rebuild from XDeath
+	// (broker.RestoreDeathHeader), empty when Headers is stored whole.
+	// Everything else (fingerprint, search, categories, sealing) sees the
+	// whole Headers.
+	DeathHeader   broker.Span
 	Body          []byte
 	FirstFailedAt time.Time
 	FailedAt      time.Time

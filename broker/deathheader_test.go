@@ -1,0 +1,134 @@
+package broker
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/dlq/dlq/internal/amqptest"
+)
+
+// rabbitDeath is an x-death entry as RabbitMQ writes it.
+func rabbitDeath(queue, reason string, count int64, expiration string) []byte {
+	e, str := amqptest.Entry, amqptest.Str
+	entries := [][]byte{e("count", amqptest.Long(count)), e("reason", str(reason)), e("queue", str(queue)),
+		e("time", amqptest.Timestamp(1764300000+count)), e("exchange", str(queue+".x")),
+		e("routing-keys", amqptest.Array(str(queue+".created"), str("b"))),
+	}
+	if expiration != "" {
+		entries = append(entries, e("original-expiration", str(expiration)))
+	}
+	return amqptest.Table(entries...)
+}
+
+// deathHeaderSeeds are header tables with RabbitMQ's x-death, before,
+// between and after other headers, alone, and in the shapes that must be
+// stored whole.
+func deathHeaderSeeds() [][]byte {
+	e, str := amqptest.Entry, amqptest.Str
+	xd := e("x-death", amqptest.Array(rabbitDeath("orders", "rejected", 3, ""), rabbitDeath("orders.retry", "expired", 2, "10000")))
+	return [][]byte{
+		amqptest.Concat(xd),
+		amqptest.Concat(e("a", str("first")), xd),
+		amqptest.Concat(xd, e("z", str("last"))),
+		amqptest.Concat(e("traceparent", str("00-4bf9")), xd, e("x-first-death-queue", str("orders.retry")),
+			e("x-exception-message", str("order total does not match")), e("x-retry-count", amqptest.Long(3))),
+		// What remains would read as a typed value: stored whole.
+		amqptest.Concat(e("type", str("order")), e("value", str("1")), xd),
+		// Keys that are not plain text: base64 keys, stored whole.
+		amqptest.Concat(e("\xff", str("k")), xd),
+		// Text that is not UTF-8 in an entry: stored whole.
+		amqptest.Concat(e("x-death", amqptest.Array(rabbitDeath("q\xff", "rejected", 1, "")))),
+		// A count that is not a long: stored whole.
+		amqptest.Concat(e("x-death", amqptest.Array(amqptest.Table(e("count", amqptest.Str("1")), e("queue", str("q")))))),
+	}
+}
+
+func TestDeathHeaderLeftOutAndRestored(t *testing.T) {
+	seeds := deathHeaderSeeds()
+	for i, in := range seeds {
+		rt, err := ParseRawTable(in)
+		if err != nil {
+			t.Fatalf("seed %d: %v", i, err)
+		}
+		deaths := ExtractDeathRaw(rt).Deaths
+		hj, span := rt.AppendJSONDeathSpan(nil, deaths)
+		if want := rt.AppendJSON(nil); !bytes.Equal(hj, want) {
+			t.Fatalf("seed %d: JSON %s, AppendJSON writes %s", i, hj, want)
+		}
+		// The first four are RabbitMQ's shape in plain tables: left out.
+		if wantCut := i < 4; span.Empty() == wantCut {
+			t.Fatalf("seed %d: span %+v of %s, want it cut: %v", i, span, hj, wantCut)
+		}
+		if span.Empty() {
+			continue
+		}
+		stored := append(append([]byte{}, hj[:span.From]...), hj[span.To:]...)
+		if bytes.Contains(stored, []byte(`"x-death"`)) || !strings.HasPrefix(string(stored), "{") {
+			t.Fatalf("seed %d: stored %s", i, stored)
+		}
+		if got := RestoreDeathHeader(stored, AppendDeathsJSON(nil, deaths)); !bytes.Equal(got, hj) {
+			t.Fatalf("seed %d: restored\n%s\nwant\n%s", i, got, hj)
+		}
+	}
+}
+
+func TestRestoreDeathHeaderLeavesWholeRowsAlone(t *testing.T) {
+	record := []byte(`[{"queue":"q","reason":"rejected","exchange":"","routing_keys":["q"],"count":1,"time":"2026-11-28T00:00:00Z"}]`)
+	for _, headers := range []string{
+		`{"x-death":[1]}`, // stored whole
+		`{"type":"table","encoding":"base64","value":{"eC1kZWF0aA==":[]}}`, // base64 keys
+		`{"type":"table","value":{"type":"x"}}`,                            // a lookalike, wrapped
+		`not json`,
+		`{"a":1,}`,
+	} {
+		if got := RestoreDeathHeader([]byte(headers), record); string(got) != headers {
+			t.Errorf("RestoreDeathHeader(%s) = %s, want it unchanged", headers, got)
+		}
+	}
+	for _, rec := range []string{`[]`, `null`, ``, `[{"count":"x"}]`} {
+		if got := RestoreDeathHeader([]byte(`{"a":"b"}`), []byte(rec)); string(got) != `{"a":"b"}` {
+			t.Errorf("death record %q: %s, want the headers unchanged", rec, got)
+		}
+	}
+	want := `{"a":"b","x-death":[{"count":{"type":"int64","value":1},"exchange":"","queue":"q","reason":"rejected","routing-keys":["q"],"time":{"type":"timestamp","value":"2026-11-28T00:00:00Z"}}],"z":"y"}`
+	if got := RestoreDeathHeader([]byte(`{"a":"b","z":"y"}`), record); string(got) != want {
+		t.Errorf("restored\n%s\nwant\n%s", got, want)
+	}
+}
+
+// FuzzDeathHeader: for every header table, a row stored without the span
+// reads back as the whole JSON, and a row stored whole reads as stored.
+func FuzzDeathHeader(f *testing.F) {
+	for _, s := range append(append(deathHeaderSeeds(), amqptest.Seeds()...), amqptest.DeathSeeds()...) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		rt, err := ParseRawTable(in)
+		if err != nil {
+			return
+		}
+		deaths := ExtractDeathRaw(rt).Deaths
+		record := AppendDeathsJSON(nil, deaths)
+		if deaths == nil {
+			record = []byte(`[]`) // as consumer.deathRecord stores it
+		}
+		hj, span := rt.AppendJSONDeathSpan(nil, deaths)
+		if want := rt.AppendJSON(nil); !bytes.Equal(hj, want) {
+			t.Fatalf("JSON %s, AppendJSON writes %s", hj, want)
+		}
+		if got := RestoreDeathHeader(hj, record); !bytes.Equal(got, hj) {
+			t.Fatalf("whole headers changed on read:\n%s\nto\n%s", hj, got)
+		}
+		if span.Empty() {
+			return
+		}
+		stored := append(append([]byte{}, hj[:span.From]...), hj[span.To:]...)
+		if _, err := DecodeHeadersJSON(stored); err != nil {
+			t.Fatalf("stored headers %s do not decode: %v", stored, err)
+		}
+		if got := RestoreDeathHeader(stored, record); !bytes.Equal(got, hj) {
+			t.Fatalf("restored\n%s\nwant\n%s", got, hj)
+		}
+	})
+}
