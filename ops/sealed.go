@@ -8,6 +8,7 @@ import (
 	"unicode"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/crypt"
 	"github.com/dlq/dlq/store"
 )
@@ -73,6 +74,10 @@ func (s *Service) open(m *store.Message) {
 		fail(err)
 		return
 	}
+	// Sealed or plain, ingest leaves x-death to the death record when
+	// that rebuilds it (store.NewMessage.DeathHeader); a replay, which
+	// drops the death headers, has no need of it (replay/sealed.go).
+	headers = broker.RestoreDeathHeader(headers, m.XDeath)
 	m.Properties, m.Headers, m.Failure = meta.Properties, headers, meta.Failure
 	var props struct {
 		MessageID *string `json:"message_id"`

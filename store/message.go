@@ -20,6 +20,16 @@ const (
 // Statuses lists every status, in lifecycle order.
 var Statuses = []string{StatusPending, StatusReplaying, StatusReplayed, StatusAcknowledged}
 
+// storedHeaders is the headers as a row stores them: without DeathHeader.
+func (m *NewMessage) storedHeaders() json.RawMessage {
+	if m.DeathHeader.Empty() {
+		return m.Headers
+	}
+	out := make(json.RawMessage, 0, len(m.Headers)-(m.DeathHeader.To-m.DeathHeader.From))
+	out = append(out, m.Headers[:m.DeathHeader.From]...)
+	return append(out, m.Headers[m.DeathHeader.To:]...)
+}
+
 // ReturnsUnknown is NewMessage.Returns when the broker gave no count.
 const ReturnsUnknown = -1
 

@@ -302,7 +302,7 @@ type sealedRow struct {
 
 // sealMessage seals m as row id.
 func (e *encState) sealMessage(x *crypt.Index, id int64, m *NewMessage) (sealedRow, error) {
-	plain, sealed, err := splitHeaders(m.Headers, e.sealHeader)
+	plain, sealed, err := splitHeaders(m.storedHeaders(), e.sealHeader)
 	if err != nil {
 		return sealedRow{}, err
 	}

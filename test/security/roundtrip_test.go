@@ -37,7 +37,15 @@ func TestReplayRoundTripEncrypted(t *testing.T) {
 		CorrelationId: "corr-1", ReplyTo: "replies", MessageId: "msg-roundtrip", Timestamp: ts, Type: "order.created",
 		AppId: "billing", Headers: app, Body: body,
 	})
-	id := d.waitMessages(1)[0].ID
+	stored := d.waitMessages(1)[0]
+	id := stored.ID
+	// The sealed row leaves x-death to its death record; the API reads it
+	// back with its AMQP types.
+	deaths, ok := stored.Headers["x-death"].([]any)
+	require.True(t, ok, "x-death in the headers the API shows: %v", stored.Headers)
+	require.Len(t, deaths, 1)
+	require.Equal(t, map[string]any{"type": "int64", "value": float64(1)}, deaths[0].(map[string]any)["count"])
+	require.Equal(t, d.source, deaths[0].(map[string]any)["queue"])
 	d.replayTo(tokOperator, id)
 	got := d.sinkMessages(1)[0]
 
