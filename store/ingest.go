@@ -391,7 +391,7 @@ WHERE id = $1`,
 		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
 WHERE id = $1`,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
-			nullText(m.FailureMessage), m.Properties, m.Headers, m.FailedAt, cleanText(m.DeadLetterQueue),
+			nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
 			categoryOf(m.Category))
 		if err != nil {
