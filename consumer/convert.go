@@ -77,7 +77,7 @@ func convertRaw(d *amqp.Delivery, queue string, now time.Time, table []byte) (st
 	death := broker.ExtractDeathRaw(t)
 	hj, span := t.AppendJSONDeathSpan(make([]byte, 0, 256+64*t.Len()), death.Deaths)
 	m := row(d, queue, now, hj, t.Table(broker.IsExtractedHeader), death, rawSearchValues(t))
-	m.DeathHeader = span
+	m.DeathHeader = store.Span{From: span.From, To: span.To}
 	return m, t
 }
 

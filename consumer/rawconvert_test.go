@@ -73,7 +73,7 @@ func sameRow(t *testing.T, a, b store.NewMessage) {
 		if got := broker.RestoreDeathHeader(stored, b.XDeath); !bytes.Equal(got, b.Headers) {
 			t.Fatalf("stored headers read back as\n%s\nnot\n%s", got, b.Headers)
 		}
-		b.DeathHeader = broker.Span{}
+		b.DeathHeader = store.Span{}
 	}
 	if !bytes.Equal(a.Headers, b.Headers) {
 		t.Fatalf("headers JSON:\ntable %s\nraw   %s", a.Headers, b.Headers)

@@ -36,10 +36,15 @@ func (s *Service) present(p auth.Principal, m *store.Message) {
 }
 
 // open fills a sealed message's properties, headers, failure, message id
-// and (when read) body from its sealed part.
+// and (when read) body from its sealed part. Sealed or plain, it puts back
+// the x-death header ingest left to the death record when that rebuilds it
+// (store.NewMessage.DeathHeader): every message the layer hands out is
+// opened here. A replay, which drops the death headers, has no need of it
+// (replay/sealed.go).
 func (s *Service) open(m *store.Message) {
 	sl := m.Sealed
 	if sl == nil {
+		m.Headers = broker.RestoreDeathHeader(m.Headers, m.XDeath)
 		return
 	}
 	m.Sealed = nil
@@ -74,9 +79,6 @@ func (s *Service) open(m *store.Message) {
 		fail(err)
 		return
 	}
-	// Sealed or plain, ingest leaves x-death to the death record when
-	// that rebuilds it (store.NewMessage.DeathHeader); a replay, which
-	// drops the death headers, has no need of it (replay/sealed.go).
 	headers = broker.RestoreDeathHeader(headers, m.XDeath)
 	m.Properties, m.Headers, m.Failure = meta.Properties, headers, meta.Failure
 	var props struct {

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/dlq/dlq/broker"
 )
 
 // Ingest's COPY in PostgreSQL's binary format, written by hand: the
@@ -70,7 +68,7 @@ func (c *copyBuf) json(b []byte) {
 
 // jsonWithout writes a json column's value b without its part cut
 // (NewMessage.DeathHeader), NULL for nil.
-func (c *copyBuf) jsonWithout(b []byte, cut broker.Span) {
+func (c *copyBuf) jsonWithout(b []byte, cut Span) {
 	if b == nil || cut.Empty() {
 		c.json(b)
 		return

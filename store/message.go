@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/dlq/dlq/broker"
 )
 
 // Message statuses.
@@ -19,6 +17,12 @@ const (
 
 // Statuses lists every status, in lifecycle order.
 var Statuses = []string{StatusPending, StatusReplaying, StatusReplayed, StatusAcknowledged}
+
+// Span is the part [From, To) of a text; From == To is none.
+type Span struct{ From, To int }
+
+// Empty reports whether s covers nothing.
+func (s Span) Empty() bool { return s.From >= s.To }
 
 // storedHeaders is the headers as a row stores them: without DeathHeader.
 func (m *NewMessage) storedHeaders() json.RawMessage {
@@ -56,12 +60,12 @@ type NewMessage struct {
 	// the entries, most recent first, [] when there are none. nil leaves
 	// it to be derived from Headers when the row is read (migration 00070).
 	XDeath json.RawMessage
-	// DeathHeader is the part of Headers a plain row leaves out: the
-	// x-death member, which reads rebuild from XDeath
-	// (broker.RestoreDeathHeader), empty when Headers is stored whole.
-	// Everything else (fingerprint, search, categories, sealing) sees the
-	// whole Headers.
-	DeathHeader   broker.Span
+	// DeathHeader is the part of Headers the row leaves out, sealed or
+	// not: the x-death member, which the operations layer rebuilds from
+	// XDeath when it reads the row (broker.RestoreDeathHeader in package
+	// ops), empty when Headers is stored whole. The fingerprint, search
+	// values and categories see the whole Headers.
+	DeathHeader   Span
 	Body          []byte
 	FirstFailedAt time.Time
 	FailedAt      time.Time

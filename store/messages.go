@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/dlq/dlq/broker"
 )
 
 // Message is one stored dead message as the API shows it. The JSON names
@@ -110,10 +108,6 @@ func scanMessage(rows pgx.Rows, withBody bool) (Message, error) {
 			withBody = false
 		}
 		m.Sealed = &sl
-	} else {
-		// Ingest leaves a plain row's x-death header to its death record
-		// when that rebuilds it (NewMessage.DeathHeader).
-		m.Headers = broker.RestoreDeathHeader(m.Headers, m.XDeath)
 	}
 	if withBody {
 		if body == nil {

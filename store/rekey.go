@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/crypt"
 )
 
@@ -220,7 +219,7 @@ func (s *Store) RekeyMessages(ctx context.Context, l Lease, after int64, limit i
 SELECT id, enc_key_id, enc_dek, enc_nonce,
     CASE WHEN enc_key_id IS NULL THEN body END, CASE WHEN enc_key_id IS NULL THEN properties::text END,
     CASE WHEN enc_key_id IS NULL THEN headers::text END, CASE WHEN enc_key_id IS NULL THEN failure::text END,
-    search_keys, fingerprint, CASE WHEN enc_key_id IS NULL THEN x_death::text END
+    search_keys, fingerprint
 FROM dead_messages WHERE id > $1 AND enc_key_id IS DISTINCT FROM $2
 ORDER BY id LIMIT $3
 FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
@@ -248,9 +247,8 @@ FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
 				props, headers, failure *string
 				keys                    []string
 				fp                      int64
-				xDeath                  *string
 			)
-			if err := rows.Scan(&id, &keyID, &env.DEK, &env.Nonce, &body, &props, &headers, &failure, &keys, &fp, &xDeath); err != nil {
+			if err := rows.Scan(&id, &keyID, &env.DEK, &env.Nonce, &body, &props, &headers, &failure, &keys, &fp); err != nil {
 				rows.Close()
 				return err
 			}
@@ -270,12 +268,10 @@ FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
 			p := plainRow{id: id, keys: keys, fingerprint: fp}
 			p.m.Body = nonNilBytes(body)
 			p.m.Properties = rawOr(props, emptyObject)
-			// Sealed, the headers are read whole: the x-death header
-			// ingest left to the death record goes back in first.
+			// Sealed as stored: an x-death header ingest left to the
+			// death record stays there (the operations layer puts it back
+			// when it opens the row).
 			p.m.Headers = rawOr(headers, emptyObject)
-			if xDeath != nil {
-				p.m.Headers = broker.RestoreDeathHeader(p.m.Headers, []byte(*xDeath))
-			}
 			if failure != nil {
 				p.m.Failure = json.RawMessage(*failure)
 			}

@@ -1,6 +1,8 @@
 package security
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -70,4 +72,32 @@ func TestReplayRoundTripEncrypted(t *testing.T) {
 	}
 	require.Equal(t, dlqtest.InUTC(app), dlqtest.InUTC(h), "every header back with its value and type")
 	require.Equal(t, id, got.Headers[broker.HeaderID])
+}
+
+// TestDeathHeaderStoredOnce: a dead letter's row leaves RabbitMQ's x-death
+// to its death record, and the API shows it in the headers as RabbitMQ
+// sent it, with its AMQP types, plain or sealed (TestReplayRoundTripEncrypted).
+func TestDeathHeaderStoredOnce(t *testing.T) {
+	t.Parallel()
+	d := newDeployment(t)
+	d.serve(nil)
+	d.deadLetter(amqp.Publishing{MessageId: "once", Headers: amqp.Table{"tenant": "acme"}, Body: []byte("x")})
+	m := d.waitMessages(1)[0]
+
+	var stored, record string
+	require.NoError(t, basePool(t).QueryRow(context.Background(), fmt.Sprintf(
+		`SELECT headers::text, x_death::text FROM %q.dead_messages WHERE id = $1`, d.schema), m.ID).Scan(&stored, &record))
+	require.NotContains(t, stored, "x-death", "the column leaves x-death to the death record")
+	require.Contains(t, record, d.source)
+
+	deaths, ok := m.Headers["x-death"].([]any)
+	require.True(t, ok, "x-death in the headers the API shows: %v", m.Headers)
+	require.Len(t, deaths, 1)
+	death := deaths[0].(map[string]any)
+	require.Equal(t, map[string]any{"type": "int64", "value": float64(1)}, death["count"])
+	require.Equal(t, "expired", death["reason"])
+	require.Equal(t, d.source, death["queue"])
+	require.Equal(t, []any{d.source}, death["routing-keys"])
+	require.Equal(t, "timestamp", death["time"].(map[string]any)["type"])
+	require.Equal(t, "acme", m.Headers["tenant"])
 }
