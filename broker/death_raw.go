@@ -16,7 +16,7 @@ func ExtractDeathRaw(t *RawTable) DeathInfo {
 // rawDeaths is parseDeaths of the table's x-death value: only an array
 // has entries, and only its table elements are read.
 func rawDeaths(t *RawTable) []Death {
-	v, ok := t.Get("x-death")
+	v, ok := t.Get(deathHeader)
 	if !ok || v.Kind() != 'A' {
 		return nil
 	}

@@ -3,7 +3,10 @@ package broker
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // The x-death header is stored once. A dead letter's header table carries
@@ -56,20 +59,13 @@ func (t *RawTable) AppendJSONDeathSpan(dst []byte, deaths []Death) ([]byte, Span
 // would be written as a typed value's lookalike (rawEntries): then the
 // stored text without key would read as one.
 func (t *RawTable) lookalikeWithout(key string) bool {
-	hasType, n := false, 0
+	var keys lookalikeKeys
 	for _, e := range t.entries {
-		switch k := e.key(t.s); k {
-		case key:
-			continue
-		case "type":
-			hasType = true
-		case "value", "encoding":
-		default:
-			return false
+		if k := e.key(t.s); k != key {
+			keys.add(k)
 		}
-		n++
 	}
-	return n > 0 && hasType
+	return keys.lookalike()
 }
 
 // rebuildable reports whether the death record of deaths, as
@@ -146,8 +142,11 @@ func RestoreDeathHeader(headers, xDeath []byte) []byte {
 	if !ok {
 		return headers
 	}
-	var deaths []Death
-	if json.Unmarshal(xDeath, &deaths) != nil || len(deaths) == 0 {
+	deaths, ok := parseDeathRecord(xDeath)
+	if !ok && json.Unmarshal(xDeath, &deaths) != nil {
+		return headers
+	}
+	if len(deaths) == 0 {
 		return headers
 	}
 	out := make([]byte, 0, len(headers)+len(deathHeader)+4+256*len(deaths))
@@ -186,34 +185,28 @@ func deathHeaderPlace(b []byte) (at int, ok bool) {
 		return p.i, true
 	}
 	at = -1
-	hasType, lookalike := false, true
+	var keys lookalikeKeys
 	for {
 		p.space()
 		start := p.i
 		if p.i >= len(b) || b[p.i] != '"' {
 			return 0, false
 		}
-		k, ok := p.str()
+		k, ok := p.key()
 		if !ok || k == deathHeader {
 			return 0, false
 		}
 		if at < 0 && k > deathHeader {
 			at = start
 		}
-		switch k {
-		case "type":
-			hasType = true
-		case "value", "encoding":
-		default:
-			lookalike = false
-		}
+		keys.add(k)
 		p.space()
 		if p.i >= len(b) || b[p.i] != ':' {
 			return 0, false
 		}
 		p.i++
 		p.space()
-		if _, ok := p.value(1); !ok {
+		if !p.skip() {
 			return 0, false
 		}
 		p.space()
@@ -230,11 +223,208 @@ func deathHeaderPlace(b []byte) (at int, ok bool) {
 		}
 		break
 	}
-	if lookalike && hasType {
+	if keys.lookalike() {
 		return 0, false
 	}
 	if at < 0 {
 		at = p.i
 	}
 	return at, true
+}
+
+// parseDeathRecord reads a death record as AppendDeathsJSON writes it,
+// without reflection: a console page reads hundreds. ok is false for any
+// other text (the caller then asks encoding/json).
+func parseDeathRecord(b []byte) (deaths []Death, ok bool) {
+	p := jsonParser{b: b}
+	if len(b) == 0 || b[0] != '[' {
+		return nil, false
+	}
+	p.i++
+	for p.i < len(b) && b[p.i] != ']' {
+		if len(deaths) > 0 {
+			if b[p.i] != ',' {
+				return nil, false
+			}
+			p.i++
+		}
+		d, ok := p.death()
+		if !ok {
+			return nil, false
+		}
+		deaths = append(deaths, d)
+	}
+	return deaths, p.i == len(b)-1
+}
+
+// death reads one entry of a death record (parseDeathRecord).
+func (p *jsonParser) death() (d Death, ok bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '{' {
+		return d, false
+	}
+	p.i++
+	for first := true; p.i < len(p.b) && p.b[p.i] != '}'; first = false {
+		if !first {
+			if p.b[p.i] != ',' {
+				return d, false
+			}
+			p.i++
+		}
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return d, false
+		}
+		k, ok := p.key()
+		if !ok || p.i >= len(p.b) || p.b[p.i] != ':' {
+			return d, false
+		}
+		p.i++
+		if p.i >= len(p.b) {
+			return d, false
+		}
+		switch k {
+		case "queue":
+			d.Queue, ok = p.text()
+		case "reason":
+			d.Reason, ok = p.text()
+		case "exchange":
+			d.Exchange, ok = p.text()
+		case "original_expiration":
+			d.OriginalExpiration, ok = p.text()
+		case "routing_keys":
+			d.RoutingKeys, ok = p.texts()
+		case "count":
+			var n any
+			if n, ok = p.number(); ok {
+				d.Count, ok = parseInt64(n.(json.Number))
+			}
+		case "time":
+			var s string
+			if s, ok = p.text(); ok {
+				var err error
+				d.Time, err = time.Parse(time.RFC3339Nano, s)
+				ok = err == nil
+			}
+		default:
+			return d, false
+		}
+		if !ok {
+			return d, false
+		}
+	}
+	if p.i >= len(p.b) {
+		return d, false
+	}
+	p.i++ // }
+	return d, true
+}
+
+// text reads a string value.
+func (p *jsonParser) text() (string, bool) {
+	if p.b[p.i] != '"' {
+		return "", false
+	}
+	return p.str()
+}
+
+// texts reads an array of strings, or null (nil).
+func (p *jsonParser) texts() ([]string, bool) {
+	if p.literal("null") {
+		return nil, true
+	}
+	if p.b[p.i] != '[' {
+		return nil, false
+	}
+	p.i++
+	out := []string{}
+	for p.i < len(p.b) && p.b[p.i] != ']' {
+		if len(out) > 0 {
+			if p.b[p.i] != ',' {
+				return nil, false
+			}
+			p.i++
+		}
+		if p.i >= len(p.b) {
+			return nil, false
+		}
+		s, ok := p.text()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	if p.i >= len(p.b) {
+		return nil, false
+	}
+	p.i++ // ]
+	return out, true
+}
+
+func parseInt64(n json.Number) (int64, bool) {
+	v, err := strconv.ParseInt(string(n), 10, 64)
+	return v, err == nil
+}
+
+// key reads an object's key at p.i (its opening quote). A key without
+// escapes is returned as a view of the text, not a copy: it is only
+// compared.
+func (p *jsonParser) key() (string, bool) {
+	start := p.i + 1
+	for j := start; j < len(p.b); j++ {
+		switch c := p.b[j]; {
+		case c == '"':
+			p.i = j + 1
+			return unsafe.String(&p.b[start], j-start), true
+		case c == '\\' || c < 0x20 || c >= utf8.RuneSelf:
+			return p.str()
+		}
+	}
+	return "", false
+}
+
+// skip moves past the value at p.i without building it. The text is a
+// json column's, which PostgreSQL validated: skip only finds its end.
+func (p *jsonParser) skip() bool {
+	if p.i >= len(p.b) {
+		return false
+	}
+	switch p.b[p.i] {
+	case '"':
+		for p.i++; p.i < len(p.b); p.i++ {
+			switch p.b[p.i] {
+			case '\\':
+				p.i++
+			case '"':
+				p.i++
+				return true
+			}
+		}
+		return false
+	case '{', '[':
+		depth := 0
+		for ; p.i < len(p.b); p.i++ {
+			switch p.b[p.i] {
+			case '"':
+				if !p.skip() {
+					return false
+				}
+				p.i--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					p.i++
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for start := p.i; p.i < len(p.b); p.i++ {
+		switch p.b[p.i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return p.i > start
+		}
+	}
+	return true
 }

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -116,6 +118,17 @@ func FuzzDeathHeader(f *testing.F) {
 		hj, span := rt.AppendJSONDeathSpan(nil, deaths)
 		if want := rt.AppendJSON(nil); !bytes.Equal(hj, want) {
 			t.Fatalf("JSON %s, AppendJSON writes %s", hj, want)
+		}
+		// The death record is read without reflection, as encoding/json
+		// reads it, or left to encoding/json.
+		if fast, ok := parseDeathRecord(record); ok {
+			var slow []Death
+			err := json.Unmarshal(record, &slow)
+			if err != nil || (len(fast) > 0 || len(slow) > 0) && !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("death record %s: read as %+v, encoding/json reads %+v (%v)", record, fast, slow, err)
+			}
+		} else if !span.Empty() {
+			t.Fatalf("death record %s of a row stored without x-death is not read without reflection", record)
 		}
 		if got := RestoreDeathHeader(hj, record); !bytes.Equal(got, hj) {
 			t.Fatalf("whole headers changed on read:\n%s\nto\n%s", hj, got)

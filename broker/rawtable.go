@@ -107,23 +107,34 @@ func rawEntries(s string, buf []rawEntry) (entries []rawEntry, safeKeys, lookali
 			out = append(out, e)
 		}
 	}
-	safeKeys, lookalike = true, true
-	hasType := false
+	safeKeys = true
+	var keys lookalikeKeys
 	for _, e := range out {
 		k := e.key(s)
 		if safeKeys && !isSafeText(k) {
 			safeKeys = false
 		}
-		switch k {
-		case "type":
-			hasType = true
-		case "value", "encoding":
-		default:
-			lookalike = false
-		}
+		keys.add(k)
 	}
-	return out, safeKeys, lookalike && hasType
+	return out, safeKeys, keys.lookalike()
 }
+
+// lookalikeKeys says, key by key, whether a table would read as a typed
+// value of the codec (appendTableOpen wraps such a table): its keys are
+// all "type", "value" or "encoding", "type" among them.
+type lookalikeKeys struct{ hasType, other bool }
+
+func (l *lookalikeKeys) add(k string) {
+	switch k {
+	case "type":
+		l.hasType = true
+	case "value", "encoding":
+	default:
+		l.other = true
+	}
+}
+
+func (l lookalikeKeys) lookalike() bool { return l.hasType && !l.other }
 
 // Len is the number of entries.
 func (t *RawTable) Len() int { return len(t.entries) }
