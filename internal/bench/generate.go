@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -96,6 +97,13 @@ func pickWeighted(r *rand.Rand) int {
 // row returns the COPY values of message i (ids ascend with time, as
 // they do in production).
 func (g *rowGen) row(i int) []any {
+	row, _, _ := g.message(i)
+	return row
+}
+
+// message returns the COPY values of message i, with its headers whole
+// and the part of them its row leaves out (empty when stored whole).
+func (g *rowGen) message(i int) (row []any, headers []byte, death store.Span) {
 	r := g.r
 	id := int64(i + 1)
 	queue := benchQueues[g.zipf.Uint64()]
@@ -111,17 +119,12 @@ func (g *rowGen) row(i int) []any {
 	}
 	var failure, ftype, fmsg any
 	var group int64
-	hdr := g.buf[:0]
-	hdr = append(hdr, `{"tenant":"tenant-`...)
-	hdr = strconv.AppendInt(hdr, int64(r.IntN(500)), 10)
-	hdr = append(hdr, `","x-customer":"`...)
-	hdr = append(hdr, benchFirstNames[r.IntN(len(benchFirstNames))]...)
-	hdr = append(hdr, ' ')
-	hdr = append(hdr, benchLastNames[r.IntN(len(benchLastNames))]...)
-	hdr = append(hdr, `","trace-id":"`...)
+	// The values are drawn in the order earlier generators drew them, and
+	// written with the keys in order, as ingest writes a header table.
+	tenant := r.IntN(500)
+	customer := benchFirstNames[r.IntN(len(benchFirstNames))] + " " + benchLastNames[r.IntN(len(benchLastNames))]
 	trace := randHex(r, 8)
-	hdr = append(hdr, trace...)
-	hdr = append(hdr, '"')
+	var errorType, errorMessage string
 	if reason == "rejected" || reason == "delivery_limit" {
 		t := pickWeighted(r)
 		f := benchFailures[t]
@@ -133,13 +136,18 @@ func (g *rowGen) row(i int) []any {
 		fb, _ := json.Marshal(fail)
 		failure, ftype, fmsg = fb, f.typ, m
 		group = g.groupID(queue, reason, t, f.typ, m)
-		hdr = append(hdr, `,"x-exception-type":`...)
-		hdr = appendJSONString(hdr, f.typ)
-		hdr = append(hdr, `,"x-error-message":`...)
-		hdr = appendJSONString(hdr, m)
+		errorType, errorMessage = f.typ, m
 	} else {
 		group = g.groupID(queue, reason, -1, "", "")
 	}
+	hdr := g.buf[:0]
+	hdr = append(hdr, `{"tenant":"tenant-`...)
+	hdr = strconv.AppendInt(hdr, int64(tenant), 10)
+	hdr = append(hdr, `","trace-id":"`...)
+	hdr = append(hdr, trace...)
+	hdr = append(hdr, `","x-customer":`...)
+	hdr = appendJSONString(hdr, customer)
+	deathFrom := len(hdr)
 	hdr = append(hdr, `,"x-death":[{"count":{"type":"int64","value":1},"exchange":"app","queue":"`...)
 	hdr = append(hdr, queue...)
 	hdr = append(hdr, `","reason":"`...)
@@ -148,12 +156,20 @@ func (g *rowGen) row(i int) []any {
 	hdr = append(hdr, queue...)
 	hdr = append(hdr, `.created"],"time":{"type":"timestamp","value":"`...)
 	hdr = failedAt.UTC().Truncate(time.Second).AppendFormat(hdr, time.RFC3339)
-	hdr = append(hdr, `"}}],"x-first-death-exchange":"app","x-first-death-queue":"`...)
+	hdr = append(hdr, `"}}]`...)
+	deathTo := len(hdr)
+	if errorType != "" {
+		hdr = append(hdr, `,"x-error-message":`...)
+		hdr = appendJSONString(hdr, errorMessage)
+		hdr = append(hdr, `,"x-exception-type":`...)
+		hdr = appendJSONString(hdr, errorType)
+	}
+	hdr = append(hdr, `,"x-first-death-exchange":"app","x-first-death-queue":"`...)
 	hdr = append(hdr, queue...)
 	hdr = append(hdr, `","x-first-death-reason":"`...)
 	hdr = append(hdr, reason...)
 	hdr = append(hdr, `"}`...)
-	headers := slices.Clone(hdr)
+	headers = slices.Clone(hdr)
 	g.buf = hdr
 
 	msgID := randHex(r, 16)
@@ -188,18 +204,36 @@ func (g *rowGen) row(i int) []any {
 	if t := store.HeaderText(headers, nm.FailureType, nm.FailureMessage, ""); t != "" {
 		searchText = t
 	}
-	// The death record ingest stores with the headers above.
-	xDeath, _ := json.Marshal([]broker.Death{{Queue: queue, Reason: reason, Exchange: "app",
+	// The death record ingest stores with the headers above, and the
+	// headers as ingest stores them: without the x-death member when the
+	// record rebuilds it byte for byte (broker.RestoreDeathHeader), so
+	// that every read pays the rebuild as it does on ingested rows.
+	xDeath := broker.AppendDeathsJSON(nil, []broker.Death{{Queue: queue, Reason: reason, Exchange: "app",
 		RoutingKeys: []string{queue + ".created"}, Count: 1, Time: failedAt.UTC().Truncate(time.Second)}})
+	stored, death := storedHeaders(headers, deathFrom, deathTo, xDeath)
 	return []any{id, msgID, queue, "app", queue + ".created", "dlq", reason, int64(1), failure, ftype, fmsg,
-		props, headers, body, len(body), status, replayCount, failedAt, failedAt, replayedAt, ackAt, failedAt,
-		int64(r.Uint64() >> 1), group, keys, store.KeyHashes(keys), xDeath, store.BodyTextBytes(body, props), searchText}
+		props, stored, body, len(body), status, replayCount, failedAt, failedAt, replayedAt, ackAt, failedAt,
+		int64(r.Uint64() >> 1), group, keys, store.KeyHashes(keys), xDeath, store.BodyTextBytes(body, props), searchText}, headers, death
+}
+
+// storedHeaders returns headers without their x-death member [from, to),
+// or whole when the death record would not rebuild it exactly: ingest's
+// rule (broker.RawTable.AppendJSONDeathSpan).
+func storedHeaders(headers []byte, from, to int, xDeath []byte) ([]byte, store.Span) {
+	without := slices.Concat(headers[:from], headers[to:])
+	if !bytes.Equal(broker.RestoreDeathHeader(without, xDeath), headers) {
+		return headers, store.Span{}
+	}
+	return without, store.Span{From: from, To: to}
 }
 
 var genColumns = []string{"id", "message_id", "source_queue", "source_exchange", "source_routing_key", "dead_letter_queue",
 	"reason", "death_count", "failure", "failure_type", "failure_message", "properties", "headers", "body", "body_size",
 	"status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at", "status_changed_at",
 	"fingerprint", "group_id", "search_keys", "search_hashes", "x_death", "body_text_bytes", "search_text"}
+
+// genXDeath is the place of x_death in a generated row.
+var genXDeath = slices.Index(genColumns, "x_death")
 
 func randHex(r *rand.Rand, n int) string {
 	b := make([]byte, n)

@@ -185,11 +185,11 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 		groupsMu: &sync.Mutex{}, zipf: rand.NewZipf(r, 1.1, 1, uint64(len(benchQueues)-1))}
 	msgs := make([]store.NewMessage, o.ingestN)
 	for i := range msgs {
-		row := g.row(i)
+		row, headers, death := g.message(i)
 		m := store.NewMessage{
 			MessageID: row[1].(string), SourceQueue: row[2].(string), SourceExchange: "app", SourceRoutingKey: row[4].(string),
 			DeadLetterQueue: "dlq", Reason: row[6].(string), DeathCount: 1,
-			Properties: row[11].([]byte), Headers: row[12].([]byte), Body: row[13].([]byte),
+			Properties: row[11].([]byte), Headers: headers, DeathHeader: death, XDeath: row[genXDeath].([]byte), Body: row[13].([]byte),
 			FirstFailedAt: row[17].(time.Time), FailedAt: row[18].(time.Time), Fingerprint: int64(i + 1),
 		}
 		if row[8] != nil {
