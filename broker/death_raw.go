@@ -21,8 +21,10 @@ func rawDeaths(t *RawTable) []Death {
 		return nil
 	}
 	var deaths []Death
+	exact := true
 	for ev := range v.elements {
 		if ev.Kind() != 'F' {
+			exact = false
 			continue
 		}
 		// The entry's own entries, on this stack: an x-death entry has
@@ -30,6 +32,7 @@ func rawDeaths(t *RawTable) []Death {
 		var buf [10]rawEntry
 		body := string(ev[5:])
 		entries, _, _ := rawEntries(body, buf[:0])
+		exact = exact && exactDeathEntry(body, entries)
 		if deaths == nil {
 			// Room for the entries RabbitMQ usually writes: one or two.
 			deaths = make([]Death, 0, 2)
@@ -43,6 +46,11 @@ func rawDeaths(t *RawTable) []Death {
 			Time:               rawTimestamp(body, entries, "time"),
 			OriginalExpiration: rawText(body, entries, "original-expiration"),
 		})
+	}
+	if exact {
+		t.exact = deaths
+	} else {
+		t.exact = nil
 	}
 	return deaths
 }

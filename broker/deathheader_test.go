@@ -75,6 +75,45 @@ func TestDeathHeaderLeftOutAndRestored(t *testing.T) {
 	}
 }
 
+// RabbitMQ's x-death is written from its death record, not walked a
+// second time (exactDeathEntry); any other shape is walked and compared.
+func TestDeathHeaderWrittenFromRecord(t *testing.T) {
+	e, str := amqptest.Entry, amqptest.Str
+	for i, in := range deathHeaderSeeds() {
+		rt, err := ParseRawTable(in)
+		if err != nil {
+			t.Fatalf("seed %d: %v", i, err)
+		}
+		ExtractDeathRaw(rt)
+		// The seeds' x-death entries are RabbitMQ's but for the last two
+		// (text that is not UTF-8 is still exact; the rebuild is not
+		// used for it because it is not rebuildable).
+		if wantExact := i < 7; (rt.exact != nil) != wantExact {
+			t.Errorf("seed %d: written from the record: %v, want %v", i, rt.exact != nil, wantExact)
+		}
+	}
+	for name, entry := range map[string][]byte{
+		"an extra key":                 amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array()), e("time", amqptest.Timestamp(1764300000)), e("zone", str("eu"))),
+		"no time":                      amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array())),
+		"an empty original-expiration": amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("original-expiration", str("")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array()), e("time", amqptest.Timestamp(1764300000))),
+		"a routing key that is a long": amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array(amqptest.Long(1))), e("time", amqptest.Timestamp(1764300000))),
+		"routing keys as one string":   amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", str("q")), e("time", amqptest.Timestamp(1764300000))),
+		"a time that is a long":        amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array()), e("time", amqptest.Long(1764300000))),
+	} {
+		rt, err := ParseRawTable(amqptest.Concat(e("x-death", amqptest.Array(entry))))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		deaths := ExtractDeathRaw(rt).Deaths
+		if rt.exact != nil {
+			t.Errorf("%s: written from the record, want walked", name)
+		}
+		if hj, _ := rt.AppendJSONDeathSpan(nil, deaths); !bytes.Equal(hj, rt.AppendJSON(nil)) {
+			t.Errorf("%s: JSON %s, AppendJSON writes %s", name, hj, rt.AppendJSON(nil))
+		}
+	}
+}
+
 func TestRestoreDeathHeaderLeavesWholeRowsAlone(t *testing.T) {
 	record := []byte(`[{"queue":"q","reason":"rejected","exchange":"","routing_keys":["q"],"count":1,"time":"2026-11-28T00:00:00Z"}]`)
 	for _, headers := range []string{

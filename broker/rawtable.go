@@ -33,6 +33,10 @@ type RawTable struct {
 	// safeKeys and lookalike decide how AppendHeadersJSON writes the table
 	// (appendTable).
 	safeKeys, lookalike bool
+	// exact is the death record rawDeaths read from the table when it
+	// says the x-death header exactly (exactDeathEntry), nil otherwise:
+	// AppendJSONDeathSpan then writes the header from it.
+	exact []Death
 }
 
 // RawValue is one field value in its AMQP encoding: the type byte, then
@@ -188,14 +192,14 @@ func (t *RawTable) Table(keep func(key string) bool) amqp.Table {
 // AppendJSON appends the typed JSON encoding of t, the same bytes
 // AppendHeadersJSON writes for the amqp.Table amqp091-go decodes from it.
 func (t *RawTable) AppendJSON(dst []byte) []byte {
-	dst, _, _ = appendRawEntries(dst, t.s, t.entries, t.safeKeys, t.lookalike, "")
+	dst, _, _ = appendRawEntries(dst, t.s, t.entries, t.safeKeys, t.lookalike, "", nil)
 	return dst
 }
 
 // appendRawEntries writes the table body s (its entries) as typed JSON.
 // When mark is one of its keys, dst[from:to] is that member as written
 // ("key":value, no comma).
-func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookalike bool, mark string) (out []byte, from, to int) {
+func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookalike bool, mark string, markDeaths []Death) (out []byte, from, to int) {
 	if len(entries) == 0 {
 		return append(dst, '{', '}'), 0, 0
 	}
@@ -216,7 +220,11 @@ func appendRawEntries(dst []byte, s string, entries []rawEntry, safeKeys, lookal
 			dst = append(dst, '"')
 		}
 		dst = append(dst, ':')
-		dst = e.val(s).appendJSON(dst)
+		if marked && markDeaths != nil {
+			dst = appendDeathHeaderJSON(dst, markDeaths)
+		} else {
+			dst = e.val(s).appendJSON(dst)
+		}
 		if marked {
 			to = len(dst)
 		}
@@ -370,7 +378,7 @@ func (v RawValue) appendJSON(dst []byte) []byte {
 		var buf [16]rawEntry
 		s := string(v[5:])
 		entries, safeKeys, lookalike := rawEntries(s, buf[:0])
-		dst, _, _ = appendRawEntries(dst, s, entries, safeKeys, lookalike, "")
+		dst, _, _ = appendRawEntries(dst, s, entries, safeKeys, lookalike, "", nil)
 		return dst
 	}
 	// 'A'
