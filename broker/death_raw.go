@@ -147,3 +147,69 @@ func rawTime(v RawValue) time.Time {
 	}
 	return t
 }
+
+// sameDeaths reports whether a and b are the same record (one slice).
+func sameDeaths(a, b []Death) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+}
+
+// exactDeathEntry reports whether an x-death element, the table body s
+// with its sorted entries, holds RabbitMQ's keys and nothing else, each of
+// the type appendDeathHeaderJSON writes it as, so that the Death read from
+// it is written back to the same JSON: count a long, time a timestamp,
+// exchange, queue and reason strings, routing-keys an array of strings,
+// and original-expiration, when there, a string that is not empty; and
+// the time one the record keeps as it is.
+func exactDeathEntry(s string, entries []rawEntry) bool {
+	const (
+		count = 1 << iota
+		exchange
+		queue
+		reason
+		routingKeys
+		timeKey
+		all = count | exchange | queue | reason | routingKeys | timeKey
+	)
+	seen := 0
+	for _, e := range entries {
+		v := e.val(s)
+		want, bit := byte('S'), 0
+		switch e.key(s) {
+		case "count":
+			want, bit = 'l', count
+		case "exchange":
+			bit = exchange
+		case "queue":
+			bit = queue
+		case "reason":
+			bit = reason
+		case "original-expiration":
+			if len(v) <= 5 {
+				return false // written as "", which the rebuild leaves out
+			}
+		case "routing-keys":
+			want, bit = 'A', routingKeys
+		case "time":
+			want, bit = 'T', timeKey
+		default:
+			return false
+		}
+		if v.Kind() != want {
+			return false
+		}
+		// A time the death record reads otherwise (out of range: zero)
+		// is written as the record says, not as the header did.
+		if want == 'T' && rawTime(v).Unix() != int64(be64(v[1:])) {
+			return false
+		}
+		if want == 'A' {
+			for k := range v.elements {
+				if k.Kind() != 'S' {
+					return false
+				}
+			}
+		}
+		seen |= bit
+	}
+	return seen == all
+}
