@@ -9,6 +9,10 @@ import (
 // ExtractDeathRaw is ExtractDeath over a header table's bytes: the same
 // DeathInfo (FuzzRawTable holds the two to it), without decoding x-death's
 // entries into tables first. Ingest reads every delivery's death this way.
+// It also notes in t whether the deaths say the x-death header exactly,
+// so that AppendJSONDeathSpan, given the same Deaths slice, writes the
+// header from them instead of walking it again; t is one delivery's, read
+// by one goroutine.
 func ExtractDeathRaw(t *RawTable) DeathInfo {
 	return deathInfo(rawDeaths(t), func(key string) string { return rawText(t.s, t.entries, key) })
 }
