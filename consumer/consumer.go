@@ -39,7 +39,7 @@ type Config struct {
 	Exchange string
 	// Queues are dlq's dead-letter queues. Required.
 	Queues []string
-	// Consumers per queue. Optional; default 2.
+	// Consumers per queue. Optional; default 3.
 	Consumers int
 	// Prefetch bounds unacknowledged deliveries per consumer. Optional;
 	// default 1000.
@@ -73,7 +73,7 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.Consumers = cmp.Or(c.Consumers, 2)
+	c.Consumers = cmp.Or(c.Consumers, 3) // config.Default's
 	c.Prefetch = cmp.Or(c.Prefetch, 1000)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
 	c.BatchBytes = cmp.Or(c.BatchBytes, 32<<20)
