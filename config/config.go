@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dlq/dlq/broker"
+	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/redact"
 )
 
@@ -150,14 +151,11 @@ func Default() Config {
 		ControlQueue: ControlQueueDefault,
 		Log:          Log{Level: "info", Format: "text"},
 		Ingest: Ingest{
-			Prefetch:   1000,
-			BatchSize:  500,
-			BatchBytes: 32 << 20,
-			Linger:     Duration(50 * time.Millisecond),
-			// Three writers keep PostgreSQL busy while another batch's
-			// commit waits for its WAL flush: 1.01 of the raw pipeline at a
-			// million against 0.93 with two (docs/BENCHMARKS.md).
-			Consumers:  3,
+			Prefetch:   consumer.PrefetchDefault,
+			BatchSize:  consumer.BatchSizeDefault,
+			BatchBytes: consumer.BatchBytesDefault,
+			Linger:     Duration(consumer.LingerDefault),
+			Consumers:  consumer.ConsumersDefault,
 			TextSearch: true,
 
 			TextIndexDuty: TextIndexDutyDefault,
