@@ -92,6 +92,24 @@ func TestDeathHeaderWrittenFromRecord(t *testing.T) {
 			t.Errorf("seed %d: written from the record: %v, want %v", i, rt.exact != nil, wantExact)
 		}
 	}
+	// That the record, not the header, is what gets written: a count
+	// changed in the record after it was read shows in the JSON when the
+	// header is written from it, and would not if it were walked.
+	for i, in := range deathHeaderSeeds()[:4] {
+		rt, err := ParseRawTable(in)
+		if err != nil {
+			t.Fatalf("seed %d: %v", i, err)
+		}
+		deaths := ExtractDeathRaw(rt).Deaths
+		deaths[0].Count = 987654321
+		hj, _ := rt.AppendJSONDeathSpan(nil, deaths)
+		if !bytes.Contains(hj, []byte("987654321")) {
+			t.Errorf("seed %d: the x-death header was walked, not written from the record: %s", i, hj)
+		}
+		if bytes.Contains(rt.AppendJSON(nil), []byte("987654321")) {
+			t.Fatalf("seed %d: the header itself holds the changed count", i)
+		}
+	}
 	for name, entry := range map[string][]byte{
 		"an extra key":                 amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array()), e("time", amqptest.Timestamp(1764300000)), e("zone", str("eu"))),
 		"no time":                      amqptest.Table(e("count", amqptest.Long(1)), e("exchange", str("x")), e("queue", str("q")), e("reason", str("rejected")), e("routing-keys", amqptest.Array())),
