@@ -14,7 +14,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dlq/dlq/broker"
-	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/internal/redact"
 )
 
@@ -151,11 +150,14 @@ func Default() Config {
 		ControlQueue: ControlQueueDefault,
 		Log:          Log{Level: "info", Format: "text"},
 		Ingest: Ingest{
-			Prefetch:   consumer.PrefetchDefault,
-			BatchSize:  consumer.BatchSizeDefault,
-			BatchBytes: consumer.BatchBytesDefault,
-			Linger:     Duration(consumer.LingerDefault),
-			Consumers:  consumer.ConsumersDefault,
+			// consumer.Config's defaults, which config may not import
+			// (docs/ARCHITECTURE.md, Dependencies); TestIngestDefaultsAreTheConsumers
+			// holds the two equal.
+			Prefetch:   1000,
+			BatchSize:  500,
+			BatchBytes: 32 << 20,
+			Linger:     Duration(50 * time.Millisecond),
+			Consumers:  3,
 			TextSearch: true,
 
 			TextIndexDuty: TextIndexDutyDefault,

@@ -28,8 +28,8 @@ type Ingester interface {
 	ConfirmBatches(ctx context.Context, ids []int64) error
 }
 
-// Defaults of Config; config.Default uses them too, so that dlq serve
-// and a Consumer built without them agree.
+// Defaults of Config. config.Default writes the same values (config may
+// not import consumer); a test in config holds them equal.
 const (
 	// ConsumersDefault: three writers keep PostgreSQL busy while another
 	// batch's commit waits for its WAL flush: a backlog of a million
