@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/dlq/dlq/consumer"
 	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/crypt"
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/gctune"
 	"github.com/dlq/dlq/ops"
@@ -46,6 +48,12 @@ func cmdServe(args []string) int {
 
 // serve wires the components together and runs them until ctx ends.
 //
+// Start-up puts ingest first, because dead letters are the one thing that
+// cannot wait while dlq restarts (each step of a rolling upgrade is one):
+// PostgreSQL's checks and RabbitMQ's topology go at once, the consumers
+// subscribe as soon as both are done, and the rest (replay, cron, the
+// control queue, HTTP and the console) is built while they already ingest.
+//
 // Shutdown order, each step finishing before the next:
 //  1. stop consuming: consumers cancel their subscriptions, commit and
 //     acknowledge what they already received, and keep their channels open
@@ -57,6 +65,8 @@ func cmdServe(args []string) int {
 //  4. stop HTTP (readiness fails from step 1 on, so load balancers move away);
 //  5. close the AMQP connection (after every ack and publish above);
 //  6. close the PostgreSQL pool last: every step above may still write.
+//
+// A start-up that fails after ingest began takes step 1 before 5 and 6.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -76,16 +86,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close() // 6.
-
-	if !cfg.NoMigrate {
-		if _, err := st.MigrateWhenReachable(ctx); err != nil {
-			return err
-		}
-	}
-	if err := checkKeys(ctx, cfg, st, ring, log); err != nil {
-		return err
-	}
-
 	amqpTLS, err := cfg.AMQPClientTLS()
 	if err != nil {
 		return err
@@ -96,7 +96,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer conn.Close() // 5.
 
-	if err := startBrokerWatch(ctx, cfg, conn, log, reg); err != nil {
+	declared := make(chan error, 1)
+	go func() { declared <- startBrokerWatch(ctx, cfg, conn, log, reg) }()
+	dbErr := prepareDatabase(ctx, cfg, st, ring, log)
+	if err := errors.Join(dbErr, <-declared); err != nil {
 		return err
 	}
 	categories, err := cfg.CategoryRules()
@@ -107,6 +110,38 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if p.consumer, err = newConsumer(cfg, st, conn, categories, log, reg, up.WithLabelValues("consumer")); err != nil {
 		return err
 	}
+	ingestCtx, stopIngest := context.WithCancel(ctx)
+	defer stopIngest()
+	p.consumeDone = make(chan error, 1)
+	go func() { p.consumeDone <- p.consumer.Run(ingestCtx) }()
+	p.haltIngest = func() error {
+		stopIngest()
+		return <-p.consumeDone
+	}
+
+	if err := p.build(ctx, cfg, st, conn, ring, categories, log, reg); err != nil {
+		if herr := p.haltIngest(); herr != nil {
+			log.Error("consumer stopped with an error", "error", herr)
+		}
+		return err
+	}
+	go func() { _ = st.Watch(ctx) }()
+	return p.run(ctx, cfg, log)
+}
+
+// prepareDatabase migrates the schema (unless told not to) and checks that
+// the configured encryption keys open what the database holds.
+func prepareDatabase(ctx context.Context, cfg config.Config, st *store.Store, ring *crypt.Ring, log *slog.Logger) error {
+	if !cfg.NoMigrate {
+		if _, err := st.MigrateWhenReachable(ctx); err != nil {
+			return err
+		}
+	}
+	return checkKeys(ctx, cfg, st, ring, log)
+}
+
+// build makes every part but ingest, which already runs.
+func (p *parts) build(ctx context.Context, cfg config.Config, st *store.Store, conn *broker.Conn, ring *crypt.Ring, categories *category.Rules, log *slog.Logger, reg *prometheus.Registry) error {
 	// One authenticator for the HTTP API and the control queue, so a token
 	// means the same on both.
 	authn, err := auth.New(cfg.AuthConfig())
@@ -139,11 +174,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if p.control, err = newControl(cfg, st, conn, operations, authn, log, reg); err != nil {
 		return err
 	}
-	if p.http, err = newHTTP(ctx, cfg, httpDeps{ops: operations, authn: authn, st: st, conn: conn, cons: p.consumer}, log, reg); err != nil {
-		return err
-	}
-	go func() { _ = st.Watch(ctx) }()
-	return p.run(ctx, cfg, log)
+	p.http, err = newHTTP(ctx, cfg, httpDeps{ops: operations, authn: authn, st: st, conn: conn, cons: p.consumer}, log, reg)
+	return err
 }
 
 // startBrokerWatch starts what watches and declares RabbitMQ's side: the
@@ -253,11 +285,15 @@ func newHTTP(ctx context.Context, cfg config.Config, d httpDeps, log *slog.Logge
 type parts struct {
 	up       *prometheus.GaugeVec
 	consumer *consumer.Consumer
-	control  *control.Control
-	replays  *replay.Service
-	cron     *cron.Service
-	indexer  *textindex.Indexer // nil: text search off
-	http     *api.Server
+	// consumeDone has the consumer's end; haltIngest ends it (step 1) and
+	// waits for it.
+	consumeDone chan error
+	haltIngest  func() error
+	control     *control.Control
+	replays     *replay.Service
+	cron        *cron.Service
+	indexer     *textindex.Indexer // nil: text search off
+	http        *api.Server
 }
 
 // run starts every part and, once ctx ends (or HTTP fails), stops them in
@@ -265,12 +301,13 @@ type parts struct {
 func (p parts) run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ln, err := p.http.Listen()
 	if err != nil {
+		if herr := p.haltIngest(); herr != nil {
+			log.Error("consumer stopped with an error", "error", herr)
+		}
 		return err
 	}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- p.http.Serve(ln) }()
-	consumeDone := make(chan error, 1)
-	go func() { consumeDone <- p.consumer.Run(ctx) }()
 	controlDone := make(chan error, 1)
 	go func() { controlDone <- p.control.Run(ctx) }()
 	replayDone := make(chan error, 1)
@@ -291,7 +328,7 @@ func (p parts) run(ctx context.Context, cfg config.Config, log *slog.Logger) err
 	}
 	log.Info("shutting down")
 	// 1.
-	if err := <-consumeDone; err != nil {
+	if err := p.haltIngest(); err != nil {
 		log.Error("consumer stopped with an error", "error", err)
 	}
 	p.up.WithLabelValues("consumer").Set(0)

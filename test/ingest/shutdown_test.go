@@ -2,7 +2,9 @@ package ingest
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -115,6 +117,51 @@ func TestServerSideCancel(t *testing.T) {
 	after.Wait(t, 30*time.Second)
 	h.waitDrained(60 * time.Second)
 	require.False(t, p.Done(), "dlq exited: %v", p.Err())
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+	h.requireExact(h.check())
+}
+
+// TestServeThatCannotListenSettlesIngest: `dlq serve` subscribes before it
+// builds and opens its HTTP port, so a start-up that fails there (the port
+// is taken) has ingest running. It must stop ingest in the written order
+// and exit non-zero saying which address: what it stored is stored once,
+// the rest is ready in the queue, and a second life drains it exactly.
+func TestServeThatCannotListenSettlesIngest(t *testing.T) {
+	const n = 5000
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	backlog := h.publish(ctx, n, 0, viaDirect)
+	backlog.Wait(t, 120*time.Second)
+
+	ln, err := net.Listen("tcp", h.httpAddr)
+	require.NoError(t, err, "hold dlq's HTTP address")
+	p := h.start()
+	select {
+	case <-p.Exited():
+	case <-time.After(60 * time.Second):
+		t.Fatal("dlq serve kept running with its HTTP address taken")
+	}
+	require.NoError(t, ln.Close())
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.Err(), &exit, "dlq serve with its HTTP address taken")
+	require.NotZero(t, exit.ExitCode())
+	require.NotEmpty(t, h.logLines("listen on "+h.httpAddr), "the error names the address it could not listen on")
+
+	stored := h.rowCount()
+	confirmed, indeterminate := h.ledger.Counts()
+	require.Zero(t, indeterminate)
+	q := h.waitNoConsumer()
+	require.Equal(t, confirmed, stored+q[h.queue].Ready, "stored %d + ready %d against published %d", stored, q[h.queue].Ready, confirmed)
+	mid := h.check()
+	require.Zero(t, mid.Duplicated, "duplicates after the failed start: %s", mid)
+	require.Zero(t, mid.Unexpected, "unexpected rows after the failed start: %s", mid)
+	t.Logf("the failed start stored %d of %d and left the rest ready", stored, confirmed)
+
+	p = h.start()
+	h.waitReady(p, 30*time.Second)
+	h.waitDrained(60 * time.Second)
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
 	h.requireExact(h.check())
