@@ -52,10 +52,14 @@ func NewDeclarer(cfg DeclarerConfig) (*Declarer, error) {
 	return &Declarer{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), tried: make(chan struct{})}, nil
 }
 
-// Tried is closed once the first attempt is over, whatever its outcome (or
-// once Run returns without one): consumers can start after it, so a fresh
+// Tried is closed once the first attempt at what ingest consumes from
+// (the exchange and dlq's queues) is over, whatever its outcome (or once
+// Run returns without one): consumers can start after it, so a fresh
 // broker does not greet them with "no queue", while a refusal being
-// retried does not hold them back.
+// retried does not hold them back. The control queue and the source queues
+// come after it: ingest does not wait for them (a new quorum queue can take
+// a busy broker a second to create, and the control queue's consumer
+// declares its queue itself).
 func (d *Declarer) Tried() <-chan struct{} { return d.tried }
 
 func (d *Declarer) markTried() { d.triedOnce.Do(func() { close(d.tried) }) }
@@ -67,11 +71,14 @@ func (d *Declarer) Run(ctx context.Context) error {
 	backoff := time.Second
 	defer d.markTried()
 	for ctx.Err() == nil {
-		err := DeclareOwn(ctx, d.cfg.Conn, t)
+		err := DeclareIngest(ctx, d.cfg.Conn, t)
+		d.markTried()
+		if err == nil {
+			err = DeclareControl(ctx, d.cfg.Conn, t)
+		}
 		if err == nil && d.cfg.Sources && len(t.Sources) > 0 {
 			err = DeclareSources(ctx, d.cfg.Conn, t, d.log)
 		}
-		d.markTried()
 		if err == nil {
 			d.log.Info("topology declared", "exchange", t.Exchange, "queues", t.Queues, "control_queue", t.ControlQueue)
 			return nil

@@ -91,3 +91,44 @@ func TestDeclarerConfigNamesTheMissingField(t *testing.T) {
 	_, err = broker.NewDeclarer(broker.DeclarerConfig{Conn: newConn(t)})
 	require.ErrorContains(t, err, "Topology.Exchange")
 }
+
+// A refused control queue does not hold ingest back: Tried closes with the
+// exchange and dlq's queue declared and bound, while the control queue's
+// refusal is logged with its name and retried, and the topology does not
+// count as declared.
+func TestDeclarerDeclaresIngestDespiteControlRefusal(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	app := dlqtest.Dial(t)
+	q, ctl := dlqtest.Name(t, "dlq"), dlqtest.Name(t, "ctl")
+	top := broker.Topology{Exchange: dlqtest.Name(t, "dlx"), Queues: []string{q}, ControlQueue: ctl}
+	dlqtest.DeleteQueues(t, app, q, ctl)
+	dlqtest.DeleteExchanges(t, app, top.Exchange)
+	ch := dlqtest.Channel(t, app)
+	_, err := ch.QueueDeclare(ctl, true, false, false, false, amqp.Table{"x-queue-type": "classic", "x-max-length": int32(5)})
+	require.NoError(t, err)
+
+	var logs syncBuffer
+	d, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: c, Topology: top, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	select {
+	case <-d.Tried():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt did not end")
+	}
+	// The queue ingest consumes from is there, bound: a dead letter
+	// published to the exchange lands in it.
+	require.Zero(t, dlqtest.QueueDepth(t, app, q), "dlq's queue exists")
+	require.NoError(t, dlqtest.Channel(t, app).PublishWithContext(ctx, top.Exchange, "orders.created", false, false, amqp.Publishing{Body: []byte("x")}))
+	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, app, q) == 1 }, "dlq's queue is not bound to the exchange")
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		return logs.lines("cannot declare topology; retrying", ctl) == 1
+	}, "the control queue's refusal is not logged")
+	require.Zero(t, logs.lines("topology declared"), "the topology counts as declared while the control queue is refused")
+	cancel()
+	require.NoError(t, <-done)
+}

@@ -208,6 +208,15 @@ func major(v string) int {
 // DeclareOwn declares the dead-letter exchange, dlq's queues bound to it
 // with "#", and the control queue. It is idempotent.
 func DeclareOwn(ctx context.Context, c *Conn, t Topology) error {
+	if err := DeclareIngest(ctx, c, t); err != nil {
+		return err
+	}
+	return DeclareControl(ctx, c, t)
+}
+
+// DeclareIngest declares what ingest consumes from: the dead-letter
+// exchange and dlq's queues bound to it with "#". It is idempotent.
+func DeclareIngest(ctx context.Context, c *Conn, t Topology) error {
 	if err := withChannel(ctx, c, func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclare(t.Exchange, "topic", true, false, false, false, nil)
 	}); err != nil {
@@ -219,13 +228,20 @@ func DeclareOwn(ctx context.Context, c *Conn, t Topology) error {
 			return err
 		}
 	}
-	if t.ControlQueue != "" {
-		if err := withChannel(ctx, c, func(ch *amqp.Channel) error {
-			_, err := ch.QueueDeclare(t.ControlQueue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
-			return err
-		}); err != nil {
-			return explain(err, "declare control queue %q (durable quorum)", t.ControlQueue)
-		}
+	return nil
+}
+
+// DeclareControl declares the control queue (none configured: nothing).
+// It is idempotent.
+func DeclareControl(ctx context.Context, c *Conn, t Topology) error {
+	if t.ControlQueue == "" {
+		return nil
+	}
+	if err := withChannel(ctx, c, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(t.ControlQueue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		return err
+	}); err != nil {
+		return explain(err, "declare control queue %q (durable quorum)", t.ControlQueue)
 	}
 	return nil
 }
