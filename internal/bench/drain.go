@@ -215,10 +215,16 @@ func writeAllocs(path string) error {
 
 // drainProcess runs `dlq serve` and reads its CPU time and peak memory
 // once it drained.
-func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry string, st *store.Store) (cpu, rss float64, stop func() error, err error) {
+//
+// subscribed is when dlq's first consumer was on the queue (seen on watch,
+// a connection opened before the clock started): the raw
+// program's clock starts at its subscription, after it connected, so the
+// drain from there is the like-for-like figure, and the time before it is
+// dlq's start-up.
+func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry string, st *store.Store, watch *amqp.Connection) (cpu, rss float64, subscribed time.Time, stop func() error, err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, time.Time{}, nil, err
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
@@ -243,7 +249,7 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry s
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return 0, 0, nil, err
+		return 0, 0, time.Time{}, nil, err
 	}
 	exited := make(chan struct{})
 	var waitErr error
@@ -273,10 +279,13 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry s
 		}
 		return err
 	}
+	sub := make(chan time.Time, 1)
+	go func() { sub <- firstConsumer(watch, queue, exited) }()
 	if err := waitStored(st, o.n, exited, func() error { return waitErr }); err != nil {
 		_ = stop()
-		return 0, 0, nil, err
+		return 0, 0, time.Time{}, nil, err
 	}
+	subscribed = <-sub
 	// Read while the process lives: /proc/<pid> goes with it.
 	pid := cmd.Process.Pid
 	cpu, err = procCPU(pid)
@@ -285,7 +294,34 @@ func drainProcess(o ingestOptions, bin, dsn, exchange, queue, suffix, keyEntry s
 	}
 	if err != nil {
 		_ = stop()
-		return 0, 0, nil, err
+		return 0, 0, time.Time{}, nil, err
 	}
-	return cpu, rss / 1024, stop, nil
+	return cpu, rss / 1024, subscribed, stop, nil
+}
+
+// firstConsumer polls the queue's consumer count every millisecond until
+// it is above zero and returns when that was seen (zero time if the
+// process exited or 30 s passed first).
+func firstConsumer(conn *amqp.Connection, queue string, exited <-chan struct{}) time.Time {
+	ch, err := conn.Channel()
+	if err != nil {
+		return time.Time{}
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			return time.Time{}
+		}
+		if q.Consumers > 0 {
+			return time.Now()
+		}
+		select {
+		case <-exited:
+			return time.Time{}
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return time.Time{}
 }

@@ -296,16 +296,17 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	// A drain returns once everything is committed, with dlq still running
 	// (its database backends still alive for the CPU count); stop then
 	// shuts it down gracefully.
-	var drain func() (dlqCPU, peakRSS float64, stop func() error, err error)
+	var drain func() (dlqCPU, peakRSS float64, subscribed time.Time, stop func() error, err error)
 	reg := prometheus.NewRegistry()
 	switch o.mode {
 	case "inproc":
-		drain = func() (float64, float64, func() error, error) {
-			return drainInProcess(o, st, reg, exchange, queue, size, run)
+		drain = func() (float64, float64, time.Time, func() error, error) {
+			cpu, rss, stop, err := drainInProcess(o, st, reg, exchange, queue, size, run)
+			return cpu, rss, time.Time{}, stop, err
 		}
 	default:
-		drain = func() (float64, float64, func() error, error) {
-			return drainProcess(o, bin, dsn, exchange, queue, suffix, keyEntry, st)
+		drain = func() (float64, float64, time.Time, func() error, error) {
+			return drainProcess(o, bin, dsn, exchange, queue, suffix, keyEntry, st, conn)
 		}
 	}
 	r.Load1 = loadAvg()
@@ -315,11 +316,15 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	}
 	c0 := o.cpu.take()
 	start := time.Now()
-	dlqCPU, peak, stop, err := drain()
+	dlqCPU, peak, subscribed, stop, err := drain()
 	if err != nil {
 		return r, err
 	}
 	r.Secs = time.Since(start).Seconds()
+	if !subscribed.IsZero() {
+		r.StartupSecs = subscribed.Sub(start).Seconds()
+		r.MsgsSecSubscribed = float64(o.n) / (r.Secs - r.StartupSecs)
+	}
 	c1 := o.cpu.take()
 	wal1, err := st.Bench().WALPosition(ctx)
 	if err != nil {

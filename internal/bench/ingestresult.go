@@ -19,6 +19,13 @@ type ingestResult struct {
 	Secs       float64 `json:"secs"`
 	MsgsSec    float64 `json:"msgs_per_s"`
 	MBSec      float64 `json:"mb_per_s"`
+	// StartupSecs is how long dlq serve took from its start to its first
+	// consumer on the queue (process mode), and MsgsSecSubscribed the drain
+	// rate from there: the raw program's clock starts at its subscription,
+	// so this is the like-for-like figure, MsgsSec the one a user waiting
+	// on a restarted dlq sees.
+	StartupSecs       float64 `json:"startup_secs,omitempty"`
+	MsgsSecSubscribed float64 `json:"msgs_per_s_subscribed,omitempty"`
 	// CPU in percent of one core over the drain: dlq (this process in
 	// inproc mode, the dlq serve process in process mode), RabbitMQ and
 	// PostgreSQL (every process of their users).
@@ -80,6 +87,9 @@ func printResult(r ingestResult) {
 	}
 	if len(r.WithoutIndexes) > 0 {
 		batch += " WITHOUT " + strings.Join(r.WithoutIndexes, ",")
+	}
+	if r.StartupSecs > 0 {
+		batch += fmt.Sprintf(" startup=%.0fms msgs/s_from_subscribed=%.0f", r.StartupSecs*1000, r.MsgsSecSubscribed)
 	}
 	if r.Encrypted {
 		batch += " ENCRYPTED"
