@@ -30,6 +30,8 @@ type ingestOptions struct {
 	runs      int
 	queueType string
 	mode      string
+	// dlqBin is the dlq binary process mode runs (empty: built from this tree).
+	dlqBin string
 	// deadLetter is how the prefill makes dead letters: direct (published
 	// to the exchange with the headers RabbitMQ would write), reject or ttl
 	// (RabbitMQ dead-letters them from a source queue).
@@ -73,6 +75,7 @@ func Ingest(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed drain (inproc mode) to this file; runs after the first get -<size>-<run> before the extension")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of each timed drain (inproc mode) to this file, and the allocations before it to <file>.base (compare with go tool pprof -base); names as -cpuprofile; the collection before the first write adds a few ms to the timed drain")
 	fs.StringVar(&o.pgProfile, "pgprofile", "", "sample the whole machine with Linux perf during each timed drain (inproc mode) into this file, for PostgreSQL's side (scripts/bench-pg-stages.py); names as -cpuprofile")
+	fs.StringVar(&o.dlqBin, "dlq-bin", "", "process mode: run this dlq binary instead of building one from this source tree (to compare builds; it runs with --no-migrate on a schema this tree migrates)")
 	fs.StringVar(&o.out, "out", "", "append each result as a JSON line to this file")
 	fs.BoolVar(&o.keep, "keep", false, "keep each run's schema, exchange and queue")
 	fs.IntVar(&o.ingest.Consumers, "consumers", def.Ingest.Consumers, "consumers per queue (default: dlq's default)")
@@ -112,14 +115,16 @@ func Ingest(args []string) error {
 		return fmt.Errorf("-queue-type must be quorum or classic, got %q", o.queueType)
 	case o.deadLetter != "direct" && o.deadLetter != "reject" && o.deadLetter != "ttl":
 		return fmt.Errorf("-dead-letter must be direct, reject or ttl, got %q", o.deadLetter)
+	case o.dlqBin != "" && o.mode != "process":
+		return errors.New("-dlq-bin needs -mode process")
 	case (o.cpuProfile != "" || o.memProfile != "" || o.pgProfile != "") && o.mode != "inproc":
 		return errors.New("-cpuprofile, -memprofile and -pgprofile need -mode inproc (the consumer must run in this process)")
 	}
 	// The in-process consumer runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
 
-	var bin string
-	if o.mode == "process" {
+	bin := o.dlqBin
+	if o.mode == "process" && bin == "" {
 		dir, err := os.MkdirTemp("", "dlq-bench-")
 		if err != nil {
 			return err
