@@ -169,7 +169,8 @@ bench-replay-rounds: services
 # ratio to raw drops more than THRESHOLD percent (default 10) below the
 # baseline's: run it before merging a change to consumer/, store/ingest*,
 # broker/ or a migration touching dead_messages (docs/BENCHMARKS.md). MODE=process
-# runs `dlq serve` itself instead of the consumer in the benchmark's process (no BASELINE).
+# runs `dlq serve` itself instead of the consumer in the benchmark's process (with
+# BASELINE, the baseline's dlq on this tree's schema), as a user runs it.
 #   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
 bench-ingest-rounds: services
 	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' MODE='$(MODE)' \

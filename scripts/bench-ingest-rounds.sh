@@ -20,9 +20,11 @@
 #   THRESHOLD percent (default 10)
 #   MODE      inproc (default): the consumer in dlq-bench's process, with
 #             dlq serve's defaults and collector settings; process: `dlq
-#             serve` itself as a subprocess (built from this working tree by
-#             each run, before its clock starts), as a user runs it, with its
-#             peak RSS; not with BASELINE (the build would be this tree's)
+#             serve` itself as a subprocess, as a user runs it, with its
+#             start-up and peak RSS. With BASELINE, process mode runs the
+#             baseline's dlq binary (dlq-bench -dlq-bin) with --no-migrate on
+#             the schema this tree migrates: a baseline as old as the previous
+#             release runs there by the rolling-upgrade rule (UPGRADING.md)
 #
 #   make bench-ingest-rounds                                   (3 rounds, n = 100,000)
 #   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
@@ -43,10 +45,6 @@ case $mode in
 inproc | process) ;;
 *) echo "MODE: $mode is not inproc or process" >&2; exit 2 ;;
 esac
-if [ "$mode" = process ] && [ -n "${BASELINE:-}" ]; then
-	echo "MODE=process with BASELINE: -mode process builds dlq serve from this working tree, so both sides would run it; compare builds with MODE=inproc" >&2
-	exit 2
-fi
 for s in $settings; do
 	case $s in text | notext | encrypted) ;; *) echo "SETTINGS: $s is not text, notext or encrypted" >&2; exit 2 ;; esac
 done
@@ -56,8 +54,16 @@ mkdir -p "$rd"
 if [ -n "${BASELINE:-}" ]; then
 	wt=$out/baseline-src
 	git worktree add --detach "$wt" "$BASELINE" >/dev/null || exit 1
-	(cd "$wt" && go build -o "$out/dlq-bench-base" ./cmd/dlq-bench) || exit 1
+	(cd "$wt" && go build -o "$out/dlq-bench-base" ./cmd/dlq-bench && go build -o "$out/dlq-base" ./cmd/dlq) || exit 1
 	git worktree remove --force "$wt"
+fi
+# Process mode: dlq serve built once, each side's; both run under this
+# tree's dlq-bench (the same clock and the same schema).
+dlqbin_head="" dlqbin_base=""
+if [ "$mode" = process ]; then
+	go build -o "$out/dlq-head" ./cmd/dlq || exit 1
+	dlqbin_head="-dlq-bin $out/dlq-head"
+	[ -n "${BASELINE:-}" ] && dlqbin_base="-dlq-bin $out/dlq-base"
 fi
 
 # flags <binary> <setting>: dlq-bench ingest's flags for a setting, or
@@ -92,16 +98,19 @@ flags() {
 		fi
 		for s in $settings; do
 			for b in $builds; do
-				bin=$out/dlq-bench
-				[ "$b" = base ] && bin=$out/dlq-bench-base
+				bin=$out/dlq-bench dlqbin=$dlqbin_head
+				if [ "$b" = base ]; then
+					dlqbin=$dlqbin_base
+					[ "$mode" = inproc ] && bin=$out/dlq-bench-base
+				fi
 				f=$(flags "$bin" "$s")
 				if [ "$f" = skip ]; then
 					echo "ingest round $i: $s $b: skipped, this build has no flag for it"
 					continue
 				fi
-				stamp "ingest round $i: $s $b ($f)"
-				# shellcheck disable=SC2086 # $f is a list of flags
-				"$bin" ingest -n "$n" -size 1024 -runs 1 -queue-type quorum -mode "$mode" $f -out "$rd/$i-$s-$b.jsonl"
+				stamp "ingest round $i: $s $b ($f${dlqbin:+ $dlqbin})"
+				# shellcheck disable=SC2086 # $f and $dlqbin are lists of flags
+				"$bin" ingest -n "$n" -size 1024 -runs 1 -queue-type quorum -mode "$mode" $f $dlqbin -out "$rd/$i-$s-$b.jsonl"
 			done
 		done
 	done
