@@ -110,19 +110,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if p.consumer, err = newConsumer(cfg, st, conn, categories, log, reg, up.WithLabelValues("consumer")); err != nil {
 		return err
 	}
-	ingestCtx, stopIngest := context.WithCancel(ctx)
-	defer stopIngest()
+	ingestCtx, cancelIngest := context.WithCancel(ctx)
+	defer cancelIngest()
 	p.consumeDone = make(chan error, 1)
 	go func() { p.consumeDone <- p.consumer.Run(ingestCtx) }()
 	p.haltIngest = func() error {
-		stopIngest()
+		cancelIngest()
 		return <-p.consumeDone
 	}
 
 	if err := p.build(ctx, cfg, st, conn, ring, categories, log, reg); err != nil {
-		if herr := p.haltIngest(); herr != nil {
-			log.Error("consumer stopped with an error", "error", herr)
-		}
+		p.stopIngest(log)
 		return err
 	}
 	go func() { _ = st.Watch(ctx) }()
@@ -296,14 +294,20 @@ type parts struct {
 	http        *api.Server
 }
 
+// stopIngest is step 1 of the shutdown order: the consumers settle what
+// they hold and stop.
+func (p parts) stopIngest(log *slog.Logger) {
+	if err := p.haltIngest(); err != nil {
+		log.Error("consumer stopped with an error", "error", err)
+	}
+}
+
 // run starts every part and, once ctx ends (or HTTP fails), stops them in
 // serve's order, steps 1 to 4.
 func (p parts) run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ln, err := p.http.Listen()
 	if err != nil {
-		if herr := p.haltIngest(); herr != nil {
-			log.Error("consumer stopped with an error", "error", herr)
-		}
+		p.stopIngest(log)
 		return err
 	}
 	httpDone := make(chan error, 1)
@@ -328,9 +332,7 @@ func (p parts) run(ctx context.Context, cfg config.Config, log *slog.Logger) err
 	}
 	log.Info("shutting down")
 	// 1.
-	if err := p.haltIngest(); err != nil {
-		log.Error("consumer stopped with an error", "error", err)
-	}
+	p.stopIngest(log)
 	p.up.WithLabelValues("consumer").Set(0)
 	if err := <-controlDone; err != nil {
 		log.Error("control queue stopped with an error", "error", err)
