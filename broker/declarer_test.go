@@ -54,19 +54,8 @@ func TestDeclarerRetriesARefusal(t *testing.T) {
 	_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "classic", "x-dead-letter-exchange": "elsewhere"})
 	require.NoError(t, err)
 
-	var logs syncBuffer
-	d, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: c, Topology: top, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
+	logs, done, cancel := runDeclarerUntilTried(t, c, top)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-
-	select {
-	case <-d.Tried():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first attempt did not end")
-	}
 	dlqtest.Eventually(t, 10*time.Second, func() bool {
 		return logs.lines("cannot declare topology; retrying", "declared with other arguments") == 1
 	}, "the refusal is not logged with its explanation")
@@ -108,22 +97,12 @@ func TestDeclarerDeclaresIngestDespiteControlRefusal(t *testing.T) {
 	_, err := ch.QueueDeclare(ctl, true, false, false, false, amqp.Table{"x-queue-type": "classic", "x-max-length": int32(5)})
 	require.NoError(t, err)
 
-	var logs syncBuffer
-	d, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: c, Topology: top, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
+	logs, done, cancel := runDeclarerUntilTried(t, c, top)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	select {
-	case <-d.Tried():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first attempt did not end")
-	}
 	// The queue ingest consumes from is there, bound: a dead letter
 	// published to the exchange lands in it.
 	require.Zero(t, dlqtest.QueueDepth(t, app, q), "dlq's queue exists")
-	require.NoError(t, dlqtest.Channel(t, app).PublishWithContext(ctx, top.Exchange, "orders.created", false, false, amqp.Publishing{Body: []byte("x")}))
+	require.NoError(t, dlqtest.Channel(t, app).PublishWithContext(context.Background(), top.Exchange, "orders.created", false, false, amqp.Publishing{Body: []byte("x")}))
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, app, q) == 1 }, "dlq's queue is not bound to the exchange")
 	dlqtest.Eventually(t, 10*time.Second, func() bool {
 		return logs.lines("cannot declare topology; retrying", ctl) == 1
@@ -131,4 +110,24 @@ func TestDeclarerDeclaresIngestDespiteControlRefusal(t *testing.T) {
 	require.Zero(t, logs.lines("topology declared"), "the topology counts as declared while the control queue is refused")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// runDeclarerUntilTried runs a Declarer of top on c, logging into the
+// returned buffer, and returns once its first attempt is over; done gets
+// Run's result after cancel.
+func runDeclarerUntilTried(t *testing.T, c *broker.Conn, top broker.Topology) (logs *syncBuffer, done <-chan error, cancel context.CancelFunc) {
+	t.Helper()
+	logs = &syncBuffer{}
+	d, err := broker.NewDeclarer(broker.DeclarerConfig{Conn: c, Topology: top, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	select {
+	case <-d.Tried():
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("the first attempt did not end")
+	}
+	return logs, ran, cancel
 }

@@ -154,3 +154,39 @@ func TestTopologyRefusals(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// DeclareIngest declares what ingest consumes from and nothing else: the
+// declarer closes Tried after it, so consumers do not wait for the control
+// queue. DeclareOwn then adds the control queue.
+func TestDeclareIngestLeavesTheControlQueue(t *testing.T) {
+	t.Parallel()
+	c := newConn(t)
+	app := dlqtest.Dial(t)
+	top := broker.Topology{Exchange: dlqtest.Name(t, "dlx"), Queues: []string{dlqtest.Name(t, "dlq")}, ControlQueue: dlqtest.Name(t, "ctl")}
+	dlqtest.DeleteQueues(t, app, top.Queues[0], top.ControlQueue)
+	dlqtest.DeleteExchanges(t, app, top.Exchange)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exists := func(queue string) bool {
+		ch, err := app.Channel() // a 404 closes it
+		require.NoError(t, err)
+		defer ch.Close()
+		_, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+
+	require.NoError(t, broker.DeclareIngest(ctx, c, top))
+	ok, err := broker.ExchangeExists(ctx, c, top.Exchange)
+	require.NoError(t, err)
+	require.True(t, ok, "the exchange is declared")
+	require.True(t, exists(top.Queues[0]), "dlq's queue is declared")
+	require.False(t, exists(top.ControlQueue), "DeclareIngest declared the control queue")
+
+	require.NoError(t, broker.DeclareOwn(ctx, c, top))
+	require.True(t, exists(top.ControlQueue), "DeclareOwn did not declare the control queue")
+}
