@@ -112,11 +112,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	ingestCtx, cancelIngest := context.WithCancel(ctx)
 	defer cancelIngest()
-	p.consumeDone = make(chan error, 1)
-	go func() { p.consumeDone <- p.consumer.Run(ingestCtx) }()
+	consumeDone := make(chan error, 1)
+	go func() { consumeDone <- p.consumer.Run(ingestCtx) }()
 	p.haltIngest = func() error {
 		cancelIngest()
-		return <-p.consumeDone
+		return <-consumeDone
 	}
 
 	if err := p.build(ctx, cfg, st, conn, ring, categories, log, reg); err != nil {
@@ -283,15 +283,14 @@ func newHTTP(ctx context.Context, cfg config.Config, d httpDeps, log *slog.Logge
 type parts struct {
 	up       *prometheus.GaugeVec
 	consumer *consumer.Consumer
-	// consumeDone has the consumer's end; haltIngest ends it (step 1) and
-	// waits for it.
-	consumeDone chan error
-	haltIngest  func() error
-	control     *control.Control
-	replays     *replay.Service
-	cron        *cron.Service
-	indexer     *textindex.Indexer // nil: text search off
-	http        *api.Server
+	// haltIngest ends the consumer, which runs from before the other
+	// parts are built, and waits for it (step 1; once only).
+	haltIngest func() error
+	control    *control.Control
+	replays    *replay.Service
+	cron       *cron.Service
+	indexer    *textindex.Indexer // nil: text search off
+	http       *api.Server
 }
 
 // stopIngest is step 1 of the shutdown order: the consumers settle what

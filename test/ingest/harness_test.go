@@ -197,6 +197,19 @@ func (h *harness) startArgs(args ...string) *proctest.Proc {
 // httpGet fetches path from the running dlq's HTTP server.
 func (h *harness) httpGet(path string) (int, string, error) { return proctest.Get(h.httpAddr, path) }
 
+// drainInANewLife starts dlq again after an earlier life ended, lets it
+// drain what that one left, stops it gracefully and requires every publish
+// stored exactly once and the queues empty.
+func (h *harness) drainInANewLife() {
+	h.t.Helper()
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	h.waitDrained(60 * time.Second)
+	h.stopGracefully(p)
+	h.requireQueuesEmpty()
+	h.requireExact(h.check())
+}
+
 // waitReady polls /readyz until it answers 200.
 func (h *harness) waitReady(p *proctest.Proc, timeout time.Duration) {
 	h.t.Helper()

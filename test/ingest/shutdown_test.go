@@ -63,12 +63,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	require.Zero(t, mid.Unexpected, "unexpected rows after the graceful stop: %s", mid)
 	require.Equal(t, ready, mid.Lost, "every id not stored must still be in the queue: %s", mid)
 
-	p = h.start()
-	h.waitReady(p, 30*time.Second)
-	h.waitDrained(60 * time.Second)
-	h.stopGracefully(p)
-	h.requireQueuesEmpty()
-	h.requireExact(h.check())
+	h.drainInANewLife()
 }
 
 // TestServerSideCancel deletes dlq's own queue under a running dlq. The
@@ -159,10 +154,5 @@ func TestServeThatCannotListenSettlesIngest(t *testing.T) {
 	require.Zero(t, mid.Unexpected, "unexpected rows after the failed start: %s", mid)
 	t.Logf("the failed start stored %d of %d and left the rest ready", stored, confirmed)
 
-	p = h.start()
-	h.waitReady(p, 30*time.Second)
-	h.waitDrained(60 * time.Second)
-	h.stopGracefully(p)
-	h.requireQueuesEmpty()
-	h.requireExact(h.check())
+	h.drainInANewLife()
 }
