@@ -164,7 +164,8 @@ bench-replay-rounds: services
 
 # Ingest against the raw COPY pipeline in ROUNDS rounds (default 3) of N dead
 # letters (default 100000), msgs/s and CPU µs per message; SETTINGS any of
-# 'text notext encrypted' (default text: text search on). With BASELINE (a git
+# 'text notext encrypted limits' (default text: text search on; limits: the raw
+# pipeline's own dead letters, the same bytes on both sides). With BASELINE (a git
 # revision) an A/B in the same rounds that FAILS (exit 1) when HEAD's median
 # ratio to raw drops more than THRESHOLD percent (default 10) below the
 # baseline's: run it before merging a change to consumer/, store/ingest*,

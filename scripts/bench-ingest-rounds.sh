@@ -13,6 +13,11 @@
 #               text       text search on (the default of dlq serve)
 #               notext     text search off (DLQ_SEARCH_TEXT=false)
 #               encrypted  encryption at rest on (a random key), text search on
+#               limits     text search on, and the dead letters are the raw
+#                          pipeline's own (-dead-letter limits: one x-death
+#                          entry, fewer headers and properties), so that both
+#                          sides of the ratio drain the same bytes; the other
+#                          settings drain dlq-bench's richer dead letters
 #   BASELINE  a git revision to compare with; then rounds-verdict exits 1
 #             when, for any setting, the median over the rounds of
 #             (HEAD / raw) / (baseline / raw) is more than THRESHOLD percent
@@ -46,7 +51,7 @@ inproc | process) ;;
 *) echo "MODE: $mode is not inproc or process" >&2; exit 2 ;;
 esac
 for s in $settings; do
-	case $s in text | notext | encrypted) ;; *) echo "SETTINGS: $s is not text, notext or encrypted" >&2; exit 2 ;; esac
+	case $s in text | notext | encrypted | limits) ;; *) echo "SETTINGS: $s is not text, notext, encrypted or limits" >&2; exit 2 ;; esac
 done
 bench_prepare bench-ingest
 rd=$out/ingest-rounds
@@ -78,6 +83,7 @@ flags() {
 	text) echo "${ts:+$ts=true}" ;;
 	notext) echo "${ts:+$ts=false}" ;;
 	encrypted) grep -qE -- '^\s+-encrypt( |$)' <<<"$help" && echo "-encrypt on ${ts:+$ts=true}" || echo skip ;;
+	limits) grep -q -- 'limits (as direct' <<<"$help" && echo "-dead-letter limits ${ts:+$ts=true}" || echo skip ;;
 	esac
 }
 

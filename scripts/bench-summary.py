@@ -99,7 +99,8 @@ def ingest_rounds(d, st):
     rounds = sorted({int(m.group(1)) for m in (re.match(r"(\d+)-", n) for n in names) if m})
     runs = sorted({(m.group(1), m.group(2)) for m in (re.match(r"\d+-([\w.]+)-(head|base)\.jsonl$", n) for n in names) if m},
                   key=lambda k: (k[0] != "text", k[0], k[1] != "head"))
-    label = {"text": "text search on", "notext": "text search off", "encrypted": "encryption on"}
+    label = {"text": "text search on", "notext": "text search off", "encrypted": "encryption on",
+             "limits": "text search on, the raw pipeline's dead letters"}
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     rng = lambda xs: f"{min(xs):.2f}–{max(xs):.2f}" if xs else "—"
     first = next((raw(i) for i in rounds if raw(i)), None)

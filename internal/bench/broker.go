@@ -122,22 +122,7 @@ func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key str
 		}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	const window = 2000
-	pending := make([]*amqp.DeferredConfirmation, 0, window)
-	settle := func() error {
-		for _, dc := range pending {
-			ok, err := dc.WaitContext(ctx)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return errors.New("publish nacked")
-			}
-		}
-		pending = pending[:0]
-		return nil
-	}
-	for i := 0; i < n; i++ {
+	return publishConfirmed(ctx, ch, exchange, key, n, func(i int) amqp.Publishing {
 		id := fmt.Sprintf("bench-%s-%08d", runID, i)
 		body := bodies[i%len(bodies)]
 		if text && i == n-1 {
@@ -168,10 +153,77 @@ func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key str
 			h["x-first-death-queue"] = "orders.retry"
 			h["x-first-death-exchange"] = "orders.retry"
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
+		return amqp.Publishing{
 			ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: id, CorrelationId: id,
 			Timestamp: now, AppId: "orders-service", Type: "order.created", Headers: h, Body: body,
-		})
+		}
+	})
+}
+
+// prefillLimitsShape publishes n dead letters shaped as bench-limits'
+// pipeline publishes its own (its dlqPublishing in ../shared/bench-limits):
+// one x-death entry naming one of twenty source queues in turn, the three
+// x-first-death headers and an x-error, a binary body, and of the
+// properties only persistence, content type, message id and timestamp. The
+// raw pipeline's ratio is then taken over the same bytes on both sides
+// (docs/BENCHMARKS.md, How each benchmark measures).
+func prefillLimitsShape(ctx context.Context, conn *amqp.Connection, exchange, key string, n, size int) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	bodies := make([][]byte, 1024)
+	for i := range bodies {
+		bodies[i] = make([]byte, size)
+		_, _ = crand.Read(bodies[i])
+	}
+	now := time.Now()
+	return publishConfirmed(ctx, ch, exchange, key, n, func(i int) amqp.Publishing {
+		source := fmt.Sprintf("svc-%02d", i%20)
+		return amqp.Publishing{
+			DeliveryMode: amqp.Persistent,
+			ContentType:  "application/octet-stream",
+			MessageId:    fmt.Sprintf("m-%d-%d", now.UnixNano(), i),
+			Timestamp:    now,
+			Headers: amqp.Table{
+				"x-death": []any{amqp.Table{
+					"count": int64(1), "exchange": "orders", "queue": source, "reason": "rejected",
+					"routing-keys": []any{"orders.created"}, "time": now,
+				}},
+				"x-first-death-exchange": "orders",
+				"x-first-death-queue":    source,
+				"x-first-death-reason":   "rejected",
+				"x-error":                "handler: context deadline exceeded",
+			},
+			Body: bodies[i%len(bodies)],
+		}
+	})
+}
+
+// publishConfirmed publishes message(0) .. message(n-1) with up to 2,000
+// confirms outstanding and fails on the first nack.
+func publishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key string, n int, message func(i int) amqp.Publishing) error {
+	const window = 2000
+	pending := make([]*amqp.DeferredConfirmation, 0, window)
+	settle := func() error {
+		for _, dc := range pending {
+			ok, err := dc.WaitContext(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("publish nacked")
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
+	for i := 0; i < n; i++ {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, message(i))
 		if err != nil {
 			return err
 		}

@@ -33,8 +33,9 @@ type ingestOptions struct {
 	// dlqBin is the dlq binary process mode runs (empty: built from this tree).
 	dlqBin string
 	// deadLetter is how the prefill makes dead letters: direct (published
-	// to the exchange with the headers RabbitMQ would write), reject or ttl
-	// (RabbitMQ dead-letters them from a source queue).
+	// to the exchange with the headers RabbitMQ would write), limits (the
+	// same, shaped as the raw pipeline's), reject or ttl (RabbitMQ
+	// dead-letters them from a source queue).
 	deadLetter string
 	amqpURL    string
 	pgURL      string
@@ -67,7 +68,7 @@ func Ingest(args []string) error {
 	sizes := fs.String("size", "1024,16384", "body sizes in bytes, comma list (one set of runs each)")
 	fs.IntVar(&o.runs, "runs", 3, "runs per size; the summary shows the median")
 	fs.StringVar(&o.queueType, "queue-type", "quorum", "type of dlq's queue: quorum (what dlq declares) or classic")
-	fs.StringVar(&o.deadLetter, "dead-letter", "direct", "how the (untimed) prefill makes dead letters: direct (published to the exchange with the death headers RabbitMQ writes), reject (RabbitMQ dead-letters them from a source queue whose consumer rejects them) or ttl (they expire in a source queue with a message TTL of 0)")
+	fs.StringVar(&o.deadLetter, "dead-letter", "direct", "how the (untimed) prefill makes dead letters: direct (published to the exchange with the death headers RabbitMQ writes), limits (as direct, but the very dead letters bench-limits' pipeline drains: one x-death entry, twenty source queues, fewer headers and properties), reject (RabbitMQ dead-letters them from a source queue whose consumer rejects them) or ttl (they expire in a source queue with a message TTL of 0)")
 	fs.StringVar(&o.mode, "mode", "inproc", "inproc: consumer.New in this process; process: a `dlq serve` subprocess (measures its peak RSS)")
 	fs.StringVar(&o.amqpURL, "amqp", cmp.Or(os.Getenv("DLQ_AMQP_URL"), config.AMQPURLDefault), "RabbitMQ URL")
 	fs.StringVar(&o.pgURL, "pg", cmp.Or(os.Getenv("BENCH_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/bench?sslmode=disable"),
@@ -113,8 +114,10 @@ func Ingest(args []string) error {
 		return fmt.Errorf("-mode must be inproc or process, got %q", o.mode)
 	case o.queueType != "quorum" && o.queueType != "classic":
 		return fmt.Errorf("-queue-type must be quorum or classic, got %q", o.queueType)
-	case o.deadLetter != "direct" && o.deadLetter != "reject" && o.deadLetter != "ttl":
-		return fmt.Errorf("-dead-letter must be direct, reject or ttl, got %q", o.deadLetter)
+	case o.deadLetter != "direct" && o.deadLetter != "limits" && o.deadLetter != "reject" && o.deadLetter != "ttl":
+		return fmt.Errorf("-dead-letter must be direct, limits, reject or ttl, got %q", o.deadLetter)
+	case o.deadLetter == "limits" && o.textBodies:
+		return errors.New("-dead-letter limits publishes the raw pipeline's binary bodies: drop -text")
 	case o.dlqBin != "" && o.mode != "process":
 		return errors.New("-dlq-bin needs -mode process")
 	case (o.cpuProfile != "" || o.memProfile != "" || o.pgProfile != "") && o.mode != "inproc":
@@ -261,7 +264,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 	t0 := time.Now()
 	target, key := exchange, "orders.created"
 	stopRejecting := func() error { return nil }
-	if o.deadLetter != "direct" {
+	if o.deadLetter == "reject" || o.deadLetter == "ttl" {
 		source := "bench.ingest.src." + suffix
 		srcArgs := amqp.Table{"x-queue-type": "classic", "x-dead-letter-exchange": exchange}
 		if o.deadLetter == "ttl" {
@@ -283,7 +286,12 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 			}
 		}
 	}
-	if err := prefillQueues(ctx, conn, target, key, o.deadLetter == "direct", o.n, size, suffix, 1, o.textBodies); err != nil {
+	if o.deadLetter == "limits" {
+		err = prefillLimitsShape(ctx, conn, target, key, o.n, size)
+	} else {
+		err = prefillQueues(ctx, conn, target, key, o.deadLetter == "direct", o.n, size, suffix, 1, o.textBodies)
+	}
+	if err != nil {
 		return r, fmt.Errorf("prefill: %w", err)
 	}
 	if err := waitReady(conn, queue, o.n, 5*time.Minute); err != nil {
