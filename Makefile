@@ -172,7 +172,7 @@ bench-replay-rounds: services
 # broker/ or a migration touching dead_messages (docs/BENCHMARKS.md). MODE=process
 # runs `dlq serve` itself instead of the consumer in the benchmark's process (with
 # BASELINE, the baseline's dlq on this tree's schema), as a user runs it.
-#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
+#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='limits text notext encrypted'
 bench-ingest-rounds: services
 	ROUNDS='$(ROUNDS)' N='$(N)' SETTINGS='$(SETTINGS)' THRESHOLD='$(THRESHOLD)' BASELINE='$(BASELINE)' MODE='$(MODE)' \
 		scripts/bench-ingest-rounds.sh

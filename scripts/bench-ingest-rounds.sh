@@ -32,7 +32,7 @@
 #             release runs there by the rolling-upgrade rule (UPGRADING.md)
 #
 #   make bench-ingest-rounds                                   (3 rounds, n = 100,000)
-#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='text notext encrypted'
+#   make bench-ingest-rounds BASELINE=$(git merge-base main HEAD) SETTINGS='limits text notext encrypted'
 #   make bench-ingest-rounds MODE=process SETTINGS='text encrypted'
 #
 # Everything lands in tmp/bench-ingest/<start time>/ (a JSON file per round,
