@@ -52,6 +52,20 @@ type Config struct {
 
 const maxConnsDefault = 10
 
+// planEachTime, as a statement's first argument, has PostgreSQL plan it at
+// every execution instead of once per connection. pgx prepares each
+// statement on a connection once and PostgreSQL keeps a parameterless
+// statement's plan (and, after five runs, often a parameterized one's)
+// until the table's statistics change. dead_messages starts empty (the
+// migration analyses it so) and grows by millions between ANALYZE runs,
+// and none run at all where autovacuum is off: a plan made on the empty
+// table reads max(id) or an id range by a sequential scan forever after.
+// That cost the text indexer's step 140 ms and its gauge 350 ms at 300,000
+// rows (docs/BENCHMARKS.md). Statements that run all the time on a table
+// that grows (the indexer's walk above its mark, the waiting gauge) take
+// it; planning them costs tens of microseconds.
+const planEachTime = pgx.QueryExecModeExec
+
 func (c *Config) validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("store: DatabaseURL is required")

@@ -371,6 +371,46 @@ RETURNING id`, first).Scan(&early))
 	require.GreaterOrEqual(t, mark, late)
 }
 
+// TestTextMarkWalksRangesAcrossGaps: the mark walks at most max ids a
+// step, and a range that holds fewer rows (ids drawn by transactions that
+// rolled back) or none moves it all the same, so every row gets its
+// document in steps of bounded cost.
+func TestTextMarkWalksRangesAcrossGaps(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ingest(t, st, textMsg("orders", `{"fruit":"rambutan"}`, 1), textMsg("orders", `{"fruit":"durian"}`, 2))
+	// Seven ids drawn and never stored: a gap wider than a step.
+	_, err := db.Exec(ctx, `SELECT nextval(pg_get_serial_sequence('dead_messages', 'id')) FROM generate_series(1, 7)`)
+	require.NoError(t, err)
+	ingest(t, st, textMsg("orders", `{"fruit":"longan"}`, 3), textMsg("orders", `{"fruit":"pulasan"}`, 4),
+		textMsg("orders", `{"fruit":"langsat"}`, 5))
+	ids := messageIDs(t, db, "TRUE")
+	require.Len(t, ids, 5)
+
+	const max = 3
+	var indexed int
+	for step := 0; ; step++ {
+		require.Less(t, step, 20, "the mark did not reach the newest row in steps of %d ids", max)
+		res, err := st.IndexText(ctx, max)
+		require.NoError(t, err)
+		require.LessOrEqual(t, res.Rows, max)
+		indexed += res.Rows
+		if res.Rows == 0 && !res.More {
+			break
+		}
+	}
+	require.Equal(t, 5, indexed)
+	require.Equal(t, 5, count(t, db, "id IN (SELECT id FROM message_text)"))
+	var mark int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT last_id FROM text_index_mark`).Scan(&mark))
+	require.Equal(t, slices.Max(ids), mark)
+	found, incomplete := find(t, st, "pulasan", store.ListOptions{})
+	require.Len(t, found, 1)
+	require.False(t, incomplete)
+}
+
 // TestReturnSealedDropsDocument: a plain, indexed message that comes back
 // from a replay to a store that seals is sealed in its row, and its
 // document goes in the same transaction.
