@@ -98,31 +98,22 @@ func prefill(ctx context.Context, conn *amqp.Connection, exchange, key string, w
 // source queues in turn (orders.process.0, .1, ...; orders.process when
 // queues is 1), so that a benchmark can replay them as separate tasks.
 func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key string, withDeath bool, n, size int, runID string, queues int, text bool) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	bodies := make([][]byte, 1024)
+	bodies := randomBodies(size)
 	for i := range bodies {
-		bodies[i] = make([]byte, size)
-		_, _ = crand.Read(bodies[i])
-		if text {
-			// Words, as a text body's (text search tokenises them).
-			r := rand.New(rand.NewPCG(uint64(i), 3))
-			b := bodies[i][:0]
-			for len(b) < size {
-				b = append(b, benchWords[int(r.ExpFloat64()*20)%len(benchWords)]...)
-				b = append(b, ' ')
-			}
-			bodies[i] = b[:size]
+		if !text {
+			break
 		}
+		// Words, as a text body's (text search tokenises them).
+		r := rand.New(rand.NewPCG(uint64(i), 3))
+		b := bodies[i][:0]
+		for len(b) < size {
+			b = append(b, benchWords[int(r.ExpFloat64()*20)%len(benchWords)]...)
+			b = append(b, ' ')
+		}
+		bodies[i] = b[:size]
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	return publishConfirmed(ctx, ch, exchange, key, n, func(i int) amqp.Publishing {
+	return publishConfirmed(ctx, conn, exchange, key, n, func(i int) amqp.Publishing {
 		id := fmt.Sprintf("bench-%s-%08d", runID, i)
 		body := bodies[i%len(bodies)]
 		if text && i == n-1 {
@@ -168,21 +159,9 @@ func prefillQueues(ctx context.Context, conn *amqp.Connection, exchange, key str
 // raw pipeline's ratio is then taken over the same bytes on both sides
 // (docs/BENCHMARKS.md, How each benchmark measures).
 func prefillLimitsShape(ctx context.Context, conn *amqp.Connection, exchange, key string, n, size int) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	bodies := make([][]byte, 1024)
-	for i := range bodies {
-		bodies[i] = make([]byte, size)
-		_, _ = crand.Read(bodies[i])
-	}
+	bodies := randomBodies(size)
 	now := time.Now()
-	return publishConfirmed(ctx, ch, exchange, key, n, func(i int) amqp.Publishing {
+	return publishConfirmed(ctx, conn, exchange, key, n, func(i int) amqp.Publishing {
 		source := fmt.Sprintf("svc-%02d", i%20)
 		return amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
@@ -204,9 +183,29 @@ func prefillLimitsShape(ctx context.Context, conn *amqp.Connection, exchange, ke
 	})
 }
 
-// publishConfirmed publishes message(0) .. message(n-1) with up to 2,000
-// confirms outstanding and fails on the first nack.
-func publishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key string, n int, message func(i int) amqp.Publishing) error {
+// randomBodies returns the 1,024 bodies of size random bytes that a
+// prefill's messages take in turn.
+func randomBodies(size int) [][]byte {
+	bodies := make([][]byte, 1024)
+	for i := range bodies {
+		bodies[i] = make([]byte, size)
+		_, _ = crand.Read(bodies[i])
+	}
+	return bodies
+}
+
+// publishConfirmed publishes message(0) .. message(n-1) on a channel of
+// its own with up to 2,000 confirms outstanding and fails on the first
+// nack.
+func publishConfirmed(ctx context.Context, conn *amqp.Connection, exchange, key string, n int, message func(i int) amqp.Publishing) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
 	const window = 2000
 	pending := make([]*amqp.DeferredConfirmation, 0, window)
 	settle := func() error {
