@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -409,6 +410,79 @@ func TestTextMarkWalksRangesAcrossGaps(t *testing.T) {
 	found, incomplete := find(t, st, "pulasan", store.ListOptions{})
 	require.Len(t, found, 1)
 	require.False(t, incomplete)
+}
+
+// TestTextIndexStepsDoNotReadTheTable: the indexer's statements run on
+// connections that prepared them while dead_messages was empty, and
+// PostgreSQL keeps such a plan until ANALYZE (never, without autovacuum):
+// a plan of the empty table reads max(id) and the walk above the mark by
+// reading the table whole. After the table has grown, stepping the mark
+// across it (and reading the gauge each step, as the indexer does) must
+// not read the table whole at each step (pg_stat_user_tables): a plan of
+// the empty table did so twice a step. Something in a step still reads
+// it whole about once every two steps here (200,080 rows over 21 steps
+// of a 20,008-row table); what, is not known yet (docs/BENCHMARKS.md), so
+// the bound is one table's rows a step.
+func TestTextIndexStepsDoNotReadTheTable(t *testing.T) {
+	t.Parallel()
+	dsn := dlqtest.Schema(t)
+	ctx := context.Background()
+	// One connection: every statement is prepared where it runs later.
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 1, TextSearch: true})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	db := dlqtest.DB(t, dsn)
+	_, err = db.Exec(ctx, `ALTER TABLE dead_messages SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+
+	// The step and the gauge are prepared on the empty table.
+	_, err = st.IndexText(ctx, 1)
+	require.NoError(t, err)
+	_, err = st.TextWaiting(ctx)
+	require.NoError(t, err)
+	for i := range 8 {
+		ingest(t, st, textMsg("orders", fmt.Sprintf(`{"n":%d}`, i), int64(i+1)))
+	}
+
+	// The table grows by 20,000 rows, written on a connection that then
+	// ends, so its statistics are in before the steps are counted.
+	grow, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	_, err = grow.Exec(ctx, `INSERT INTO dead_messages
+SELECT r.* FROM (SELECT * FROM dead_messages ORDER BY id LIMIT 8) m, generate_series(1, 2500) g,
+    jsonb_populate_record(NULL::dead_messages,
+        to_jsonb(m) || jsonb_build_object('id', nextval(pg_get_serial_sequence('dead_messages', 'id')), 'ingest_batch', NULL,
+            'message_id', m.message_id || '-' || g)) r`)
+	require.NoError(t, err)
+	require.NoError(t, grow.Close(ctx))
+	stat := func(table, col string) int64 {
+		var n int64
+		require.NoError(t, db.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(new(any)))
+		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(`+col+`, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&n))
+		return n
+	}
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("dead_messages", "n_tup_ins") == 20008 },
+		"the growth's statistics did not arrive")
+	before := stat("dead_messages", "seq_tup_read")
+
+	steps := 0
+	for range 100 {
+		steps++
+		res, err := st.IndexText(ctx, 0)
+		require.NoError(t, err)
+		_, err = st.TextWaiting(ctx)
+		require.NoError(t, err)
+		if res.Rows == 0 && !res.More {
+			break
+		}
+	}
+	st.Close() // its statistics are written as its connection ends
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("message_text", "n_tup_ins") == 20008 },
+		"the indexer did not write every document, or its statistics did not arrive")
+	read := stat("dead_messages", "seq_tup_read") - before
+	require.Less(t, read, int64(steps)*20008, "the indexer's %d steps read %d rows of dead_messages by sequential scans", steps, read)
 }
 
 // TestReturnSealedDropsDocument: a plain, indexed message that comes back
