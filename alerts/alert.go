@@ -145,8 +145,10 @@ func describe(k Kind, queue string, status Status, value, threshold float64) (su
 		return fmt.Sprintf("%s dead messages from %s keep failing after replay", v, q),
 			fmt.Sprintf("%s pending messages from source queue %s were replayed more than %d times and died again; replaying them once more will not help (threshold %s).", v, q, RepeatFailureReplays, t)
 	case KindIngestSpike:
-		return fmt.Sprintf("%s new dead messages from %s in 5 minutes", v, q),
-			fmt.Sprintf("%s messages from source queue %s were dead-lettered in the last 5 minutes, above the threshold of %s. A consumer is probably failing.", v, q, t)
+		// The value is a count that stops one past the largest threshold
+		// (RuleSet.CountLimit): "at least", never more than was counted.
+		return fmt.Sprintf("At least %s new dead messages from %s in 5 minutes", v, q),
+			fmt.Sprintf("At least %s messages from source queue %s were dead-lettered in the last 5 minutes, above the threshold of %s (dlq stops counting one past its largest ingest_spike threshold; the rate is dlq_messages_ingested_total{source_queue}). A consumer is probably failing.", v, q, t)
 	case KindAutoExhausted:
 		return fmt.Sprintf("%s dead messages from %s parked after automatic replays", v, q),
 			fmt.Sprintf("%s pending messages from source queue %s were replayed by an automatic replay policy as often as it may and died again each time; they wait for a human (filter: auto_exhausted in GET /api/v1/messages/{id}; threshold %s).", v, q, t)

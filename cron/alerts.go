@@ -77,8 +77,9 @@ func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, c
 
 func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
 	c, err := alerts.NewChecker(alerts.CheckerConfig{
-		Logger:     r.Logger,
-		Source:     snapshotSource{st: j.st, capacity: j.capacity, policies: j.policies},
+		Logger: r.Logger,
+		Source: snapshotSource{st: j.st, capacity: j.capacity, policies: j.policies,
+			newLimit: j.rules.CountLimit(alerts.KindIngestSpike)},
 		States:     stateStore{st: j.st, lease: r.Lease},
 		Dispatcher: j.dispatcher,
 		Rules:      j.rules,
@@ -97,10 +98,13 @@ type snapshotSource struct {
 	capacity cleanup.Capacity
 	// policies are the configured policies' names.
 	policies []string
+	// newLimit is how far the store counts the messages of the last five
+	// minutes (alerts.RuleSet.CountLimit).
+	newLimit int64
 }
 
 func (s snapshotSource) AlertSnapshot(ctx context.Context) (alerts.Snapshot, error) {
-	n, err := s.st.AlertNumbers(ctx)
+	n, err := s.st.AlertNumbers(ctx, s.newLimit)
 	if err != nil {
 		return alerts.Snapshot{}, err
 	}

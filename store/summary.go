@@ -119,8 +119,9 @@ type QueueAlertNumbers struct {
 	// RepeatFailureReplays.
 	RepeatFailures int64
 	// NewLast5m counts pending messages whose failed_at (the time dlq
-	// stored their last death) is within five minutes of At. Messages
-	// already resolved again within those minutes are not counted.
+	// stored their last death) is within five minutes of At, up to the
+	// limit AlertNumbers was given. Messages already resolved again within
+	// those minutes are not counted.
 	NewLast5m int64
 	// AutoExhausted counts pending messages the automatic replay policies
 	// parked (dead_messages_auto_exhausted).
@@ -138,10 +139,14 @@ type AlertNumbers struct {
 }
 
 // AlertNumbers reads the alert rules' inputs: for each source queue with
-// pending messages, three probes of the partial indexes on pending rows. The
-// counts are proportional to the repeat failures and the recent arrivals, not
-// to the table.
-func (s *Store) AlertNumbers(ctx context.Context) (AlertNumbers, error) {
+// pending messages, probes of the partial indexes on pending rows. The
+// counts are proportional to the repeat failures and the parked messages,
+// not to the table; the recent arrivals are counted up to newLimit a queue
+// (0 counts none). Uncapped, that count is every row a flood stored in the
+// last five minutes, read from the heap again at each evaluation: at a
+// million stored during one drain, seconds of one PostgreSQL backend a
+// minute, taken from ingest.
+func (s *Store) AlertNumbers(ctx context.Context, newLimit int64) (AlertNumbers, error) {
 	var out AlertNumbers
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -160,13 +165,14 @@ SELECT s.source_queue, s.messages,
      WHERE m.source_queue = s.source_queue AND m.status = 'pending'),
     (SELECT count(*) FROM dead_messages m
      WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.replay_count > 2),
-    (SELECT count(*) FROM dead_messages m
-     WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.failed_at > now() - interval '5 minutes'),
+    (SELECT count(*) FROM (SELECT FROM dead_messages m
+     WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.failed_at > now() - interval '5 minutes'
+     LIMIT $1) n),
     (SELECT count(*) FROM dead_messages m
      WHERE m.source_queue = s.source_queue AND m.auto_exhausted AND m.status = 'pending')
 FROM queue_summary s
 WHERE s.status = 'pending' AND s.messages > 0
-ORDER BY s.source_queue`)
+ORDER BY s.source_queue`, max(newLimit, 0))
 	if err != nil {
 		return out, fmt.Errorf("store: read alert numbers: %w", err)
 	}
@@ -183,17 +189,26 @@ ORDER BY s.source_queue`)
 
 // SourceQueues lists every source queue that has stored messages or a
 // summary row. The stored ones are found with a loose index scan (one
-// index probe per distinct queue), not by reading the table.
+// index probe per distinct queue) of the listing index on resting rows,
+// and the replaying ones through the claim index, not by reading the
+// table. The resting statuses are written as the index's own predicate:
+// without it no index leads with source_queue, and each probe was a
+// sequential scan of the whole table (21 of them for 20 queues).
 func (s *Store) SourceQueues(ctx context.Context) ([]string, error) {
+	resting, _ := restingStatuses(nil)
 	rows, err := s.pool.Query(ctx, `
 WITH RECURSIVE q(name) AS (
-    (SELECT source_queue FROM dead_messages ORDER BY source_queue LIMIT 1)
+    (SELECT m.source_queue FROM dead_messages m WHERE `+statusIn("m", resting)+`
+     ORDER BY m.source_queue LIMIT 1)
     UNION ALL
     SELECT (SELECT m.source_queue FROM dead_messages m
-            WHERE m.source_queue > q.name ORDER BY m.source_queue LIMIT 1)
+            WHERE m.source_queue > q.name AND `+statusIn("m", resting)+`
+            ORDER BY m.source_queue LIMIT 1)
     FROM q WHERE q.name IS NOT NULL
 )
 SELECT name FROM q WHERE name IS NOT NULL
+UNION
+SELECT m.source_queue FROM dead_messages m WHERE `+statusIn("m", []string{StatusReplaying})+`
 UNION
 SELECT source_queue FROM queue_summary
 ORDER BY 1`)
