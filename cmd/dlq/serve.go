@@ -96,14 +96,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer conn.Close() // 5.
 
-	declared := make(chan error, 1)
-	go func() { declared <- startBrokerWatch(ctx, cfg, conn, log, reg) }()
-	dbErr := prepareDatabase(ctx, cfg, st, ring, log)
-	if err := errors.Join(dbErr, <-declared); err != nil {
-		return err
-	}
 	categories, err := cfg.CategoryRules()
 	if err != nil {
+		return err
+	}
+	declared := make(chan error, 1)
+	go func() { declared <- startBrokerWatch(ctx, cfg, conn, log, reg) }()
+	dbErr := prepareDatabase(ctx, cfg, st, ring, categories, log)
+	if err := errors.Join(dbErr, <-declared); err != nil {
 		return err
 	}
 	p := parts{up: up}
@@ -127,15 +127,35 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return p.run(ctx, cfg, log)
 }
 
-// prepareDatabase migrates the schema (unless told not to) and checks that
-// the configured encryption keys open what the database holds.
-func prepareDatabase(ctx context.Context, cfg config.Config, st *store.Store, ring *crypt.Ring, log *slog.Logger) error {
+// prepareDatabase migrates the schema (unless told not to), checks that
+// the configured encryption keys open what the database holds and, on a
+// store that has never held a message, records that the cron jobs' first
+// passes have nothing to count (store.SettleEmptyStore): before ingest
+// starts, since a backlog's first rows would otherwise be theirs to walk.
+func prepareDatabase(ctx context.Context, cfg config.Config, st *store.Store, ring *crypt.Ring, categories *category.Rules, log *slog.Logger) error {
 	if !cfg.NoMigrate {
 		if _, err := st.MigrateWhenReachable(ctx); err != nil {
 			return err
 		}
 	}
-	return checkKeys(ctx, cfg, st, ring, log)
+	if err := checkKeys(ctx, cfg, st, ring, log); err != nil {
+		return err
+	}
+	hash := ""
+	if categories != nil {
+		hash = categories.Hash()
+	}
+	// Only a saving: a schema not migrated yet (--no-migrate) or a
+	// failed read leaves the first passes to run as they would.
+	settled, err := st.SettleEmptyStore(ctx, hash)
+	switch {
+	case err != nil:
+		log.Warn("could not check whether the store is empty; the summary and category jobs will recount it", "err", err)
+	case settled.Summary || settled.Categories:
+		log.Info("empty store: the summary and category jobs start with nothing to recount",
+			"summary", settled.Summary, "categories", settled.Categories)
+	}
+	return nil
 }
 
 // build makes every part but ingest, which already runs.

@@ -218,6 +218,18 @@ func TestMigrateThenServeNoMigrate(t *testing.T) {
 
 	p = h.startArgs("serve", "--no-migrate")
 	h.waitReady(p, 30*time.Second)
+	// Ready means ingest runs, so the store was settled before: empty, it
+	// needs no first summary or category pass.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var bootstrapped, categorised bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT bootstrapped_at IS NOT NULL AND last_pass_at IS NOT NULL FROM summary_state),
+    (SELECT rules_hash IS NOT NULL FROM category_state)`).Scan(&bootstrapped, &categorised))
+	require.True(t, bootstrapped, "serve on an empty store left the summary's first pass to do")
+	require.True(t, categorised, "serve on an empty store left the categories' first pass to do")
 	code, took := p.Term(t, 30*time.Second)
 	require.Equal(t, 0, code)
 	t.Logf("serve --no-migrate on the migrated schema stopped in %s", took.Round(time.Millisecond))
