@@ -66,6 +66,19 @@ const maxConnsDefault = 10
 // it; planning them costs tens of microseconds.
 const planEachTime = pgx.QueryExecModeExec
 
+// planCustom is dlq's sessions' plan_cache_mode. After five runs of a
+// prepared statement PostgreSQL may switch to a generic plan, costed on
+// the tables as they are then and kept for the connection's life (an
+// hour): a connection that matched its first redeliveries while
+// dead_messages was nearly empty, as on a new database, read the whole
+// table three times for each redelivery once it held millions (600,000
+// rows read for ten redeliveries at 20,000 stored:
+// TestRedeliveryMatchAfterTheTableGrew). Custom plans cost their planning
+// at each run, tens of microseconds for dlq's statements, a few per
+// ingest batch; statements without parameters are not affected by the
+// mode, hence planEachTime above.
+const planCustom = "force_custom_plan"
+
 func (c *Config) validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("store: DatabaseURL is required")
@@ -104,6 +117,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
 	}
 	pcfg.ConnConfig.ConnectTimeout = cmp.Or(pcfg.ConnConfig.ConnectTimeout, 5*time.Second)
+	// Every statement planned for its own arguments, on the table as it is
+	// now (planCustom). A plan_cache_mode in the URL wins.
+	if _, set := pcfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = planCustom
+	}
 	// A connection that sat through a PostgreSQL restart is dead; check
 	// before handing it out rather than failing the first query after.
 	pcfg.HealthCheckPeriod = 5 * time.Second

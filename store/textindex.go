@@ -150,6 +150,12 @@ const postgresComm = "postgres"
 // The document: the failure text and header values at weight A, the
 // body's words after them at the default D, so that a caller who may not
 // see bodies is answered from the A part alone (ts_filter).
+//
+// It and textOf read their rows one primary-key probe per id (LATERAL ...
+// LIMIT 1, which the planner cannot turn into a join): as a join, a plan
+// made for a table of a few hundred thousand rows, or one PostgreSQL
+// believes empty, reads the whole table and hashes it for a step's 2,000
+// ids. The ids come sorted, so the rows are locked in id order.
 func writeDocuments(ctx context.Context, tx pgx.Tx, ids []int64) (int, error) {
 	docs, err := textOf(ctx, tx, ids)
 	if err != nil {
@@ -159,9 +165,8 @@ func writeDocuments(ctx context.Context, tx pgx.Tx, ids []int64) (int, error) {
 INSERT INTO message_text (id, document)
 SELECT m.id, setweight(dlq_search_document(m.failure_type, m.failure_message, m.failure, u.s, m.body, 0), 'A') ||
     dlq_search_document(NULL, NULL, NULL, NULL, m.body, coalesce(m.body_text_bytes, u.b))
-FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s) JOIN dead_messages m ON m.id = u.id
-WHERE m.enc_key_id IS NULL
-ORDER BY m.id FOR KEY SHARE OF m
+FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s),
+    LATERAL (SELECT * FROM dead_messages d WHERE d.id = u.id AND d.enc_key_id IS NULL FOR KEY SHARE LIMIT 1) m
 ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, docs.ids, docs.bodyBytes, docs.headerText)
 	if err != nil {
 		return 0, fmt.Errorf("store: index text: write documents of %d rows: %w", len(ids), err)
@@ -310,9 +315,10 @@ type textParts struct {
 // JSON was most of what text search cost ingest on the Go side), and
 // marks bodies only while text search is on.
 func textOf(ctx context.Context, tx pgx.Tx, ids []int64) (textParts, error) {
-	rows, err := tx.Query(ctx, `SELECT id, headers, coalesce(failure_type, ''), coalesce(failure_message, ''), failure,
-    CASE WHEN body_text_bytes IS NULL THEN body END, CASE WHEN body_text_bytes IS NULL THEN properties END
-FROM dead_messages WHERE id = ANY($1) AND enc_key_id IS NULL`, ids)
+	rows, err := tx.Query(ctx, `SELECT m.id, m.headers, coalesce(m.failure_type, ''), coalesce(m.failure_message, ''), m.failure,
+    CASE WHEN m.body_text_bytes IS NULL THEN m.body END, CASE WHEN m.body_text_bytes IS NULL THEN m.properties END
+FROM unnest($1::bigint[]) AS u(id),
+    LATERAL (SELECT * FROM dead_messages d WHERE d.id = u.id AND d.enc_key_id IS NULL LIMIT 1) m`, ids)
 	if err != nil {
 		return textParts{}, fmt.Errorf("read rows: %w", err)
 	}

@@ -418,11 +418,12 @@ func TestTextMarkWalksRangesAcrossGaps(t *testing.T) {
 // a plan of the empty table reads max(id) and the walk above the mark by
 // reading the table whole. After the table has grown, stepping the mark
 // across it (and reading the gauge each step, as the indexer does) must
-// not read the table whole at each step (pg_stat_user_tables): a plan of
-// the empty table did so twice a step. Something in a step still reads
-// it whole about once every two steps here (200,080 rows over 21 steps
-// of a 20,008-row table); what, is not known yet (docs/BENCHMARKS.md), so
-// the bound is one table's rows a step.
+// not read the table (pg_stat_user_tables): a plan of the empty table did
+// so twice a step, and the documents' read and insert, as joins, about
+// once every two steps (200,080 rows over 21 steps of a 20,008-row table),
+// or twice a step once planned for their arguments (800,320 over 23).
+// Probing the primary key id by id, the steps read no row by a sequential
+// scan; the bound is less than the table once over every step.
 func TestTextIndexStepsDoNotReadTheTable(t *testing.T) {
 	t.Parallel()
 	dsn := dlqtest.Schema(t)
@@ -482,7 +483,8 @@ SELECT r.* FROM (SELECT * FROM dead_messages ORDER BY id LIMIT 8) m, generate_se
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("message_text", "n_tup_ins") == 20008 },
 		"the indexer did not write every document, or its statistics did not arrive")
 	read := stat("dead_messages", "seq_tup_read") - before
-	require.Less(t, read, int64(steps)*20008, "the indexer's %d steps read %d rows of dead_messages by sequential scans", steps, read)
+	t.Logf("the indexer's %d steps read %d rows of dead_messages by sequential scans", steps, read)
+	require.Less(t, read, int64(20008), "the indexer's %d steps read %d rows of dead_messages by sequential scans", steps, read)
 }
 
 // TestReturnSealedDropsDocument: a plain, indexed message that comes back
