@@ -276,7 +276,7 @@ func matchRedelivery(ctx context.Context, tx pgx.Tx, fingerprint int64, returns 
 	rows, err := tx.Query(ctx, `
 SELECT m.id, m.ingest_batch, m.ingest_returns FROM ingest_inflight f
 JOIN dead_messages m ON m.ingest_batch = f.batch_id AND m.fingerprint = $1
-LIMIT 2`, fingerprint)
+LIMIT 2`, planEachTime, fingerprint)
 	if err != nil {
 		return false, err
 	}
@@ -302,7 +302,7 @@ LIMIT 2`, fingerprint)
 	tag, err := tx.Exec(ctx, `
 UPDATE dead_messages SET ingest_batch = $3, ingest_returns = $4
 WHERE id = (SELECT id FROM dead_messages WHERE id = $1 AND ingest_batch = $2 FOR NO KEY UPDATE SKIP LOCKED)`,
-		id, from, batch, returns)
+		planEachTime, id, from, batch, returns)
 	if err != nil {
 		return false, err
 	}

@@ -61,23 +61,20 @@ const maxConnsDefault = 10
 // and none run at all where autovacuum is off: a plan made on the empty
 // table reads max(id) or an id range by a sequential scan forever after.
 // That cost the text indexer's step 140 ms and its gauge 350 ms at 300,000
-// rows (docs/BENCHMARKS.md). Statements that run all the time on a table
-// that grows (the indexer's walk above its mark, the waiting gauge) take
-// it; planning them costs tens of microseconds.
+// rows (docs/BENCHMARKS.md). A connection that matched its first
+// redeliveries while the table was nearly empty (a new database) read it
+// whole three times for each redelivery once it held millions (600,000
+// rows for ten at 20,000 stored: TestRedeliveryMatchAfterTheTableGrew).
+// Statements that run all the time on a table that grows (the indexer's
+// walk above its mark, the waiting gauge) or that must stay cheap on a
+// large one when they come (a redelivery's match) take it; planning them
+// costs tens of microseconds.
+//
+// Not plan_cache_mode=force_custom_plan for the whole session: it also
+// replans each foreign-key check (the text indexer's documents, one a
+// row), which slowed the indexer's catch-up after a drain of a million
+// from 32 to 86 s.
 const planEachTime = pgx.QueryExecModeExec
-
-// planCustom is dlq's sessions' plan_cache_mode. After five runs of a
-// prepared statement PostgreSQL may switch to a generic plan, costed on
-// the tables as they are then and kept for the connection's life (an
-// hour): a connection that matched its first redeliveries while
-// dead_messages was nearly empty, as on a new database, read the whole
-// table three times for each redelivery once it held millions (600,000
-// rows read for ten redeliveries at 20,000 stored:
-// TestRedeliveryMatchAfterTheTableGrew). Custom plans cost their planning
-// at each run, tens of microseconds for dlq's statements, a few per
-// ingest batch; statements without parameters are not affected by the
-// mode, hence planEachTime above.
-const planCustom = "force_custom_plan"
 
 func (c *Config) validate() error {
 	if c.DatabaseURL == "" {
@@ -117,11 +114,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
 	}
 	pcfg.ConnConfig.ConnectTimeout = cmp.Or(pcfg.ConnConfig.ConnectTimeout, 5*time.Second)
-	// Every statement planned for its own arguments, on the table as it is
-	// now (planCustom). A plan_cache_mode in the URL wins.
-	if _, set := pcfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = planCustom
-	}
 	// A connection that sat through a PostgreSQL restart is dead; check
 	// before handing it out rather than failing the first query after.
 	pcfg.HealthCheckPeriod = 5 * time.Second
