@@ -71,9 +71,10 @@ const maxConnsDefault = 10
 // costs tens of microseconds.
 //
 // Not plan_cache_mode=force_custom_plan for the whole session: it also
-// replans each foreign-key check (the text indexer's documents, one a
-// row), which slowed the indexer's catch-up after a drain of a million
-// from 32 to 86 s.
+// replans what PostgreSQL runs per row for dlq, such as the foreign-key
+// check of each of the text indexer's documents, and with it the
+// indexer fell 84-88 s behind a drain of a million against 32-38 s
+// before (docs/BENCHMARKS.md).
 const planEachTime = pgx.QueryExecModeExec
 
 func (c *Config) validate() error {
