@@ -1,16 +1,13 @@
 package store_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
-	"github.com/dlq/dlq/store"
 )
 
 // TestRedeliveryMatchAfterTheTableGrew: a connection that matched
@@ -22,16 +19,7 @@ import (
 // nearly empty table that plan is a sequential scan.
 func TestRedeliveryMatchAfterTheTableGrew(t *testing.T) {
 	t.Parallel()
-	dsn := dlqtest.Schema(t)
-	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 1})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	_, err = st.Migrate(ctx, nil)
-	require.NoError(t, err)
-	db := dlqtest.DB(t, dsn)
-	_, err = db.Exec(ctx, `ALTER TABLE dead_messages SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	st, dsn, db := oneConnStore(t)
 
 	// A redelivery of the message of an in-flight batch is matched to its
 	// row: nothing new is stored.
@@ -47,21 +35,8 @@ func TestRedeliveryMatchAfterTheTableGrew(t *testing.T) {
 		redeliver(int64(1000 + i))
 	}
 
-	grow, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	_, err = grow.Exec(ctx, `INSERT INTO dead_messages
-SELECT r.* FROM (SELECT * FROM dead_messages ORDER BY id LIMIT 8) m, generate_series(1, 2500) g,
-    jsonb_populate_record(NULL::dead_messages,
-        to_jsonb(m) || jsonb_build_object('id', nextval(pg_get_serial_sequence('dead_messages', 'id')), 'ingest_batch', NULL,
-            'fingerprint', m.fingerprint * 10000 + g, 'message_id', m.message_id || '-' || g)) r`)
-	require.NoError(t, err)
-	require.NoError(t, grow.Close(ctx))
-	stat := func(col string) int64 {
-		var n int64
-		require.NoError(t, db.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(new(any)))
-		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(`+col+`, 0) FROM pg_stat_user_tables WHERE relid = 'dead_messages'::regclass`).Scan(&n))
-		return n
-	}
+	growTable(t, dsn, `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, 2500, `'fingerprint', m.fingerprint * 10000 + g`)
+	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20008 },
 		"the growth's statistics did not arrive")
 	before := stat("seq_tup_read")

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
@@ -426,20 +425,11 @@ func TestTextMarkWalksRangesAcrossGaps(t *testing.T) {
 // scan; the bound is less than the table once over every step.
 func TestTextIndexStepsDoNotReadTheTable(t *testing.T) {
 	t.Parallel()
-	dsn := dlqtest.Schema(t)
+	st, dsn, db := oneConnStore(t)
 	ctx := context.Background()
-	// One connection: every statement is prepared where it runs later.
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 1, TextSearch: true})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	_, err = st.Migrate(ctx, nil)
-	require.NoError(t, err)
-	db := dlqtest.DB(t, dsn)
-	_, err = db.Exec(ctx, `ALTER TABLE dead_messages SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
 
 	// The step and the gauge are prepared on the empty table.
-	_, err = st.IndexText(ctx, 1)
+	_, err := st.IndexText(ctx, 1)
 	require.NoError(t, err)
 	_, err = st.TextWaiting(ctx)
 	require.NoError(t, err)
@@ -449,21 +439,8 @@ func TestTextIndexStepsDoNotReadTheTable(t *testing.T) {
 
 	// The table grows by 20,000 rows, written on a connection that then
 	// ends, so its statistics are in before the steps are counted.
-	grow, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	_, err = grow.Exec(ctx, `INSERT INTO dead_messages
-SELECT r.* FROM (SELECT * FROM dead_messages ORDER BY id LIMIT 8) m, generate_series(1, 2500) g,
-    jsonb_populate_record(NULL::dead_messages,
-        to_jsonb(m) || jsonb_build_object('id', nextval(pg_get_serial_sequence('dead_messages', 'id')), 'ingest_batch', NULL,
-            'message_id', m.message_id || '-' || g)) r`)
-	require.NoError(t, err)
-	require.NoError(t, grow.Close(ctx))
-	stat := func(table, col string) int64 {
-		var n int64
-		require.NoError(t, db.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(new(any)))
-		require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(`+col+`, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&n))
-		return n
-	}
+	growTable(t, dsn, `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, 2500, "")
+	stat := func(table, col string) int64 { return tableStat(t, db, table, col) }
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("dead_messages", "n_tup_ins") == 20008 },
 		"the growth's statistics did not arrive")
 	before := stat("dead_messages", "seq_tup_read")
