@@ -330,7 +330,7 @@ func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[su
 	err := tx.QueryRow(ctx, `
 SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
     enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END
-FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
+FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes(m.Body)).
 		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
@@ -375,7 +375,7 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, m.DLQID, nonNilBytes(m.Body)).
 		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`,
     message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23,
     search_text = NULL, body_text_bytes = NULL
-WHERE id = $1`,
+WHERE id = $1`, planEachTime,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
 			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
@@ -389,7 +389,7 @@ WHERE id = $1`,
 		// (body_text_bytes); the header values are the new death's, which
 		// the indexer reads from the row (the caller queues it again).
 		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
-WHERE id = $1`,
+WHERE id = $1`, planEachTime,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 			nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),

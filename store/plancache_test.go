@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
 )
 
 // TestRedeliveryMatchAfterTheTableGrew: a connection that matched
@@ -51,4 +53,83 @@ func TestRedeliveryMatchAfterTheTableGrew(t *testing.T) {
 	read := stat("seq_tup_read") - before
 	t.Logf("%d redeliveries read %d rows of dead_messages by sequential scans", more, read)
 	require.Less(t, read, int64(20000), fmt.Sprintf("%d redeliveries scanned dead_messages", more))
+}
+
+// TestReplayReturnAfterTheTableGrew: a connection that took replayed
+// messages back (their new death applied to their rows) while
+// dead_messages was nearly empty takes them back through the primary key
+// once the table has grown: each return reads and updates one row by id,
+// and a plan kept from the small table would scan the large one twice.
+func TestReplayReturnAfterTheTableGrew(t *testing.T) {
+	t.Parallel()
+	st, dsn, db := oneConnStore(t)
+	ctx := context.Background()
+
+	const rows = 8
+	for i := range rows {
+		ingest(t, st, msg("orders", fmt.Sprintf("body %d", i), int64(3000+i)))
+	}
+	var ids []int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM dead_messages`).Scan(&ids))
+	require.Len(t, ids, rows)
+	replays := 0
+	// The replayed copy of row i dies again and comes back to it.
+	giveBack := func(i int) {
+		t.Helper()
+		replays++
+		back := msg("orders", fmt.Sprintf("body %d", i), int64(4000+replays))
+		back.DLQID, back.ReplayID, back.ReplayCount = ids[i], fmt.Sprintf("replay-%d", replays), int64(replays)
+		_, res := ingest(t, st, back)
+		require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes, "return %d of row %d", replays, ids[i])
+	}
+	for i := range rows {
+		giveBack(i)
+	}
+
+	growTable(t, dsn, `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, 2500, `'fingerprint', m.fingerprint * 10000 + g`)
+	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20008 },
+		"the growth's statistics did not arrive")
+	before := stat("seq_tup_read")
+
+	const more = 10
+	for i := range more {
+		giveBack(i % rows)
+	}
+	st.Close() // its statistics are written as its connection ends
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_upd") >= rows+more },
+		"the returns' statistics did not arrive")
+	read := stat("seq_tup_read") - before
+	t.Logf("%d returns read %d rows of dead_messages by sequential scans", more, read)
+	require.Less(t, read, int64(20000), fmt.Sprintf("%d returns scanned dead_messages", more))
+}
+
+// TestPlanEachTimeWithoutDescriptionCache: a database URL that turns pgx's
+// statement description cache off (description_cache_capacity=0, as some
+// pooler guides advise) still matches redeliveries and takes replays back,
+// whose statements are planned at each run with their described types.
+func TestPlanEachTimeWithoutDescriptionCache(t *testing.T) {
+	t.Parallel()
+	dsn := dlqtest.Schema(t) + "&description_cache_capacity=0"
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+
+	first := msg("orders", "x", 1)
+	_, res := ingest(t, st, first)
+	require.Equal(t, []store.Outcome{store.OutcomeInserted}, res.Outcomes)
+	again := first
+	again.Redelivered = true
+	_, res = ingest(t, st, again)
+	require.Equal(t, 1, res.Duplicates, "the redelivery is matched to its row")
+
+	var id int64
+	require.NoError(t, dlqtest.DB(t, dsn).QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
+	back := msg("orders", "x", 2)
+	back.DLQID, back.ReplayID, back.ReplayCount = id, "replay-1", 1
+	_, res = ingest(t, st, back)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes, "the replayed copy comes back to its row")
 }

@@ -64,18 +64,32 @@ const maxConnsDefault = 10
 // rows (docs/BENCHMARKS.md). A connection that matched its first
 // redeliveries while the table was nearly empty (a new database) read it
 // whole three times for each redelivery once it held millions (600,000
-// rows for ten at 20,000 stored: TestRedeliveryMatchAfterTheTableGrew).
-// Statements that run all the time on a table that grows (the indexer's
-// walk above its mark, the waiting gauge) or that must stay cheap on a
-// large one when they come (a redelivery's match) take it; planning them
-// costs tens of microseconds.
+// rows for ten at 20,000 stored: TestRedeliveryMatchAfterTheTableGrew),
+// and one that took back replayed messages that died again (each read and
+// updated by its id) read it twice for each (360,000 rows for ten:
+// TestReplayReturnAfterTheTableGrew). Statements that run all the time on
+// a table that grows (the indexer's walk above its mark, the waiting
+// gauge) or that must stay cheap on a large one when they come (a
+// redelivery's match, a replay's return) take it; planning them costs
+// tens of microseconds.
+//
+// The mode runs each statement as PostgreSQL's unnamed statement, planned
+// at every execution with its values, and caches only the statement's
+// description (its parameters' types), so that a json or bytea parameter
+// is sent as what its column is: still one round trip. It needs pgx's
+// description cache, which Open keeps on.
 //
 // Not plan_cache_mode=force_custom_plan for the whole session: it also
 // replans what PostgreSQL runs per row for dlq, such as the foreign-key
 // check of each of the text indexer's documents, and with it the
 // indexer fell 84-88 s behind a drain of a million against 32-38 s
 // before (docs/BENCHMARKS.md).
-const planEachTime = pgx.QueryExecModeExec
+const planEachTime = pgx.QueryExecModeCacheDescribe
+
+// descriptionCacheMin is the description cache Open keeps when the
+// database URL turns it off (description_cache_capacity=0): planEachTime's
+// statements would otherwise fail. They are a handful.
+const descriptionCacheMin = 32
 
 func (c *Config) validate() error {
 	if c.DatabaseURL == "" {
@@ -115,6 +129,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pcfg.ConnConfig.Tracer = cfg.Tracer
 	}
 	pcfg.ConnConfig.ConnectTimeout = cmp.Or(pcfg.ConnConfig.ConnectTimeout, 5*time.Second)
+	pcfg.ConnConfig.DescriptionCacheCapacity = max(pcfg.ConnConfig.DescriptionCacheCapacity, descriptionCacheMin)
 	// A connection that sat through a PostgreSQL restart is dead; check
 	// before handing it out rather than failing the first query after.
 	pcfg.HealthCheckPeriod = 5 * time.Second
