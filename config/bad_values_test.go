@@ -182,6 +182,7 @@ func badValues() []badValue {
 		e("cron.categories", "DLQ_CRON_CATEGORIES", "@often", "cron.categories", `"@often"`, "@hourly"),
 		e("cron.policies", "DLQ_CRON_POLICIES", "@every 1ms", "cron.policies", `"@every 1ms"`, "at least 10ms"),
 		e("cron.backfills", "DLQ_CRON_BACKFILLS", "every minute", "cron.backfills", `"every minute"`, "@every <duration>"),
+		e("cron.statistics", "DLQ_CRON_STATISTICS", "each minute", "cron.statistics", `"each minute"`, "@every <duration>"),
 		e("recovery.categories.default_rules", "DLQ_CATEGORY_DEFAULT_RULES", "some", "recovery.categories.default_rules", `"some"`, "true or false"),
 		y("recovery.categories.rules[].name", rule("category: permanent"), "recovery.categories.rules[0].name: required"),
 		y("recovery.categories.rules[].name", rule("name: timeout, category: permanent"), `default rule "timeout"`, "used by an earlier rule"),

@@ -21,6 +21,7 @@ import (
 //	  categories: "@every 1m"     # recomputes stored categories after the rules change
 //	  policies: "@every 1m"       # evaluates recovery.policies
 //	  backfills: "@every 1m"      # work over existing rows left by migrations
+//	  statistics: "@every 1m"     # ANALYZE of dlq's growing tables where autovacuum is off
 //	  reconcile_interval: 1h      # between full summary reconciliation passes
 //	  lease_ttl: 0s               # 0: the job's interval, at most 30s
 //	  disabled: false             # true: this instance runs no job
@@ -40,6 +41,10 @@ type Cron struct {
 	// existing rows that migrations leave to it (docs/UPGRADING.md). Env
 	// DLQ_CRON_BACKFILLS.
 	Backfills string `yaml:"backfills"`
+	// Statistics is the schedule of the job that analyses dlq's growing
+	// tables where PostgreSQL's autovacuum is off (docs/OPERATIONS.md). Env
+	// DLQ_CRON_STATISTICS.
+	Statistics string `yaml:"statistics"`
 	// ReconcileInterval is the time between full summary reconciliation
 	// passes. Env DLQ_CRON_RECONCILE_INTERVAL.
 	ReconcileInterval Duration `yaml:"reconcile_interval"`
@@ -62,6 +67,7 @@ const (
 	CronCategoriesDefault = "@every 1m"
 	CronPoliciesDefault   = "@every 1m"
 	CronBackfillsDefault  = "@every 1m"
+	CronStatisticsDefault = "@every 1m"
 	CronReconcileDefault  = time.Hour
 	// CronOff disables a job.
 	CronOff = "off"
@@ -76,6 +82,7 @@ func defaultCron() Cron {
 		Categories:        CronCategoriesDefault,
 		Policies:          CronPoliciesDefault,
 		Backfills:         CronBackfillsDefault,
+		Statistics:        CronStatisticsDefault,
 		ReconcileInterval: Duration(CronReconcileDefault),
 	}
 }
@@ -90,6 +97,7 @@ func cronEnvVars() []envVar {
 		{"DLQ_CRON_CATEGORIES", strVar(func(c *Config) *string { return &c.Cron.Categories })},
 		{"DLQ_CRON_POLICIES", strVar(func(c *Config) *string { return &c.Cron.Policies })},
 		{"DLQ_CRON_BACKFILLS", strVar(func(c *Config) *string { return &c.Cron.Backfills })},
+		{"DLQ_CRON_STATISTICS", strVar(func(c *Config) *string { return &c.Cron.Statistics })},
 		{"DLQ_CRON_RECONCILE_INTERVAL", durVar("DLQ_CRON_RECONCILE_INTERVAL", func(c *Config) *Duration { return &c.Cron.ReconcileInterval })},
 		{"DLQ_CRON_LEASE_TTL", durVar("DLQ_CRON_LEASE_TTL", func(c *Config) *Duration { return &c.Cron.LeaseTTL })},
 		{"DLQ_INSTANCE", strVar(func(c *Config) *string { return &c.Cron.Instance })},
@@ -119,6 +127,7 @@ func (c *Config) validateCron() []error {
 		{"cron.categories", "DLQ_CRON_CATEGORIES", c.Cron.Categories},
 		{"cron.policies", "DLQ_CRON_POLICIES", c.Cron.Policies},
 		{"cron.backfills", "DLQ_CRON_BACKFILLS", c.Cron.Backfills},
+		{"cron.statistics", "DLQ_CRON_STATISTICS", c.Cron.Statistics},
 	} {
 		if err := checkSchedule(s.spec); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s / %s %q: %w", s.key, s.env, s.spec, err))

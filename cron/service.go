@@ -29,6 +29,9 @@ const (
 	// JobBackfills does the work over existing rows that migrations leave
 	// to it (backfills.go).
 	JobBackfills = "backfills"
+	// JobStatistics analyses dlq's growing tables where autovacuum does
+	// not (statistics.go).
+	JobStatistics = "statistics"
 )
 
 // Default schedules.
@@ -40,6 +43,7 @@ const (
 	CategoriesScheduleDefault = "@every 1m"
 	PoliciesScheduleDefault   = "@every 1m"
 	BackfillsScheduleDefault  = "@every 1m"
+	StatisticsScheduleDefault = "@every 1m"
 )
 
 // Schedules says when each job runs: a cron expression, @every <duration>,
@@ -52,6 +56,7 @@ type Schedules struct {
 	Categories string
 	Policies   string
 	Backfills  string
+	Statistics string
 }
 
 // byJob pairs each job name with its schedule, in the order the jobs are
@@ -61,7 +66,7 @@ func (s Schedules) byJob() []namedSchedule {
 		{JobSummary, "Summary", s.Summary}, {JobCleanup, "Cleanup", s.Cleanup},
 		{JobCapacity, "Capacity", s.Capacity}, {JobAlerts, "Alerts", s.Alerts},
 		{JobCategories, "Categories", s.Categories}, {JobPolicies, "Policies", s.Policies},
-		{JobBackfills, "Backfills", s.Backfills},
+		{JobBackfills, "Backfills", s.Backfills}, {JobStatistics, "Statistics", s.Statistics},
 	}
 }
 
@@ -114,6 +119,7 @@ func (c *Config) setDefaults() {
 	c.Policies.setDefaults()
 	c.Schedules.Backfills = cmp.Or(c.Schedules.Backfills, BackfillsScheduleDefault)
 	c.Backfills.setDefaults()
+	c.Schedules.Statistics = cmp.Or(c.Schedules.Statistics, StatisticsScheduleDefault)
 	c.Summary.setDefaults()
 	c.Cleanup.Store = cmp.Or(c.Cleanup.Store, c.Store)
 	c.Cleanup.Registerer = cmp.Or(c.Cleanup.Registerer, c.Registerer)
@@ -201,6 +207,7 @@ func New(cfg Config) (*Service, error) {
 		JobCategories: categories.run,
 		JobPolicies:   policies.run,
 		JobBackfills:  backfills.run,
+		JobStatistics: statisticsJob(cfg.Store),
 	}
 	var jobs []Job
 	var names []string

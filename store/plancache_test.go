@@ -133,3 +133,112 @@ func TestPlanEachTimeWithoutDescriptionCache(t *testing.T) {
 	_, res = ingest(t, st, back)
 	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes, "the replayed copy comes back to its row")
 }
+
+// TestReplayAfterTheTableGrew: a connection that replayed a few messages
+// while dead_messages was small (an operator trying dlq out on a new
+// database) claims and settles the next task's messages through the
+// primary key once the table holds far more and its statistics were
+// refreshed (store.RefreshStatistics, which stands in for autovacuum where
+// it is off). A claim reads ids of the task's items and locks their rows;
+// with the plan kept from the small table it read the whole table twice
+// for each batch (441,912 rows for ten claims at 20,000 stored).
+func TestReplayAfterTheTableGrew(t *testing.T) {
+	t.Parallel()
+	st, dsn, db := oneConnStore(t)
+	ctx := context.Background()
+	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
+
+	// replay claims every item of a task over queue in batches of two,
+	// and settles each batch as published.
+	replay := func(queue string) int {
+		t.Helper()
+		task := newTask(t, st, store.Filter{SourceQueue: queue})
+		acquire(t, db, task.ID, "runner")
+		var after int64
+		claims := 0
+		for {
+			c, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: fmt.Sprintf("claim-%d-%d", task.ID, claims),
+				Lease: time.Minute, After: after, Limit: 2, MaxReplays: 5})
+			require.NoError(t, err)
+			if c.Scanned == 0 {
+				return claims
+			}
+			claims++
+			after = c.Last
+			outs := make([]store.ReplayOutcome, len(c.Messages))
+			for i, m := range c.Messages {
+				outs[i] = store.ReplayOutcome{ID: m.ID, Token: fmt.Sprintf("claim-%d-%d", task.ID, claims-1), Result: store.OutcomePublished,
+					Attempt: m.Unknowns}
+			}
+			_, err = st.SettleReplayOutcomes(ctx, task.ID, outs, false)
+			require.NoError(t, err)
+		}
+	}
+	seedPending(t, st, db, "trial", 16)
+	require.Equal(t, 8, replay("trial"))
+
+	seedPending(t, st, db, "orders", 20)
+	growTable(t, dsn, `SELECT * FROM dead_messages WHERE source_queue = 'trial' ORDER BY id LIMIT 8`, 2500,
+		`'fingerprint', m.fingerprint * 10000 + g`)
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20036 },
+		"the growth's statistics did not arrive")
+	// Where autovacuum does not analyse the grown table, the statistics
+	// job does (cron, every minute), as here.
+	done, err := st.RefreshStatistics(ctx, time.Second)
+	require.NoError(t, err)
+	require.NotEmpty(t, done)
+	require.Equal(t, "dead_messages", done[0].Table, "the table with the most changed rows comes first")
+	require.False(t, done[0].Skipped)
+	require.GreaterOrEqual(t, done[0].Changed, int64(20000))
+	before := stat("seq_tup_read")
+
+	require.Equal(t, 10, replay("orders"))
+	require.Equal(t, 20, count(t, db, "source_queue = 'orders' AND status = 'replayed'"))
+	st.Close() // its statistics are written as its connection ends
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_upd") >= 2*(16+20) },
+		"the replays' statistics did not arrive")
+	read := stat("seq_tup_read") - before
+	t.Logf("a replay of 20 messages in 10 claims read %d rows of dead_messages by sequential scans", read)
+	require.Less(t, read, int64(20000), "a replay's claims and settlements scanned dead_messages")
+}
+
+// TestRefreshStatisticsOnlyWhenStale: a table is analysed once more rows
+// changed since its last statistics than autovacuum's threshold (50 plus a
+// tenth of its rows, the defaults), and not again before.
+func TestRefreshStatisticsOnlyWhenStale(t *testing.T) {
+	t.Parallel()
+	st, _, db := oneConnStore(t)
+	ctx := context.Background()
+	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
+	analysed := func() []string {
+		t.Helper()
+		done, err := st.RefreshStatistics(ctx, time.Second)
+		require.NoError(t, err)
+		var names []string
+		for _, a := range done {
+			require.False(t, a.Skipped, "%s skipped", a.Table)
+			names = append(names, a.Table)
+		}
+		return names
+	}
+	for _, table := range analysed() { // what the migration and setup left
+		require.NotEqual(t, "dead_messages", table)
+	}
+	batch := func(from, n int) {
+		msgs := make([]store.NewMessage, n)
+		for i := range msgs {
+			msgs[i] = msg("orders", fmt.Sprintf("body %d", from+i), int64(from+i))
+		}
+		ingest(t, st, msgs...)
+	}
+	batch(0, 40)
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_mod_since_analyze") >= 40 }, "statistics did not arrive")
+	require.NotContains(t, analysed(), "dead_messages", "40 rows changed: below the threshold of 50")
+	batch(40, 20)
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_mod_since_analyze") >= 60 }, "statistics did not arrive")
+	require.Contains(t, analysed(), "dead_messages", "60 rows changed")
+	require.NotContains(t, analysed(), "dead_messages", "analysed again with nothing changed")
+	batch(60, 40)
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_mod_since_analyze") >= 40 }, "statistics did not arrive")
+	require.NotContains(t, analysed(), "dead_messages", "40 rows changed of 60: below 50 + 6")
+}

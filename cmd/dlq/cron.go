@@ -47,6 +47,7 @@ func newCron(cfg config.Config, st *store.Store, ingest cleanup.Ingest, categori
 			Categories: cfg.Cron.Categories,
 			Policies:   cfg.Cron.Policies,
 			Backfills:  cfg.Cron.Backfills,
+			Statistics: cfg.Cron.Statistics,
 		},
 		Categories: cron.CategoriesConfig{Rules: categories},
 		Backfills:  cron.BackfillsConfig{Rules: categories},
