@@ -132,7 +132,7 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 	for _, j := range jobs.Jobs {
 		byName[j.Name] = j
 	}
-	require.Len(t, byName, 7)
+	require.Len(t, byName, 8)
 	summary := byName[cron.JobSummary]
 	require.NotNil(t, summary.Lease)
 	require.Equal(t, "api-test", summary.Lease.Holder)

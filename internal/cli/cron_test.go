@@ -95,7 +95,7 @@ func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
 	var jv cron.JobsView
 	require.NoError(t, json.Unmarshal([]byte(out), &jv), out)
 	require.Equal(t, "cli-test", jv.Instance)
-	require.Len(t, jv.Jobs, 7)
+	require.Len(t, jv.Jobs, 8)
 	code, out, _ = cli(t, url, viewer, runJobs, "--json", cron.JobAlerts)
 	require.Equal(t, ExitOK, code)
 	var one cron.JobView
