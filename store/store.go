@@ -79,11 +79,13 @@ const maxConnsDefault = 10
 // is sent as what its column is: still one round trip. It needs pgx's
 // description cache, which Open keeps on.
 //
-// Not plan_cache_mode=force_custom_plan for the whole session: it also
-// replans what PostgreSQL runs per row for dlq, such as the foreign-key
-// check of each of the text indexer's documents, and with it the
-// indexer fell 84-88 s behind a drain of a million against 32-38 s
-// before (docs/BENCHMARKS.md).
+// Not plan_cache_mode=force_custom_plan for the whole session: that
+// replans every statement, down to what PostgreSQL runs per row (the
+// foreign-key check of each of the text indexer's documents), and its
+// cost measured at nothing either way (docs/BENCHMARKS.md). Statements
+// that only go wrong once a table has grown, and are not among these,
+// are planned again after an ANALYZE: autovacuum's, or the statistics
+// job's where autovacuum is off (RefreshStatistics).
 const planEachTime = pgx.QueryExecModeCacheDescribe
 
 // descriptionCacheMin is the description cache Open keeps when the
