@@ -37,20 +37,16 @@ func TestRedeliveryMatchAfterTheTableGrew(t *testing.T) {
 		redeliver(int64(1000 + i))
 	}
 
-	growTable(t, dsn, `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, 2500, `'fingerprint', m.fingerprint * 10000 + g`)
-	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20008 },
-		"the growth's statistics did not arrive")
-	before := stat("seq_tup_read")
-
 	const more = 10
-	for i := range more {
-		redeliver(int64(2000 + i))
-	}
-	st.Close() // its statistics are written as its connection ends
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20008+more },
-		"the redeliveries' statistics did not arrive")
-	read := stat("seq_tup_read") - before
+	read := afterGrowth{
+		Template: `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, Rows: 20008,
+		Work: func() {
+			for i := range more {
+				redeliver(int64(2000 + i))
+			}
+		},
+		Arrived: func(stat func(string) int64) bool { return stat("n_tup_ins") >= 20008+more },
+	}.seqReads(t, st, dsn, db)
 	t.Logf("%d redeliveries read %d rows of dead_messages by sequential scans", more, read)
 	require.Less(t, read, int64(20000), fmt.Sprintf("%d redeliveries scanned dead_messages", more))
 }
@@ -86,20 +82,16 @@ func TestReplayReturnAfterTheTableGrew(t *testing.T) {
 		giveBack(i)
 	}
 
-	growTable(t, dsn, `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, 2500, `'fingerprint', m.fingerprint * 10000 + g`)
-	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20008 },
-		"the growth's statistics did not arrive")
-	before := stat("seq_tup_read")
-
 	const more = 10
-	for i := range more {
-		giveBack(i % rows)
-	}
-	st.Close() // its statistics are written as its connection ends
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_upd") >= rows+more },
-		"the returns' statistics did not arrive")
-	read := stat("seq_tup_read") - before
+	read := afterGrowth{
+		Template: `SELECT * FROM dead_messages ORDER BY id LIMIT 8`, Rows: 20008,
+		Work: func() {
+			for i := range more {
+				giveBack(i % rows)
+			}
+		},
+		Arrived: func(stat func(string) int64) bool { return stat("n_tup_upd") >= rows+more },
+	}.seqReads(t, st, dsn, db)
 	t.Logf("%d returns read %d rows of dead_messages by sequential scans", more, read)
 	require.Less(t, read, int64(20000), fmt.Sprintf("%d returns scanned dead_messages", more))
 }
@@ -146,7 +138,6 @@ func TestReplayAfterTheTableGrew(t *testing.T) {
 	t.Parallel()
 	st, dsn, db := oneConnStore(t)
 	ctx := context.Background()
-	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
 
 	// replay claims every item of a task over queue in batches of two,
 	// and settles each batch as published.
@@ -178,26 +169,24 @@ func TestReplayAfterTheTableGrew(t *testing.T) {
 	require.Equal(t, 8, replay("trial"))
 
 	seedPending(t, st, db, "orders", 20)
-	growTable(t, dsn, `SELECT * FROM dead_messages WHERE source_queue = 'trial' ORDER BY id LIMIT 8`, 2500,
-		`'fingerprint', m.fingerprint * 10000 + g`)
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= 20036 },
-		"the growth's statistics did not arrive")
-	// Where autovacuum does not analyse the grown table, the statistics
-	// job does (cron, every minute), as here.
-	done, err := st.RefreshStatistics(ctx, time.Second)
-	require.NoError(t, err)
-	require.NotEmpty(t, done)
-	require.Equal(t, "dead_messages", done[0].Table, "the table with the most changed rows comes first")
-	require.False(t, done[0].Skipped)
-	require.GreaterOrEqual(t, done[0].Changed, int64(20000))
-	before := stat("seq_tup_read")
-
-	require.Equal(t, 10, replay("orders"))
-	require.Equal(t, 20, count(t, db, "source_queue = 'orders' AND status = 'replayed'"))
-	st.Close() // its statistics are written as its connection ends
-	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_upd") >= 2*(16+20) },
-		"the replays' statistics did not arrive")
-	read := stat("seq_tup_read") - before
+	read := afterGrowth{
+		Template: `SELECT * FROM dead_messages WHERE source_queue = 'trial' ORDER BY id LIMIT 8`, Rows: 20036,
+		// Where autovacuum does not analyse the grown table, the
+		// statistics job does (cron, every minute), as here.
+		Between: func() {
+			done, err := st.RefreshStatistics(ctx, time.Second)
+			require.NoError(t, err)
+			require.NotEmpty(t, done)
+			require.Equal(t, "dead_messages", done[0].Table, "the table with the most changed rows comes first")
+			require.False(t, done[0].Skipped)
+			require.GreaterOrEqual(t, done[0].Changed, int64(20000))
+		},
+		Work: func() {
+			require.Equal(t, 10, replay("orders"))
+			require.Equal(t, 20, count(t, db, "source_queue = 'orders' AND status = 'replayed'"))
+		},
+		Arrived: func(stat func(string) int64) bool { return stat("n_tup_upd") >= 2*(16+20) },
+	}.seqReads(t, st, dsn, db)
 	t.Logf("a replay of 20 messages in 10 claims read %d rows of dead_messages by sequential scans", read)
 	require.Less(t, read, int64(20000), "a replay's claims and settlements scanned dead_messages")
 }

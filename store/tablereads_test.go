@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,4 +65,38 @@ func tableStat(t *testing.T, db *pgxpool.Pool, table, col string) int64 {
 	require.NoError(t, db.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(new(any)))
 	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(`+col+`, 0) FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&n))
 	return n
+}
+
+// afterGrowth is one measurement of what statements planned on a small
+// dead_messages read once it has grown: 2,500 copies of each row Template
+// selects are added (growTable, each with a fingerprint of its own), and
+// once their statistics have arrived (the table holds at least Rows),
+// Between runs, then Work on the store. The store is closed after Work, so
+// that its statistics are written; Arrived says, from the table's
+// statistics, that they have.
+type afterGrowth struct {
+	Template string
+	Rows     int64
+	Between  func() // optional
+	Work     func()
+	Arrived  func(stat func(col string) int64) bool
+}
+
+// seqReads runs g and returns the rows sequential scans of dead_messages
+// read while Work ran.
+func (g afterGrowth) seqReads(t *testing.T, st *store.Store, dsn string, db *pgxpool.Pool) int64 {
+	t.Helper()
+	growTable(t, dsn, g.Template, 2500, `'fingerprint', m.fingerprint * 10000 + g`)
+	stat := func(col string) int64 { return tableStat(t, db, "dead_messages", col) }
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_tup_ins") >= g.Rows },
+		"the growth's statistics did not arrive")
+	if g.Between != nil {
+		g.Between()
+	}
+	before := stat("seq_tup_read")
+	g.Work()
+	st.Close() // its statistics are written as its connection ends
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return g.Arrived(stat) },
+		"the statistics of what ran after the growth did not arrive")
+	return stat("seq_tup_read") - before
 }
