@@ -35,7 +35,7 @@ func newCron(t *testing.T, st *store.Store) *cron.Service {
 	}
 	c, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off},
+		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off, Backfills: off, Statistics: off},
 		Policies: cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 	})
 	require.NoError(t, err)

@@ -35,8 +35,7 @@ func TestStatisticsJobAnalysesGrownTables(t *testing.T) {
 
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: "solo",
-		Schedules: Schedules{Summary: ScheduleOff, Cleanup: ScheduleOff, Capacity: ScheduleOff, Alerts: ScheduleOff,
-			Categories: ScheduleOff, Policies: ScheduleOff, Backfills: ScheduleOff, Statistics: "@every 200ms"},
+		Schedules: only(Schedules{Statistics: "@every 200ms"}),
 	})
 	require.NoError(t, err)
 	svc.Start()

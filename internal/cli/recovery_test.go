@@ -41,7 +41,7 @@ func recoveryServer(t *testing.T) (string, *store.Store, *pgxpool.Pool, []int64)
 	}
 	svc, err := cron.New(cron.Config{
 		Store: st, Logger: quiet, Registerer: prometheus.NewRegistry(), Instance: "cli-test",
-		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off},
+		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off, Backfills: off, Statistics: off},
 		Policies:  cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 	})
 	require.NoError(t, err)

@@ -25,7 +25,7 @@ func withPolicies(t *testing.T) func(*ops.Config) {
 		}
 		svc, err := cron.New(cron.Config{
 			Store: c.Store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-			Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off},
+			Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off, Backfills: off, Statistics: off},
 			Policies:  cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 		})
 		require.NoError(t, err)

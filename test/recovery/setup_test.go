@@ -146,9 +146,10 @@ func (b *bundle) cronService(t *testing.T, instance string, reg prometheus.Regis
 	off := cron.ScheduleOff
 	svc, err := cron.New(cron.Config{
 		Store: b.st, Logger: quiet(), Registerer: reg, Instance: instance, LeaseTTL: time.Second,
-		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: interval, Categories: off, Policies: interval},
-		Policies:  cron.PoliciesConfig{Policies: policies},
-		Alerts:    cron.AlertsConfig{Rules: alerts.DefaultRuleSet()},
+		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: interval, Categories: off, Policies: interval,
+			Backfills: off, Statistics: off},
+		Policies: cron.PoliciesConfig{Policies: policies},
+		Alerts:   cron.AlertsConfig{Rules: alerts.DefaultRuleSet()},
 	})
 	require.NoError(t, err)
 	svc.Start()
