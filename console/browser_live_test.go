@@ -17,12 +17,19 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-// fetches is how many requests the page's script made (the auto-refresh),
-// and the largest of them, in bytes on the wire.
+// markFetches is JavaScript that starts a new count of fetches: those the
+// page starts from now on (fetches counts them). Clearing the browser's
+// resource timings instead would still count a request started just
+// before (when the user let go of a field, say) that ended after.
+const markFetches = `window.dlqSince = performance.now()`
+
+// fetches is how many requests the page's script started since the last
+// markFetches (the auto-refresh), and the largest of them, in bytes on the
+// wire.
 func (tb *tab) fetches(t *testing.T) (n int, largest int) {
 	t.Helper()
 	r := get(t, tb, chromedp.Evaluate[[]int](`(() => {
-		const f = performance.getEntriesByType("resource").filter(e => e.initiatorType === "fetch");
+		const f = performance.getEntriesByType("resource").filter(e => e.initiatorType === "fetch" && e.startTime >= (window.dlqSince || 0));
 		return [f.length, f.reduce((m, e) => Math.max(m, e.transferSize || e.encodedBodySize || 0), 0)];
 	})()`))
 	return r[0], r[1]
@@ -54,10 +61,10 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	listing.open(t, "/ui/messages?source_queue=orders")
 	require.Equal(t, "Resume auto-refresh", listing.texts(t, `[data-test="auto-refresh"]`)[0], "off by default on a listing")
 	listing.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)),
-		chromedp.Focus(chromedp.CSS(`input[name="q"]`)), chromedp.Evaluate[chromedp.Void](`performance.clearResourceTimings()`))
+		chromedp.Focus(chromedp.CSS(`input[name="q"]`)), chromedp.Evaluate[chromedp.Void](markFetches))
 	focused := time.Now()
 
-	overview.do(t, chromedp.Evaluate[chromedp.Void](`window.dlqMark = 1; performance.clearResourceTimings()`))
+	overview.do(t, chromedp.Evaluate[chromedp.Void](`window.dlqMark = 1; `+markFetches))
 	start := time.Now()
 	b.seed(t, many(3, "orders")...)
 	overview.eventually(t, 10*time.Second, `document.querySelector('[data-test="queue-row"][data-queue="orders"] [data-test="pending-count"]').textContent.trim() === "5"`,
@@ -72,7 +79,7 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	require.Contains(t, listing.texts(t, `[data-test="updated-ago"]`)[0], "paused while a field has focus")
 	listing.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`),
 		chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
-		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); performance.clearResourceTimings()`))
+		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); `+markFetches))
 	selected := time.Now()
 
 	// The overview over about 15 seconds: at most one request per 5 s,
@@ -84,7 +91,7 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	require.Less(t, largest, 8<<10, "a small request: the page's content, gzipped")
 	overview.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)))
 	require.Equal(t, "Resume auto-refresh", overview.texts(t, `[data-test="auto-refresh"]`)[0])
-	overview.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); performance.clearResourceTimings()`))
+	overview.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); `+markFetches))
 	paused := time.Now()
 
 	// The listing, a row selected for 6 s: nothing, and the row stays
@@ -96,7 +103,7 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	require.Equal(t, 1, listing.count(t, `[data-test="select"]:checked`), "the selection is kept")
 	listing.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
 		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`))
-	listing.eventually(t, 8*time.Second, `performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch")`, "refreshes once let go")
+	listing.eventually(t, 8*time.Second, `performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch" && e.startTime >= window.dlqSince)`, "refreshes once let go")
 
 	// The overview, paused for 6 s: nothing more was asked.
 	time.Sleep(time.Until(paused.Add(6 * time.Second)))
