@@ -69,16 +69,22 @@ func (b *bundle) controlWith(t *testing.T, tweak func(*control.Config, *oplayer.
 		require.NoError(t, c.Run(ctx))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	// The subscriber declares the queue; wait for it before sending.
-	dlqtest.Eventually(t, 10*time.Second, func() bool {
+	// The subscribers declare the queue and consume it; wait for all of
+	// them before sending. Declared is not enough: RabbitMQ 3.10 can
+	// answer a quorum queue's declaration before the queue runs, and a
+	// consumer's subscription then fails and takes its connection down
+	// (541 INTERNAL_ERROR, once in make test); a command sent meanwhile
+	// got no answer.
+	want := max(cfg.Consumers, 1)
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
 		ch, err := b.app.Channel()
 		if err != nil {
 			return false
 		}
 		defer ch.Close()
-		_, err = ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
-		return err == nil
-	}, "control queue %s not declared", queue)
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		return err == nil && q.Consumers >= want
+	}, "control queue %s not declared and consumed by %d", queue, want)
 	return queue
 }
 
