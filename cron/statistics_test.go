@@ -28,7 +28,7 @@ func TestStatisticsJobAnalysesGrownTables(t *testing.T) {
 		return countWhere(t, db, `SELECT analyze_count FROM pg_stat_user_tables WHERE relid = 'dead_messages'::regclass`)
 	}
 	before := analyses()
-	ingest(t, st, db, "orders", 300, 10)
+	dlqtest.ThroughClosedStore(t, dsn, func(other *store.Store) { ingest(t, other, db, "orders", 300, 10) })
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
 		return countWhere(t, db, `SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = 'dead_messages'::regclass`) >= 300
 	}, "the rows' statistics did not arrive")

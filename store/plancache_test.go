@@ -213,18 +213,14 @@ func TestRefreshStatisticsOnlyWhenStale(t *testing.T) {
 	for _, table := range analysed() { // what the migration and setup left
 		require.NotEqual(t, "dead_messages", table)
 	}
-	// batch stores n rows through a store of its own, closed at once: its
-	// backend's ending writes the rows' statistics, where st's would sit on
-	// them for up to PostgreSQL's idle interval (10 s) after a recent write.
+	// batch stores n rows through a store closed at once, so that their
+	// statistics arrive at once.
 	batch := func(from, n int) {
 		msgs := make([]store.NewMessage, n)
 		for i := range msgs {
 			msgs[i] = msg("orders", fmt.Sprintf("body %d", from+i), int64(from+i))
 		}
-		other, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 1, TextSearch: true})
-		require.NoError(t, err)
-		ingest(t, other, msgs...)
-		other.Close()
+		dlqtest.ThroughClosedStore(t, dsn, func(other *store.Store) { ingest(t, other, msgs...) })
 	}
 	batch(0, 40)
 	dlqtest.Eventually(t, 30*time.Second, func() bool { return stat("n_mod_since_analyze") >= 40 }, "statistics did not arrive")

@@ -140,6 +140,21 @@ func Store(t testing.TB) (*store.Store, string) {
 	return st, dsn
 }
 
+// ThroughClosedStore runs f on a store of its own on dsn's migrated schema,
+// closed as soon as f returns. A backend writes its table statistics
+// (pg_stat_user_tables) when it ends; one that goes on can hold them back
+// for PostgreSQL's idle interval (10 s) after a recent write. Tests that
+// wait for the statistics of the rows they store store them this way.
+func ThroughClosedStore(t testing.TB, dsn string, f func(*store.Store)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 1, TextSearch: true})
+	require.NoError(t, err)
+	defer st.Close()
+	f(st)
+}
+
 // IndexText writes the text search documents of every row waiting for
 // one (what dlq serve's indexer, package textindex, does in the
 // background), batch after batch until nothing waits, and returns how
