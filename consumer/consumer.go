@@ -214,6 +214,10 @@ func (c *Consumer) ConsumerTags() []string {
 // of stale ingest_inflight rows waits on it (see package store, "Stale
 // ingest batches").
 func (c *Consumer) WorkingSince() time.Time {
+	// A worker marks itself subscribed before it recomputes this, so in
+	// between Ready could say yes while the recorded time is still zero:
+	// recompute on read, and the two agree whenever they are asked.
+	c.updateUp()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.workingSince
