@@ -24,6 +24,14 @@ ARGS ?=
 # them instead of skipping them silently. Recursive (=), so it runs only when used.
 PKGS ?= $(shell $(GO) list -e ./... | grep -v -e '/tmp/' -e '/tmp$$')
 
+# The packages whose tests take a minute or more, longest first: go test starts
+# packages in the order given, two at a time (-p 2), so these start at once and the
+# small ones fill the gaps, instead of the longest starting last and running alone
+# (main suite 676 s in alphabetical order, 621 s in this one, on one warm cache).
+SLOW_PKGS = $(addprefix $(MODULE)/,store console api replay test/ingest cron consumer)
+TEST_PKGS = $(filter $(PKGS),$(SLOW_PKGS)) $(filter-out $(SLOW_PKGS),$(PKGS))
+MODULE = github.com/dlq/dlq
+
 # The packages with fault tests (a _test.go file built with the tag faults, not
 # !faults): the fault pass builds and links only their test binaries, one at a time.
 FAULT_PKGS ?= $(shell grep -rlE --include='*_test.go' '^//go:build.*[^!]faults' . | grep -v '^./tmp/' | xargs -rn1 dirname | sort -u)
@@ -93,7 +101,7 @@ run: services build
 test: services build
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags 'faults soak cluster tls' $(PKGS)
-	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -timeout 15m -p 2 $(PKGS)
+	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -timeout 15m -p 2 $(TEST_PKGS)
 	DLQ_TEST_DLQ_BIN=$(CURDIR)/bin/dlq $(GO) test -race -count=1 -tags faults -run 'Fault' -p 1 -timeout 20m $(FAULT_PKGS)
 
 # The cluster tests (build tag cluster, test/cluster): three dlq instances on one

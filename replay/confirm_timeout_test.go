@@ -1,4 +1,8 @@
-//go:build faults
+//go:build !faults
+
+// This file runs in the normal suite: it suspends only its own queue's
+// process, not a shared server. It is left out of the fault pass (-tags
+// faults -run Fault) so that its TestFault names do not make it run twice.
 
 package replay_test
 
@@ -25,6 +29,7 @@ import (
 // second copy that shares (x-dlq-id, x-dlq-replay-count) with the first,
 // as docs/REPLAY.md says.
 func TestFaultConfirmTimeoutUnknown(t *testing.T) {
+	t.Parallel()
 	const timeout = time.Second
 	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout, o.onUnknown = true, timeout, replay.OnUnknownHold })
 	q, resume := b.suspendedQueue(t)
@@ -94,6 +99,7 @@ func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 // copies with the same (x-dlq-id, x-dlq-replay-count) and each with its
 // own x-dlq-replay-id.
 func TestFaultConfirmTimeoutSentAgain(t *testing.T) {
+	t.Parallel()
 	const timeout = time.Second
 	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
 	q, resume := b.suspendedQueue(t)
