@@ -28,14 +28,13 @@ import (
 // queue).
 func newCron(t *testing.T, st *store.Store) *cron.Service {
 	t.Helper()
-	off := cron.ScheduleOff
 	policy := func(name string, queues ...string) cron.Policy {
 		return cron.Policy{Name: name, Queues: queues, Categories: []string{"transient"}, FirstDelay: time.Minute,
 			BackoffFactor: 5, MaxDelay: time.Hour, MaxAttempts: 3}
 	}
 	c, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-		Instance: "api-test", Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off, Backfills: off, Statistics: off},
+		Instance: "api-test", Schedules: cron.Only(cron.Schedules{}),
 		Policies: cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 	})
 	require.NoError(t, err)

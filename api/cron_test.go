@@ -71,7 +71,7 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 	require.NoError(t, rules.Validate())
 	svc, err := cron.New(cron.Config{
 		Store: st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "api-test",
-		Schedules: cron.Schedules{Summary: "@every 200ms", Cleanup: cron.ScheduleOff, Capacity: cron.ScheduleOff, Alerts: "@every 200ms"},
+		Schedules: cron.Only(cron.Schedules{Summary: "@every 200ms", Alerts: "@every 200ms"}),
 		Alerts:    cron.AlertsConfig{Rules: rules.RuleSet()},
 	})
 	require.NoError(t, err)

@@ -114,10 +114,8 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	b.authn, err = auth.New(auth.Config{AdminToken: tokAdmin, Tokens: o.tokens, RatePerSecond: -1,
 		FailureRate: o.failureRate, FailureBurst: o.failureBurst})
 	require.NoError(t, err)
-	off := cron.ScheduleOff
 	cr, err := cron.New(cron.Config{Store: b.st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "console-test",
-		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off,
-			Categories: off, Policies: off, Backfills: off, Statistics: off}})
+		Schedules: cron.Only(cron.Schedules{})})
 	require.NoError(t, err)
 	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, ApprovalAbove: o.approvalAbove,
 		Principals: b.authn.Principals, Logger: log})

@@ -168,7 +168,7 @@ alertmanagers: [{url: %q, generator_url: "http://dlq.test/api/v1/alerts"}]
 		svc, err := New(Config{
 			Store: st, Logger: testLogger(t), Registerer: reg, Instance: fmt.Sprintf("inst-%d", i),
 			LeaseTTL:  300 * time.Millisecond, // short, so the job moves between instances
-			Schedules: only(Schedules{Alerts: "@every 200ms"}),
+			Schedules: Only(Schedules{Alerts: "@every 200ms"}),
 			Alerts:    AlertsConfig{Rules: cfg.RuleSet(), Notifiers: ns, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
 		})
 		require.NoError(t, err)
@@ -309,7 +309,7 @@ webhooks: [{url: %q}]
 	require.NoError(t, err)
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: "approvals",
-		Schedules: only(Schedules{Alerts: "@every 100ms"}),
+		Schedules: Only(Schedules{Alerts: "@every 100ms"}),
 		Alerts:    AlertsConfig{Rules: cfg.RuleSet(), Notifiers: ns},
 	})
 	require.NoError(t, err)

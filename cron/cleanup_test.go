@@ -116,7 +116,7 @@ SELECT t.id, g FROM replay_tasks t, generate_series(1, 3) g WHERE t.created_at <
 	reg := prometheus.NewRegistry()
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: reg, Instance: "solo",
-		Schedules: only(Schedules{Cleanup: "@every 200ms"}),
+		Schedules: Only(Schedules{Cleanup: "@every 200ms"}),
 		Cleanup: cleanup.Config{
 			BatchSize: 4, // 13 replayed and 9 acknowledged take several batches
 			JobRunTTL: 7 * 24 * time.Hour,
@@ -192,7 +192,7 @@ rules:
 `)
 		svc, err := New(Config{
 			Store: st, Logger: testLogger(t), Registerer: reg, Instance: "solo",
-			Schedules: only(Schedules{Capacity: "@every 200ms", Alerts: "@every 200ms"}),
+			Schedules: Only(Schedules{Capacity: "@every 200ms", Alerts: "@every 200ms"}),
 			Cleanup:   cleanup.Config{BatchSize: 2, Capacity: c},
 			Alerts:    AlertsConfig{Rules: alertRules, Notifiers: webhookNotifiers(t, hook.URL)},
 		})

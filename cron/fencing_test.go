@@ -128,7 +128,7 @@ func newCleanupService(t *testing.T, st *store.Store, instance string) *Service 
 	t.Helper()
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: instance, LeaseTTL: time.Second,
-		Schedules: only(Schedules{Cleanup: "@every 200ms"}),
+		Schedules: Only(Schedules{Cleanup: "@every 200ms"}),
 		Cleanup: cleanup.Config{
 			Retention: map[string]time.Duration{store.StatusReplayed: time.Hour},
 			BatchSize: 5, Pause: 150 * time.Millisecond,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,23 +49,6 @@ type tWriter struct{ t testing.TB }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-// only returns s with every job it leaves unset switched off. A test
-// names the jobs it runs and gets no other: unset, a job runs at its
-// default "@every 1m", which fires on each minute boundary, and one that
-// takes row locks meanwhile (the backfills job walks the rows these
-// helpers store, which carry no death record) makes the tested job pass
-// over them (retention and eviction skip locked rows), so a test that
-// crossed a minute failed.
-func only(s Schedules) Schedules {
-	v := reflect.ValueOf(&s).Elem()
-	for i := range v.NumField() {
-		if f := v.Field(i); f.Kind() == reflect.String && f.String() == "" {
-			f.SetString(ScheduleOff)
-		}
-	}
-	return s
 }
 
 // ingest stores n pending messages of queue, each body bodySize bytes, and

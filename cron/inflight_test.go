@@ -71,7 +71,7 @@ func TestCleanupExpiresStaleInflight(t *testing.T) {
 	newSvc := func() *Service {
 		svc, err := New(Config{
 			Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: "solo",
-			Schedules: only(Schedules{Cleanup: "@every 200ms"}),
+			Schedules: Only(Schedules{Cleanup: "@every 200ms"}),
 			Cleanup: cleanup.Config{
 				BatchSize: 2, // three stale rows take two batches
 				Ingest:    ing, IngestInflightTTL: time.Hour,

@@ -35,7 +35,7 @@ func TestStatisticsJobAnalysesGrownTables(t *testing.T) {
 
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: prometheus.NewRegistry(), Instance: "solo",
-		Schedules: only(Schedules{Statistics: "@every 200ms"}),
+		Schedules: Only(Schedules{Statistics: "@every 200ms"}),
 	})
 	require.NoError(t, err)
 	svc.Start()

@@ -211,7 +211,7 @@ INSERT INTO queue_summary (source_queue, status, messages, bytes) VALUES ('ghost
 	reg := prometheus.NewRegistry()
 	svc, err := New(Config{
 		Store: st, Logger: testLogger(t), Registerer: reg, Instance: "solo",
-		Schedules: only(Schedules{Summary: "@every 200ms"}),
+		Schedules: Only(Schedules{Summary: "@every 200ms"}),
 		// A budget this small makes every run stop after one queue, so the
 		// pass crosses ticks through its saved cursor.
 		Summary: SummaryConfig{ReconcileInterval: 300 * time.Millisecond, Chunk: 8, Budget: time.Nanosecond},

@@ -252,7 +252,7 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		reg := prometheus.NewRegistry()
 		svc, err := cron.New(cron.Config{
 			Store: st, Logger: quiet, Registerer: reg, Instance: "bench",
-			Schedules: cron.Schedules{Summary: cron.ScheduleOff, Cleanup: "@every 100ms", Capacity: cron.ScheduleOff, Alerts: cron.ScheduleOff},
+			Schedules: cron.Only(cron.Schedules{Cleanup: "@every 100ms"}),
 			Cleanup:   cleanup.Config{BatchSize: o.batch, Pause: pause}, LeaseTTL: 30 * time.Second,
 		})
 		if err != nil {

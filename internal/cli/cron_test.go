@@ -32,7 +32,7 @@ func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
 	require.NoError(t, rules.Validate())
 	svc, err := cron.New(cron.Config{
 		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(), Instance: "cli-test",
-		Schedules: cron.Schedules{Summary: "@every 200ms", Cleanup: cron.ScheduleOff, Capacity: cron.ScheduleOff, Alerts: "@every 200ms"},
+		Schedules: cron.Only(cron.Schedules{Summary: "@every 200ms", Alerts: "@every 200ms"}),
 		Alerts:    cron.AlertsConfig{Rules: rules.RuleSet()},
 	})
 	require.NoError(t, err)

@@ -34,14 +34,13 @@ func recoveryServer(t *testing.T) (string, *store.Store, *pgxpool.Pool, []int64)
 	t.Helper()
 	st, dsn, ids := clitest.Seeded(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	off := cron.ScheduleOff
 	policy := func(name string, queues ...string) cron.Policy {
 		return cron.Policy{Name: name, Queues: queues, Categories: []string{"transient"}, FirstDelay: time.Minute,
 			BackoffFactor: 5, MaxDelay: time.Hour, MaxAttempts: 3, RatePerSecond: 200}
 	}
 	svc, err := cron.New(cron.Config{
 		Store: st, Logger: quiet, Registerer: prometheus.NewRegistry(), Instance: "cli-test",
-		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off, Backfills: off, Statistics: off},
+		Schedules: cron.Only(cron.Schedules{}),
 		Policies:  cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 	})
 	require.NoError(t, err)

@@ -18,14 +18,13 @@ import (
 // off) with two policies: orders-retry (queue orders) and everywhere.
 func withPolicies(t *testing.T) func(*ops.Config) {
 	return func(c *ops.Config) {
-		off := cron.ScheduleOff
 		policy := func(name string, queues ...string) cron.Policy {
 			return cron.Policy{Name: name, Queues: queues, Categories: []string{"transient"}, FirstDelay: time.Minute,
 				BackoffFactor: 2, MaxDelay: time.Hour, MaxAttempts: 3}
 		}
 		svc, err := cron.New(cron.Config{
 			Store: c.Store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(),
-			Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: off, Categories: off, Policies: off, Backfills: off, Statistics: off},
+			Schedules: cron.Only(cron.Schedules{}),
 			Policies:  cron.PoliciesConfig{Policies: []cron.Policy{policy("orders-retry", "orders"), policy("everywhere")}},
 		})
 		require.NoError(t, err)

@@ -143,13 +143,11 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 // interval until the test ends (or Stop).
 func (b *bundle) cronService(t *testing.T, instance string, reg prometheus.Registerer, interval string, policies ...cron.Policy) *cron.Service {
 	t.Helper()
-	off := cron.ScheduleOff
 	svc, err := cron.New(cron.Config{
 		Store: b.st, Logger: quiet(), Registerer: reg, Instance: instance, LeaseTTL: time.Second,
-		Schedules: cron.Schedules{Summary: off, Cleanup: off, Capacity: off, Alerts: interval, Categories: off, Policies: interval,
-			Backfills: off, Statistics: off},
-		Policies: cron.PoliciesConfig{Policies: policies},
-		Alerts:   cron.AlertsConfig{Rules: alerts.DefaultRuleSet()},
+		Schedules: cron.Only(cron.Schedules{Alerts: interval, Policies: interval}),
+		Policies:  cron.PoliciesConfig{Policies: policies},
+		Alerts:    cron.AlertsConfig{Rules: alerts.DefaultRuleSet()},
 	})
 	require.NoError(t, err)
 	svc.Start()

@@ -35,7 +35,7 @@ func main() {
 	defer st.Close()
 	svc, err := cron.New(cron.Config{
 		Store: st, Logger: log, Instance: *instance, LeaseTTL: *ttl,
-		Schedules: cron.Schedules{Summary: cron.ScheduleOff, Cleanup: *every, Capacity: cron.ScheduleOff, Alerts: cron.ScheduleOff},
+		Schedules: cron.Only(cron.Schedules{Cleanup: *every}),
 		Cleanup: cleanup.Config{
 			Retention: map[string]time.Duration{store.StatusReplayed: time.Hour},
 			BatchSize: *batch, Pause: *pause,
