@@ -69,8 +69,11 @@ type summaryDelta struct{ messages, bytes int64 }
 // succeeded; any error means the caller must not acknowledge the deliveries.
 // When the error came from COMMIT itself the outcome is unknown: call
 // BatchCommitted before trying again.
+//
+// Three steps, one transaction: sort the messages (a replayed message
+// returning to its record, a redelivery of a stored row, or new), COPY the
+// new ones, then register the batch and every counter it moved and commit.
 func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, error) {
-	res := IngestResult{Outcomes: make([]Outcome, len(b.Messages))}
 	enc, index, err := s.sealing(ctx)
 	if err != nil {
 		return IngestResult{}, fmt.Errorf("store: batch %d: %w", b.ID, err)
@@ -81,122 +84,26 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	deltas := make(map[summaryKey]summaryDelta)
-	// Failure group and hourly activity counters (groups.go, deltas.go).
-	groups := make(map[int64]*groupChange)
-	activity := make(map[activityKey]*activityDelta)
-	plain := make([]int, 0, len(b.Messages))
-	// Rows returned to record: a plain one's document changes; one sealed
-	// now (the store seals) may have had a document while it was plain.
-	var returned, resealed []int64
-	for i := range b.Messages {
-		m := &b.Messages[i]
-		switch {
-		case m.DLQID > 0:
-			out, err := returnToRecord(ctx, tx, m, deltas, groups, enc, index)
-			if err != nil {
-				return IngestResult{}, fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
-			}
-			if out == 0 {
-				plain = append(plain, i)
-				continue
-			}
-			res.Outcomes[i] = out
-			switch {
-			case out == OutcomeReturned && enc == nil:
-				returned = append(returned, m.DLQID)
-			case out == OutcomeReturned:
-				resealed = append(resealed, m.DLQID)
-			}
-		case m.Redelivered:
-			dup, err := matchRedelivery(ctx, tx, keyedFingerprint(index, m.Fingerprint), m.Returns, b.ID)
-			if err != nil {
-				return IngestResult{}, fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
-			}
-			if !dup {
-				plain = append(plain, i)
-				continue
-			}
-			res.Outcomes[i] = OutcomeDuplicate
-		default:
-			plain = append(plain, i)
-		}
+	w := &ingestTx{
+		s: s, tx: tx, b: &b, enc: enc, index: index,
+		res:    IngestResult{Outcomes: make([]Outcome, len(b.Messages))},
+		deltas: make(map[summaryKey]summaryDelta),
+		groups: make(map[int64]*groupChange),
+		plain:  make([]int, 0, len(b.Messages)),
 	}
-
-	if len(plain) > 0 {
-		groupIDs := make([]int64, len(plain))
-		for k, i := range plain {
-			groupIDs[k] = groupArrival(&b.Messages[i], groups, index)
-		}
-		// Sealed rows are bound to their ids, so those are reserved first.
-		var sealed []sealedRow
-		var ids []int64
-		if enc != nil {
-			if ids, err = nextMessageIDs(ctx, tx, len(plain)); err != nil {
-				return IngestResult{}, fmt.Errorf("store: batch %d: reserve %d ids: %w", b.ID, len(plain), err)
-			}
-			sealed = make([]sealedRow, len(plain))
-			for k, i := range plain {
-				if sealed[k], err = enc.sealMessage(index, ids[k], &b.Messages[i]); err != nil {
-					return IngestResult{}, fmt.Errorf("store: batch %d: seal message: %w", b.ID, err)
-				}
-			}
-		}
-		cols := ingestColumns
-		if sealed != nil {
-			cols = sealedIngestColumns
-		}
-		// pgconn's sending goroutine may still read after a failed COPY
-		// returns: the rows it reads are the batch's, which nothing
-		// changes.
-		r := newCopyReader(len(plain), func(c *copyBuf, k int) error {
-			m := &b.Messages[plain[k]]
-			if sealed != nil {
-				return copySealed(c, m, &sealed[k], index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
-			}
-			return s.copyPlain(c, m, b.ID, groupIDs[k])
-		})
-		if _, err := copyRows(ctx, tx, "dead_messages", cols, r); err != nil {
-			return IngestResult{}, fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
-		}
-		for _, i := range plain {
-			m := &b.Messages[i]
-			res.Outcomes[i] = OutcomeInserted
-			k := summaryKey{cleanText(m.SourceQueue), StatusPending}
-			d := deltas[k]
-			d.messages++
-			d.bytes += int64(len(m.Body))
-			deltas[k] = d
-		}
+	if err := w.sortMessages(ctx); err != nil {
+		return IngestResult{}, err
 	}
-
-	var batch pgx.Batch
-	batch.Queue(`INSERT INTO ingest_inflight (batch_id, consumer, rows) VALUES ($1, $2, $3)`,
-		b.ID, b.Consumer, len(plain))
-	if len(b.Confirmed) > 0 {
-		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
+	if err := w.copyNew(ctx); err != nil {
+		return IngestResult{}, err
 	}
-	if s.text && len(returned) > 0 {
-		// The text index's work is the indexer's (textindex.go): new
-		// rows wait above its mark; returned ones, whose documents
-		// change, are named in text_index_queue.
-		queueReturnedText(&batch, returned)
-	}
-	if len(resealed) > 0 {
-		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, resealed)
-	}
-	queueSummaryDeltas(&batch, deltas)
-	ingestActivity(activity, b.Messages, res.Outcomes)
-	queueActivityDeltas(&batch, activity)
-	if err := queueGroupChanges(&batch, groups, enc); err != nil {
-		return IngestResult{}, fmt.Errorf("store: batch %d: %w", b.ID, err)
-	}
-	if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
-		return IngestResult{}, fmt.Errorf("store: batch %d: register batch and summary: %w", b.ID, err)
+	if err := w.register(ctx); err != nil {
+		return IngestResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return IngestResult{}, fmt.Errorf("store: batch %d: commit: %w", b.ID, err)
 	}
+	res := w.res
 	for _, o := range res.Outcomes {
 		switch o {
 		case OutcomeInserted:
@@ -208,6 +115,156 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 		}
 	}
 	return res, nil
+}
+
+// ingestTx is one IngestBatch's transaction and what its steps gather
+// for the counters written at its end.
+type ingestTx struct {
+	s     *Store
+	tx    pgx.Tx
+	b     *IngestBatch
+	enc   *encState
+	index *crypt.Index
+	res   IngestResult
+	// Per source queue and status (summary), and per failure group
+	// (groups.go).
+	deltas map[summaryKey]summaryDelta
+	groups map[int64]*groupChange
+	// plain lists the messages (indexes into b.Messages) stored as new rows.
+	plain []int
+	// Rows returned to their records: a plain one's text document
+	// changes; one sealed now (the store seals) may have had a document
+	// while it was plain.
+	returned, resealed []int64
+}
+
+// sortMessages settles each message that is not new: a replayed message
+// whose record still exists returns to it, a redelivery of a row whose
+// acknowledgement is unconfirmed is a duplicate. The rest go to plain.
+func (w *ingestTx) sortMessages(ctx context.Context) error {
+	b := w.b
+	for i := range b.Messages {
+		m := &b.Messages[i]
+		switch {
+		case m.DLQID > 0:
+			out, err := returnToRecord(ctx, w.tx, m, w.deltas, w.groups, w.enc, w.index)
+			if err != nil {
+				return fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
+			}
+			if out == 0 {
+				w.plain = append(w.plain, i)
+				continue
+			}
+			w.res.Outcomes[i] = out
+			switch {
+			case out == OutcomeReturned && w.enc == nil:
+				w.returned = append(w.returned, m.DLQID)
+			case out == OutcomeReturned:
+				w.resealed = append(w.resealed, m.DLQID)
+			}
+		case m.Redelivered:
+			dup, err := matchRedelivery(ctx, w.tx, keyedFingerprint(w.index, m.Fingerprint), m.Returns, b.ID)
+			if err != nil {
+				return fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
+			}
+			if !dup {
+				w.plain = append(w.plain, i)
+				continue
+			}
+			w.res.Outcomes[i] = OutcomeDuplicate
+		default:
+			w.plain = append(w.plain, i)
+		}
+	}
+	return nil
+}
+
+// copyNew stores the plain messages as new rows in one COPY, sealed when
+// the store seals.
+func (w *ingestTx) copyNew(ctx context.Context) error {
+	b, plain := w.b, w.plain
+	if len(plain) == 0 {
+		return nil
+	}
+	groupIDs := make([]int64, len(plain))
+	for k, i := range plain {
+		groupIDs[k] = groupArrival(&b.Messages[i], w.groups, w.index)
+	}
+	// Sealed rows are bound to their ids, so those are reserved first.
+	var sealed []sealedRow
+	var ids []int64
+	if w.enc != nil {
+		var err error
+		if ids, err = nextMessageIDs(ctx, w.tx, len(plain)); err != nil {
+			return fmt.Errorf("store: batch %d: reserve %d ids: %w", b.ID, len(plain), err)
+		}
+		sealed = make([]sealedRow, len(plain))
+		for k, i := range plain {
+			if sealed[k], err = w.enc.sealMessage(w.index, ids[k], &b.Messages[i]); err != nil {
+				return fmt.Errorf("store: batch %d: seal message: %w", b.ID, err)
+			}
+		}
+	}
+	cols := ingestColumns
+	if sealed != nil {
+		cols = sealedIngestColumns
+	}
+	// pgconn's sending goroutine may still read after a failed COPY
+	// returns: the rows it reads are the batch's, which nothing changes.
+	r := newCopyReader(len(plain), func(c *copyBuf, k int) error {
+		m := &b.Messages[plain[k]]
+		if sealed != nil {
+			return copySealed(c, m, &sealed[k], w.index.Fingerprint(m.Fingerprint), b.ID, groupIDs[k], ids[k])
+		}
+		return w.s.copyPlain(c, m, b.ID, groupIDs[k])
+	})
+	if _, err := copyRows(ctx, w.tx, "dead_messages", cols, r); err != nil {
+		return fmt.Errorf("store: batch %d: copy %d rows: %w", b.ID, len(plain), err)
+	}
+	for _, i := range plain {
+		m := &b.Messages[i]
+		w.res.Outcomes[i] = OutcomeInserted
+		k := summaryKey{cleanText(m.SourceQueue), StatusPending}
+		d := w.deltas[k]
+		d.messages++
+		d.bytes += int64(len(m.Body))
+		w.deltas[k] = d
+	}
+	return nil
+}
+
+// register sends, in one round trip, the batch's entry in ingest_inflight
+// (which a redelivery of its rows is matched against), the confirmed
+// batches that leave it, the text index's entries for returned rows, and
+// the summary, activity and failure group counters.
+func (w *ingestTx) register(ctx context.Context) error {
+	b := w.b
+	var batch pgx.Batch
+	batch.Queue(`INSERT INTO ingest_inflight (batch_id, consumer, rows) VALUES ($1, $2, $3)`,
+		b.ID, b.Consumer, len(w.plain))
+	if len(b.Confirmed) > 0 {
+		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
+	}
+	if w.s.text && len(w.returned) > 0 {
+		// The text index's work is the indexer's (textindex.go): new
+		// rows wait above its mark; returned ones, whose documents
+		// change, are named in text_index_queue.
+		queueReturnedText(&batch, w.returned)
+	}
+	if len(w.resealed) > 0 {
+		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, w.resealed)
+	}
+	queueSummaryDeltas(&batch, w.deltas)
+	activity := make(map[activityKey]*activityDelta)
+	ingestActivity(activity, b.Messages, w.res.Outcomes)
+	queueActivityDeltas(&batch, activity)
+	if err := queueGroupChanges(&batch, w.groups, w.enc); err != nil {
+		return fmt.Errorf("store: batch %d: %w", b.ID, err)
+	}
+	if err := w.tx.SendBatch(ctx, &batch).Close(); err != nil {
+		return fmt.Errorf("store: batch %d: register batch and summary: %w", b.ID, err)
+	}
+	return nil
 }
 
 // BatchCommitted reports whether batch id was committed by an earlier
@@ -309,108 +366,6 @@ WHERE id = (SELECT id FROM dead_messages WHERE id = $1 AND ingest_batch = $2 FOR
 	return tag.RowsAffected() == 1, nil
 }
 
-// returnToRecord applies a replayed message's new death to its row. It
-// returns 0 when there is no such row (deleted since, or an x-dlq-id from
-// elsewhere whose body differs), in which case the caller inserts a new one.
-// A sealed row's body is compared without being read (RowKey.Matches), and
-// the row is sealed again under a new data key with its new death; a row
-// sealed while this store has no keys is never taken for the same body.
-func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange,
-	enc *encState, index *crypt.Index) (Outcome, error) {
-	var (
-		status, queue string
-		size          int64
-		lastReplayID  *string
-		sameBody      *bool
-		oldGroup      *int64
-		env           crypt.Envelope
-		keyID         *string
-		sealedBody    []byte
-	)
-	err := tx.QueryRow(ctx, `
-SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
-    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END
-FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes(m.Body)).
-		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	same := sameBody != nil && *sameBody
-	if keyID != nil {
-		env.KeyID = *keyID
-		if enc != nil {
-			if k, err := enc.ring.Unwrap(env); err == nil {
-				same = k.Matches(MessageRef(m.DLQID), crypt.FieldBody, sealedBody, nonNilBytes(m.Body))
-			}
-		}
-	}
-	if !same {
-		return 0, nil
-	}
-	if m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
-		return OutcomeDuplicate, nil
-	}
-	// The row keeps its source queue; its failure group follows the new death.
-	arrival := *m
-	arrival.SourceQueue = queue
-	newGroup := groupArrival(&arrival, groups, index)
-	if oldGroup != nil {
-		groupMove(groups, *oldGroup, status, "", 1)
-	}
-	const set = `
-    status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
-    failure_message = $6, properties = $7, headers = $8, failed_at = $9,
-    dead_letter_queue = $10, last_death_replay_id = $11,
-    replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
-    claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
-    search_hashes = $15, death_history = ` + appendDeathHistory + `, x_death = $17, category = $18`
-	if enc != nil {
-		r, err := enc.sealMessage(index, m.DLQID, m)
-		if err != nil {
-			return 0, err
-		}
-		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`,
-    message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23,
-    search_text = NULL, body_text_bytes = NULL
-WHERE id = $1`, planEachTime,
-			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
-			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-			nullText(m.ReplayID), m.ReplayCount, newGroup, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
-		if err != nil {
-			return 0, err
-		}
-	} else {
-		keys := SearchKeys(m)
-		// The body stays, and so does what of it is text
-		// (body_text_bytes); the header values are the new death's, which
-		// the indexer reads from the row (the caller queues it again).
-		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
-WHERE id = $1`, planEachTime,
-			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
-			nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
-			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category))
-		if err != nil {
-			return 0, err
-		}
-	}
-	old := summaryKey{queue, status}
-	d := deltas[old]
-	d.messages--
-	d.bytes -= size
-	deltas[old] = d
-	cur := summaryKey{queue, StatusPending}
-	d = deltas[cur]
-	d.messages++
-	d.bytes += size
-	deltas[cur] = d
-	return OutcomeReturned, nil
-}
-
 // keyedFingerprint is the fingerprint a row stores: keyed when the store
 // seals (index set).
 func keyedFingerprint(index *crypt.Index, fp int64) int64 {
@@ -419,28 +374,6 @@ func keyedFingerprint(index *crypt.Index, fp int64) int64 {
 	}
 	return index.Fingerprint(fp)
 }
-
-// DeathHistoryMax bounds dead_messages.death_history: a message that keeps
-// failing keeps its latest deaths, not an ever-growing row.
-const DeathHistoryMax = 50
-
-// appendDeathHistory is the new death_history of a row whose death is being
-// replaced ($16 is DeathHistoryMax): the old one with the replaced death
-// appended, oldest dropped beyond the bound. In an UPDATE's SET list the
-// columns still hold the row's old values, which is the death to keep.
-// failed_at is written in UTC, as the API writes times. x_death keeps the
-// replaced death's hops (the queues it died in, with their reasons and
-// counts): null for a row stored before ingest wrote the column, whose
-// hops are then not known.
-const appendDeathHistory = `(
-    SELECT jsonb_agg(h.e ORDER BY h.i)
-    FROM jsonb_array_elements(coalesce(death_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-        'failed_at', to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-        'reason', reason, 'death_count', death_count, 'dead_letter_queue', dead_letter_queue,
-        'failure_type', failure_type, 'failure_message', left(failure_message, 1000),
-        'x_death', x_death
-    ))) WITH ORDINALITY AS h(e, i)
-    WHERE h.i > jsonb_array_length(coalesce(death_history, '[]'::jsonb)) + 1 - $16)`
 
 // queueSummaryDeltas adds one upsert applying deltas to queue_summary. Keys
 // are sorted so that concurrent transactions lock summary rows in the same

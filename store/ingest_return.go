@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlq/dlq/crypt"
+)
+
+// A replayed message that dies again carries x-dlq-id: ingest returns it
+// to the row it was replayed from, with its new death, instead of storing
+// it a second time.
+
+// returnToRecord applies a replayed message's new death to its row. It
+// returns 0 when there is no such row (deleted since, or an x-dlq-id from
+// elsewhere whose body differs), in which case the caller inserts a new one.
+// A sealed row's body is compared without being read (RowKey.Matches), and
+// the row is sealed again under a new data key with its new death; a row
+// sealed while this store has no keys is never taken for the same body.
+func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange,
+	enc *encState, index *crypt.Index) (Outcome, error) {
+	var (
+		status, queue string
+		size          int64
+		lastReplayID  *string
+		sameBody      *bool
+		oldGroup      *int64
+		env           crypt.Envelope
+		keyID         *string
+		sealedBody    []byte
+	)
+	err := tx.QueryRow(ctx, `
+SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
+    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END
+FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes(m.Body)).
+		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	same := sameBody != nil && *sameBody
+	if keyID != nil {
+		env.KeyID = *keyID
+		if enc != nil {
+			if k, err := enc.ring.Unwrap(env); err == nil {
+				same = k.Matches(MessageRef(m.DLQID), crypt.FieldBody, sealedBody, nonNilBytes(m.Body))
+			}
+		}
+	}
+	if !same {
+		return 0, nil
+	}
+	if m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
+		return OutcomeDuplicate, nil
+	}
+	// The row keeps its source queue; its failure group follows the new death.
+	arrival := *m
+	arrival.SourceQueue = queue
+	newGroup := groupArrival(&arrival, groups, index)
+	if oldGroup != nil {
+		groupMove(groups, *oldGroup, status, "", 1)
+	}
+	const set = `
+    status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
+    failure_message = $6, properties = $7, headers = $8, failed_at = $9,
+    dead_letter_queue = $10, last_death_replay_id = $11,
+    replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
+    claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
+    search_hashes = $15, death_history = ` + appendDeathHistory + `, x_death = $17, category = $18`
+	if enc != nil {
+		r, err := enc.sealMessage(index, m.DLQID, m)
+		if err != nil {
+			return 0, err
+		}
+		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`,
+    message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23,
+    search_text = NULL, body_text_bytes = NULL
+WHERE id = $1`, planEachTime,
+			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
+			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
+			nullText(m.ReplayID), m.ReplayCount, newGroup, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
+			categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
+		if err != nil {
+			return 0, err
+		}
+	} else {
+		keys := SearchKeys(m)
+		// The body stays, and so does what of it is text
+		// (body_text_bytes); the header values are the new death's, which
+		// the indexer reads from the row (the caller queues it again).
+		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
+WHERE id = $1`, planEachTime,
+			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
+			nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
+			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
+			categoryOf(m.Category))
+		if err != nil {
+			return 0, err
+		}
+	}
+	old := summaryKey{queue, status}
+	d := deltas[old]
+	d.messages--
+	d.bytes -= size
+	deltas[old] = d
+	cur := summaryKey{queue, StatusPending}
+	d = deltas[cur]
+	d.messages++
+	d.bytes += size
+	deltas[cur] = d
+	return OutcomeReturned, nil
+}
+
+// DeathHistoryMax bounds dead_messages.death_history: a message that keeps
+// failing keeps its latest deaths, not an ever-growing row.
+const DeathHistoryMax = 50
+
+// appendDeathHistory is the new death_history of a row whose death is being
+// replaced ($16 is DeathHistoryMax): the old one with the replaced death
+// appended, oldest dropped beyond the bound. In an UPDATE's SET list the
+// columns still hold the row's old values, which is the death to keep.
+// failed_at is written in UTC, as the API writes times. x_death keeps the
+// replaced death's hops (the queues it died in, with their reasons and
+// counts): null for a row stored before ingest wrote the column, whose
+// hops are then not known.
+const appendDeathHistory = `(
+    SELECT jsonb_agg(h.e ORDER BY h.i)
+    FROM jsonb_array_elements(coalesce(death_history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'failed_at', to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'reason', reason, 'death_count', death_count, 'dead_letter_queue', dead_letter_queue,
+        'failure_type', failure_type, 'failure_message', left(failure_message, 1000),
+        'x_death', x_death
+    ))) WITH ORDINALITY AS h(e, i)
+    WHERE h.i > jsonb_array_length(coalesce(death_history, '[]'::jsonb)) + 1 - $16)`
