@@ -100,18 +100,9 @@ func (w *worker) session(ctx context.Context) error {
 	}
 	defer ch.Close()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch %d: %w", cfg.Prefetch, err)
-	}
-	deliveries, err := ch.Consume(w.queue, w.tag, false, false, false, false, nil)
+	deliveries, err := w.subscribe(ctx, ch)
 	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			// Our queue was deleted; bring it back before the next try.
-			derr := broker.DeclareOwnQueue(ctx, cfg.Conn, cfg.Exchange, w.queue, broker.OwnQueueArgs(cfg.Conn.ServerVersion()))
-			return errors.Join(fmt.Errorf("consume %q: %w", w.queue, err), derr)
-		}
-		return fmt.Errorf("consume %q: %w", w.queue, err)
+		return err
 	}
 	w.setSubscribed(true)
 
@@ -195,16 +186,15 @@ func (w *worker) session(ctx context.Context) error {
 			due = false
 			cur = w.newPending()
 		case d, ok := <-in:
+			if !ok && cancelled {
+				// Every delivery of this subscription was read: finish the
+				// batches and acknowledge them on the live channel, and
+				// keep it open until RabbitMQ applied the acks (settle.go).
+				err := finish(true)
+				w.c.awaitSettled(w.queue, stop, dead)
+				return err
+			}
 			if !ok {
-				if cancelled {
-					// Every delivery of this subscription was read: finish
-					// the batches and acknowledge them on the live channel,
-					// and keep it open until RabbitMQ applied the acks
-					// (settle.go).
-					err := finish(true)
-					w.c.awaitSettled(w.queue, stop, dead)
-					return err
-				}
 				finish(false)
 				select {
 				case <-dead:
@@ -246,6 +236,26 @@ func (w *worker) session(ctx context.Context) error {
 			ctx = context.Background()
 		}
 	}
+}
+
+// subscribe sets the channel's prefetch and starts consuming w's queue.
+// When the queue is gone (deleted by hand), it declares it again before
+// returning the error, so that the session's next try finds it.
+func (w *worker) subscribe(ctx context.Context, ch *amqp.Channel) (<-chan amqp.Delivery, error) {
+	cfg := &w.c.cfg
+	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("set prefetch %d: %w", cfg.Prefetch, err)
+	}
+	deliveries, err := ch.Consume(w.queue, w.tag, false, false, false, false, nil)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			derr := broker.DeclareOwnQueue(ctx, cfg.Conn, cfg.Exchange, w.queue, broker.OwnQueueArgs(cfg.Conn.ServerVersion()))
+			return nil, errors.Join(fmt.Errorf("consume %q: %w", w.queue, err), derr)
+		}
+		return nil, fmt.Errorf("consume %q: %w", w.queue, err)
+	}
+	return deliveries, nil
 }
 
 func (w *worker) newPending() *pending {
