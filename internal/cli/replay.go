@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,144 +23,24 @@ import (
 
 // Replay runs `dlq replay [flags] [id ...]`.
 func Replay(args []string) int {
-	var (
-		rf                             rpcFlags
-		sourceQueue, reason, status, q string
-		group, since, until, commandID string
-		startAt                        string
-		fields                         []string
-		category                       string
-		delay, canaryWait              time.Duration
-		limit, canary                  int
-		rate                           float64
-		toExchange, toKey, onUnknown   string
-		toExchangeSet                  bool
-		dryRun, force, wait, confirm   bool
-	)
-	cfg, _, fs, code := LoadConfig("replay", args, func(fs *flag.FlagSet) {
-		rf.register(fs)
-		fs.StringVar(&sourceQueue, "source-queue", "", "replay messages that died in this queue")
-		fs.StringVar(&reason, "reason", "", "... with this death reason (rejected, expired, maxlen, delivery_limit)")
-		fs.StringVar(&status, "status", "", "... with this status (default pending)")
-		fs.StringVar(&q, "q", "", "... matching this text search")
-		fs.StringVar(&group, "group", "", "... of this failure group")
-		fs.StringVar(&category, "category", "", "... of this failure category (transient, permanent, unknown, or a comma list)")
-		fs.StringVar(&since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
-		fs.StringVar(&until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
-		fs.Func("field", "... whose JSON body meets this condition, repeatable: path=value, path!=value, path<n, path? (see dlq ls -h)", func(s string) error {
-			fields = append(fields, s)
-			return nil
-		})
-		fs.IntVar(&limit, "limit", 0, "replay at most this many (oldest first)")
-		fs.Float64Var(&rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
-		fs.DurationVar(&delay, "delay", 0, "start after this long (e.g. 10m)")
-		fs.StringVar(&startAt, "start-at", "", "start at this time instead, RFC 3339 (e.g. 2026-05-02T02:00:00Z); the messages are selected now")
-		fs.Func("to-exchange", "publish to this exchange instead of each message's own (\"\" is the default exchange)", func(s string) error {
-			toExchange, toExchangeSet = s, true
-			return nil
-		})
-		fs.StringVar(&toKey, "to-routing-key", "", "... with this routing key")
-		fs.BoolVar(&dryRun, "dry-run", false, "count and sample what would be replayed; change nothing")
-		fs.IntVar(&canary, "canary", 0, "publish this many first, wait --canary-wait, and stop if any died again")
-		fs.DurationVar(&canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
-		fs.BoolVar(&force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
-		fs.StringVar(&onUnknown, "on-unknown", "", "a publish whose confirm never came: retry sends it again (same x-dlq-id and x-dlq-replay-count), hold never does (at most one copy); default replay.on_unknown (retry)")
-		fs.BoolVar(&wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
-		fs.BoolVar(&confirm, "confirm", false, "replay by filter more messages than the confirmation threshold (api.confirm_above)")
-		fs.StringVar(&commandID, "command-id", "", "the command's id (default: a new UUID); run again with the same id, the command is not repeated and its first answer is shown")
-		fs.Usage = func() {
-			fmt.Fprintln(fs.Output(), "usage: dlq replay [flags] [id ...]")
-			fmt.Fprintln(fs.Output(), "\nReplay messages by id, or by filter flags. Examples:")
-			fmt.Fprintln(fs.Output(), "  dlq replay 42")
-			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders")
-			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --reason rejected --since 1h --rate 50 --wait")
-			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --since 2026-05-01T10:00:00Z --until 2026-05-01T11:00:00Z --confirm")
-			fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --field customer.tier=gold --start-at 2026-05-02T02:00:00Z")
-			fmt.Fprintln(fs.Output(), "\nflags:")
-			fs.PrintDefaults()
-		}
-	})
+	var f replayFlags
+	cfg, _, fs, code := LoadConfig("replay", args, f.register)
 	if code >= 0 {
 		return code
 	}
-	// Ids may come before, between or after flags.
-	var ids []int64
-	for fs.NArg() > 0 {
-		for _, part := range strings.Split(fs.Arg(0), ",") {
-			if part == "" {
-				continue
-			}
-			id, err := strconv.ParseInt(part, 10, 64)
-			if err != nil || id <= 0 {
-				fmt.Fprintf(os.Stderr, "dlq replay: %q is not a message id\n", part)
-				return ExitUsage
-			}
-			ids = append(ids, id)
-		}
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return ExitUsage
-		}
-	}
-	switch onUnknown {
-	case "", replay.OnUnknownRetry, replay.OnUnknownHold:
-	default:
-		fmt.Fprintf(os.Stderr, "dlq replay: --on-unknown %q must be retry (send a publish whose outcome is unknown again) or hold (never)\n", onUnknown)
-		return ExitUsage
-	}
-	req := replay.Request{Limit: limit, RatePerSecond: rate, DryRun: dryRun, Force: force, OnUnknown: onUnknown}
-	filtered := sourceQueue != "" || reason != "" || status != "" || q != "" || group != "" || category != "" || since != "" || until != "" ||
-		len(fields) > 0
-	switch {
-	case len(ids) > 0 && filtered:
-		fmt.Fprintln(os.Stderr, "dlq replay: give ids or filter flags, not both")
-		return ExitUsage
-	case len(ids) > 0:
-		req.IDs = ids
-	case filtered:
-		f := &store.Filter{SourceQueue: sourceQueue, Reason: reason, Status: status, Query: q, Group: group, Category: category, Fields: fields}
-		now := time.Now()
-		var err error
-		if f.FailedAfter, err = when("since", since, now); err != nil {
+	ids, err := replayIDs(fs)
+	if err != nil {
+		if !errors.Is(err, errFlagsReported) {
 			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
-			return ExitUsage
 		}
-		if f.FailedBefore, err = when("until", until, now); err != nil {
-			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
-			return ExitUsage
-		}
-		if f.FailedAfter != nil && f.FailedBefore != nil && !f.FailedAfter.Before(*f.FailedBefore) {
-			fmt.Fprintf(os.Stderr, "dlq replay: --since (%s) must be before --until (%s)\n",
-				f.FailedAfter.Format(time.RFC3339), f.FailedBefore.Format(time.RFC3339))
-			return ExitUsage
-		}
-		req.Filter = f
-	default:
-		fmt.Fprintln(os.Stderr, "dlq replay: say what to replay: message ids, or filter flags such as --source-queue (see dlq replay -h)")
 		return ExitUsage
 	}
-	if delay < 0 || delay%time.Second != 0 {
-		fmt.Fprintln(os.Stderr, "dlq replay: --delay must be a whole number of seconds >= 0")
+	req, err := f.request(ids, time.Now())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
 		return ExitUsage
 	}
-	req.DelaySeconds = int(delay / time.Second)
-	if startAt != "" {
-		at, err := time.Parse(time.RFC3339, startAt)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dlq replay: --start-at %q: use an RFC 3339 time such as 2026-05-02T02:00:00Z\n", startAt)
-			return ExitUsage
-		}
-		if delay != 0 {
-			fmt.Fprintln(os.Stderr, "dlq replay: give --delay or --start-at, not both")
-			return ExitUsage
-		}
-		req.StartAt = &at
-	}
-	if toExchangeSet || toKey != "" {
-		req.Target = &replay.Target{Exchange: toExchange, RoutingKey: toKey}
-	}
-	if canary > 0 {
-		req.Canary = &replay.Canary{Count: canary, WaitSeconds: int(canaryWait.Round(time.Second) / time.Second)}
-	}
+	rf := f.rf
 
 	ctx, stop := signalContext()
 	defer stop()
@@ -168,7 +49,7 @@ func Replay(args []string) int {
 		return code
 	}
 	defer c.Close()
-	res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplay, CommandID: commandID, Request: req, Confirm: confirm}, rf.timeout)
+	res, code := send(ctx, "replay", c, control.Command{Command: control.CmdReplay, CommandID: f.commandID, Request: req, Confirm: f.confirm}, rf.timeout)
 	if code >= 0 {
 		return code
 	}
@@ -194,7 +75,7 @@ func Replay(args []string) int {
 			}
 		}
 		return ExitOK
-	case !wait:
+	case !f.wait:
 		if rf.json {
 			printJSON(res)
 		} else {
@@ -204,6 +85,157 @@ func Replay(args []string) int {
 		return ExitOK
 	}
 	return waitTask(ctx, c, task, rf)
+}
+
+// replayFlags are dlq replay's flags.
+type replayFlags struct {
+	rf                             rpcFlags
+	sourceQueue, reason, status, q string
+	group, since, until, commandID string
+	startAt                        string
+	fields                         []string
+	category                       string
+	delay, canaryWait              time.Duration
+	limit, canary                  int
+	rate                           float64
+	toExchange, toKey, onUnknown   string
+	toExchangeSet                  bool
+	dryRun, force, wait, confirm   bool
+}
+
+func (f *replayFlags) register(fs *flag.FlagSet) {
+	f.rf.register(fs)
+	fs.StringVar(&f.sourceQueue, "source-queue", "", "replay messages that died in this queue")
+	fs.StringVar(&f.reason, "reason", "", "... with this death reason (rejected, expired, maxlen, delivery_limit)")
+	fs.StringVar(&f.status, "status", "", "... with this status (default pending)")
+	fs.StringVar(&f.q, "q", "", "... matching this text search")
+	fs.StringVar(&f.group, "group", "", "... of this failure group")
+	fs.StringVar(&f.category, "category", "", "... of this failure category (transient, permanent, unknown, or a comma list)")
+	fs.StringVar(&f.since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
+	fs.StringVar(&f.until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
+	fs.Func("field", "... whose JSON body meets this condition, repeatable: path=value, path!=value, path<n, path? (see dlq ls -h)", func(s string) error {
+		f.fields = append(f.fields, s)
+		return nil
+	})
+	fs.IntVar(&f.limit, "limit", 0, "replay at most this many (oldest first)")
+	fs.Float64Var(&f.rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
+	fs.DurationVar(&f.delay, "delay", 0, "start after this long (e.g. 10m)")
+	fs.StringVar(&f.startAt, "start-at", "", "start at this time instead, RFC 3339 (e.g. 2026-05-02T02:00:00Z); the messages are selected now")
+	fs.Func("to-exchange", "publish to this exchange instead of each message's own (\"\" is the default exchange)", func(s string) error {
+		f.toExchange, f.toExchangeSet = s, true
+		return nil
+	})
+	fs.StringVar(&f.toKey, "to-routing-key", "", "... with this routing key")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "count and sample what would be replayed; change nothing")
+	fs.IntVar(&f.canary, "canary", 0, "publish this many first, wait --canary-wait, and stop if any died again")
+	fs.DurationVar(&f.canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
+	fs.BoolVar(&f.force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
+	fs.StringVar(&f.onUnknown, "on-unknown", "", "a publish whose confirm never came: retry sends it again (same x-dlq-id and x-dlq-replay-count), hold never does (at most one copy); default replay.on_unknown (retry)")
+	fs.BoolVar(&f.wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
+	fs.BoolVar(&f.confirm, "confirm", false, "replay by filter more messages than the confirmation threshold (api.confirm_above)")
+	fs.StringVar(&f.commandID, "command-id", "", "the command's id (default: a new UUID); run again with the same id, the command is not repeated and its first answer is shown")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: dlq replay [flags] [id ...]")
+		fmt.Fprintln(fs.Output(), "\nReplay messages by id, or by filter flags. Examples:")
+		fmt.Fprintln(fs.Output(), "  dlq replay 42")
+		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders")
+		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --reason rejected --since 1h --rate 50 --wait")
+		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --since 2026-05-01T10:00:00Z --until 2026-05-01T11:00:00Z --confirm")
+		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --field customer.tier=gold --start-at 2026-05-02T02:00:00Z")
+		fmt.Fprintln(fs.Output(), "\nflags:")
+		fs.PrintDefaults()
+	}
+}
+
+// errFlagsReported marks a flag error the flag package has already
+// printed, with the usage.
+var errFlagsReported = errors.New("flags")
+
+// replayIDs reads the message ids, which may come before, between or after
+// the flags, each argument one id or a comma list.
+func replayIDs(fs *flag.FlagSet) ([]int64, error) {
+	var ids []int64
+	for fs.NArg() > 0 {
+		for _, part := range strings.Split(fs.Arg(0), ",") {
+			if part == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(part, 10, 64)
+			if err != nil || id <= 0 {
+				return nil, fmt.Errorf("%q is not a message id", part)
+			}
+			ids = append(ids, id)
+		}
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return nil, fmt.Errorf("%w: %w", errFlagsReported, err)
+		}
+	}
+	return ids, nil
+}
+
+// request is the replay the flags and ids ask for; its error says which
+// flag is wrong and how to give it.
+func (f *replayFlags) request(ids []int64, now time.Time) (replay.Request, error) {
+	switch f.onUnknown {
+	case "", replay.OnUnknownRetry, replay.OnUnknownHold:
+	default:
+		return replay.Request{}, fmt.Errorf("--on-unknown %q must be retry (send a publish whose outcome is unknown again) or hold (never)", f.onUnknown)
+	}
+	req := replay.Request{Limit: f.limit, RatePerSecond: f.rate, DryRun: f.dryRun, Force: f.force, OnUnknown: f.onUnknown}
+	filtered := f.sourceQueue != "" || f.reason != "" || f.status != "" || f.q != "" || f.group != "" || f.category != "" ||
+		f.since != "" || f.until != "" || len(f.fields) > 0
+	switch {
+	case len(ids) > 0 && filtered:
+		return replay.Request{}, errors.New("give ids or filter flags, not both")
+	case len(ids) > 0:
+		req.IDs = ids
+	case filtered:
+		filter, err := f.filter(now)
+		if err != nil {
+			return replay.Request{}, err
+		}
+		req.Filter = filter
+	default:
+		return replay.Request{}, errors.New("say what to replay: message ids, or filter flags such as --source-queue (see dlq replay -h)")
+	}
+	if f.delay < 0 || f.delay%time.Second != 0 {
+		return replay.Request{}, errors.New("--delay must be a whole number of seconds >= 0")
+	}
+	req.DelaySeconds = int(f.delay / time.Second)
+	if f.startAt != "" {
+		at, err := time.Parse(time.RFC3339, f.startAt)
+		if err != nil {
+			return replay.Request{}, fmt.Errorf("--start-at %q: use an RFC 3339 time such as 2026-05-02T02:00:00Z", f.startAt)
+		}
+		if f.delay != 0 {
+			return replay.Request{}, errors.New("give --delay or --start-at, not both")
+		}
+		req.StartAt = &at
+	}
+	if f.toExchangeSet || f.toKey != "" {
+		req.Target = &replay.Target{Exchange: f.toExchange, RoutingKey: f.toKey}
+	}
+	if f.canary > 0 {
+		req.Canary = &replay.Canary{Count: f.canary, WaitSeconds: int(f.canaryWait.Round(time.Second) / time.Second)}
+	}
+	return req, nil
+}
+
+// filter is the selection of the filter flags.
+func (f *replayFlags) filter(now time.Time) (*store.Filter, error) {
+	filter := &store.Filter{SourceQueue: f.sourceQueue, Reason: f.reason, Status: f.status, Query: f.q, Group: f.group, Category: f.category, Fields: f.fields}
+	var err error
+	if filter.FailedAfter, err = when("since", f.since, now); err != nil {
+		return nil, err
+	}
+	if filter.FailedBefore, err = when("until", f.until, now); err != nil {
+		return nil, err
+	}
+	if filter.FailedAfter != nil && filter.FailedBefore != nil && !filter.FailedAfter.Before(*filter.FailedBefore) {
+		return nil, fmt.Errorf("--since (%s) must be before --until (%s)",
+			filter.FailedAfter.Format(time.RFC3339), filter.FailedBefore.Format(time.RFC3339))
+	}
+	return filter, nil
 }
 
 // when reads --since and --until: a duration ago, or an RFC 3339 time.

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"flag"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/replay"
+)
+
+// parseReplay runs dlq replay's flags and ids through what Replay does
+// before it sends the command.
+func parseReplay(t *testing.T, args ...string) (replay.Request, error) {
+	t.Helper()
+	var f replayFlags
+	fs := flag.NewFlagSet("dlq replay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return replay.Request{}, err
+	}
+	ids, err := replayIDs(fs)
+	if err != nil {
+		return replay.Request{}, err
+	}
+	return f.request(ids, time.Date(2026, 5, 2, 12, 0, 0, 0, time.UTC))
+}
+
+func TestReplayFlagsRequest(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ids before, between and after flags, comma lists too", func(t *testing.T) {
+		req, err := parseReplay(t, "7", "--rate", "50", "8,9", "--limit", "2", "10")
+		require.NoError(t, err)
+		require.Equal(t, []int64{7, 8, 9, 10}, req.IDs)
+		require.Equal(t, 50.0, req.RatePerSecond)
+		require.Equal(t, 2, req.Limit)
+		require.Nil(t, req.Filter)
+	})
+
+	t.Run("a filter with times ago and RFC 3339", func(t *testing.T) {
+		req, err := parseReplay(t, "--source-queue", "orders", "--since", "1h", "--until", "2026-05-02T11:30:00Z",
+			"--field", "customer.tier=gold", "--field", "total>10")
+		require.NoError(t, err)
+		require.NotNil(t, req.Filter)
+		require.Equal(t, "orders", req.Filter.SourceQueue)
+		require.Equal(t, []string{"customer.tier=gold", "total>10"}, req.Filter.Fields)
+		require.Equal(t, time.Date(2026, 5, 2, 11, 0, 0, 0, time.UTC), req.Filter.FailedAfter.UTC())
+		require.Equal(t, time.Date(2026, 5, 2, 11, 30, 0, 0, time.UTC), req.Filter.FailedBefore.UTC())
+	})
+
+	t.Run("target, canary, delay and on-unknown", func(t *testing.T) {
+		req, err := parseReplay(t, "--to-exchange", "", "--to-routing-key", "orders.retry", "--canary", "5",
+			"--canary-wait", "1500ms", "--delay", "10m", "--on-unknown", "hold", "42")
+		require.NoError(t, err)
+		require.Equal(t, &replay.Target{Exchange: "", RoutingKey: "orders.retry"}, req.Target)
+		require.Equal(t, &replay.Canary{Count: 5, WaitSeconds: 2}, req.Canary)
+		require.Equal(t, 600, req.DelaySeconds)
+		require.Equal(t, replay.OnUnknownHold, req.OnUnknown)
+	})
+
+	t.Run("no target unless asked", func(t *testing.T) {
+		req, err := parseReplay(t, "42")
+		require.NoError(t, err)
+		require.Nil(t, req.Target)
+		require.Nil(t, req.Canary)
+		require.Empty(t, req.OnUnknown, "the server's default (replay.on_unknown) applies")
+	})
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "say what to replay"},
+		{[]string{"42", "--source-queue", "orders"}, "give ids or filter flags, not both"},
+		{[]string{"42,x"}, `"x" is not a message id`},
+		{[]string{"-3"}, "flag provided but not defined"},
+		{[]string{"0"}, `"0" is not a message id`},
+		{[]string{"--on-unknown", "maybe", "42"}, `--on-unknown "maybe" must be retry`},
+		{[]string{"--source-queue", "orders", "--since", "yesterday"}, `--since "yesterday": use an RFC 3339 time`},
+		{[]string{"--source-queue", "orders", "--since", "1h", "--until", "2h"}, "--since (2026-05-02T11:00:00Z) must be before --until (2026-05-02T10:00:00Z)"},
+		{[]string{"--delay", "1500ms", "42"}, "--delay must be a whole number of seconds"},
+		{[]string{"--delay", "-1s", "42"}, "--delay must be a whole number of seconds"},
+		{[]string{"--start-at", "tomorrow", "42"}, `--start-at "tomorrow": use an RFC 3339 time`},
+		{[]string{"--start-at", "2026-05-02T02:00:00Z", "--delay", "1m", "42"}, "give --delay or --start-at, not both"},
+	} {
+		_, err := parseReplay(t, tc.args...)
+		require.ErrorContains(t, err, tc.want, "dlq replay %q", tc.args)
+	}
+}
