@@ -95,19 +95,16 @@ func runExport(args []string, env cliEnv) int {
 	if output != "" {
 		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 		if resume {
-			last, done, size, err := exportTail(output)
+			after, complete, err := resumeExportFile(output)
 			if err != nil {
 				return c.fail(err)
 			}
-			if done {
+			if complete {
 				fmt.Fprintf(env.stderr, "dlq export: %s is a complete export already\n", output)
 				return ExitOK
 			}
-			if err := os.Truncate(output, size); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return c.fail(err)
-			}
-			if last > 0 {
-				cursor = strconv.FormatInt(last, 10)
+			if after > 0 {
+				cursor = strconv.FormatInt(after, 10)
 			}
 			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
 		}
@@ -128,41 +125,10 @@ func runExport(args []string, env cliEnv) int {
 		return c.fail(err)
 	}
 	defer resp.Body.Close()
-	w := bufio.NewWriterSize(out, 256<<10)
-	r := bufio.NewReaderSize(resp.Body, 256<<10)
-	var (
-		n    int64
-		last int64
-		done bool
-		buf  []byte
-	)
-	for !done {
-		buf, err = readLine(r, buf[:0])
-		if len(buf) > 0 && (err == nil || errors.Is(err, io.EOF) && json.Valid(buf)) {
-			var l struct {
-				ID     int64           `json:"id"`
-				Export json.RawMessage `json:"export"`
-			}
-			if json.Unmarshal(buf, &l) != nil {
-				break
-			}
-			if _, werr := w.Write(append(buf, '\n')); werr != nil {
-				fmt.Fprintf(env.stderr, "dlq export: %v\n", werr)
-				return ExitFailure
-			}
-			if l.Export != nil && l.ID == 0 {
-				done = true
-			} else {
-				n++
-				last = l.ID
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	if err := w.Flush(); err != nil {
-		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
+	n, last, done, err := copyExport(out, resp.Body)
+	var werr *exportWriteError
+	if errors.As(err, &werr) {
+		fmt.Fprintf(env.stderr, "dlq export: %v\n", werr.err)
 		return ExitFailure
 	}
 	if !done {
@@ -176,6 +142,65 @@ func runExport(args []string, env cliEnv) int {
 	}
 	fmt.Fprintf(env.stderr, "exported %s messages\n", thousands(n))
 	return ExitOK
+}
+
+// resumeExportFile prepares the export already in path to be continued:
+// it cuts the file after its last complete line and returns that line's
+// message id to continue after (0 when it holds none). complete reports
+// an export that has its end line already, which is left as it is.
+func resumeExportFile(path string) (after int64, complete bool, err error) {
+	last, done, size, err := exportTail(path)
+	if err != nil || done {
+		return 0, done, err
+	}
+	if err := os.Truncate(path, size); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, false, err
+	}
+	return last, false, nil
+}
+
+// exportWriteError is a failure to write the export out, not to read it.
+type exportWriteError struct{ err error }
+
+func (e *exportWriteError) Error() string { return e.err.Error() }
+
+// copyExport copies an export's JSON Lines from r to out, each complete
+// line as it came. It counts the messages and keeps the last one's id,
+// and reports done when the end line (an export object with no id) came:
+// without it the export was cut, and err says by what (nil when the
+// stream just ended, or at a line that is not an export's).
+func copyExport(out io.Writer, r io.Reader) (n, last int64, done bool, err error) {
+	w := bufio.NewWriterSize(out, 256<<10)
+	br := bufio.NewReaderSize(r, 256<<10)
+	var buf []byte
+	for !done {
+		buf, err = readLine(br, buf[:0])
+		if len(buf) > 0 && (err == nil || errors.Is(err, io.EOF) && json.Valid(buf)) {
+			var l struct {
+				ID     int64           `json:"id"`
+				Export json.RawMessage `json:"export"`
+			}
+			if json.Unmarshal(buf, &l) != nil {
+				break
+			}
+			if _, werr := w.Write(append(buf, '\n')); werr != nil {
+				return n, last, false, &exportWriteError{werr}
+			}
+			if l.Export != nil && l.ID == 0 {
+				done = true
+			} else {
+				n++
+				last = l.ID
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if ferr := w.Flush(); ferr != nil {
+		return n, last, false, &exportWriteError{ferr}
+	}
+	return n, last, done, err
 }
 
 func cmpErr(err error) error {
