@@ -30,7 +30,8 @@ PKGS ?= $(shell $(GO) list -e ./... | grep -v -e '/tmp/' -e '/tmp$$')
 # (main suite 676 s in alphabetical order, 621 s in this one, on one warm cache).
 SLOW_PKGS = $(addprefix $(MODULE)/,store console api replay test/ingest cron consumer)
 TEST_PKGS = $(filter $(PKGS),$(SLOW_PKGS)) $(filter-out $(SLOW_PKGS),$(PKGS))
-MODULE = github.com/dlq/dlq
+# The module path, from go.mod.
+MODULE = $(shell $(GO) list -m)
 
 # The packages with fault tests (a _test.go file built with the tag faults, not
 # !faults): the fault pass builds and links only their test binaries, one at a time.
