@@ -92,6 +92,13 @@ func TestCLIAgainstLiveServer(t *testing.T) {
 	code, out, _ = cli(t, url, admin, runActionCmd("ack"), "--queue", "orders", "--dry-run")
 	require.Equal(t, ExitOK, code)
 	require.Contains(t, out, "dry run: 3 messages would be acknowledged")
+	// dlq replay's spellings of the filter select the same; a category alone is a filter.
+	code, out, errOut = cli(t, url, admin, runActionCmd("ack"), "--source-queue", "orders", "--since", "1h", "--dry-run")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "dry run: 3 messages would be acknowledged")
+	code, out, errOut = cli(t, url, admin, runActionCmd("ack"), "--category", "transient,permanent,unknown", "--dry-run")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "dry run: 5 messages would be acknowledged")
 	code, _, errOut = cli(t, url, admin, runActionCmd("ack"), "--queue", "orders", "--status", "all")
 	require.Equal(t, ExitOK, code, errOut)
 	code, _, errOut = cli(t, url, admin, runActionCmd("rm"), "--status", "all")

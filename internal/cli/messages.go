@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -29,28 +30,78 @@ func Ack(args []string) int { return runAction("ack", args, osEnv()) }
 // Rm runs `dlq rm`: delete messages by id or filter.
 func Rm(args []string) int { return runAction("rm", args, osEnv()) }
 
-// filterFlags are the message filters of ls, ack, rm and export.
+// filterFlags are the message filters of ls, ack, rm, export and replay, one
+// definition for all five. The queue and the time range have two spellings:
+// dlq replay named them --source-queue, --since and --until, the others
+// --queue, --after and --before. Every command takes both, so that scripts
+// written for either keep working and neither name is a trap.
 type filterFlags struct {
-	status, queue, reason, category, group, q, after, before string
-	fields                                                   []string
+	status, queue, reason, category, group, q string
+	after, before                             timeFlag
+	fields                                    []string
+}
+
+// timeFlag is a time flag's text and the name it was given under, so that
+// an error names the flag the user typed.
+type timeFlag struct{ text, name string }
+
+// set returns the flag function that records the text under name.
+func (t *timeFlag) set(name string) func(string) error {
+	return func(s string) error {
+		t.text, t.name = s, name
+		return nil
+	}
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
+	queue := func(s string) error { f.queue = s; return nil }
 	fs.StringVar(&f.status, "status", "", "status: pending (default), replaying, replayed, acknowledged, a comma list, or all")
-	fs.StringVar(&f.queue, "queue", "", "source queue")
+	fs.Func("queue", "the source queue, where the messages died, by `name`", queue)
+	fs.Func("source-queue", "the same as --queue `name`", queue)
 	fs.StringVar(&f.reason, "reason", "", "death reason: rejected, expired, maxlen, delivery_limit")
 	fs.StringVar(&f.category, "category", "", "failure category: transient, permanent, unknown (or a comma list)")
 	fs.StringVar(&f.group, "group", "", "failure group id (see dlq groups)")
 	fs.StringVar(&f.q, "q", "", "search every queue: ids and header values whole, failure text, words (a phrase; a trailing * makes the last word a prefix) of failure type/message/stack, header values and text bodies; byte substrings of bodies with --queue")
-	fs.StringVar(&f.after, "after", "", "failed at or after: RFC 3339 time, or a duration ago (24h)")
-	fs.StringVar(&f.before, "before", "", "failed before: RFC 3339 time, or a duration ago")
-	fs.Func("field", "a condition on JSON bodies, repeatable: path=value, path!=value, path<n, path>=n, path? (exists); "+
+	fs.Func("after", "failed at or after this `time`: RFC 3339, or a duration ago (24h)", f.after.set("after"))
+	fs.Func("since", "the same as --after `time`", f.after.set("since"))
+	fs.Func("before", "failed before this `time`: RFC 3339, or a duration ago", f.before.set("before"))
+	fs.Func("until", "the same as --before `time`", f.before.set("until"))
+	fs.Func("field", "a `condition` on JSON bodies, repeatable: path=value, path!=value, path<n, path>=n, path? (exists); "+
 		"e.g. customer.tier=gold (needs --queue, --after, --group or --q besides)", func(s string) error {
 		f.fields = append(f.fields, s)
 		return nil
 	})
 }
 
+// times reads the time range; its errors name the flags as they were given.
+func (f *filterFlags) times(now time.Time) (after, before *time.Time, err error) {
+	if after, err = when(cmp.Or(f.after.name, "after"), f.after.text, now); err != nil {
+		return nil, nil, err
+	}
+	if before, err = when(cmp.Or(f.before.name, "before"), f.before.text, now); err != nil {
+		return nil, nil, err
+	}
+	if after != nil && before != nil && !after.Before(*before) {
+		return nil, nil, fmt.Errorf("--%s (%s) must be before --%s (%s)",
+			f.after.name, after.Format(time.RFC3339), f.before.name, before.Format(time.RFC3339))
+	}
+	return after, before, nil
+}
+
+// when reads a time flag, as timeArg does, into a time; nil when not given.
+func when(name, s string, now time.Time) (*time.Time, error) {
+	v, err := timeArg(name, s, now)
+	if err != nil || v == "" {
+		return nil, err
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %q: %w", name, s, err)
+	}
+	return &t, nil
+}
+
+// query is the filter as the API's query parameters (ls, export).
 func (f *filterFlags) query(now time.Time) (url.Values, error) {
 	v := url.Values{}
 	for k, s := range map[string]string{"status": f.status, "source_queue": f.queue, "reason": f.reason, "category": f.category, "group": f.group, "q": f.q} {
@@ -58,19 +109,15 @@ func (f *filterFlags) query(now time.Time) (url.Values, error) {
 			v.Set(k, s)
 		}
 	}
-	after, err := timeArg("after", f.after, now)
+	after, before, err := f.times(now)
 	if err != nil {
 		return nil, err
 	}
-	before, err := timeArg("before", f.before, now)
-	if err != nil {
-		return nil, err
+	if after != nil {
+		v.Set("failed_after", after.Format(time.RFC3339))
 	}
-	if after != "" {
-		v.Set("failed_after", after)
-	}
-	if before != "" {
-		v.Set("failed_before", before)
+	if before != nil {
+		v.Set("failed_before", before.Format(time.RFC3339))
 	}
 	for _, field := range f.fields {
 		v.Add("field", field)
@@ -78,7 +125,7 @@ func (f *filterFlags) query(now time.Time) (url.Values, error) {
 	return v, nil
 }
 
-// filter is the JSON filter of a bulk action.
+// filter is the JSON filter of a bulk action (ack, rm).
 func (f *filterFlags) filter(now time.Time) (map[string]any, error) {
 	v, err := f.query(now)
 	if err != nil {
@@ -95,9 +142,20 @@ func (f *filterFlags) filter(now time.Time) (map[string]any, error) {
 	return out, nil
 }
 
+// storeFilter is the filter as the control queue's replay command takes it.
+func (f *filterFlags) storeFilter(now time.Time) (*store.Filter, error) {
+	after, before, err := f.times(now)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Filter{SourceQueue: f.queue, Reason: f.reason, Status: f.status, Query: f.q, Group: f.group,
+		Category: f.category, Fields: f.fields, FailedAfter: after, FailedBefore: before}, nil
+}
+
+// empty says no filter flag was given.
 func (f *filterFlags) empty() bool {
-	return f.status == "" && f.queue == "" && f.reason == "" && f.group == "" && f.q == "" && f.after == "" &&
-		f.before == "" && len(f.fields) == 0
+	return f.status == "" && f.queue == "" && f.reason == "" && f.category == "" && f.group == "" && f.q == "" &&
+		f.after.text == "" && f.before.text == "" && len(f.fields) == 0
 }
 
 // runLs lists messages, newest first.

@@ -89,34 +89,20 @@ func Replay(args []string) int {
 
 // replayFlags are dlq replay's flags.
 type replayFlags struct {
-	rf                             rpcFlags
-	sourceQueue, reason, status, q string
-	group, since, until, commandID string
-	startAt                        string
-	fields                         []string
-	category                       string
-	delay, canaryWait              time.Duration
-	limit, canary                  int
-	rate                           float64
-	toExchange, toKey, onUnknown   string
-	toExchangeSet                  bool
-	dryRun, force, wait, confirm   bool
+	rf                           rpcFlags
+	ff                           filterFlags
+	commandID, startAt           string
+	delay, canaryWait            time.Duration
+	limit, canary                int
+	rate                         float64
+	toExchange, toKey, onUnknown string
+	toExchangeSet                bool
+	dryRun, force, wait, confirm bool
 }
 
 func (f *replayFlags) register(fs *flag.FlagSet) {
 	f.rf.register(fs)
-	fs.StringVar(&f.sourceQueue, "source-queue", "", "replay messages that died in this queue")
-	fs.StringVar(&f.reason, "reason", "", "... with this death reason (rejected, expired, maxlen, delivery_limit)")
-	fs.StringVar(&f.status, "status", "", "... with this status (default pending)")
-	fs.StringVar(&f.q, "q", "", "... matching this text search")
-	fs.StringVar(&f.group, "group", "", "... of this failure group")
-	fs.StringVar(&f.category, "category", "", "... of this failure category (transient, permanent, unknown, or a comma list)")
-	fs.StringVar(&f.since, "since", "", "... that failed at or after this: a duration ago (1h) or an RFC 3339 time")
-	fs.StringVar(&f.until, "until", "", "... that failed before this: a duration ago (30m) or an RFC 3339 time")
-	fs.Func("field", "... whose JSON body meets this condition, repeatable: path=value, path!=value, path<n, path? (see dlq ls -h)", func(s string) error {
-		f.fields = append(f.fields, s)
-		return nil
-	})
+	f.ff.register(fs)
 	fs.IntVar(&f.limit, "limit", 0, "replay at most this many (oldest first)")
 	fs.Float64Var(&f.rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
 	fs.DurationVar(&f.delay, "delay", 0, "start after this long (e.g. 10m)")
@@ -182,15 +168,14 @@ func (f *replayFlags) request(ids []int64, now time.Time) (replay.Request, error
 		return replay.Request{}, fmt.Errorf("--on-unknown %q must be retry (send a publish whose outcome is unknown again) or hold (never)", f.onUnknown)
 	}
 	req := replay.Request{Limit: f.limit, RatePerSecond: f.rate, DryRun: f.dryRun, Force: f.force, OnUnknown: f.onUnknown}
-	filtered := f.sourceQueue != "" || f.reason != "" || f.status != "" || f.q != "" || f.group != "" || f.category != "" ||
-		f.since != "" || f.until != "" || len(f.fields) > 0
+	filtered := !f.ff.empty()
 	switch {
 	case len(ids) > 0 && filtered:
 		return replay.Request{}, errors.New("give ids or filter flags, not both")
 	case len(ids) > 0:
 		req.IDs = ids
 	case filtered:
-		filter, err := f.filter(now)
+		filter, err := f.ff.storeFilter(now)
 		if err != nil {
 			return replay.Request{}, err
 		}
@@ -219,36 +204,6 @@ func (f *replayFlags) request(ids []int64, now time.Time) (replay.Request, error
 		req.Canary = &replay.Canary{Count: f.canary, WaitSeconds: int(f.canaryWait.Round(time.Second) / time.Second)}
 	}
 	return req, nil
-}
-
-// filter is the selection of the filter flags.
-func (f *replayFlags) filter(now time.Time) (*store.Filter, error) {
-	filter := &store.Filter{SourceQueue: f.sourceQueue, Reason: f.reason, Status: f.status, Query: f.q, Group: f.group, Category: f.category, Fields: f.fields}
-	var err error
-	if filter.FailedAfter, err = when("since", f.since, now); err != nil {
-		return nil, err
-	}
-	if filter.FailedBefore, err = when("until", f.until, now); err != nil {
-		return nil, err
-	}
-	if filter.FailedAfter != nil && filter.FailedBefore != nil && !filter.FailedAfter.Before(*filter.FailedBefore) {
-		return nil, fmt.Errorf("--since (%s) must be before --until (%s)",
-			filter.FailedAfter.Format(time.RFC3339), filter.FailedBefore.Format(time.RFC3339))
-	}
-	return filter, nil
-}
-
-// when reads --since and --until: a duration ago, or an RFC 3339 time.
-func when(name, s string, now time.Time) (*time.Time, error) {
-	v, err := timeArg(name, s, now)
-	if err != nil || v == "" {
-		return nil, err
-	}
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
-		return nil, fmt.Errorf("--%s %q: %w", name, s, err)
-	}
-	return &t, nil
 }
 
 // waitTask polls a task until it finishes, drawing its progress on stderr.

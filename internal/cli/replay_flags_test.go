@@ -52,6 +52,16 @@ func TestReplayFlagsRequest(t *testing.T) {
 		require.Equal(t, time.Date(2026, 5, 2, 11, 30, 0, 0, time.UTC), req.Filter.FailedBefore.UTC())
 	})
 
+	t.Run("the filter flags of dlq ls are the same filter", func(t *testing.T) {
+		req, err := parseReplay(t, "--queue", "orders", "--after", "1h", "--before", "2026-05-02T11:30:00Z", "--category", "transient")
+		require.NoError(t, err)
+		require.NotNil(t, req.Filter)
+		require.Equal(t, "orders", req.Filter.SourceQueue)
+		require.Equal(t, "transient", req.Filter.Category)
+		require.Equal(t, time.Date(2026, 5, 2, 11, 0, 0, 0, time.UTC), req.Filter.FailedAfter.UTC())
+		require.Equal(t, time.Date(2026, 5, 2, 11, 30, 0, 0, time.UTC), req.Filter.FailedBefore.UTC())
+	})
+
 	t.Run("target, canary, delay and on-unknown", func(t *testing.T) {
 		req, err := parseReplay(t, "--to-exchange", "", "--to-routing-key", "orders.retry", "--canary", "5",
 			"--canary-wait", "1500ms", "--delay", "10m", "--on-unknown", "hold", "42")
@@ -76,6 +86,7 @@ func TestReplayFlagsRequest(t *testing.T) {
 	}{
 		{nil, "say what to replay"},
 		{[]string{"42", "--source-queue", "orders"}, "give ids or filter flags, not both"},
+		{[]string{"42", "--category", "permanent"}, "give ids or filter flags, not both"},
 		{[]string{"42,x"}, `"x" is not a message id`},
 		{[]string{"-3"}, "flag provided but not defined"},
 		{[]string{"0"}, `"0" is not a message id`},
