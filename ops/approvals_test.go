@@ -249,3 +249,64 @@ func TestAuditVisibility(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Messages, 2)
 }
+
+// An approval's snapshot holds what the action changes: an acknowledge of
+// every status leaves out the messages already acknowledged, in its count
+// and within its limit, as the same action run at once does. (The snapshot
+// once took the filter alone: approving then changed fewer messages than
+// were counted, and other ones than the dry run named.)
+func TestApprovalSnapshotIsWhatTheActionChanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newOps(t, admin, operator)
+	done, err := b.ops.Acknowledge(ctx, as(admin), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), done.Changed, "within the threshold: at once")
+
+	all := &store.Filter{Status: "all"}
+	_, err = b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{Filter: all, Confirm: true})
+	require.Equal(t, int64(4), pendingOf(t, err).Count, "6 match, 2 are acknowledged already")
+
+	dry, err := b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{Filter: all, Limit: 3, DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), dry.Matched)
+	_, err = b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{Filter: all, Limit: 3, Confirm: true})
+	a := pendingOf(t, err)
+	require.Equal(t, int64(3), a.Count)
+	approved, err := b.ops.Approve(ctx, as(admin), a.ID)
+	require.NoError(t, err)
+	var res store.ActionResult
+	require.NoError(t, json.Unmarshal(approved.Result, &res))
+	require.Equal(t, int64(3), res.Changed, "the approved action changes what was counted: %s", approved.Result)
+	page, err := b.ops.ListMessages(ctx, as(admin), ops.ListRequest{Filter: store.Filter{Status: store.StatusPending}})
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 1, "of 6, 2 at once and 3 approved")
+
+	// By ids: 3 named, 2 of them acknowledged already, 1 to change: within
+	// the threshold, so at once.
+	acked, err := b.ops.ListMessages(ctx, as(admin), ops.ListRequest{Filter: store.Filter{Status: store.StatusAcknowledged}})
+	require.NoError(t, err)
+	ids := []int64{acked.Messages[0].ID, acked.Messages[1].ID, page.Messages[0].ID}
+	res, err = b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{IDs: ids})
+	require.NoError(t, err, "1 changes: no approval needed")
+	require.Equal(t, int64(1), res.Changed)
+	require.Equal(t, int64(2), res.Unchanged)
+}
+
+// Acknowledge and delete take a limit for a filter only: with ids it is
+// refused (it was ignored, and every id acted on), saying what to send.
+func TestActionLimitWithIDsIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newOps(t)
+	for _, r := range []ops.ActionRequest{
+		{IDs: []int64{1, 2, 3}, Limit: 1},
+		{Filter: &store.Filter{IDs: []int64{1, 2, 3}}, Limit: 1, DryRun: true},
+	} {
+		_, err := b.ops.Acknowledge(ctx, as(admin), r)
+		require.Equal(t, ops.CodeInvalid, ops.Classify(err), "%+v", r)
+		require.Equal(t, "limit: caps a selection by filter; with ids, send only the ids to act on", ops.Message(err))
+		_, err = b.ops.Delete(ctx, as(admin), r)
+		require.Equal(t, ops.CodeInvalid, ops.Classify(err), "%+v", r)
+	}
+}

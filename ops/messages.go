@@ -213,6 +213,9 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 	if r.Limit < 0 {
 		return store.ActionResult{}, invalid("limit: %d must be >= 0", r.Limit)
 	}
+	if r.Limit > 0 && len(f.IDs) > 0 {
+		return store.ActionResult{}, invalid("limit: caps a selection by filter; with ids, send only the ids to act on")
+	}
 	if f, err = scoped(c.Principal, f); err != nil {
 		return store.ActionResult{}, err
 	}
@@ -233,7 +236,9 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 				return store.ActionResult{}, err
 			}
 		}
-		if err := s.needsApproval(ctx, c, string(a), res.Matched, r, f, r.Limit); err != nil {
+		// What would change: ids already acknowledged match but stay as
+		// they are, and the snapshot leaves them out too.
+		if err := s.needsApproval(ctx, c, string(a), res.Matched-res.Unchanged, r, f, r.Limit); err != nil {
 			return store.ActionResult{}, err
 		}
 	}

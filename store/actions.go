@@ -106,6 +106,18 @@ func (s *Store) DeleteMessageIn(ctx context.Context, id int64, scope []string, a
 	return nil
 }
 
+// actionEligible is the condition on the rows a bulk action changes:
+// every status but replaying (acknowledge: nor acknowledged), spelled out
+// so that the listing indexes (which leave replaying rows out, migration
+// 00061) can serve it. An approval's snapshot takes the same rows
+// (CreateApproval), so that what is approved is what the action changes.
+func actionEligible(action string) string {
+	if action == ActionAcknowledge {
+		return statusIn("m", []string{StatusPending, StatusReplayed})
+	}
+	return statusIn("m", []string{StatusPending, StatusReplayed, StatusAcknowledged})
+}
+
 // act runs one bulk action in one transaction: select and lock the rows,
 // change them, adjust the counters, write the audit row.
 func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, opt ActionOptions) (ActionResult, error) {
@@ -127,12 +139,7 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 	if opt.Limit < 0 {
 		return res, fmt.Errorf("%w: limit %d must be >= 0", ErrInvalidFilter, opt.Limit)
 	}
-	// Every status but replaying, spelled out so that the listing indexes
-	// (which leave replaying rows out, migration 00061) can serve it.
-	eligible := statusIn("m", []string{StatusPending, StatusReplayed, StatusAcknowledged})
-	if action == ActionAcknowledge {
-		eligible = statusIn("m", []string{StatusPending, StatusReplayed})
-	}
+	eligible := actionEligible(action)
 	limit := ""
 	if opt.Limit > 0 && !byIDs {
 		limit = fmt.Sprintf(" LIMIT %d", opt.Limit)

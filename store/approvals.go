@@ -114,6 +114,9 @@ RETURNING id`, n.Action, n.Request, n.Selection.Scope, cleanText(n.Actor.Name), 
 	if err != nil {
 		return Approval{}, err
 	}
+	if n.Action == ActionAcknowledge || n.Action == ActionDelete {
+		cond += " AND " + actionEligible(n.Action)
+	}
 	limit := ""
 	if n.Limit > 0 {
 		limit = " LIMIT " + args.add(n.Limit)
