@@ -88,6 +88,10 @@ func TestMarkerNeverStoredInPlainText(t *testing.T) {
 	code, b := d.get(tokViewer, "/api/v1/messages?q="+url.QueryEscape("card declined"))
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, string(b), "encrypted at rest")
+	// So is an export by it, not an empty export marked complete.
+	code, b = d.get(tokAdmin, "/api/v1/messages/export?q="+url.QueryEscape("card declined"))
+	require.Equal(t, http.StatusBadRequest, code, string(b))
+	require.Contains(t, string(b), "encrypted at rest")
 
 	// An edit through the API, one through the control queue, a replay
 	// and an acknowledge: each leaves records behind.
