@@ -374,7 +374,7 @@ type ReplayPreview struct {
 	// Guarded would be skipped by the loop guard; NotPending because their
 	// status is not pending.
 	Guarded, NotPending int64
-	// Sample holds the lowest ids.
+	// Sample holds the lowest ids, within the limit.
 	Sample []int64
 }
 
@@ -406,7 +406,7 @@ FROM (SELECT m.id, m.status, m.replay_count FROM dead_messages m WHERE `+cond+` 
 		return ReplayPreview{}, fmt.Errorf("store: preview replay: %w", err)
 	}
 	args = args[:len(args)-2]
-	rows, err := s.pool.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+cond+` ORDER BY m.id LIMIT `+args.add(sample), args...)
+	rows, err := s.pool.Query(ctx, `SELECT m.id FROM dead_messages m WHERE `+cond+` ORDER BY m.id LIMIT `+args.add(min(int64(sample), limit)), args...)
 	if err != nil {
 		return ReplayPreview{}, fmt.Errorf("store: preview replay sample: %w", err)
 	}
