@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,10 +131,13 @@ func TestAcknowledgeAndDelete(t *testing.T) {
 		`{"ids":[1]} {"ids":[2]}`:      "body",
 		`{"filter":{"q":"ab"}}`:        "q",
 		``:                             "body",
+		`{"filter":{"ids":"1"}}`:       "filter.ids",
+		`{"ids":[1,2],"limit":1}`:      "limit",
 	} {
 		r := b.do(t, "POST", "/api/v1/messages/acknowledge", tokOp, body)
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", body, r.body)
-		require.Contains(t, r.errMessage(t), field, "%s", body)
+		require.True(t, strings.HasPrefix(r.errMessage(t), field+":") || strings.HasPrefix(r.errMessage(t), field+" "),
+			"%s: the message starts with the parameter: %s", body, r.errMessage(t))
 	}
 
 	// Audit: one row per mutation, actor, request id, count, selection.
@@ -387,10 +391,15 @@ func TestReplayRoutes(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.status)
 	r = b.do(t, "POST", "/api/v1/replays", tokOp, map[string]any{"filter": map[string]any{"source_queue": "orders"}, "dry_run": true})
 	require.Equal(t, http.StatusOK, r.status)
-	for body, field := range map[string]string{`{}`: "ids", `{"ids":[1],"speed":3}`: "speed", `{"filter":{"status":"x"}}`: "status"} {
+	for body, field := range map[string]string{
+		`{}`: "ids", `{"ids":[1],"speed":3}`: "speed", `{"filter":{"status":"x"}}`: "status",
+		`{"ids":"x"}`: "ids", `{"filter":{"ids":"x"}}`: "filter.ids", `{"ids":[1],"rate_per_second":-1}`: "rate_per_second",
+		`{"ids":[1],"filter":{}}`: "ids",
+	} {
 		r = b.do(t, "POST", "/api/v1/replays", tokOp, body)
 		require.Equal(t, http.StatusBadRequest, r.status, "%s", body)
-		require.Contains(t, r.errMessage(t), field)
+		require.True(t, strings.HasPrefix(r.errMessage(t), field+":") || strings.HasPrefix(r.errMessage(t), field+" "),
+			"%s: the message starts with the parameter: %s", body, r.errMessage(t))
 	}
 	// A scoped operator sees its own tasks, not others' tasks by id.
 	r = b.do(t, "GET", "/api/v1/replays", tokScoped, nil)

@@ -153,7 +153,7 @@ func decodeBody(r *http.Request, v any) error {
 		case errors.As(err, &se):
 			return badParam("body", "invalid JSON at byte %d: %v", se.Offset, err)
 		case errors.As(err, &te):
-			return badParam(cmp.Or(te.Field, "body"), "must be %s, not JSON %s", te.Type, te.Value)
+			return badParam(cmp.Or(ops.JSONField(te.Field), "body"), "must be %s, not JSON %s", te.Type, te.Value)
 		case errors.As(err, &tpe):
 			// encoding/json does not say which field held the time.
 			return badParam("body", "%q is not an RFC 3339 time such as 2024-05-01T12:00:00Z", tpe.Value)

@@ -208,6 +208,7 @@ func (c Command) checkFields() *CommandError {
 		add(c.ID != 0, "id")
 		add(c.Confirm, "confirm")
 	case CmdEditReplay:
+		add(r.StartAt != nil, "start_at")
 		add(r.OnUnknown != "", "on_unknown")
 		add(r.RatePerSecond != 0, "rate_per_second")
 		add(r.DelaySeconds != 0, "delay_seconds")
@@ -290,7 +291,7 @@ func jsonProblem(err error) string {
 	case errors.As(err, &syn):
 		return fmt.Sprintf("syntax error at byte %d", syn.Offset)
 	case errors.As(err, &typ):
-		return fmt.Sprintf("field %s must be %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+		return fmt.Sprintf("field %s must be %s, not a JSON %s", ops.JSONField(typ.Field), typ.Type, typ.Value)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "empty or truncated"
 	}

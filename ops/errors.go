@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode"
 
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -95,7 +97,9 @@ func Classify(err error) string {
 }
 
 // Message is the text of err for a caller: the layer's prefixes ("store: ",
-// "replay: ") dropped.
+// "replay: ") and the sentinels' words ("invalid filter: ", "invalid
+// request: ", which Classify already turned into the code) dropped, so that
+// it starts with the parameter at fault (docs/API.md, "Errors").
 func Message(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"store: ", "replay: "} {
@@ -103,5 +107,22 @@ func Message(err error) string {
 			msg = msg[len(p):]
 		}
 	}
+	for _, sentinel := range []string{"invalid request: ", "invalid filter: "} {
+		msg = strings.ReplaceAll(msg, sentinel, "")
+	}
 	return msg
+}
+
+// JSONField is the public name of the field a JSON decoding error names:
+// encoding/json spells an embedded struct by its Go type
+// ("Request.filter.ids"), which no caller ever wrote.
+func JSONField(field string) string {
+	parts := strings.Split(field, ".")
+	public := parts[:0]
+	for _, p := range parts {
+		if p != "" && !unicode.IsUpper(rune(p[0])) {
+			public = append(public, p)
+		}
+	}
+	return strings.Join(public, ".")
 }

@@ -40,9 +40,9 @@ func invalid(format string, a ...any) error {
 func (r Request) Validate(maxMessages int64, now time.Time) error {
 	switch {
 	case len(r.IDs) == 0 && r.Filter == nil:
-		return invalid("select messages with ids or filter (filter {} selects every pending message)")
+		return invalid("ids: select messages with ids or filter (filter {} selects every pending message)")
 	case len(r.IDs) > 0 && r.Filter != nil:
-		return invalid("give ids or filter, not both (a filter can list ids itself)")
+		return invalid("ids: give ids or filter, not both (a filter can list ids itself)")
 	case len(r.IDs) > store.MaxFilterIDs:
 		return invalid("ids lists %d ids; at most %d per request (use a filter for more)", len(r.IDs), store.MaxFilterIDs)
 	}

@@ -207,8 +207,11 @@ func ParseGroupID(s string) (int64, error) {
 		return 0, fmt.Errorf("%w: group %q must be 16 hex digits", ErrInvalidFilter, s)
 	}
 	u, err := strconv.ParseUint(s, 16, 64)
-	if err != nil || u == 0 {
+	if err != nil {
 		return 0, fmt.Errorf("%w: group %q must be 16 hex digits", ErrInvalidFilter, s)
+	}
+	if u == 0 {
+		return 0, fmt.Errorf("%w: group %q is no group's id (none is zero; dlq groups lists them)", ErrInvalidFilter, s)
 	}
 	return int64(u), nil
 }
