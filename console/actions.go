@@ -90,7 +90,8 @@ func readSelection(v url.Values) (selection, error) {
 		}
 	}
 	if !s.All && len(s.IDs) == 0 {
-		return s, &formError{field: "id", msg: "select at least one message, or all matching the filter"}
+		return s, &formError{field: "id", msg: "select at least one message, or all matching the filter",
+			sentence: "Select at least one message, or all matching the filter."}
 	}
 	if s.All {
 		s.IDs = nil
@@ -169,8 +170,8 @@ func (s selection) actionRequest(dryRun bool) (ops.ActionRequest, error) {
 type confirmData struct {
 	S selection
 	// Count is how many messages the action would change; Skipped how
-	// many selected ones it would leave (with Reasons), NotFound ids
-	// that are gone.
+	// many selected ones it would leave as they are (with Reasons),
+	// NotFound ids that are gone.
 	Count, Skipped int64
 	Reasons        [][2]string
 	NotFound       []int64
@@ -209,6 +210,12 @@ func noticeOf(n ops.ApprovalNotice) approvalNotice {
 // asked.
 func (c *Console) handleConfirmPost(w http.ResponseWriter, r *http.Request) {
 	s, err := readSelection(r.PostForm)
+	if fe := (*formError)(nil); errors.As(err, &fe) {
+		// A mistake in the form (no row ticked, a number out of range):
+		// back to the form's page, which says what to change in its words.
+		c.redirectWithFlash(w, r, s.Back, say(flashError, fe.words()))
+		return
+	}
 	if err != nil {
 		c.renderFailure(w, r, "read the selection", err)
 		return
@@ -265,6 +272,10 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 		s.MaxID = newest
 	}
 	d := confirmData{S: s}
+	// selected is what the layer's approval threshold counts (a replay's
+	// remaining messages; the messages an acknowledge or delete would
+	// change), so that the notice says what the layer will do.
+	var selected int64
 	switch s.Action {
 	case actReplay:
 		req, err := s.replayRequest(true)
@@ -272,6 +283,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 			var t replay.Task
 			if t, err = c.cfg.Ops.StartReplay(ctx, caller, req); err == nil {
 				d.Count, d.Skipped, d.Reasons = t.Requested-t.Skipped, t.Skipped, viewTask(t).Reasons
+				selected = t.Remaining
 			}
 		}
 		d.Verb = "Replay"
@@ -285,10 +297,16 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 			c.renderFailure(w, r, "count the selection", err)
 			return
 		}
-		d.Count, d.Skipped, d.NotFound = res.Matched, res.Unchanged, res.NotFound
+		// Matched includes the selected messages already acknowledged
+		// (Unchanged): they are left as they are, not counted as changed.
+		d.Count, d.Skipped, d.NotFound = res.Matched-res.Unchanged, res.Unchanged, res.NotFound
+		if res.Unchanged > 0 {
+			d.Reasons = [][2]string{{"already acknowledged", num(res.Unchanged)}}
+		}
+		selected = d.Count
 		d.Verb = map[string]string{actAcknowledge: "Acknowledge", actDelete: "Delete"}[s.Action]
 	}
-	d.Approval = noticeOf(c.cfg.Ops.NoticeApproval(caller, s.Action, d.Count))
+	d.Approval = noticeOf(c.cfg.Ops.NoticeApproval(caller, s.Action, selected))
 	c.render(w, r, http.StatusOK, "confirm", sessionFrom(ctx), d.Verb+"?", d)
 }
 
@@ -319,21 +337,10 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.Action == actReplay {
-		req, err := s.replayRequest(false)
-		var t replay.Task
-		if err == nil {
-			t, err = c.cfg.Ops.StartReplay(ctx, caller, req)
-		}
-		if c.pending(w, r, s.Back, err) {
-			return
-		}
-		if err != nil {
-			c.renderFailure(w, r, "start the replay", err)
-			return
-		}
-		c.redirectWithFlash(w, r, s.Back, say(flashDone, "Replay started: ", taskLink(t.ID), ", "+counted(t.Requested, "message")+" requested."))
+		c.actReplay(w, r, s)
 		return
 	}
+	done := c.acknowledgedAmong(ctx, caller, s)
 	res, err := c.acknowledgeOrDelete(ctx, caller, s, false)
 	if c.pending(w, r, s.Back, err) {
 		return
@@ -342,29 +349,29 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, s.Action, err)
 		return
 	}
-	past := map[string]string{actAcknowledge: "Acknowledged", actDelete: "Deleted"}[s.Action]
-	parts := []any{past + " " + counted(res.Changed, "message")}
-	if len(s.IDs) > 0 && len(s.IDs) <= 10 && s.Action == actAcknowledge {
-		parts = append(parts, ": ")
-		for i, id := range s.IDs {
-			if i > 0 {
-				parts = append(parts, ", ")
-			}
-			parts = append(parts, messageLink(id))
-		}
-	}
-	parts = append(parts, ".")
-	if res.Unchanged > 0 {
-		parts = append(parts, fmt.Sprintf(" %s already done.", counted(res.Unchanged, "was", "were")))
-	}
-	if len(res.NotFound) > 0 {
-		parts = append(parts, fmt.Sprintf(" %s not found.", counted(int64(len(res.NotFound)), "was", "were")))
-	}
 	back := s.Back
 	if s.Action == actDelete && strings.HasPrefix(back, "/ui/messages/") {
 		back = "/ui/messages" // the message page is gone
 	}
-	c.redirectWithFlash(w, r, back, say(flashDone, parts...))
+	c.redirectWithFlash(w, r, back, say(flashDone, actedParts(s, res, done)...))
+}
+
+// actReplay starts a confirmed replay and returns to the page it came
+// from.
+func (c *Console) actReplay(w http.ResponseWriter, r *http.Request, s selection) {
+	req, err := s.replayRequest(false)
+	var t replay.Task
+	if err == nil {
+		t, err = c.cfg.Ops.StartReplay(r.Context(), c.caller(r), req)
+	}
+	if c.pending(w, r, s.Back, err) {
+		return
+	}
+	if err != nil {
+		c.renderFailure(w, r, "start the replay", err)
+		return
+	}
+	c.redirectWithFlash(w, r, s.Back, say(flashDone, "Replay started: ", taskLink(t.ID), ", "+counted(t.Requested, "message")+" requested."))
 }
 
 // pending answers an action the layer recorded for approval instead of

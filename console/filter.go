@@ -150,9 +150,33 @@ func parseTime(name, s string) (*time.Time, error) {
 }
 
 // formError is a form field the console itself could not read.
-type formError struct{ field, msg string }
+type formError struct {
+	field, msg string
+	// sentence, when set, is the whole error in the form's words.
+	sentence string
+}
 
 func (e *formError) Error() string { return e.field + ": " + e.msg }
+
+// actionLabels name the action forms' fields as their labels do.
+var actionLabels = map[string]string{
+	"id": "The selected messages", "limit": "At most", "rate": "Rate (messages per second)",
+	"delay": "Delay before start (seconds)", "canary_count": "Canary: messages first",
+	"canary_wait": "Canary: seconds to watch them",
+}
+
+// words is the error as an action form's page says it: the field named by
+// its label ("Delay before start (seconds) must be …").
+func (e *formError) words() string {
+	if e.sentence != "" {
+		return e.sentence
+	}
+	label := cmpOr(actionLabels[e.field], e.field)
+	if strings.HasPrefix(e.msg, "must ") {
+		return label + " " + e.msg + "."
+	}
+	return label + ": " + e.msg + "."
+}
 
 // formInt reads a whole number field; empty is def.
 func formInt(v url.Values, name string, def, lo, hi int64) (int64, error) {

@@ -85,17 +85,17 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	form := readFilterForm(q, "")
 	view, err := readListView(q, form)
 	if err != nil {
-		c.renderFilterFailure(w, r, form, "read the page", err)
+		c.renderFilterFailure(w, r, form, view, "read the page", err)
 		return
 	}
 	f, err := form.filter()
 	if err != nil {
-		c.renderFilterFailure(w, r, form, "read the filter", err)
+		c.renderFilterFailure(w, r, form, view, "read the filter", err)
 		return
 	}
 	seen, err := formInt(q, "seen", 0, 0, 1<<53)
 	if err != nil {
-		c.renderFilterFailure(w, r, form, "read the page", err)
+		c.renderFilterFailure(w, r, form, view, "read the page", err)
 		return
 	}
 	cursor := q.Get("cursor")
@@ -105,63 +105,18 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := c.cfg.Ops.ListMessages(ctx, caller, req)
 	if err != nil {
-		c.renderFilterFailure(w, r, form, "list messages", err)
+		c.renderFilterFailure(w, r, form, view, "list messages", err)
 		return
 	}
 	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.SearchesEveryStatus()}
-	d.Messages = page.Messages
-	for i := range d.Messages {
-		m := &d.Messages[i]
-		if form.Q != "" {
-			if d.Snippets == nil {
-				d.Snippets = map[int64]*snippet{}
-			}
-			d.Snippets[m.ID] = findSnippet(*m, form.Q)
-			m.Body = nil // read for the snippet only
-		}
-		if m.Status == store.StatusReplayed || m.Status == store.StatusAcknowledged {
-			d.Resolved++
-		}
-	}
-	link := func(extra func(url.Values)) string {
-		v := form.values("")
-		view.set(v)
-		if extra != nil {
-			extra(v)
-		}
-		return "/ui/messages?" + v.Encode()
-	}
-	d.FirstURL = link(nil)
-	trail := readTrail(q.Get("trail"))
-	if page.HasMore && page.NextCursor != nil {
-		d.NextURL = link(func(v url.Values) {
-			v.Set("cursor", *page.NextCursor)
-			v.Set("seen", strconv.FormatInt(seen+int64(len(page.Messages)), 10))
-			v.Set("trail", writeTrail(append(slices.Clip(trail), cmpOr(cursor, "-"))))
-		})
-	}
-	if n := len(trail); n > 0 && seen > 0 {
-		d.PrevURL = link(func(v url.Values) {
-			if prev := trail[n-1]; prev != "-" {
-				v.Set("cursor", prev)
-				v.Set("trail", writeTrail(trail[:n-1]))
-			}
-			// Every page before another is full: the one before this
-			// showed view.Size messages.
-			if s := seen - int64(view.Size); s > 0 {
-				v.Set("seen", strconv.FormatInt(s, 10))
-			}
-		})
-	}
-	now := time.Now().UTC()
-	for _, rg := range []struct {
-		label string
-		d     time.Duration
-	}{{"last hour", time.Hour}, {"last 24 h", 24 * time.Hour}, {"last 7 days", 7 * 24 * time.Hour}} {
-		d.Ranges = append(d.Ranges, [2]string{rg.label, link(func(v url.Values) {
-			v.Set("failed_after", now.Add(-rg.d).Format("2006-01-02T15:04"))
-			v.Del("failed_before")
-		})})
+	d.setRows(page.Messages)
+	d.setLinks(readTrail(q.Get("trail")), cursor, page)
+	if len(page.Messages) == 0 && cursor != "" {
+		// A page past the first with nothing left on it (its rows were
+		// acted on, say): the page before, back to the first, shows what
+		// still matches, with the flash the action left.
+		c.redirectWithFlash(w, r, cmpOr(d.PrevURL, d.FirstURL), sessionFrom(ctx).flash)
+		return
 	}
 	st, err := c.cfg.Ops.Status(ctx, caller)
 	if err != nil {
@@ -187,26 +142,94 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "messages", sessionFrom(ctx), title, d)
 }
 
+// setRows sets the page's rows, with where a search matched each.
+func (d *messagesData) setRows(ms []store.Message) {
+	d.Messages = ms
+	for i := range d.Messages {
+		m := &d.Messages[i]
+		if d.Form.Q != "" {
+			if d.Snippets == nil {
+				d.Snippets = map[int64]*snippet{}
+			}
+			d.Snippets[m.ID] = findSnippet(*m, d.Form.Q)
+			m.Body = nil // read for the snippet only
+		}
+		if m.Status == store.StatusReplayed || m.Status == store.StatusAcknowledged {
+			d.Resolved++
+		}
+	}
+}
+
+// link is the address of the listing with the page's filter and view,
+// changed by extra.
+func (d *messagesData) link(extra func(url.Values)) string {
+	v := d.Form.values("")
+	d.View.set(v)
+	if extra != nil {
+		extra(v)
+	}
+	return "/ui/messages?" + v.Encode()
+}
+
+// setLinks sets the links to the first, previous and next pages, and the
+// quick time ranges. trail holds the cursors of the pages before this one.
+func (d *messagesData) setLinks(trail []string, cursor string, page ops.MessagePage) {
+	seen, size := d.Seen, int64(d.View.Size)
+	d.FirstURL = d.link(nil)
+	if page.HasMore && page.NextCursor != nil {
+		d.NextURL = d.link(func(v url.Values) {
+			v.Set("cursor", *page.NextCursor)
+			v.Set("seen", strconv.FormatInt(seen+int64(len(page.Messages)), 10))
+			v.Set("trail", writeTrail(append(slices.Clip(trail), cmpOr(cursor, "-"))))
+		})
+	}
+	if n := len(trail); n > 0 && seen > 0 {
+		d.PrevURL = d.link(func(v url.Values) {
+			if prev := trail[n-1]; prev != "-" {
+				v.Set("cursor", prev)
+				v.Set("trail", writeTrail(trail[:n-1]))
+			}
+			// Every page before another is full: the one before this
+			// showed view.Size messages.
+			if s := seen - size; s > 0 {
+				v.Set("seen", strconv.FormatInt(s, 10))
+			}
+		})
+	}
+	now := time.Now().UTC()
+	for _, rg := range []struct {
+		label string
+		d     time.Duration
+	}{{"last hour", time.Hour}, {"last 24 h", 24 * time.Hour}, {"last 7 days", 7 * 24 * time.Hour}} {
+		d.Ranges = append(d.Ranges, [2]string{rg.label, d.link(func(v url.Values) {
+			v.Set("failed_after", now.Add(-rg.d).Format("2006-01-02T15:04"))
+			v.Del("failed_before")
+		})})
+	}
+}
+
 // readListView reads the page size and the order; a search lists newest
-// first only.
+// first only. On an error, the view holds what could be read (the
+// defaults for the rest), for the form shown with the error.
 func readListView(q url.Values, form filterForm) (listView, error) {
 	v := listView{Size: pageSizes[0], Sort: strings.TrimSpace(q.Get("sort"))}
+	var err error
+	switch v.Sort {
+	case store.SortNewest, store.SortFailed, store.SortQueue:
+	default:
+		v.Sort, err = store.SortNewest, &formError{field: "sort", msg: "must be newest first, failed time or queue"}
+	}
 	if s := strings.TrimSpace(q.Get("size")); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || !slices.Contains(pageSizes, n) {
+		n, e := strconv.Atoi(s)
+		if e != nil || !slices.Contains(pageSizes, n) {
 			return v, &formError{field: "size", msg: "must be 50, 100 or 500"}
 		}
 		v.Size = n
 	}
-	switch v.Sort {
-	case store.SortNewest, store.SortFailed, store.SortQueue:
-	default:
-		return v, &formError{field: "sort", msg: "must be newest first, failed time or queue"}
-	}
 	if form.Q != "" {
 		v.Sort = store.SortNewest
 	}
-	return v, nil
+	return v, err
 }
 
 // readTrail reads the cursors of the pages before this one, oldest first
@@ -260,14 +283,18 @@ func labelize(msg string) string {
 		return sub[1] + labels[sub[2]] + sub[3]
 	})
 }
-func (c *Console) renderFilterFailure(w http.ResponseWriter, r *http.Request, form filterForm, what string, err error) {
+
+// renderFilterFailure answers a refused filter with the messages page
+// itself: the filter bar as typed, the sort and page size as chosen, and
+// what was wrong in the flash.
+func (c *Console) renderFilterFailure(w http.ResponseWriter, r *http.Request, form filterForm, view listView, what string, err error) {
 	status, msg := failure(err)
 	if status != http.StatusBadRequest && status != http.StatusForbidden {
 		c.renderFailure(w, r, what, err)
 		return
 	}
 	s := sessionFrom(r.Context())
-	v := c.newView(s, "messages", "Messages", messagesData{Form: form, View: listView{Size: pageSizes[0]}, Sizes: pageSizes, Failed: true, Back: r.URL.RequestURI()})
+	v := c.newView(s, "messages", "Messages", messagesData{Form: form, View: view, Sizes: pageSizes, Failed: true, Back: r.URL.RequestURI()})
 	v.Flash = &flash{Error: true, Text: labelize(msg)}
 	c.renderView(w, r, status, "messages", "layout", v)
 }

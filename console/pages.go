@@ -199,6 +199,9 @@ type groupsData struct {
 	Groups                        []store.Group
 	SourceQueue, Status, Category string
 	Queues                        []string
+	// Back is this page's address with its filters, for the actions to
+	// return to.
+	Back string
 }
 
 // handleGroups lists failure groups, largest first, from their counters.
@@ -206,7 +209,7 @@ func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
 	ctx, caller := r.Context(), c.caller(r)
 	q := r.URL.Query()
 	d := groupsData{SourceQueue: strings.TrimSpace(q.Get("source_queue")), Status: strings.TrimSpace(q.Get("status")),
-		Category: strings.TrimSpace(q.Get("category"))}
+		Category: strings.TrimSpace(q.Get("category")), Back: r.URL.RequestURI()}
 	var err error
 	if d.Groups, err = c.cfg.Ops.Groups(ctx, caller, store.GroupQuery{SourceQueue: d.SourceQueue, Status: d.Status, Category: d.Category, Limit: 50}); err != nil {
 		c.renderFailure(w, r, "list failure groups", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,6 +278,7 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusInternalServerError {
 			msg = c.internal(r, "edit the message", err)
 		}
+		msg = editLabelize(msg)
 		v := c.newView(sessionFrom(r.Context()), "edit", "Edit and replay message "+strconv.FormatInt(id, 10), d)
 		v.Flash = &flash{Error: true, Text: msg}
 		c.renderView(w, r, status, "edit", "layout", v)
@@ -297,4 +299,30 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 	}
 	c.redirectWithFlash(w, r, d.Back, say(flashDone, "The corrected copy of ", messageLink(id), " is on its way: ", taskLink(res.Task.ID),
 		", copy "+res.Copy.ReplayID+"."))
+}
+
+// editField finds the API field an edit's error starts with.
+var editField = regexp.MustCompile(`^(Invalid: )(body_base64|body|set_headers|remove_headers):`)
+
+// editLabels are the edit form's labels for the API's fields.
+var editLabels = map[string]string{"body_base64": "New body (base64)", "body": "New body",
+	"set_headers": "Headers to set", "remove_headers": "Headers to remove"}
+
+// editPhrases rewrite the layer's advice, written for the API, in the
+// edit form's words.
+var editPhrases = strings.NewReplacer(
+	"give body_base64 (or body), set_headers or remove_headers", "change the New body, the Headers to set or the Headers to remove",
+	"resend with force: true to change it", "tick “Change sensitive headers (force)” to change it",
+	"is also in remove_headers", "is also in Headers to remove",
+	"send the new body as body_base64", "this form edits bodies of those types only (the API takes any body as body_base64)",
+)
+
+// editLabelize rewrites an error of an edit in the form's words: the
+// fields by their labels, not by the API's names.
+func editLabelize(msg string) string {
+	msg = editField.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := editField.FindStringSubmatch(m)
+		return sub[1] + editLabels[sub[2]] + ":"
+	})
+	return editPhrases.Replace(msg)
 }

@@ -77,6 +77,8 @@ type setupOpts struct {
 	// live runs the replay service on a broker connection, so replays
 	// publish.
 	live bool
+	// editSensitive is ops.Config.EditSensitiveHeaders.
+	editSensitive []string
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
@@ -118,7 +120,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		Schedules: cron.Only(cron.Schedules{})})
 	require.NoError(t, err)
 	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, ApprovalAbove: o.approvalAbove,
-		Principals: b.authn.Principals, Logger: log})
+		EditSensitiveHeaders: o.editSensitive, Principals: b.authn.Principals, Logger: log})
 	require.NoError(t, err)
 	con, err := console.New(console.Config{Ops: b.ops, Auth: b.authn, Sessions: b.st, RequestID: api.RequestID,
 		Logger: log, Registerer: prometheus.NewRegistry()})

@@ -79,9 +79,60 @@
   // its content alone, and each of its [data-refresh] elements is replaced
   // by the one with the same id: no reload, one small request per 5 s at
   // most (the next waits for the last to end). Nothing is replaced while
-  // the user types, has a form field focused or rows selected, or while
-  // the tab is hidden; the pause button stops it, per page, for the tab.
+  // the user types, has a form field focused or rows selected, while a
+  // field in a refreshed part holds something other than what the page
+  // gave it (a typed reason, a changed choice: until it is put back or its
+  // form is sent), or while the tab is hidden; the pause button stops it,
+  // per page, for the tab.
   var period = 5000;
+
+  // The forms sent from this page: their fields hold what was sent, not
+  // unsent changes. Edited again, or the page shown again from the
+  // browser's cache, they count again.
+  var sent = [];
+  document.addEventListener("submit", function (e) {
+    if (sent.indexOf(e.target) < 0) { sent.push(e.target); }
+  }, true);
+  ["input", "change"].forEach(function (type) {
+    document.addEventListener(type, function (e) {
+      var i = e.target && e.target.form ? sent.indexOf(e.target.form) : -1;
+      if (i >= 0) { sent.splice(i, 1); }
+    }, true);
+  });
+  window.addEventListener("pageshow", function (e) { if (e.persisted) { sent = []; } });
+
+  // The option a select shows until the user picks another.
+  function defaultIndex(s) {
+    var first = -1, last = -1;
+    for (var i = 0; i < s.options.length; i++) {
+      if (s.options[i].defaultSelected) { last = i; }
+      if (first < 0 && !s.options[i].disabled) { first = i; }
+    }
+    return last >= 0 ? last : first;
+  }
+  // differs reports whether a field no longer holds its default.
+  function differs(f) {
+    if (f instanceof HTMLSelectElement) {
+      if (!f.multiple) { return f.selectedIndex !== defaultIndex(f); }
+      return Array.prototype.some.call(f.options, function (o) { return o.selected !== o.defaultSelected; });
+    }
+    if (f instanceof HTMLTextAreaElement) { return f.value !== f.defaultValue; }
+    switch (f.type) {
+      case "hidden": case "submit": case "button": case "reset": case "image": return false;
+      case "checkbox": case "radio": return f.checked !== f.defaultChecked;
+      case "file": return f.value !== "";
+    }
+    return f.value !== f.defaultValue;
+  }
+  // unsent reports whether a field of a refreshed part holds an unsent
+  // change, which a refresh would put back to its default.
+  function unsent() {
+    return Array.prototype.some.call(document.querySelectorAll("[data-refresh][id]"), function (part) {
+      return Array.prototype.some.call(part.querySelectorAll("input, textarea, select"), function (f) {
+        return !(f.form && sent.indexOf(f.form) >= 0) && differs(f);
+      });
+    });
+  }
   function autoRefresh() {
     var body = document.body;
     var url = body.getAttribute("data-refresh-url");
@@ -104,6 +155,7 @@
       if (document.querySelector('input[name="id"]:checked, input[data-test="select-all-matching"]:checked')) {
         return "while rows are selected";
       }
+      if (unsent()) { return "while a form has unsent changes"; }
       return "";
     }
     function show() {
