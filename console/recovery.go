@@ -253,6 +253,13 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 		req.BodyBase64 = &d.Body
 	case m.Body != nil:
 		req.Body = editedBody(*m.Body, d.Body) // nil: the body was left as it was, change headers only
+		if req.Body != nil && !ops.TextBodyEdit(m.Properties) {
+			// Shown as text because its bytes are UTF-8, but the message
+			// has no text content type (often none): the layer takes its
+			// new body as bytes.
+			b64 := base64.StdEncoding.EncodeToString([]byte(*req.Body))
+			req.BodyBase64, req.Body = &b64, nil
+		}
 	default:
 		req.Body = &d.Body
 	}

@@ -123,3 +123,24 @@ func TestEditPage(t *testing.T) {
 	r = viewer.act(t, "/ui/messages/"+id+"/edit", form)
 	require.Equal(t, http.StatusForbidden, r.StatusCode)
 }
+
+// A message with no content type whose body is text (JSON, as publishers
+// that set no content type often send) is edited as text, and the copy
+// carries the edited bytes: the console sends them as bytes, which the
+// layer takes for any content type (as text it refused them).
+func TestEditTextBodyWithoutContentType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t, msg{queue: "orders", body: []byte(`{"sku":"A"}`), properties: `{"delivery_mode":2}`})
+	id := strconv.FormatInt(ids[0], 10)
+	op := b.signIn(t, tokOp)
+	r := op.get(t, "/ui/messages/"+id+"/edit")
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.NotContains(t, r.text, "base64: the body is binary", "shown as text")
+
+	form := url.Values{"binary": {"0"}, "body": {`{"sku":"B"}`}, "send": {"0"}}
+	r = op.act(t, "/ui/messages/"+id+"/edit", form)
+	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
+	require.Contains(t, r.text, "What would be sent")
+	require.Contains(t, r.text, `&#34;sku&#34;:&#34;B&#34;`, "the edited body")
+}

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -142,6 +143,7 @@ type msg struct {
 	queue, failureType, failureMessage string
 	body                               []byte
 	headers                            string
+	properties                         string // default: JSON content type, persistent
 }
 
 // seed stores messages straight through the store (ingest is not what
@@ -169,7 +171,7 @@ func (b *bundle) seed(t *testing.T, msgs ...msg) []int64 {
 			MessageID: fmt.Sprintf("m-%d", n), SourceQueue: m.queue, SourceExchange: "", SourceRoutingKey: m.queue,
 			DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
 			FailureType: m.failureType, FailureMessage: m.failureMessage,
-			Properties: json.RawMessage(`{"content_type":"application/json","delivery_mode":2}`), Headers: json.RawMessage(h),
+			Properties: json.RawMessage(cmp.Or(m.properties, `{"content_type":"application/json","delivery_mode":2}`)), Headers: json.RawMessage(h),
 			Body: body, FirstFailedAt: now, FailedAt: now, Fingerprint: n,
 		})
 	}

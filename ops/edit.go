@@ -281,13 +281,27 @@ func (s *Service) auditHeaders(set amqp.Table) any {
 	return json.RawMessage(s.red.headersJSON(hj))
 }
 
+// textMedia reads a content type: JSON (application/json, +json) or text
+// (text/*), whose new bodies an edit takes as text; media is its type.
+func textMedia(contentType string) (media string, isJSON, isText bool) {
+	media, _, _ = mime.ParseMediaType(contentType)
+	return media, media == "application/json" || strings.HasSuffix(media, "+json"), strings.HasPrefix(media, "text/")
+}
+
+// TextBodyEdit reports whether an edit of the message with these
+// properties may send its new body as text (EditRequest.Body): its content
+// type is JSON or text. Any other takes body_base64, even when its bytes
+// happen to be text (a front door that shows them as text encodes them).
+func TextBodyEdit(properties json.RawMessage) bool {
+	_, isJSON, isText := textMedia(contentType(properties))
+	return isJSON || isText
+}
+
 // newBody reads the new body: body_base64 for any message, body (text)
 // for a JSON or text one. A JSON message's body must be valid JSON, a text
 // message's valid UTF-8: the copy goes to a consumer that expects them.
 func newBody(r EditRequest, contentType string) ([]byte, error) {
-	media, _, _ := mime.ParseMediaType(contentType)
-	isJSON := media == "application/json" || strings.HasSuffix(media, "+json")
-	isText := strings.HasPrefix(media, "text/")
+	media, isJSON, isText := textMedia(contentType)
 	var body []byte
 	switch {
 	case r.BodyBase64 != nil && r.Body != nil:
