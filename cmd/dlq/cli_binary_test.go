@@ -49,10 +49,17 @@ func dlqBinary(t *testing.T) string {
 // returns its exit code, stdout and stderr.
 func execDLQ(t *testing.T, bin, url, token string, args ...string) (int, string, string) {
 	t.Helper()
+	return execDLQEnv(t, bin, []string{"DLQ_URL=" + url, "DLQ_TOKEN=" + token, "DLQ_ADMIN_TOKEN="}, args...)
+}
+
+// execDLQEnv runs the dlq binary with these environment variables added to
+// the test's, and returns its exit code, stdout and stderr.
+func execDLQEnv(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "DLQ_URL="+url, "DLQ_TOKEN="+token, "DLQ_ADMIN_TOKEN=")
+	cmd.Env = append(os.Environ(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

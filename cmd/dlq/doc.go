@@ -21,8 +21,13 @@
 //
 // Configuration comes from package config: defaults, an optional YAML file
 // (--config), DLQ_* environment variables and the flags --amqp-url,
-// --database-url, --http-addr and --no-migrate. A wrong value stops the
-// command before it does anything, with exit code 2.
+// --database-url, --http-addr and --no-migrate, each taken by the commands
+// that use it (serve all four; migrate --database-url; rekey
+// --database-url and --no-migrate; topology, replay, replays and cancel
+// --amqp-url). A wrong value, or a file it names that cannot be used (a
+// TLS certificate, a key file), stops the command before it does anything,
+// with exit code 2. Commands that take no argument refuse one (exit 2)
+// rather than ignore the flags after it.
 //
 // Every subcommand uses the same exit codes (internal/cli): 0 done, 1 the
 // operation failed, 2 bad command line or configuration (including a

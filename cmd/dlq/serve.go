@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -40,15 +41,68 @@ func cmdServe(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, cfg, log); err != nil {
+		var ce *configError
+		if errors.As(err, &ce) {
+			log.Error("dlq serve: wrong configuration; nothing was started", "error", err)
+			return cli.ExitUsage
+		}
 		log.Error("dlq serve stopped", "error", err)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
 }
 
+// configError is a wrong configuration value or file that serve finds
+// before it starts anything: exit code 2, as for a value config.Load
+// refuses. Every other failure of serve is one at run time (exit 1).
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// settings are what serve reads from the configuration's values and files
+// (keys, certificates, rules, tokens) before it connects anywhere.
+type settings struct {
+	ring       *crypt.Ring
+	sealing    *store.Encryption
+	amqpTLS    *tls.Config
+	httpTLS    *tls.Config
+	categories *category.Rules
+	authn      *auth.Authenticator
+}
+
+// readSettings reads them; its error is a configError.
+func readSettings(ctx context.Context, cfg config.Config, log *slog.Logger) (settings, error) {
+	var (
+		s   settings
+		err error
+	)
+	if s.ring, s.sealing, err = encryption(cfg); err != nil {
+		return settings{}, &configError{err}
+	}
+	if s.amqpTLS, err = cfg.AMQPClientTLS(); err != nil {
+		return settings{}, &configError{err}
+	}
+	if s.categories, err = cfg.CategoryRules(); err != nil {
+		return settings{}, &configError{err}
+	}
+	// One authenticator for the HTTP API and the control queue, so a token
+	// means the same on both.
+	if s.authn, err = auth.New(cfg.AuthConfig()); err != nil {
+		return settings{}, &configError{err}
+	}
+	// Last: its certificate is watched until ctx ends.
+	if s.httpTLS, err = serverTLS(ctx, cfg, log); err != nil {
+		return settings{}, &configError{err}
+	}
+	return s, nil
+}
+
 // serve wires the components together and runs them until ctx ends.
 //
-// Start-up puts ingest first, because dead letters are the one thing that
+// Start-up reads the configuration's keys, certificates, rules and tokens
+// first (readSettings): a wrong one stops it before it connects anywhere.
+// Then it puts ingest first, because dead letters are the one thing that
 // cannot wait while dlq restarts (each step of a rolling upgrade is one):
 // PostgreSQL's checks and RabbitMQ's topology go at once, the consumers
 // subscribe as soon as both are done, and the rest (replay, cron, the
@@ -76,38 +130,30 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}, []string{"component"})
 	reg.MustRegister(up)
 
-	ring, sealing, err := encryption(cfg)
+	s, err := readSettings(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(4 + 2*cfg.Ingest.Consumers*len(cfg.Queues) + replayConns(cfg)),
-		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres"), Encryption: sealing, TextSearch: cfg.Ingest.TextSearch})
+		Logger: log, Registerer: reg, Up: up.WithLabelValues("postgres"), Encryption: s.sealing, TextSearch: cfg.Ingest.TextSearch})
 	if err != nil {
 		return err
 	}
 	defer st.Close() // 6.
-	amqpTLS, err := cfg.AMQPClientTLS()
-	if err != nil {
-		return err
-	}
-	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Logger: log, Up: up.WithLabelValues("amqp"), TLS: amqpTLS})
+	conn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Logger: log, Up: up.WithLabelValues("amqp"), TLS: s.amqpTLS})
 	if err != nil {
 		return err
 	}
 	defer conn.Close() // 5.
 
-	categories, err := cfg.CategoryRules()
-	if err != nil {
-		return err
-	}
 	declared := make(chan error, 1)
 	go func() { declared <- startBrokerWatch(ctx, cfg, conn, log, reg) }()
-	dbErr := prepareDatabase(ctx, cfg, st, ring, categories, log)
+	dbErr := prepareDatabase(ctx, cfg, st, s.ring, s.categories, log)
 	if err := errors.Join(dbErr, <-declared); err != nil {
 		return err
 	}
 	p := parts{up: up}
-	if p.consumer, err = newConsumer(cfg, st, conn, categories, log, reg, up.WithLabelValues("consumer")); err != nil {
+	if p.consumer, err = newConsumer(cfg, st, conn, s.categories, log, reg, up.WithLabelValues("consumer")); err != nil {
 		return err
 	}
 	ingestCtx, cancelIngest := context.WithCancel(ctx)
@@ -119,7 +165,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return <-consumeDone
 	}
 
-	if err := p.build(ctx, cfg, st, conn, ring, categories, log, reg); err != nil {
+	if err := p.build(cfg, st, conn, s, log, reg); err != nil {
 		p.stopIngest(log)
 		return err
 	}
@@ -159,14 +205,10 @@ func prepareDatabase(ctx context.Context, cfg config.Config, st *store.Store, ri
 }
 
 // build makes every part but ingest, which already runs.
-func (p *parts) build(ctx context.Context, cfg config.Config, st *store.Store, conn *broker.Conn, ring *crypt.Ring, categories *category.Rules, log *slog.Logger, reg *prometheus.Registry) error {
-	// One authenticator for the HTTP API and the control queue, so a token
-	// means the same on both.
-	authn, err := auth.New(cfg.AuthConfig())
-	if err != nil {
-		return err
-	}
-	if p.cron, err = newCron(cfg, st, p.consumer, categories, log, reg); err != nil {
+func (p *parts) build(cfg config.Config, st *store.Store, conn *broker.Conn, s settings, log *slog.Logger, reg *prometheus.Registry) error {
+	authn, ring := s.authn, s.ring
+	var err error
+	if p.cron, err = newCron(cfg, st, p.consumer, s.categories, log, reg); err != nil {
 		return err
 	}
 	if p.replays, err = newReplay(cfg, st, conn, ring, log, reg); err != nil {
@@ -192,7 +234,7 @@ func (p *parts) build(ctx context.Context, cfg config.Config, st *store.Store, c
 	if p.control, err = newControl(cfg, st, conn, operations, authn, log, reg); err != nil {
 		return err
 	}
-	p.http, err = newHTTP(ctx, cfg, httpDeps{ops: operations, authn: authn, st: st, conn: conn, cons: p.consumer}, log, reg)
+	p.http, err = newHTTP(cfg, httpDeps{ops: operations, authn: authn, st: st, conn: conn, cons: p.consumer, tls: s.httpTLS}, log, reg)
 	return err
 }
 
@@ -255,11 +297,12 @@ type httpDeps struct {
 	st    *store.Store
 	conn  *broker.Conn
 	cons  *consumer.Consumer
+	tls   *tls.Config // nil: plain HTTP
 }
 
 // newHTTP builds the HTTP server: the API, the metrics, the health checks
 // and the web console beside them on one port (DLQ_UI=false: no console).
-func newHTTP(ctx context.Context, cfg config.Config, d httpDeps, log *slog.Logger, reg *prometheus.Registry) (*api.Server, error) {
+func newHTTP(cfg config.Config, d httpDeps, log *slog.Logger, reg *prometheus.Registry) (*api.Server, error) {
 	mount := map[string]http.Handler{}
 	if cfg.UI.Enabled {
 		ui, err := console.New(console.Config{Ops: d.ops, Auth: d.authn, Sessions: d.st, SessionTTL: cfg.UI.SessionTTL.D(),
@@ -269,12 +312,8 @@ func newHTTP(ctx context.Context, cfg config.Config, d httpDeps, log *slog.Logge
 		}
 		mount[console.Path] = ui
 	}
-	httpTLS, err := serverTLS(ctx, cfg, log)
-	if err != nil {
-		return nil, err
-	}
 	return api.New(api.Config{
-		TLS:          httpTLS,
+		TLS:          d.tls,
 		Addr:         cfg.HTTPAddr,
 		Mount:        mount,
 		Gatherer:     reg,

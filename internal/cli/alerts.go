@@ -29,7 +29,7 @@ func runAlerts(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq alerts [flags]   alerts pending, firing or just resolved, and the rules")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("alerts", af, env)

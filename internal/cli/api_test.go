@@ -18,19 +18,15 @@ import (
 // cli runs one operator command in-process.
 func cli(t *testing.T, url, token string, run func([]string, cliEnv) int, args ...string) (int, string, string) {
 	t.Helper()
+	return cliWith(t, map[string]string{"DLQ_URL": url, "DLQ_TOKEN": token}, run, args...)
+}
+
+// cliWith runs one operator command in-process with these environment
+// variables (and no other).
+func cliWith(t *testing.T, vars map[string]string, run func([]string, cliEnv) int, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	env := cliEnv{
-		getenv: func(k string) string {
-			switch k {
-			case "DLQ_URL":
-				return url
-			case "DLQ_TOKEN":
-				return token
-			}
-			return ""
-		},
-		stdout: &out, stderr: &errOut,
-	}
+	env := cliEnv{getenv: func(k string) string { return vars[k] }, stdout: &out, stderr: &errOut}
 	code := run(args, env)
 	return code, out.String(), errOut.String()
 }

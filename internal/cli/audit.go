@@ -36,7 +36,7 @@ func runAudit(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq audit [flags]   who did what, newest first (admin token)")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("audit", af, env)

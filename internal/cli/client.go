@@ -74,7 +74,7 @@ func envToken(getenv func(string) string) (string, error) {
 		if path := getenv(name + "_FILE"); path != "" {
 			v, err := secrets.ReadFile(path)
 			if err != nil {
-				return "", fmt.Errorf("%s_FILE: %w", name, err)
+				return "", &usageError{fmt.Errorf("%s_FILE: %w (point %s_FILE at a readable token file, or set %s instead)", name, err, name, name)}
 			}
 			return strings.TrimSpace(v), nil
 		}
@@ -90,19 +90,43 @@ type apiClient struct {
 	http  *http.Client
 }
 
+// newAPIClient is the client of a command whose every answer must come
+// within --timeout.
 func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
-	c := &http.Client{Timeout: f.timeout}
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout, Transport: f.transport(name, env)}}
+}
+
+// newStreamClient is the client of a command whose answers take long to
+// stream (export, import): only the wait for an answer to begin is
+// bounded, by headerTimeout.
+func newStreamClient(name string, f apiFlags, env cliEnv, headerTimeout time.Duration) *apiClient {
+	t := f.transport(name, env)
+	t.ResponseHeaderTimeout = headerTimeout
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Transport: t}}
+}
+
+// transport is every API command's HTTP transport: the proxy from the
+// environment and, with --ca-file (DLQ_CA_FILE), that CA.
+func (f apiFlags) transport(name string, env cliEnv) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f.caFile != "" {
 		// A CA that cannot be read leaves the system's: the request then
 		// fails with the certificate error, which says what is wrong.
 		if tc, err := (tlsconf.Client{CAFile: f.caFile}).Config(); err == nil {
-			c.Transport = &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}
+			t.TLSClientConfig = tc
 		} else {
-			fmt.Fprintf(env.stderr, "dlq %s: %v\n", name, err)
+			fmt.Fprintf(env.stderr, "dlq %s: --ca-file: %v\n", name, err)
 		}
 	}
-	return &apiClient{name: name, flags: f, env: env, http: c}
+	return t
 }
+
+// usageError is a fault of the command line or of the configuration the
+// command runs with, found when it runs (exit 2, ExitUsage).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
 
 // apiError is an answer other than 2xx.
 type apiError struct {
@@ -145,18 +169,12 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 		}
 		rd = bytes.NewReader(b)
 	}
-	if c.flags.tokenErr != nil && c.flags.token == "" {
-		return nil, c.flags.tokenErr
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	req, err := c.request(ctx, method, u, rd)
 	if err != nil {
-		return nil, fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.flags.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.flags.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -173,9 +191,29 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 	return b, nil
 }
 
+// request is a request to the API at u with the command's token: every
+// API command's requests are made here.
+func (c *apiClient) request(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
+	if c.flags.tokenErr != nil && c.flags.token == "" {
+		return nil, c.flags.tokenErr
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)}
+	}
+	if c.flags.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.flags.token)
+	}
+	return req, nil
+}
+
 // fail prints err and returns the exit code that describes it.
 func (c *apiClient) fail(err error) int {
 	fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return ExitUsage
+	}
 	var e *apiError
 	if !errors.As(err, &e) {
 		return ExitUnavailable
@@ -253,13 +291,79 @@ func (c *apiClient) pages(ctx context.Context, path string, q url.Values, all bo
 // parseFlags parses a command's flags; a negative code means go on.
 func parseFlags(fs *flag.FlagSet, args []string, env cliEnv) int {
 	fs.SetOutput(env.stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+	return flagsExit(fs.Parse(args))
+}
+
+// parseArgs parses a command's flags and returns its arguments: flags may
+// come before, between and after them.
+func parseArgs(fs *flag.FlagSet, args []string, env cliEnv) ([]string, int) {
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return nil, code
 	}
-	return -1
+	pos, err := positionals(fs, args)
+	return pos, flagsExit(err)
+}
+
+// positionals returns the arguments left after fs parsed args, parsing
+// the flags after each of them too (the flag package stops at the first
+// argument). "--" ends the flags: what follows it is all arguments.
+func positionals(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+	}
+	return pos, nil
+}
+
+// flagsExit is the exit code of a flag parsing error (-1 for none): the
+// flag package has printed it, or the usage for -h.
+func flagsExit(err error) int {
+	switch {
+	case err == nil:
+		return -1
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	}
+	return ExitUsage
+}
+
+// parseNoArgs parses the flags of a command that takes no argument, and
+// refuses one (noArgs).
+func parseNoArgs(fs *flag.FlagSet, args []string, env cliEnv) int {
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	return noArgs(fs, fs.Args(), env.stderr)
+}
+
+// noArgs refuses the arguments (args) of a command that takes flags only:
+// the flag package stops at the first argument, so the flags after it
+// would be ignored without a word. A negative code means go on.
+func noArgs(fs *flag.FlagSet, args []string, w io.Writer) int {
+	if len(args) == 0 {
+		return -1
+	}
+	arg := args[0]
+	hint := ""
+	if fs.Lookup("queue") != nil && !strings.HasPrefix(arg, "-") {
+		hint = fmt.Sprintf(" (a queue is --queue %s)", arg)
+	}
+	fmt.Fprintf(w, "%s: unexpected argument %q: %s takes flags only%s; see %s -h\n", fs.Name(), arg, fs.Name(), hint, fs.Name())
+	return ExitUsage
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // timeArg reads a time flag: RFC 3339, or a duration meaning that long ago

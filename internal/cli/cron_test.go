@@ -101,9 +101,14 @@ func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
 	var one cron.JobView
 	require.NoError(t, json.Unmarshal([]byte(out), &one), out)
 	require.Equal(t, cron.JobAlerts, one.Name)
+	// Flags after the job's name are read too.
+	code, out, errOut := cli(t, url, viewer, runJobs, cron.JobAlerts, "--json")
+	require.Equal(t, ExitOK, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &one), out)
+	require.Equal(t, cron.JobAlerts, one.Name)
 
 	// Exit codes.
-	code, _, errOut := cli(t, url, viewer, runJobs, "no-such-job")
+	code, _, errOut = cli(t, url, viewer, runJobs, "no-such-job")
 	require.Equal(t, ExitNotFound, code)
 	require.Contains(t, errOut, "no job")
 	code, _, _ = cli(t, url, viewer, runJobs, "a", "b")

@@ -27,11 +27,12 @@ func runJobs(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq jobs [flags] [job]   cron jobs: schedule, lease, last success and runs")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	pos, code := parseArgs(fs, args, env)
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() > 1 {
-		fs.Usage()
+	if len(pos) > 1 {
+		fmt.Fprintf(env.stderr, "dlq jobs: give one job at most, not %d: %q\n", len(pos), pos)
 		return ExitUsage
 	}
 	c := newAPIClient("jobs", af, env)
@@ -43,9 +44,9 @@ func runJobs(args []string, env cliEnv) int {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
-	if fs.NArg() == 1 {
+	if len(pos) == 1 {
 		for i, j := range v.Jobs {
-			if j.Name != fs.Arg(0) {
+			if j.Name != pos[0] {
 				continue
 			}
 			if af.json {
@@ -62,7 +63,7 @@ func runJobs(args []string, env cliEnv) int {
 			printRuns(env, j)
 			return ExitOK
 		}
-		fmt.Fprintf(env.stderr, "dlq jobs: no job %q (dlq jobs lists them)\n", fs.Arg(0))
+		fmt.Fprintf(env.stderr, "dlq jobs: no job %q (dlq jobs lists them)\n", pos[0])
 		return ExitNotFound
 	}
 	if af.json {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -179,7 +180,7 @@ func runLs(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq ls [flags]   list dead messages, newest first")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("ls", af, env)
@@ -262,17 +263,9 @@ func runShow(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq show [flags] ID   show one dead message with its body")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	id, code := idArg(fs, args, env, "message id")
+	if code >= 0 {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return ExitUsage
-	}
-	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
-	if err != nil || id <= 0 {
-		fmt.Fprintf(env.stderr, "dlq show: %q is not a message id\n", fs.Arg(0))
-		return ExitUsage
 	}
 	c := newAPIClient("show", af, env)
 	b, err := c.call(context.Background(), "GET", "/api/v1/messages/"+strconv.FormatInt(id, 10), nil, nil)
@@ -288,6 +281,28 @@ func runShow(args []string, env cliEnv) int {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
 	w := env.stdout
+	printMessageRows(w, m)
+	for _, part := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"properties", m.Properties}, {"headers", m.Headers}, {"x-death", m.XDeath}} {
+		fmt.Fprintf(w, "\n%s:\n", part.name)
+		c.printRaw(part.raw)
+	}
+	fmt.Fprintf(w, "\nbody (%d bytes):\n", m.BodySize)
+	switch {
+	case m.Body == nil:
+		fmt.Fprintln(w, "(hidden: this token may not see bodies)")
+	case utf8.Valid(*m.Body):
+		fmt.Fprintln(w, string(*m.Body))
+	default:
+		fmt.Fprintln(w, "(binary, base64) "+base64.StdEncoding.EncodeToString(*m.Body))
+	}
+	return ExitOK
+}
+
+// printMessageRows prints dlq show's table of a message's fields.
+func printMessageRows(w io.Writer, m store.Message) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("id", strconv.FormatInt(m.ID, 10))
@@ -326,23 +341,6 @@ func runShow(args []string, env cliEnv) int {
 		row("conversion error", *m.ConversionError)
 	}
 	tw.Flush()
-	for _, part := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"properties", m.Properties}, {"headers", m.Headers}, {"x-death", m.XDeath}} {
-		fmt.Fprintf(w, "\n%s:\n", part.name)
-		c.printRaw(part.raw)
-	}
-	fmt.Fprintf(w, "\nbody (%d bytes):\n", m.BodySize)
-	switch {
-	case m.Body == nil:
-		fmt.Fprintln(w, "(hidden: this token may not see bodies)")
-	case utf8.Valid(*m.Body):
-		fmt.Fprintln(w, string(*m.Body))
-	default:
-		fmt.Fprintln(w, "(binary, base64) "+base64.StdEncoding.EncodeToString(*m.Body))
-	}
-	return ExitOK
 }
 
 // runAction acknowledges (ack) or deletes (rm) messages by id or filter.
@@ -365,41 +363,20 @@ func runAction(name string, args []string, env cliEnv) int {
 		fmt.Fprintf(env.stderr, "usage: dlq %s [flags] [ID...]   %s messages by id, or by filter flags\n", name, verb)
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	pos, code := parseArgs(fs, args, env)
+	if code >= 0 {
 		return code
 	}
-	var ids []int64
-	for _, a := range fs.Args() {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id <= 0 {
-			fmt.Fprintf(env.stderr, "dlq %s: %q is not a message id\n", name, a)
-			return ExitUsage
-		}
-		ids = append(ids, id)
-	}
-	if len(ids) > 0 && !ff.empty() {
-		fmt.Fprintf(env.stderr, "dlq %s: give ids or filter flags, not both\n", name)
+	body, err := actionBody(fs, pos, ff)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "dlq %s: %v\n", name, err)
 		return ExitUsage
 	}
-	if len(ids) == 0 && ff.empty() {
-		fmt.Fprintf(env.stderr, "dlq %s: give message ids, or filter flags (for example --queue orders); a filter acts on every match\n", name)
-		return ExitUsage
-	}
-	c := newAPIClient(name, af, env)
-	body := map[string]any{"dry_run": dryRun, "confirm": yes}
+	body["dry_run"], body["confirm"] = dryRun, yes
 	if limit > 0 {
 		body["limit"] = limit
 	}
-	if len(ids) > 0 {
-		body["ids"] = ids
-	} else {
-		f, err := ff.filter(time.Now())
-		if err != nil {
-			fmt.Fprintf(env.stderr, "dlq %s: %v\n", name, err)
-			return ExitUsage
-		}
-		body["filter"] = f
-	}
+	c := newAPIClient(name, af, env)
 	b, err := c.call(context.Background(), "POST", "/api/v1/messages/"+verb, nil, body)
 	if err != nil {
 		var e *apiError
@@ -411,25 +388,26 @@ func runAction(name string, args []string, env cliEnv) int {
 	}
 	if af.json {
 		c.printRaw(b)
+	} else if waitsForApproval(env.stdout, b) {
 		return ExitOK
 	}
-	if waitsForApproval(env.stdout, b) {
-		return ExitOK
-	}
+	// With --json too: the exit code says the same with and without it.
 	var res store.ActionResult
 	if err := json.Unmarshal(b, &res); err != nil {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
 	past := map[string]string{"ack": "acknowledged", "rm": "deleted"}[name]
-	if res.DryRun {
+	switch {
+	case af.json:
+	case res.DryRun:
 		fmt.Fprintf(env.stdout, "dry run: %d messages would be %s\n", res.Matched, past)
-		return ExitOK
+	default:
+		fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)
+		if res.Unchanged > 0 {
+			fmt.Fprintf(env.stdout, ", %d already %s", res.Unchanged, past)
+		}
+		fmt.Fprintln(env.stdout)
 	}
-	fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)
-	if res.Unchanged > 0 {
-		fmt.Fprintf(env.stdout, ", %d already %s", res.Unchanged, past)
-	}
-	fmt.Fprintln(env.stdout)
 	if len(res.NotFound) > 0 {
 		s := make([]string, len(res.NotFound))
 		for i, id := range res.NotFound {
@@ -439,4 +417,32 @@ func runAction(name string, args []string, env cliEnv) int {
 		return ExitNotFound
 	}
 	return ExitOK
+}
+
+// actionBody is what ack and rm act on: the ids given as arguments, or
+// the filter of the filter flags; its error says what to give instead.
+func actionBody(fs *flag.FlagSet, args []string, ff filterFlags) (map[string]any, error) {
+	var ids []int64
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("%q is not a message id", a)
+		}
+		ids = append(ids, id)
+	}
+	switch {
+	case len(ids) > 0 && !ff.empty():
+		return nil, errors.New("give ids or filter flags, not both")
+	case len(ids) > 0 && flagGiven(fs, "limit"):
+		return nil, errors.New("--limit applies to a filter (at most that many of its matches), not to ids: give only the ids to act on, or a filter with --limit")
+	case len(ids) > 0:
+		return map[string]any{"ids": ids}, nil
+	case ff.empty():
+		return nil, errors.New("give message ids, or filter flags (for example --queue orders); a filter acts on every match")
+	}
+	f, err := ff.filter(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"filter": f}, nil
 }

@@ -48,18 +48,27 @@ func Policy(args []string) int { return runPolicy(args, osEnv()) }
 // became a request for approval (above api.approval_above) instead of
 // running, and reports whether it did.
 func waitsForApproval(w io.Writer, answer []byte) bool {
-	var r struct {
-		Approval *store.Approval `json:"approval"`
-	}
-	if json.Unmarshal(answer, &r) != nil || r.Approval == nil {
+	a := approvalOf(answer)
+	if a == nil {
 		return false
 	}
-	a := r.Approval
 	fmt.Fprintf(w, "not run: %s of %s messages waits for approval %d (expires %s)\n", a.Action, thousands(a.Count), a.ID,
 		a.ExpiresAt.Local().Format(time.RFC3339))
 	fmt.Fprintf(w, "another person approves it with: dlq approve %d   (or rejects it: dlq reject %d)\n", a.ID, a.ID)
 	fmt.Fprintf(w, "you may take it back with: dlq withdraw %d\n", a.ID)
 	return true
+}
+
+// approvalOf is the request for approval an answer holds when the action
+// became one instead of running (nil when it ran).
+func approvalOf(answer []byte) *store.Approval {
+	var r struct {
+		Approval *store.Approval `json:"approval"`
+	}
+	if json.Unmarshal(answer, &r) != nil {
+		return nil
+	}
+	return r.Approval
 }
 
 // runApprovals lists requests for approval, newest first.
@@ -75,7 +84,7 @@ func runApprovals(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq approvals [flags]   requests for approval (four-eyes), newest first")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("approvals", af, env)
@@ -146,7 +155,7 @@ func runDecide(verb string, args []string, env cliEnv) int {
 		fmt.Fprintf(env.stderr, "usage: dlq %s [flags] ID   %s\n", verb, what)
 		fs.PrintDefaults()
 	}
-	id, code := idArg(fs, args, env)
+	id, code := idArg(fs, args, env, "request id")
 	if code >= 0 {
 		return code
 	}
@@ -174,31 +183,37 @@ func runDecide(verb string, args []string, env cliEnv) int {
 	return ExitOK
 }
 
-// idArg parses flags and the one positional id (flags may come after it).
-func idArg(fs *flag.FlagSet, args []string, env cliEnv) (int64, int) {
-	if code := parseFlags(fs, args, env); code >= 0 {
+// idArg parses flags and the command's one argument, an id (flags may
+// come before and after it); what names the id in errors ("message id").
+func idArg(fs *flag.FlagSet, args []string, env cliEnv, what string) (int64, int) {
+	arg, code := oneArg(fs, args, env, what)
+	if code >= 0 {
 		return 0, code
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		fs.Usage()
-		return 0, ExitUsage
-	}
-	id, err := strconv.ParseInt(rest[0], 10, 64)
+	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || id <= 0 {
-		fmt.Fprintf(env.stderr, "%s: %q is not an id\n", fs.Name(), rest[0])
+		fmt.Fprintf(env.stderr, "%s: %q is not a %s\n", fs.Name(), arg, what)
 		return 0, ExitUsage
-	}
-	if len(rest) > 1 {
-		if code := parseFlags(fs, rest[1:], env); code >= 0 {
-			return 0, code
-		}
-		if fs.NArg() > 0 {
-			fmt.Fprintf(env.stderr, "%s: one id only, not %q\n", fs.Name(), fs.Args())
-			return 0, ExitUsage
-		}
 	}
 	return id, -1
+}
+
+// oneArg parses flags and the command's one argument (flags may come
+// before and after it); what names the argument in errors.
+func oneArg(fs *flag.FlagSet, args []string, env cliEnv, what string) (string, int) {
+	pos, code := parseArgs(fs, args, env)
+	if code >= 0 {
+		return "", code
+	}
+	switch len(pos) {
+	case 0:
+		fs.Usage()
+		return "", ExitUsage
+	case 1:
+		return pos[0], -1
+	}
+	fmt.Fprintf(env.stderr, "%s: give one %s, not %d: %q\n", fs.Name(), what, len(pos), pos)
+	return "", ExitUsage
 }
 
 // headerFlags collects --set-header NAME=VALUE: a value that is JSON (a
@@ -255,7 +270,7 @@ func runEditReplay(args []string, env cliEnv, stdin io.Reader) int {
 		fmt.Fprintln(env.stderr, "  dlq edit-replay 4711 --set-header x-tenant=acme --remove-header x-retry-hint")
 		fs.PrintDefaults()
 	}
-	id, code := idArg(fs, args, env)
+	id, code := idArg(fs, args, env, "message id")
 	if code >= 0 {
 		return code
 	}
@@ -368,7 +383,7 @@ func runPolicies(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq policies [flags]   the automatic replay policies: selection, schedule, state")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("policies", af, env)
@@ -450,12 +465,19 @@ func deref(s *string) string {
 
 // runPolicy pauses or resumes one policy.
 func runPolicy(args []string, env cliEnv) int {
-	usage := func() int {
-		fmt.Fprintln(env.stderr, "usage: dlq policy pause [--reason TEXT] NAME | dlq policy resume NAME   stop or restart an automatic replay policy")
-		return ExitUsage
+	usage := func() {
+		fmt.Fprintln(env.stderr, "usage: dlq policy pause [--reason TEXT] NAME | dlq policy resume NAME   stop or restart an automatic replay policy (see dlq policies)")
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		usage()
+		return ExitOK
 	}
 	if len(args) == 0 || (args[0] != "pause" && args[0] != "resume") {
-		return usage()
+		if len(args) > 0 {
+			fmt.Fprintf(env.stderr, "dlq policy: %q is neither pause nor resume\n", args[0])
+		}
+		usage()
+		return ExitUsage
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("dlq policy "+verb, flag.ContinueOnError)
@@ -468,13 +490,10 @@ func runPolicy(args []string, env cliEnv) int {
 		fs.StringVar(&reason, "reason", "", "why (recorded, and shown in dlq policies and the alert)")
 	}
 	fs.Usage = func() { usage(); fs.PrintDefaults() }
-	if code := parseFlags(fs, args[1:], env); code >= 0 {
+	name, code := oneArg(fs, args[1:], env, "policy name")
+	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
-		return usage()
-	}
-	name := fs.Arg(0)
 	c := newAPIClient("policy "+verb, af, env)
 	var q url.Values
 	if reason != "" {

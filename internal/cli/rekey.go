@@ -30,7 +30,8 @@ const rekeyLeaseTTL = 15 * time.Second
 // and everything stored in plain text is sealed, online, in batches. Each
 // batch commits on its own under the job's lease, so a rekey killed at
 // any point loses nothing; run it again and it goes on from the rows'
-// own state. -status prints what each key wraps and changes nothing.
+// own state. --status prints what each key wraps and changes nothing, not
+// even the schema.
 func Rekey(args []string) int {
 	var (
 		status bool
@@ -66,18 +67,19 @@ func Rekey(args []string) int {
 		return ExitUsage
 	}
 	defer st.Close()
+	if status {
+		// Read only: not even the schema is migrated.
+		if err := printKeyUsage(ctx, os.Stdout, st, ring); err != nil {
+			fmt.Fprintf(os.Stderr, "dlq rekey: %v (--status changes nothing, the schema included: on a database dlq has not migrated yet, run dlq migrate first)\n", err)
+			return ExitUnavailable
+		}
+		return ExitOK
+	}
 	if !cfg.NoMigrate {
 		if _, err := st.Migrate(ctx, log); err != nil {
 			fmt.Fprintf(os.Stderr, "dlq rekey: %v\n", err)
 			return ExitUnavailable
 		}
-	}
-	if status {
-		if err := printKeyUsage(ctx, os.Stdout, st, ring); err != nil {
-			fmt.Fprintf(os.Stderr, "dlq rekey: %v\n", err)
-			return ExitUnavailable
-		}
-		return ExitOK
 	}
 	if err := rekey(ctx, st, ring, batch, os.Stderr); err != nil {
 		fmt.Fprintf(os.Stderr, "dlq rekey: %v\n", err)

@@ -24,15 +24,13 @@ import (
 // Replay runs `dlq replay [flags] [id ...]`.
 func Replay(args []string) int {
 	var f replayFlags
-	cfg, _, fs, code := LoadConfig("replay", args, f.register)
+	cfg, _, pos, code := LoadConfig("replay", args, f.register)
 	if code >= 0 {
 		return code
 	}
-	ids, err := replayIDs(fs)
+	ids, err := replayIDs(pos)
 	if err != nil {
-		if !errors.Is(err, errFlagsReported) {
-			fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
-		}
+		fmt.Fprintf(os.Stderr, "dlq replay: %v\n", err)
 		return ExitUsage
 	}
 	req, err := f.request(ids, time.Now())
@@ -53,7 +51,14 @@ func Replay(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if !rf.json && waitsForApproval(os.Stdout, res) {
+	// A replay above the approval threshold did not start: it waits for
+	// approval, with no task to follow (--wait or not).
+	if approvalOf(res) != nil {
+		if rf.json {
+			printJSON(res)
+		} else {
+			waitsForApproval(os.Stdout, res)
+		}
 		return ExitOK
 	}
 	var task replay.Task
@@ -107,11 +112,13 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.rate, "rate", 0, "messages per second (default: as fast as confirms allow)")
 	fs.DurationVar(&f.delay, "delay", 0, "start after this long (e.g. 10m)")
 	fs.StringVar(&f.startAt, "start-at", "", "start at this time instead, RFC 3339 (e.g. 2026-05-02T02:00:00Z); the messages are selected now")
-	fs.Func("to-exchange", "publish to this exchange instead of each message's own (\"\" is the default exchange)", func(s string) error {
+	fs.Func("to-exchange", "publish to this `exchange` instead of each message's own (\"\" is the default exchange), "+
+		"with routing key \"\" unless --to-routing-key gives one", func(s string) error {
 		f.toExchange, f.toExchangeSet = s, true
 		return nil
 	})
-	fs.StringVar(&f.toKey, "to-routing-key", "", "... with this routing key")
+	fs.StringVar(&f.toKey, "to-routing-key", "", "publish with this `routing key` instead of each message's own; "+
+		"without --to-exchange it goes to the default exchange \"\", i.e. straight to the queue of that name")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "count and sample what would be replayed; change nothing")
 	fs.IntVar(&f.canary, "canary", 0, "publish this many first, wait --canary-wait, and stop if any died again")
 	fs.DurationVar(&f.canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
@@ -133,16 +140,11 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	}
 }
 
-// errFlagsReported marks a flag error the flag package has already
-// printed, with the usage.
-var errFlagsReported = errors.New("flags")
-
-// replayIDs reads the message ids, which may come before, between or after
-// the flags, each argument one id or a comma list.
-func replayIDs(fs *flag.FlagSet) ([]int64, error) {
+// replayIDs reads the message ids, each argument one id or a comma list.
+func replayIDs(args []string) ([]int64, error) {
 	var ids []int64
-	for fs.NArg() > 0 {
-		for _, part := range strings.Split(fs.Arg(0), ",") {
+	for _, arg := range args {
+		for _, part := range strings.Split(arg, ",") {
 			if part == "" {
 				continue
 			}
@@ -151,9 +153,6 @@ func replayIDs(fs *flag.FlagSet) ([]int64, error) {
 				return nil, fmt.Errorf("%q is not a message id", part)
 			}
 			ids = append(ids, id)
-		}
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return nil, fmt.Errorf("%w: %w", errFlagsReported, err)
 		}
 	}
 	return ids, nil
@@ -357,7 +356,7 @@ func skipReasons(r map[string]int64) string {
 func Replays(args []string) int {
 	var rf rpcFlags
 	var limit int
-	cfg, _, fs, code := LoadConfig("replays", args, func(fs *flag.FlagSet) {
+	cfg, _, pos, code := LoadConfig("replays", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
 		fs.IntVar(&limit, "limit", 20, "how many recent tasks to list")
 		fs.Usage = func() {
@@ -369,14 +368,14 @@ func Replays(args []string) int {
 		return code
 	}
 	var id int64
-	if fs.NArg() > 1 {
-		fmt.Fprintln(os.Stderr, "dlq replays: give at most one task id")
+	if len(pos) > 1 {
+		fmt.Fprintf(os.Stderr, "dlq replays: give one task id at most, not %d: %q\n", len(pos), pos)
 		return ExitUsage
 	}
-	if fs.NArg() == 1 {
-		n, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+	if len(pos) == 1 {
+		n, err := strconv.ParseInt(pos[0], 10, 64)
 		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "dlq replays: %q is not a task id\n", fs.Arg(0))
+			fmt.Fprintf(os.Stderr, "dlq replays: %q is not a task id\n", pos[0])
 			return ExitUsage
 		}
 		id = n
@@ -427,7 +426,7 @@ func Replays(args []string) int {
 // Cancel runs `dlq cancel id`.
 func Cancel(args []string) int {
 	var rf rpcFlags
-	cfg, _, fs, code := LoadConfig("cancel", args, func(fs *flag.FlagSet) {
+	cfg, _, pos, code := LoadConfig("cancel", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
 		fs.Usage = func() {
 			fmt.Fprintln(fs.Output(), "usage: dlq cancel [flags] id\n\nStop a replay task within one publish.\n\nflags:")
@@ -437,13 +436,13 @@ func Cancel(args []string) int {
 	if code >= 0 {
 		return code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "dlq cancel: give the task id (see dlq replays)")
+	if len(pos) != 1 {
+		fmt.Fprintf(os.Stderr, "dlq cancel: give one task id (see dlq replays), not %d\n", len(pos))
 		return ExitUsage
 	}
-	id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+	id, err := strconv.ParseInt(pos[0], 10, 64)
 	if err != nil || id <= 0 {
-		fmt.Fprintf(os.Stderr, "dlq cancel: %q is not a task id\n", fs.Arg(0))
+		fmt.Fprintf(os.Stderr, "dlq cancel: %q is not a task id\n", pos[0])
 		return ExitUsage
 	}
 	ctx, stop := signalContext()

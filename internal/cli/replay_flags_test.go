@@ -3,6 +3,8 @@ package cli
 import (
 	"flag"
 	"io"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,11 @@ func parseReplay(t *testing.T, args ...string) (replay.Request, error) {
 	if err := fs.Parse(args); err != nil {
 		return replay.Request{}, err
 	}
-	ids, err := replayIDs(fs)
+	pos, err := positionals(fs, args)
+	if err != nil {
+		return replay.Request{}, err
+	}
+	ids, err := replayIDs(pos)
 	if err != nil {
 		return replay.Request{}, err
 	}
@@ -101,4 +107,36 @@ func TestReplayFlagsRequest(t *testing.T) {
 		_, err := parseReplay(t, tc.args...)
 		require.ErrorContains(t, err, tc.want, "dlq replay %q", tc.args)
 	}
+}
+
+// TestReplayTargetHelp: the target is a pair (exchange, routing key), as
+// the API takes it; the help of --to-exchange and --to-routing-key and
+// docs/REPLAY.md say what each one alone means.
+func TestReplayTargetHelp(t *testing.T) {
+	t.Parallel()
+	var f replayFlags
+	fs := flag.NewFlagSet("dlq replay", flag.ContinueOnError)
+	var help strings.Builder
+	fs.SetOutput(&help)
+	f.register(fs)
+	fs.PrintDefaults()
+	alone := []string{`routing key "" unless --to-routing-key`, `the default exchange "", i.e. straight to the queue of that name`}
+	for _, s := range alone {
+		require.Contains(t, help.String(), s)
+	}
+	doc, err := os.ReadFile("../../docs/REPLAY.md")
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(doc), "--to-exchange billing --to-routing-key invoices.retry")
+	require.True(t, ok, "docs/REPLAY.md lost its --to-exchange example")
+	near := strings.Join(strings.Fields(after[:min(len(after), 3000)]), " ")
+	for _, s := range alone {
+		require.Contains(t, near, s, "docs/REPLAY.md, near its --to-exchange example")
+	}
+
+	req, err := parseReplay(t, "--to-exchange", "billing", "42")
+	require.NoError(t, err)
+	require.Equal(t, &replay.Target{Exchange: "billing", RoutingKey: ""}, req.Target)
+	req, err = parseReplay(t, "--to-routing-key", "orders", "42")
+	require.NoError(t, err)
+	require.Equal(t, &replay.Target{Exchange: "", RoutingKey: "orders"}, req.Target)
 }

@@ -94,7 +94,9 @@ func answerExit(code string) int {
 		return ExitNotFound
 	case control.CodeInvalidJSON, control.CodeInvalidRequest, control.CodeUnknownCommand, control.CodeTooLarge, control.CodeConfirmRequired:
 		return ExitUsage
-	case control.CodeUnavailable:
+	case control.CodeUnavailable, control.CodeRateLimited, control.CodeInternal:
+		// As the HTTP API's 503, 429 and 500: retry later (the same
+		// command_id is safe).
 		return ExitUnavailable
 	}
 	return ExitFailure

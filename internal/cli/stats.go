@@ -41,7 +41,7 @@ func runGroups(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq groups [flags]   failure groups, largest first")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("groups", af, env)
@@ -89,7 +89,7 @@ func runStats(args []string, env cliEnv) int {
 	fs := flag.NewFlagSet("dlq stats", flag.ContinueOnError)
 	var af apiFlags
 	af.register(fs, env)
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("stats", af, env)
@@ -168,7 +168,7 @@ func runStatus(args []string, env cliEnv) int {
 	fs := flag.NewFlagSet("dlq status", flag.ContinueOnError)
 	var af apiFlags
 	af.register(fs, env)
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
 	}
 	c := newAPIClient("status", af, env)

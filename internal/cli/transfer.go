@@ -32,19 +32,9 @@ const maxLine = 256 << 20
 // whole request is stored.
 const transferTimeout = 10 * time.Minute
 
-// streamClient is an HTTP client for answers that take long to stream:
-// only the wait for the answer to begin is bounded.
-func streamClient(timeout time.Duration) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ResponseHeaderTimeout = timeout
-	return &http.Client{Transport: t}
-}
-
 // timeoutFlag returns --timeout if it was given, else def.
 func timeoutFlag(fs *flag.FlagSet, given time.Duration, def time.Duration) time.Duration {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "timeout" })
-	if set {
+	if flagGiven(fs, "timeout") {
 		return given
 	}
 	return def
@@ -72,12 +62,8 @@ func runExport(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "  dlq export --queue orders --output gold.ndjson --resume   (after an interrupted export)")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	if code := parseNoArgs(fs, args, env); code >= 0 {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.stderr, "dlq export: unexpected argument %q: the messages are chosen by filter flags\n", fs.Arg(0))
-		return ExitUsage
 	}
 	if resume && (output == "" || cursor != "") {
 		fmt.Fprintln(env.stderr, "dlq export: --resume needs --output, and finds the cursor itself")
@@ -88,8 +74,7 @@ func runExport(args []string, env cliEnv) int {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return ExitUsage
 	}
-	c := newAPIClient("export", af, env)
-	c.http = streamClient(timeoutFlag(fs, af.timeout, transferTimeout))
+	c := newStreamClient("export", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
 
 	out := env.stdout
 	if output != "" {
@@ -278,15 +263,12 @@ func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
 // stream sends a request and returns the response of a 2xx answer, its
 // body unread.
 func (c *apiClient) stream(ctx context.Context, method, path string, body io.Reader, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.flags.url, "/")+path, body)
+	req, err := c.request(ctx, method, strings.TrimRight(c.flags.url, "/")+path, body)
 	if err != nil {
-		return nil, fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)
+		return nil, err
 	}
 	for k, v := range header {
 		req.Header[k] = v
-	}
-	if c.flags.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.flags.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -321,16 +303,15 @@ func runImport(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq import [flags] [FILE ...]   store the messages of exports (FILE or stdin; .gz too) as pending")
 		fs.PrintDefaults()
 	}
-	if code := parseFlags(fs, args, env); code >= 0 {
+	files, code := parseArgs(fs, args, env)
+	if code >= 0 {
 		return code
 	}
 	if batch < 1 || maxBytes < 1 {
 		fmt.Fprintln(env.stderr, "dlq import: --batch and --batch-bytes must be at least 1")
 		return ExitUsage
 	}
-	c := newAPIClient("import", af, env)
-	c.http = streamClient(timeoutFlag(fs, af.timeout, transferTimeout))
-	files := fs.Args()
+	c := newStreamClient("import", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
 	if len(files) == 0 {
 		files = []string{"-"}
 	}
