@@ -41,6 +41,13 @@ func URL(s string) string {
 	}
 	if at, ok := authorityStart(s); ok {
 		spans = urlSpans(spans, s, at)
+	} else if end := strings.IndexByte(s+"?", '?'); !strings.Contains(s[:end], "=") {
+		// A URL that lost its "//" ("postgres//dlq:pw@db", "guest:pw@h")
+		// is no parser's URL, but a reader sees its user info before the
+		// '@' all the same: hide all of it.
+		if i := strings.LastIndexByte(s[:end], '@'); i >= 0 {
+			spans = append(spans, span{0, i})
+		}
 	}
 	// pgx reads every string without one of these exact prefixes as
 	// keyword=value, whatever it looks like.
@@ -184,6 +191,11 @@ func keywordValueSpans(spans []span, s string) []span {
 				return append(spans, span{from, len(s)}) // unterminated
 			}
 			i++ // the closing quote
+			if i < len(s) && !strings.ContainsRune(spaces, rune(s[i])) {
+				// Text glued to the quote ("password=''0=") would join the
+				// mask into one unquoted value when read back: hide it all.
+				return append(spans, span{from, len(s)})
+			}
 		} else {
 			for i < len(s) && !strings.ContainsRune(spaces, rune(s[i])) {
 				if s[i] == '\\' {

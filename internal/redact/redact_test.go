@@ -21,6 +21,9 @@ func TestURL(t *testing.T) {
 		{"bare query token", "amqp://h/?abcdef", "amqp://h/?xxxxx"},
 		{"at sign in password", "amqp://u:p@ss@h/", "amqp://u:xxxxx@h/"},
 		{"colon in password", "amqp://u:a:b@h/", "amqp://u:xxxxx@h/"},
+		{"no // before user info", "amqp//guest:s3cret@h:5672/", "xxxxx@h:5672/"},
+		{"no scheme either", "dlq:s3cret@db:5432/dlq", "xxxxx@db:5432/dlq"},
+		{"postgres without //", "postgres//dlq:s3/cr@t@db:5432/dlq", "xxxxx@db:5432/dlq"},
 
 		// PostgreSQL URLs.
 		{"postgres password", "postgres://dlq:pw@db:5432/dlq?sslmode=disable", "postgres://dlq:xxxxx@db:5432/dlq?sslmode=disable"},
