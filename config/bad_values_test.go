@@ -96,7 +96,8 @@ func badValues() []badValue {
 		e("ingest.batch_bytes", "DLQ_BATCH_BYTES", "32MiB", `"32MiB"`, "whole number", "ingest.batch_bytes"),
 		y("ingest.batch_bytes", "ingest:\n  batch_bytes: -5\n", "ingest.batch_bytes", "-5", ">= 1024"),
 		e("ingest.linger", "DLQ_BATCH_LINGER", "soon", `"soon"`, "duration", "ingest.linger"),
-		e("ingest.linger", "DLQ_BATCH_LINGER", "2m", "2m0s", "between 0 and 1m"),
+		e("ingest.linger", "DLQ_BATCH_LINGER", "2m", "2m0s", "between 1ms and 1m"),
+		e("ingest.linger", "DLQ_BATCH_LINGER", "0s", "0s", "between 1ms and 1m"),
 		y("ingest.linger", "ingest:\n  linger: fast\n", "line 2", "ingest.linger", `"fast"`, "a duration (e.g. 250ms"),
 		e("ingest.consumers", "DLQ_CONSUMERS", "100", "100", "between 1 and 64"),
 		e("ingest.text_search", "DLQ_SEARCH_TEXT", "maybe", `"maybe"`, "true or false"),
@@ -129,6 +130,9 @@ func badValues() []badValue {
 
 		// Cron.
 		e("cron.summary", "DLQ_CRON_SUMMARY", "every minute", "cron.summary", `"every minute"`, "@every <duration>"),
+		e("cron.summary", "DLQ_CRON_SUMMARY", "0 0 30 2 *", "cron.summary", `"0 0 30 2 *"`, "never fires"),
+		e("api.rate_per_second", "DLQ_API_RATE", "NaN", "api.rate_per_second", "NaN", "positive number"),
+		e("api.rate_per_second", "DLQ_API_RATE", "+Inf", "api.rate_per_second", "+Inf", "positive number"),
 		e("cron.cleanup", "DLQ_CRON_CLEANUP", "@every 1ms", "cron.cleanup", `"@every 1ms"`, "at least 10ms"),
 		y("cron.capacity", "cron:\n  capacity: '61 * * * *'\n", "cron.capacity", `"61 * * * *"`, "cron expression"),
 		e("cron.capacity", "DLQ_CRON_CAPACITY", "TZ=UTC", "cron.capacity", `"TZ=UTC"`, "cron expression"),

@@ -222,6 +222,7 @@ func Load(f Flags, getenv func(string) string) (Config, error) {
 	if f.NoMigrate {
 		c.NoMigrate = true
 	}
+	c.Cron.trimSchedules()
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -300,29 +301,50 @@ func envVars() []envVar {
 // unparseable value names both. Sections whose messages already name their
 // key are not listed.
 var envKeys = map[string]string{
-	"DLQ_PREFETCH":                "ingest.prefetch",
-	"DLQ_BATCH_SIZE":              "ingest.batch_size",
-	"DLQ_BATCH_BYTES":             "ingest.batch_bytes",
-	"DLQ_BATCH_LINGER":            "ingest.linger",
-	"DLQ_CONSUMERS":               "ingest.consumers",
-	"DLQ_TEXT_INDEX_DUTY":         "ingest.text_index_duty",
-	"DLQ_CRON_RECONCILE_INTERVAL": "cron.reconcile_interval",
-	"DLQ_CRON_LEASE_TTL":          "cron.lease_ttl",
-	"DLQ_CRON_DISABLED":           "cron.disabled",
-	"DLQ_RETENTION_REPLAYED":      "cleanup.retention.replayed",
-	"DLQ_RETENTION_ACKNOWLEDGED":  "cleanup.retention.acknowledged",
-	"DLQ_CLEANUP_BATCH_SIZE":      "cleanup.batch_size",
-	"DLQ_CLEANUP_BATCH_TIMEOUT":   "cleanup.batch_timeout",
-	"DLQ_CLEANUP_PAUSE":           "cleanup.pause",
-	"DLQ_MAX_MESSAGES":            "cleanup.max_messages",
-	"DLQ_MAX_BYTES":               "cleanup.max_bytes",
-	"DLQ_ALLOW_EVICT_PENDING":     "cleanup.allow_evict_pending",
-	"DLQ_CONTROL_COMMAND_TTL":     "cleanup.control_command_ttl",
-	"DLQ_REPLAY_TASK_TTL":         "cleanup.replay_task_ttl",
-	"DLQ_JOB_RUN_TTL":             "cleanup.job_run_ttl",
-	"DLQ_AUDIT_TTL":               "cleanup.audit_ttl",
-	"DLQ_INGEST_INFLIGHT_TTL":     "cleanup.ingest_inflight_ttl",
-	"DLQ_MANAGEMENT_INTERVAL":     "management.interval",
+	"DLQ_PREFETCH":                 "ingest.prefetch",
+	"DLQ_BATCH_SIZE":               "ingest.batch_size",
+	"DLQ_BATCH_BYTES":              "ingest.batch_bytes",
+	"DLQ_BATCH_LINGER":             "ingest.linger",
+	"DLQ_CONSUMERS":                "ingest.consumers",
+	"DLQ_TEXT_INDEX_DUTY":          "ingest.text_index_duty",
+	"DLQ_CRON_RECONCILE_INTERVAL":  "cron.reconcile_interval",
+	"DLQ_CRON_LEASE_TTL":           "cron.lease_ttl",
+	"DLQ_CRON_DISABLED":            "cron.disabled",
+	"DLQ_RETENTION_REPLAYED":       "cleanup.retention.replayed",
+	"DLQ_RETENTION_ACKNOWLEDGED":   "cleanup.retention.acknowledged",
+	"DLQ_CLEANUP_BATCH_SIZE":       "cleanup.batch_size",
+	"DLQ_CLEANUP_BATCH_TIMEOUT":    "cleanup.batch_timeout",
+	"DLQ_CLEANUP_PAUSE":            "cleanup.pause",
+	"DLQ_MAX_MESSAGES":             "cleanup.max_messages",
+	"DLQ_MAX_BYTES":                "cleanup.max_bytes",
+	"DLQ_ALLOW_EVICT_PENDING":      "cleanup.allow_evict_pending",
+	"DLQ_CONTROL_COMMAND_TTL":      "cleanup.control_command_ttl",
+	"DLQ_REPLAY_TASK_TTL":          "cleanup.replay_task_ttl",
+	"DLQ_JOB_RUN_TTL":              "cleanup.job_run_ttl",
+	"DLQ_AUDIT_TTL":                "cleanup.audit_ttl",
+	"DLQ_INGEST_INFLIGHT_TTL":      "cleanup.ingest_inflight_ttl",
+	"DLQ_MANAGEMENT_INTERVAL":      "management.interval",
+	"DLQ_REPLAY_MAX_REPLAYS":       "replay.max_replays",
+	"DLQ_REPLAY_LEASE":             "replay.lease",
+	"DLQ_REPLAY_BATCH_SIZE":        "replay.batch_size",
+	"DLQ_REPLAY_WINDOW":            "replay.window",
+	"DLQ_REPLAY_MAX_TASKS":         "replay.max_tasks",
+	"DLQ_REPLAY_MAX_TASK_MESSAGES": "replay.max_task_messages",
+	"DLQ_REPLAY_POLL_INTERVAL":     "replay.poll_interval",
+	"DLQ_REPLAY_CONFIRM_TIMEOUT":   "replay.confirm_timeout",
+	"DLQ_REPLAY_UNKNOWN_RETRIES":   "replay.unknown_retries",
+	"DLQ_CONTROL_CONSUMERS":        "replay.control_consumers",
+	"DLQ_CONTROL_MAX_BYTES":        "replay.control_max_bytes",
+	"DLQ_API_RATE":                 "api.rate_per_second",
+	"DLQ_API_BURST":                "api.rate_burst",
+	"DLQ_API_AUTH_FAILURE_RATE":    "api.auth_failure_rate",
+	"DLQ_API_AUTH_FAILURE_BURST":   "api.auth_failure_burst",
+	"DLQ_API_MAX_BODY_BYTES":       "api.max_body_bytes",
+	"DLQ_API_CONFIRM_ABOVE":        "api.confirm_above",
+	"DLQ_APPROVAL_ABOVE":           "api.approval_above",
+	"DLQ_APPROVAL_TTL":             "api.approval_ttl",
+	"DLQ_UI_SESSION_TTL":           "ui.session_ttl",
+	"DLQ_TLS_RELOAD_INTERVAL":      "tls.reload_interval",
 }
 
 // applyEnv applies every DLQ_* variable that is set, and reports every one
@@ -408,8 +430,8 @@ func (c *Config) Validate() error {
 	if in.BatchBytes < 1<<10 {
 		bad("ingest.batch_bytes / DLQ_BATCH_BYTES %d must be >= 1024", in.BatchBytes)
 	}
-	if in.Linger < 0 || in.Linger.D() > time.Minute {
-		bad("ingest.linger / DLQ_BATCH_LINGER %s must be between 0 and 1m", in.Linger.D())
+	if in.Linger.D() < time.Millisecond || in.Linger.D() > time.Minute {
+		bad("ingest.linger / DLQ_BATCH_LINGER %s must be between 1ms and 1m", in.Linger.D())
 	}
 	if in.Consumers < 1 || in.Consumers > 64 {
 		bad("ingest.consumers / DLQ_CONSUMERS %d must be between 1 and 64", in.Consumers)

@@ -191,3 +191,24 @@ func TestReadmeDefaults(t *testing.T) {
 	require.Greater(t, checked, 40, "the README table was found and read")
 	require.True(t, slices.ContainsFunc(envVars(), func(v envVar) bool { return v.name == "DLQ_AMQP_URL" }))
 }
+
+// TestConfigurationDocAlertKeys: the example of every alert rule and
+// receiver key in docs/CONFIGURATION.md names only keys dlq knows, and is
+// a valid configuration.
+func TestConfigurationDocAlertKeys(t *testing.T) {
+	t.Parallel()
+	text := readDoc(t, "../docs/CONFIGURATION.md")
+	at := strings.Index(text, "name: orders_backlog")
+	require.Positive(t, at, "the alert keys' example")
+	start := strings.LastIndex(text[:at], "```yaml\n") + len("```yaml\n")
+	end := start + strings.Index(text[start:], "```")
+	var doc Config
+	dec := yaml.NewDecoder(strings.NewReader(text[start:end]))
+	dec.KnownFields(true)
+	require.NoError(t, dec.Decode(&doc), "docs/CONFIGURATION.md names an alert key dlq does not know")
+	c := Default()
+	c.Alerts = doc.Alerts
+	require.NoError(t, c.Validate())
+	require.Len(t, doc.Alerts.Slack, 1)
+	require.Equal(t, ":rotating_light:", doc.Alerts.Slack[0].IconEmoji)
+}

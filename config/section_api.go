@@ -132,8 +132,8 @@ func (c *Config) AuthConfig() auth.Config {
 func (c *Config) validateAPI() []error {
 	var errs []error
 	a := c.API
-	if a.RatePerSecond == 0 {
-		errs = append(errs, fmt.Errorf("config: api.rate_per_second / DLQ_API_RATE must not be 0 (negative disables the limit)"))
+	if a.RatePerSecond == 0 || math.IsNaN(a.RatePerSecond) || math.IsInf(a.RatePerSecond, 0) {
+		errs = append(errs, fmt.Errorf("config: api.rate_per_second / DLQ_API_RATE %v must be a positive number of requests per second per client address (negative disables the limit)", a.RatePerSecond))
 	}
 	if a.RatePerSecond > 0 && a.RateBurst < 1 {
 		errs = append(errs, fmt.Errorf("config: api.rate_burst / DLQ_API_BURST %d must be >= 1", a.RateBurst))

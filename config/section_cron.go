@@ -116,21 +116,40 @@ func cronBoolVar(name string, dst func(*Config) *bool) func(*Config, string) err
 	}
 }
 
+// schedules are the jobs' schedules with their YAML keys and variables.
+func (c *Cron) schedules() []struct {
+	key, env string
+	spec     *string
+} {
+	return []struct {
+		key, env string
+		spec     *string
+	}{
+		{"cron.summary", "DLQ_CRON_SUMMARY", &c.Summary},
+		{"cron.cleanup", "DLQ_CRON_CLEANUP", &c.Cleanup},
+		{"cron.capacity", "DLQ_CRON_CAPACITY", &c.Capacity},
+		{"cron.alerts", "DLQ_CRON_ALERTS", &c.Alerts},
+		{"cron.categories", "DLQ_CRON_CATEGORIES", &c.Categories},
+		{"cron.policies", "DLQ_CRON_POLICIES", &c.Policies},
+		{"cron.backfills", "DLQ_CRON_BACKFILLS", &c.Backfills},
+		{"cron.statistics", "DLQ_CRON_STATISTICS", &c.Statistics},
+	}
+}
+
+// trimSchedules drops the white space around each schedule, as the check
+// reads it, so that the jobs read " off" as off too.
+func (c *Cron) trimSchedules() {
+	for _, s := range c.schedules() {
+		*s.spec = strings.TrimSpace(*s.spec)
+	}
+}
+
 // validateCron checks the cron section.
 func (c *Config) validateCron() []error {
 	var errs []error
-	for _, s := range []struct{ key, env, spec string }{
-		{"cron.summary", "DLQ_CRON_SUMMARY", c.Cron.Summary},
-		{"cron.cleanup", "DLQ_CRON_CLEANUP", c.Cron.Cleanup},
-		{"cron.capacity", "DLQ_CRON_CAPACITY", c.Cron.Capacity},
-		{"cron.alerts", "DLQ_CRON_ALERTS", c.Cron.Alerts},
-		{"cron.categories", "DLQ_CRON_CATEGORIES", c.Cron.Categories},
-		{"cron.policies", "DLQ_CRON_POLICIES", c.Cron.Policies},
-		{"cron.backfills", "DLQ_CRON_BACKFILLS", c.Cron.Backfills},
-		{"cron.statistics", "DLQ_CRON_STATISTICS", c.Cron.Statistics},
-	} {
-		if err := checkSchedule(s.spec); err != nil {
-			errs = append(errs, fmt.Errorf("config: %s / %s %q: %w", s.key, s.env, s.spec, err))
+	for _, s := range c.Cron.schedules() {
+		if err := checkSchedule(*s.spec); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s / %s %q: %w", s.key, s.env, *s.spec, err))
 		}
 	}
 	if c.Cron.ReconcileInterval <= 0 {
@@ -171,6 +190,12 @@ func parseCron(spec string) (err error) {
 			err = fmt.Errorf("unparseable: %v", r)
 		}
 	}()
-	_, err = cron.ParseStandard(spec)
-	return err
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return err
+	}
+	if s.Next(time.Now().UTC()).IsZero() {
+		return fmt.Errorf("it never fires (no such date)")
+	}
+	return nil
 }

@@ -46,6 +46,13 @@ type redactor struct {
 	reveal  string
 }
 
+// CheckBodyPath reports what is wrong with a body path of Redaction, for a
+// configuration check before anything starts.
+func CheckBodyPath(s string) error {
+	_, err := parseBodyPath(s)
+	return err
+}
+
 func newRedactor(r Redaction) (*redactor, error) {
 	if len(r.Headers) == 0 && len(r.BodyPaths) == 0 {
 		return nil, nil

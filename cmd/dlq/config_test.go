@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,12 +111,24 @@ func TestServeConfigurationErrorExits2(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	env := []string{"DLQ_DATABASE_URL=" + dsn, "DLQ_AMQP_URL=" + dlqtest.AMQPURL(), "DLQ_EXCHANGE=" + exchange,
 		"DLQ_QUEUES=" + queue, "DLQ_CONTROL_QUEUE=" + ctl, "DLQ_HTTP_ADDR=127.0.0.1:0", "DLQ_ADMIN_TOKEN=serve-config-token",
-		"DLQ_TLS_CERT=" + missing + ".crt", "DLQ_TLS_KEY=" + missing + ".key", "DLQ_ENCRYPTION_KEYS=", "DLQ_ENCRYPTION_KEYS_FILE="}
-	code, out, errOut := execDLQEnv(t, bin, env, "serve")
-	require.Equal(t, cli.ExitUsage, code, "%s%s", out, errOut)
-	require.Contains(t, errOut, "wrong configuration")
-	require.Contains(t, errOut, missing+".crt")
-	require.Zero(t, tables(), "serve migrated before it read its certificate")
+		"DLQ_ENCRYPTION_KEYS=", "DLQ_ENCRYPTION_KEYS_FILE="}
+	for _, tc := range []struct {
+		env  []string
+		want []string
+	}{
+		{[]string{"DLQ_TLS_CERT=" + missing + ".crt", "DLQ_TLS_KEY=" + missing + ".key"}, []string{missing + ".crt"}},
+		// Checked by the operations layer, which is built once ingest runs:
+		// serve checks it first.
+		{[]string{"DLQ_REDACT_BODY_PATHS=card..number"}, []string{"redaction.body_paths / DLQ_REDACT_BODY_PATHS", "card..number"}},
+	} {
+		code, out, errOut := execDLQEnv(t, bin, append(slices.Clone(env), tc.env...), "serve")
+		require.Equal(t, cli.ExitUsage, code, "%v: %s%s", tc.env, out, errOut)
+		require.Contains(t, errOut, "wrong configuration")
+		for _, w := range tc.want {
+			require.Contains(t, errOut, w)
+		}
+		require.Zero(t, tables(), "serve migrated before it read its configuration: %v", tc.env)
+	}
 }
 
 // TestReplayJSONWaitsForApproval: `dlq replay --wait --json` above the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -85,6 +86,12 @@ func readSettings(ctx context.Context, cfg config.Config, log *slog.Logger) (set
 	}
 	if s.categories, err = cfg.CategoryRules(); err != nil {
 		return settings{}, &configError{err}
+	}
+	// The operations layer compiles them only once ingest runs.
+	for _, p := range cfg.Redaction.BodyPaths {
+		if err := ops.CheckBodyPath(p); err != nil {
+			return settings{}, &configError{fmt.Errorf("config: redaction.body_paths / DLQ_REDACT_BODY_PATHS: %w", err)}
+		}
 	}
 	// One authenticator for the HTTP API and the control queue, so a token
 	// means the same on both.
