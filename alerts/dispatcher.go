@@ -47,6 +47,11 @@ type DispatcherConfig struct {
 	// "no alert firing" is a visible zero rather than an absent series.
 	// Optional, default the names of DefaultRules.
 	RuleNames []string
+	// States, when set, is where dlq_alerts_firing comes from at scrape
+	// time: the state the last evaluation saved, on whichever instance,
+	// rather than only what this instance last evaluated (SetFiring). Every
+	// instance then reports the same values. Optional.
+	States StateLoader
 	// MaxAttempts bounds the tries of one delivery, including the first.
 	// Optional, default MaxAttemptsDefault.
 	MaxAttempts int
@@ -102,11 +107,8 @@ type Dispatcher struct {
 	notifiers     []Notifier
 	maxAttempts   int
 	initial, max  time.Duration
-	firing        *prometheus.GaugeVec
+	firing        *firingGauge
 	notifications *prometheus.CounterVec
-
-	mu        sync.Mutex
-	ruleNames map[string]bool // every rule ever given a firing series
 }
 
 // NewDispatcher checks cfg, registers the metrics and returns the
@@ -126,12 +128,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		maxAttempts: cfg.MaxAttempts,
 		initial:     cfg.InitialBackoff,
 		max:         cfg.MaxBackoff,
-		ruleNames:   map[string]bool{},
 	}
-	d.firing, err = promreg.Register(cfg.Registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "dlq_alerts_firing",
-		Help: "Alerts currently firing, by rule (one per source queue, policy or approval request, one for global rules).",
-	}, []string{"rule"}))
+	d.firing, err = promreg.Register(cfg.Registerer, newFiringGauge())
 	if err != nil {
 		return nil, fmt.Errorf("alerts: register metrics: %w", err)
 	}
@@ -142,10 +140,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("alerts: register metrics: %w", err)
 	}
-	for _, name := range cfg.RuleNames {
-		d.firing.WithLabelValues(name)
-		d.ruleNames[name] = true
-	}
+	d.firing.setup(cfg.RuleNames, cfg.States, cfg.Logger)
 	for _, n := range d.notifiers {
 		for _, r := range []string{ResultSuccess, ResultRetry, ResultFailure} {
 			d.notifications.WithLabelValues(n.Name(), r)
@@ -154,18 +149,12 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	return d, nil
 }
 
-// SetFiring sets dlq_alerts_firing{rule} from s: the number of firing pairs
-// per rule, 0 for every rule known so far that has none.
+// SetFiring sets dlq_alerts_firing{rule} from s, the state this instance
+// just evaluated and saved: the number of firing pairs per rule, 0 for
+// every rule known so far that has none. (With DispatcherConfig.States,
+// scrapes keep it in step with evaluations on other instances.)
 func (d *Dispatcher) SetFiring(s State) {
-	counts := s.FiringCount()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for name := range counts {
-		d.ruleNames[name] = true
-	}
-	for name := range d.ruleNames {
-		d.firing.WithLabelValues(name).Set(float64(counts[name]))
-	}
+	d.firing.set(s, false)
 }
 
 // Dispatch sends notifications (from Evaluate) to every notifier in

@@ -59,7 +59,10 @@
 // bounded number of attempts) that stops as soon as the context ends. It
 // counts every outcome in dlq_alert_notifications_total{notifier,result} and
 // sets dlq_alerts_firing{rule} from the State, with a zero series for every
-// rule so dashboards see "nothing firing" rather than "no data".
+// rule so dashboards see "nothing firing" rather than "no data". Given a
+// StateLoader (DispatcherConfig.States), it reports the saved State on each
+// scrape instead of only the one this instance evaluated: the evaluation
+// moves between instances, and every one must show the same numbers.
 //
 // Alertmanager is the one receiver that forgets: an alert whose endsAt passes
 // is resolved. The AlertmanagerNotifier sends firing alerts with an endsAt a

@@ -68,6 +68,10 @@ func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, c
 		Logger: log.With("component", "alerts"), Registerer: reg, Notifiers: cfg.Notifiers,
 		RuleNames: ruleNames, MaxAttempts: cfg.MaxAttempts,
 		InitialBackoff: cfg.InitialBackoff, MaxBackoff: cfg.MaxBackoff,
+		// Every instance builds this job, with or without its ticks (cron
+		// disabled, or the lease elsewhere): dlq_alerts_firing reports the
+		// saved state on each, not what this one evaluated last.
+		States: stateStore{st: st},
 	})
 	if err != nil {
 		return nil, err

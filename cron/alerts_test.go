@@ -357,3 +357,50 @@ func (r *receiver) notesBySubject(t testing.TB) map[string]int {
 	}
 	return out
 }
+
+// TestAlertsFiringOnEveryInstance: dlq_alerts_firing reports the saved
+// alert state on every instance, not what each last evaluated itself. A
+// evaluates the alert firing, then stops running the job; B evaluates it
+// resolved; A's gauge, and that of C, which runs no job at all, follow.
+func TestAlertsFiringOnEveryInstance(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := ctxT(t)
+	rules := alertsRules(t, `rules: [{name: pending_count, kind: pending_count, threshold: 3}]`)
+	instance := func(name string, disabled bool) (*Service, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		svc, err := New(Config{
+			Store: st, Logger: testLogger(t), Registerer: reg, Instance: name, Disabled: disabled,
+			LeaseTTL: 300 * time.Millisecond, Schedules: Only(Schedules{Alerts: "@every 200ms"}),
+			Alerts: AlertsConfig{Rules: rules},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = svc.Stop(context.Background()) })
+		return svc, reg
+	}
+	firing := func(reg *prometheus.Registry) float64 {
+		return metricValue(t, reg, "dlq_alerts_firing", map[string]string{"rule": "pending_count"})
+	}
+	a, regA := instance("A", false)
+	_, regC := instance("C", true)
+	ids := ingest(t, st, db, "orders", 5, 10)
+	a.Start()
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return firing(regA) == 1 }, "A never saw the alert fire")
+	dlqtest.Eventually(t, 10*time.Second, func() bool { return firing(regC) == 1 }, "C, which runs no job, does not report the firing alert")
+	require.NoError(t, a.Stop(ctx))
+
+	b, regB := instance("B", false)
+	b.Start()
+	ackIDs(t, st, ids)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		state, err := loadAlertState(ctx, st)
+		require.NoError(t, err)
+		return state.FiringCount()["pending_count"] == 0
+	}, "B never resolved the alert")
+	require.Equal(t, "B", leaseOf(t, st, JobAlerts).Holder)
+	require.Zero(t, firing(regB))
+	// A tick or two (the gauge reads the saved state at most once a second).
+	dlqtest.Eventually(t, 5*time.Second, func() bool { return firing(regA) == 0 }, "A still reports the resolved alert as firing")
+	dlqtest.Eventually(t, 5*time.Second, func() bool { return firing(regC) == 0 }, "C still reports the resolved alert as firing")
+}

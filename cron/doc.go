@@ -33,7 +33,13 @@
 //     free;
 //  3. otherwise the lease is free or expired, and is taken under the row
 //     lock in one transaction with the claim, by whichever instance locks
-//     it first. The token grows by one whenever the lease changes hands.
+//     it first. The token grows by one whenever the lease is taken anew:
+//     from another holder, or after it expired even by the holder it had.
+//     A process's first claim of a job takes the lease anew even when it is
+//     live in its own instance's name (a restart with the same
+//     DLQ_INSTANCE). Taking it anew closes the runs of earlier tokens still
+//     marked running as lease_lost: their holder is gone, and none of their
+//     writes can commit any more.
 //
 // (job, tick) is unique in job_runs, so a tick is claimed at most once in the
 // cluster; only the claimant runs it. A run starts by renewing the lease (if
@@ -98,7 +104,9 @@
 //     queue in one snapshot and applies the difference as an increment (see
 //     store.ReconcileQueue), so it never locks writers out. The first pass
 //     is the bootstrap of an existing table; passes repeat every
-//     ReconcileInterval and spread over ticks within a time budget.
+//     ReconcileInterval and spread over ticks within a time budget. A run
+//     that stops saves the last queue it did; the next continues after it
+//     in byte order (COLLATE "C"), whatever the database's collation.
 //   - cleanup (cleanup.go): retention and expiry, package cleanup's
 //     Cleaner.DeleteExpired: replayed and acknowledged messages older than
 //     their retention, in batches, then expired control-command answers,
@@ -111,7 +119,8 @@
 //     the summary, evaluates the rules (package alerts), saves the new
 //     state under the lease and then notifies, so an instance that lost the
 //     lease sends nothing. Package alerts never touches the database; this
-//     job is its seam to the store.
+//     job is its seam to the store. dlq_alerts_firing{rule} is read from
+//     the saved state on scrape, on every instance (see below).
 //   - backfills (backfills.go): the work over existing rows that migrations
 //     leave to it (store/backfill.go): a pass over the rows a backfill
 //     still has to do, by id, a fenced batch per transaction, saving its
@@ -124,5 +133,8 @@
 // dlq_oldest_pending_age_seconds{source_queue} and dlq_capacity_used_ratio
 // come from a collector that reads queue_summary and one index probe per
 // queue on each scrape: O(queues), never a scan of dead_messages, and the
-// same on every instance (status.go).
+// same on every instance (status.go). dlq_alerts_firing{rule} comes from
+// the saved alert state (one row, read at most once a second), so an
+// instance that does not run the alert job, or no longer does, reports what
+// the last evaluation found, not what it last saw itself.
 package cron

@@ -42,7 +42,15 @@ func (s *Scheduler) claim(j *scheduledJob, tick time.Time) {
 	// leave a tick claimed in the database but unknown here, marked running
 	// for good. A tick claimed as the instance stops is recorded as skipped.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 10*time.Second)
-	start, ok, err := s.cfg.Store.BeginJobRun(bctx, j.Name, s.cfg.Instance, tick, j.ttl)
+	begin := s.cfg.Store.BeginJobRun
+	if !j.claimedOnce {
+		// The first claim of this process takes the lease under a new
+		// token even if it is this instance's and live: an earlier process
+		// of the same name (a restart with the same DLQ_INSTANCE) left its
+		// run marked running, and is fenced out and its run closed.
+		begin = s.cfg.Store.BeginFirstJobRun
+	}
+	start, ok, err := begin(bctx, j.Name, s.cfg.Instance, tick, j.ttl)
 	cancel()
 	if err != nil {
 		s.log.Warn("cannot start job run", "job", j.Name, "tick", tick, "error", err)
@@ -51,6 +59,7 @@ func (s *Scheduler) claim(j *scheduledJob, tick time.Time) {
 	if !ok {
 		return
 	}
+	j.claimedOnce = true
 	run := &Run{
 		ID: start.RunID, Job: j.Name, Tick: tick, Lease: start.Lease,
 		Logger: s.log.With("job", j.Name, "tick", tick, "run_id", start.RunID, "token", start.Lease.Token),

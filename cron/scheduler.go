@@ -62,7 +62,9 @@ type SchedulerConfig struct {
 	Jobs []Job
 	// Instance names this process in leases and runs. Optional, default
 	// host-pid-random: unique per process, so a restarted process is a new
-	// holder.
+	// holder. A fixed name (DLQ_INSTANCE) works as well: a process's first
+	// claim of a job takes its lease under a new token, closing the runs
+	// its predecessor of the same name left running.
 	Instance string
 	// LeaseTTL is how long a lease outlives its holder's last renewal.
 	// Optional, default the job's interval, at most LeaseTTLMaxDefault: a job
@@ -126,6 +128,9 @@ type scheduledJob struct {
 	// fired carries the job's activations, in order, from the cron loop to
 	// the job's claim loop (see firedSchedule).
 	fired chan time.Time
+	// claimedOnce is set once this process has claimed a tick of the job.
+	// Only the claim loop touches it.
+	claimedOnce bool
 
 	// The claim loop hands claimed ticks to the run loop through queue.
 	mu      sync.Mutex

@@ -374,6 +374,42 @@ func TestSchedulerOverrunWaitsThenSkips(t *testing.T) {
 	require.Equal(t, float64(skipped+stopSkipped), metricValue(t, regs[long.instance], "dlq_job_runs_total", map[string]string{"job": "slow", "outcome": store.JobSkipped}))
 }
 
+// TestSchedulerRestartedUnderSameName: a process holding a job dies in the
+// middle of a run, and a new one comes up under the same instance name
+// before the lease expires (a restart with the same DLQ_INSTANCE). The new
+// process runs the job at once, and the run its predecessor left is closed
+// as lease_lost instead of staying running for ever, its lease fenced out.
+func TestSchedulerRestartedUnderSameName(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := ctxT(t)
+	dead, ok, err := st.BeginJobRun(ctx, "restarted", "H", time.Now().UTC().Add(-time.Second).Truncate(time.Millisecond), time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	s, err := NewScheduler(SchedulerConfig{
+		Store: st, Instance: "H", LeaseTTL: time.Minute, Logger: testLogger(t), Registerer: prometheus.NewRegistry(),
+		Jobs: []Job{{Name: "restarted", Schedule: "@every 100ms", Run: func(context.Context, *Run) (int64, error) { return 1, nil }}},
+	})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		return countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'restarted' AND outcome = 'success'`) >= 3
+	}, "the restarted process did not run the job")
+	require.NoError(t, s.Stop(ctx))
+
+	var outcome, errText string
+	require.NoError(t, db.QueryRow(ctx, `SELECT outcome, coalesce(error, '') FROM job_runs WHERE id = $1`, dead.RunID).Scan(&outcome, &errText))
+	require.Equal(t, store.JobLeaseLost, outcome, "the dead process's run")
+	require.Contains(t, errText, "abandoned")
+	require.ErrorIs(t, st.RenewLease(ctx, dead.Lease, time.Minute), store.ErrLeaseLost, "the dead process's lease is fenced out")
+	require.Zero(t, countWhere(t, db, `SELECT count(*) FROM job_runs WHERE job = 'restarted' AND outcome = 'running'`))
+	require.Equal(t, int64(1), countWhere(t, db, `SELECT count(DISTINCT token) FROM job_runs WHERE job = 'restarted' AND id <> $1`, dead.RunID),
+		"the new process took one token and kept it")
+}
+
 // TestSchedulerPanic: a job that panics is recorded as a failed run with
 // the panic in its error, counted, and the scheduler (and the process)
 // carries on with the next ticks.

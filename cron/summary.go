@@ -90,32 +90,30 @@ func (j *summaryJob) run(ctx context.Context, r *Run) (int64, error) {
 			state.BootstrappedAt, state.PassStartedAt, state.PassCursor = nil, nil, nil
 		}
 	}
-	passStarted, cursor := state.PassStartedAt, ""
-	if state.PassCursor != nil {
-		cursor = *state.PassCursor
-	}
+	passStarted, cursor := state.PassStartedAt, state.PassCursor
 	if passStarted == nil {
 		due := state.BootstrappedAt == nil || state.LastPassAt == nil || state.Now.Sub(*state.LastPassAt) >= j.every
 		if !due {
 			return 0, nil
 		}
 		now := state.Now
-		passStarted, cursor = &now, ""
+		passStarted, cursor = &now, nil
 		if state.BootstrappedAt == nil {
 			r.Logger.Info("summary bootstrap: counting every source queue once")
 		}
 	}
 
-	queues, err := j.st.SourceQueues(ctx)
+	// The store lists the queues after the cursor in the order it compares
+	// them with (byte order, whatever the database's collation): the order
+	// and the cursor are one rule, so a pass spread over several runs
+	// reaches every queue once.
+	queues, err := j.st.SourceQueues(ctx, cursor)
 	if err != nil {
 		return 0, err
 	}
 	began := time.Now()
 	var repaired int64
 	for i, q := range queues {
-		if cursor != "" && q <= cursor {
-			continue
-		}
 		rep, err := j.st.ReconcileQueue(ctx, r.Lease, q, j.chunk)
 		if err != nil {
 			return repaired, err
@@ -126,12 +124,11 @@ func (j *summaryJob) run(ctx context.Context, r *Run) (int64, error) {
 			r.Logger.Warn("summary drift repaired", "source_queue", q, "entries", rep.Entries,
 				"messages", rep.Messages, "deltas", fmt.Sprint(rep.Deltas))
 		}
-		cursor = q
 		if i < len(queues)-1 && time.Since(began) >= j.budget {
-			if err := j.st.SaveSummaryPass(ctx, r.Lease, passStarted, &cursor, false); err != nil {
+			if err := j.st.SaveSummaryPass(ctx, r.Lease, passStarted, &q, false); err != nil {
 				return repaired, err
 			}
-			r.Logger.Debug("summary pass continues next tick", "cursor", cursor)
+			r.Logger.Debug("summary pass continues next tick", "cursor", q)
 			return repaired, nil
 		}
 	}
@@ -139,7 +136,7 @@ func (j *summaryJob) run(ctx context.Context, r *Run) (int64, error) {
 		return repaired, err
 	}
 	if state.BootstrappedAt == nil {
-		r.Logger.Info("summary bootstrap complete", "source_queues", len(queues), "repaired_entries", repaired)
+		r.Logger.Info("summary bootstrap complete", "source_queues_last_run", len(queues), "repaired_entries", repaired)
 	}
 	return repaired, nil
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -140,7 +142,7 @@ func TestSummaryExactUnderRandomMix(t *testing.T) {
 				}
 				require.Equal(t, trueCounts(t, db), summaryCounts(t, db), "summary drifted after step %d; steps: %v", step, trail)
 			}
-			queuesNow, err := st.SourceQueues(ctx)
+			queuesNow, err := st.SourceQueues(ctx, nil)
 			require.NoError(t, err)
 			for _, q := range queuesNow {
 				rep, err := st.ReconcileQueue(ctx, lease, q, 7)
@@ -284,4 +286,87 @@ func TestStatusAndGauges(t *testing.T) {
 	require.Equal(t, 0.0, metricValue(t, reg, "dlq_oldest_pending_age_seconds", map[string]string{"source_queue": "q2"}))
 	require.Equal(t, 0.5, metricValue(t, reg, "dlq_capacity_used_ratio", nil))
 	require.NoError(t, svc.Stop(ctx))
+}
+
+// localeStore opens a migrated store on a database of the test's own whose
+// default collation is ICU's en-US, where "orders-eu" sorts before
+// "Payments" (byte order, and Go's, puts it after). The test server's
+// databases sort in C.UTF-8, which hides any disagreement between the two.
+func localeStore(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	ctx := ctxT(t)
+	name := dlqtest.Name(t, "d")
+	admin, err := pgx.Connect(ctx, dlqtest.DatabaseURLBase())
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
+		" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")
+	require.NoError(t, err, "create a database with an en-US collation (PostgreSQL 15 or later, built with ICU)")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, dlqtest.DatabaseURLBase())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	u, err := url.Parse(dlqtest.DatabaseURLBase())
+	require.NoError(t, err)
+	u.Path = "/" + name
+	dsn := u.String()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Migrate(ctx, nil)
+	require.NoError(t, err)
+	return st, dsn
+}
+
+// TestSummaryPassAcrossRunsInLocaleOrder: on a database whose collation is
+// not byte order, a reconciliation pass spread over several runs (a budget
+// that stops each run after one queue) still reaches every queue, among
+// them one the database sorts after the saved cursor and bytes before it.
+func TestSummaryPassAcrossRunsInLocaleOrder(t *testing.T) {
+	t.Parallel()
+	st, dsn := localeStore(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := ctxT(t)
+	var localeFirst bool
+	require.NoError(t, db.QueryRow(ctx, `SELECT 'orders-eu' < 'Payments'`).Scan(&localeFirst))
+	require.True(t, localeFirst, "the database sorts orders-eu first, unlike byte order")
+
+	for _, q := range []string{"alpha", "orders-eu", "Payments"} {
+		ingest(t, st, db, q, 3, 10)
+	}
+	all, err := st.SourceQueues(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Payments", "alpha", "orders-eu"}, all, "byte order, as Go compares")
+	after := "alpha"
+	rest, err := st.SourceQueues(ctx, &after)
+	require.NoError(t, err)
+	require.Equal(t, []string{"orders-eu"}, rest)
+
+	truth := trueCounts(t, db)
+	_, err = db.Exec(ctx, `UPDATE queue_summary SET messages = messages + 5 WHERE source_queue = 'Payments' AND status = 'pending'`)
+	require.NoError(t, err)
+
+	reg := prometheus.NewRegistry()
+	sj, err := newSummaryJob(st, reg, SummaryConfig{ReconcileInterval: time.Hour, Budget: time.Nanosecond, Chunk: 100})
+	require.NoError(t, err)
+	lease := dlqtest.Lease(t, st, JobSummary)
+	var runs int
+	for ; runs < 10; runs++ {
+		_, err := sj.run(ctx, &Run{Job: JobSummary, Lease: lease, Logger: testLogger(t)})
+		require.NoError(t, err)
+		s, err := st.ReadSummaryState(ctx)
+		require.NoError(t, err)
+		if s.LastPassAt != nil {
+			break
+		}
+	}
+	require.Equal(t, 2, runs, "one run per queue: the pass crossed ticks through its cursor")
+	require.Equal(t, truth, summaryCounts(t, db), "every queue was reconciled, Payments too")
+	require.Equal(t, 1.0, metricValue(t, reg, "dlq_summary_repairs_total", nil))
 }

@@ -56,10 +56,13 @@ const fenceIdleTimeout = 5 * time.Second
 
 // BeginJobRun takes job's lease for holder and claims tick. The lease is
 // taken when it is free, expired, or already holder's; its token grows by one
-// whenever it changes hands and stays the same while one holder keeps it. ok
-// is false, with no error, when another instance holds the lease or has
-// already claimed this tick: that is the normal outcome on every instance but
-// one.
+// whenever it is taken anew (from another holder, or after it expired, even
+// by the holder it had) and stays the same while one holder keeps it live.
+// Taking it anew closes the runs of earlier tokens still marked running as
+// lease_lost: nobody is left to finish them, and none of their writes can
+// commit any more. ok is false, with no error, when another instance holds
+// the lease or has already claimed this tick: that is the normal outcome on
+// every instance but one.
 //
 // It first looks, without locking anything. An instance that finds the tick
 // claimed or the lease live in another's hands gives up there: it must not
@@ -71,6 +74,21 @@ const fenceIdleTimeout = 5 * time.Second
 // expired lease is taken under the row lock, by whichever instance locks it
 // first.
 func (s *Store) BeginJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
+	return s.beginJobRun(ctx, job, holder, tick, ttl, false)
+}
+
+// BeginFirstJobRun is BeginJobRun for a process that has not held job's
+// lease yet (a scheduler's first claim of the job): it takes the lease
+// anew, under a new token, even when the lease is holder's and still live.
+// A process restarted under the same name (DLQ_INSTANCE) before its lease
+// expired would otherwise carry on with its previous self's token: that
+// one's run would stay running for ever, and its writes, were it only
+// paused, would still pass the fence.
+func (s *Store) BeginFirstJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
+	return s.beginJobRun(ctx, job, holder, tick, ttl, true)
+}
+
+func (s *Store) beginJobRun(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration, anew bool) (run JobRunStart, ok bool, err error) {
 	var claimed, live bool
 	var leaseHolder string
 	var leaseToken int64
@@ -86,7 +104,7 @@ FROM (SELECT) AS one LEFT JOIN job_leases l ON l.job = $1`, job, tick).Scan(&cla
 		return JobRunStart{}, false, nil // this tick is already someone's
 	case live && leaseHolder != holder:
 		return JobRunStart{}, false, nil // held by another instance
-	case live:
+	case live && !anew:
 		// Ours, live: claim the tick under the token we hold, if it is still
 		// current and live as the insert reads it. Otherwise (it expired just
 		// now) take it like any instance would. The lease is extended too,
@@ -112,12 +130,13 @@ RETURNING id`, job, tick, holder, leaseToken, ttl.Milliseconds()).Scan(&id)
 			return JobRunStart{}, false, fmt.Errorf("store: claim tick %s of job %s (token %d): %w", tick.Format(time.RFC3339Nano), job, leaseToken, err)
 		}
 	}
-	return s.takeLeaseAndClaim(ctx, job, holder, tick, ttl)
+	return s.takeLeaseAndClaim(ctx, job, holder, tick, ttl, anew)
 }
 
 // takeLeaseAndClaim takes a free or expired lease (or re-takes holder's own)
-// and claims tick, in one transaction.
-func (s *Store) takeLeaseAndClaim(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration) (run JobRunStart, ok bool, err error) {
+// and claims tick, in one transaction. The token stays only when holder
+// re-takes its own live lease and anew is false.
+func (s *Store) takeLeaseAndClaim(ctx context.Context, job, holder string, tick time.Time, ttl time.Duration, anew bool) (run JobRunStart, ok bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return JobRunStart{}, false, fmt.Errorf("store: begin run of job %s: %w", job, err)
@@ -128,16 +147,20 @@ func (s *Store) takeLeaseAndClaim(ctx context.Context, job, holder string, tick 
 	}
 	var token int64
 	var changedHands bool
+	// An expired lease is taken under a new token even by the holder it
+	// had: that holder stopped renewing it (it died, or was restarted under
+	// the same name), and its runs must be closed and fenced out as another
+	// instance's would be.
 	err = tx.QueryRow(ctx, `
 INSERT INTO job_leases AS l (job, holder, token, acquired_at, expires_at)
 VALUES ($1, $2, 1, now(), now() + $3 * interval '1 millisecond')
 ON CONFLICT (job) DO UPDATE SET
-    token = CASE WHEN l.holder = EXCLUDED.holder THEN l.token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at ELSE now() END,
+    token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() AND NOT $4 THEN l.token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() AND NOT $4 THEN l.acquired_at ELSE now() END,
     holder = EXCLUDED.holder,
     expires_at = EXCLUDED.expires_at
 WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
-RETURNING token, acquired_at = now()`, job, holder, ttl.Milliseconds()).Scan(&token, &changedHands)
+RETURNING token, acquired_at = now()`, job, holder, ttl.Milliseconds(), anew).Scan(&token, &changedHands)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return JobRunStart{}, false, nil // held by another instance
@@ -148,12 +171,13 @@ RETURNING token, acquired_at = now()`, job, holder, ttl.Milliseconds()).Scan(&to
 	}
 	if changedHands {
 		// Runs of earlier tokens still marked running were abandoned by a
-		// holder that died or lost the lease without recording their end.
-		// (One that is only paused overwrites this if it ever resumes.)
+		// holder that died, restarted or lost the lease without recording
+		// their end: this holder's own earlier process too. (One that is
+		// only paused overwrites this if it ever resumes; its writes fail.)
 		_, err = tx.Exec(ctx, `
-UPDATE job_runs SET outcome = 'lease_lost', finished_at = now(),
-    error = 'abandoned: the holder stopped renewing its lease and another instance took the job'
-WHERE job = $1 AND outcome = 'running' AND token < $2`, job, token)
+UPDATE job_runs SET outcome = 'lease_lost', finished_at = now(), error = $3
+WHERE job = $1 AND outcome = 'running' AND token < $2`, job, token,
+			fmt.Sprintf("abandoned: its holder stopped renewing the lease (it died or restarted); %s took the job with token %d", holder, token))
 		if err != nil {
 			return JobRunStart{}, false, fmt.Errorf("store: close abandoned runs of job %s: %w", job, err)
 		}
@@ -311,8 +335,12 @@ FROM unnest($1::text[]) AS j(job)`, jobs)
 }
 
 // DeleteJobRunsBefore deletes up to limit finished job runs that started
-// before cutoff, under l. The newest run of each job is never deleted, so the
-// last outcome stays visible however old it is.
+// before cutoff, under l. Two runs of each job are kept however old they
+// are: its newest run, so the last outcome stays visible, and its newest
+// successful run, which dlq_job_last_success_timestamp_seconds (and so
+// DLQJobStale) and GET /api/v1/jobs read. Deleting a job's last success
+// while it keeps failing would drop that series, and the stale alert would
+// resolve exactly when the job had been failing longest.
 func (s *Store) DeleteJobRunsBefore(ctx context.Context, l Lease, cutoff time.Time, limit int) (int64, error) {
 	var n int64
 	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
@@ -321,6 +349,9 @@ DELETE FROM job_runs WHERE id IN (
     SELECT r.id FROM job_runs r
     WHERE r.started_at < $1 AND r.outcome <> 'running'
       AND r.tick < (SELECT max(x.tick) FROM job_runs x WHERE x.job = r.job)
+      AND (r.outcome <> 'success' OR EXISTS (
+          SELECT 1 FROM job_runs y
+          WHERE y.job = r.job AND y.outcome = 'success' AND y.finished_at > r.finished_at))
     ORDER BY r.started_at LIMIT $2)`, cutoff, limit)
 		n = tag.RowsAffected()
 		return err

@@ -188,13 +188,23 @@ ORDER BY s.source_queue`, max(newLimit, 0))
 }
 
 // SourceQueues lists every source queue that has stored messages or a
-// summary row. The stored ones are found with a loose index scan (one
-// index probe per distinct queue) of the listing index on resting rows,
-// and the replaying ones through the claim index, not by reading the
-// table. The resting statuses are written as the index's own predicate:
-// without it no index leads with source_queue, and each probe was a
-// sequential scan of the whole table (21 of them for 20 queues).
-func (s *Store) SourceQueues(ctx context.Context) ([]string, error) {
+// summary row, in byte order (COLLATE "C"), and only those after the queue
+// after when it is not nil. The summary job's pass saves the last queue it
+// reconciled and continues after it on the next tick: the order and the
+// comparison must be one rule, the same on every database. The database's
+// own collation (en_US, say) sorts "orders-eu" before "Payments" where byte
+// order (and Go's string comparison) puts it after, so a pass that stopped
+// at "orders-eu" would skip "Payments".
+//
+// The stored queues are found with a loose index scan (one index probe per
+// distinct queue) of the listing index on resting rows, and the replaying
+// ones through the claim index, not by reading the table. The scan walks
+// the index in its own (the database's) collation, which is only a way to
+// find each queue once; the short list is then sorted. The resting statuses
+// are written as the index's own predicate: without it no index leads with
+// source_queue, and each probe was a sequential scan of the whole table (21
+// of them for 20 queues).
+func (s *Store) SourceQueues(ctx context.Context, after *string) ([]string, error) {
 	resting, _ := restingStatuses(nil)
 	rows, err := s.pool.Query(ctx, `
 WITH RECURSIVE q(name) AS (
@@ -206,12 +216,15 @@ WITH RECURSIVE q(name) AS (
             ORDER BY m.source_queue LIMIT 1)
     FROM q WHERE q.name IS NOT NULL
 )
-SELECT name FROM q WHERE name IS NOT NULL
-UNION
-SELECT m.source_queue FROM dead_messages m WHERE `+statusIn("m", []string{StatusReplaying})+`
-UNION
-SELECT source_queue FROM queue_summary
-ORDER BY 1`)
+SELECT name FROM (
+    SELECT name FROM q WHERE name IS NOT NULL
+    UNION
+    SELECT m.source_queue FROM dead_messages m WHERE `+statusIn("m", []string{StatusReplaying})+`
+    UNION
+    SELECT source_queue FROM queue_summary
+) u
+WHERE $1::text IS NULL OR name COLLATE "C" > $1::text COLLATE "C"
+ORDER BY name COLLATE "C"`, after)
 	if err != nil {
 		return nil, fmt.Errorf("store: list source queues: %w", err)
 	}

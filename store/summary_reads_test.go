@@ -60,7 +60,7 @@ WHERE source_queue = 'claimed'`)
 		require.Zero(t, q.NewLast5m, "a limit of 0 counts nothing (%s)", q.SourceQueue)
 	}
 
-	queues, err := st.SourceQueues(ctx)
+	queues, err := st.SourceQueues(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"calm", "claimed", "flood-0", "flood-1"}, queues)
 

@@ -1,0 +1,137 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+func jobsCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestJobRunRetentionKeepsLastSuccess: a job that has been failing for
+// longer than job_run_ttl keeps its last successful run (and its newest
+// run), so its last success, and the metric read from it, stay.
+func TestJobRunRetentionKeepsLastSuccess(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := jobsCtx(t)
+	var lastOK time.Time
+	require.NoError(t, db.QueryRow(ctx, `
+WITH runs(age, outcome) AS (VALUES
+    (interval '12 days', 'success'), (interval '10 days', 'success'),
+    (interval '9 days', 'failure'), (interval '8 days', 'failure'), (interval '1 hour', 'failure')),
+ins AS (
+    INSERT INTO job_runs (job, tick, instance, token, started_at, finished_at, outcome, error)
+    SELECT 'flaky', now() - age, 'gone', 1, now() - age, now() - age + interval '1 second', outcome,
+           CASE WHEN outcome = 'failure' THEN 'boom' END
+    FROM runs
+    RETURNING finished_at, outcome, started_at)
+SELECT finished_at FROM ins WHERE started_at > now() - interval '11 days' AND outcome = 'success'`).Scan(&lastOK))
+
+	lease := dlqtest.Lease(t, st, "cleanup_"+t.Name())
+	n, err := st.DeleteJobRunsBefore(ctx, lease, time.Now().Add(-7*24*time.Hour), 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n, "the older success and the two old failures")
+
+	last, err := st.LastJobSuccesses(ctx, []string{"flaky"})
+	require.NoError(t, err)
+	require.Contains(t, last, "flaky", "the last success survived retention")
+	require.WithinDuration(t, lastOK, last["flaky"], time.Millisecond)
+	runs, err := st.JobRuns(ctx, "flaky", 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	require.Equal(t, store.JobFailure, runs[0].Outcome, "the newest run is kept too")
+	require.Equal(t, store.JobSuccess, runs[1].Outcome)
+
+	// Cleaning again deletes nothing more.
+	n, err = st.DeleteJobRunsBefore(ctx, lease, time.Now().Add(-7*24*time.Hour), 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// TestSameHolderClosesItsAbandonedRun: a holder that "dies" in the middle
+// of a run (nothing records its end) and comes back under the same name
+// closes that run as lease_lost when it claims again, and fences it out:
+// after its lease expired, and, through BeginFirstJobRun (a process's
+// first claim), while the lease is still live. A holder that merely claims
+// its next tick in time keeps its token and its run in progress.
+func TestSameHolderClosesItsAbandonedRun(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := jobsCtx(t)
+	tick := func(i int) time.Time { return time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC) }
+	outcome := func(job string, id int64) store.JobRun {
+		t.Helper()
+		runs, err := st.JobRuns(ctx, job, 100)
+		require.NoError(t, err)
+		for _, r := range runs {
+			if r.ID == id {
+				return r
+			}
+		}
+		t.Fatalf("run %d of %s not found", id, job)
+		return store.JobRun{}
+	}
+
+	t.Run("after the lease expired", func(t *testing.T) {
+		first, ok, err := st.BeginJobRun(ctx, "expired", "H", tick(1), 200*time.Millisecond)
+		require.NoError(t, err)
+		require.True(t, ok)
+		dlqtest.Eventually(t, 10*time.Second, func() bool {
+			leases, err := st.JobLeases(ctx)
+			require.NoError(t, err)
+			for _, l := range leases {
+				if l.Job == "expired" {
+					return !l.Held
+				}
+			}
+			return false
+		}, "the lease never expired")
+		next, ok, err := st.BeginJobRun(ctx, "expired", "H", tick(2), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, first.Lease.Token+1, next.Lease.Token, "an expired lease is taken anew")
+		r := outcome("expired", first.RunID)
+		require.Equal(t, store.JobLeaseLost, r.Outcome)
+		require.Contains(t, r.Error, "abandoned")
+		require.NotNil(t, r.FinishedAt)
+		require.ErrorIs(t, st.RenewLease(ctx, first.Lease, time.Minute), store.ErrLeaseLost, "the dead run is fenced out")
+		require.Equal(t, store.JobRunning, outcome("expired", next.RunID).Outcome)
+	})
+
+	t.Run("restarted while the lease was live", func(t *testing.T) {
+		first, ok, err := st.BeginJobRun(ctx, "live", "H", tick(1), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		kept, ok, err := st.BeginJobRun(ctx, "live", "H", tick(2), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, first.Lease.Token, kept.Lease.Token, "a live holder keeps its token")
+		require.Equal(t, store.JobRunning, outcome("live", first.RunID).Outcome, "its run in progress stays running")
+
+		restarted, ok, err := st.BeginFirstJobRun(ctx, "live", "H", tick(3), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, first.Lease.Token+1, restarted.Lease.Token)
+		for _, id := range []int64{first.RunID, kept.RunID} {
+			require.Equal(t, store.JobLeaseLost, outcome("live", id).Outcome, "run %d of the earlier process", id)
+		}
+		require.ErrorIs(t, st.RenewLease(ctx, first.Lease, time.Minute), store.ErrLeaseLost)
+		require.Equal(t, store.JobRunning, outcome("live", restarted.RunID).Outcome)
+
+		// Another instance cannot take it meanwhile.
+		_, ok, err = st.BeginFirstJobRun(ctx, "live", "other", tick(4), time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok)
+	})
+}
