@@ -103,6 +103,9 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if m.Encryption != nil && m.Encryption.Error != "" {
 		return EditResult{}, fmt.Errorf("message %d cannot be read, so it cannot be edited: %s: %w", id, m.Encryption.Error, store.ErrConflict)
 	}
+	// An edit that sent nothing (failed: not delivered, skipped, or its
+	// task ended first — cancelled) may be redone; the store checks again
+	// under the edit's lock.
 	if prev, edited, err := s.st.GetMessageEdit(ctx, id); err != nil {
 		return EditResult{}, err
 	} else if edited && prev.State != store.EditFailed {
@@ -147,7 +150,12 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if r.DryRun {
 		return out, nil
 	}
-	task, err := s.cfg.Replays.Start(ctx, replay.Request{IDs: []int64{id}, Scope: p.Queues, Edit: &edit, EditAudit: diff}, c.actor())
+	// Force: the loop guard (replay.max_replays) stops blind repeats of
+	// the same failing message; the corrected copy is a new message the
+	// operator chose to send after looking at it, and the guard would skip
+	// it (with advice to use force, which the edit's own force — sensitive
+	// headers — could never give).
+	task, err := s.cfg.Replays.Start(ctx, replay.Request{IDs: []int64{id}, Scope: p.Queues, Force: true, Edit: &edit, EditAudit: diff}, c.actor())
 	if err != nil {
 		return EditResult{}, err
 	}

@@ -27,8 +27,11 @@ type CommandRecord struct {
 }
 
 // StartReplay records a replay task (or answers a dry run) for messages
-// within the caller's scope. Ids outside the scope are not found, as
-// GetMessage answers them. A replay by filter that would publish more than
+// within the caller's scope. An id that names no message is an item of
+// the task skipped as deleted (replay.Request's ids); but for a scoped
+// caller, an id outside its scope is not found, as GetMessage answers it
+// (docs/API.md), and so, that nothing tells the two apart, is an id of no
+// message at all. A replay by filter that would publish more than
 // the threshold needs Confirm: it is counted first with the replay
 // service's own dry run (what would be replayed, skips left out). Messages
 // arriving between the count and the start can push a task a little past
@@ -107,7 +110,8 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 }
 
 // idsInScope answers ids outside scope as missing, exactly like
-// GetMessage does.
+// GetMessage does: ids of messages that do not exist included, which a
+// scoped caller must not tell from those of other queues.
 func (s *Service) idsInScope(ctx context.Context, ids []int64, scope []string) error {
 	if len(ids) == 0 {
 		return nil

@@ -15,40 +15,13 @@ func (r *taskRun) work(ctx context.Context) error {
 	t := r.task
 	if t.CanaryCount > 0 && !t.CanaryPassed {
 		if t.Status != store.TaskCanaryWait {
-			var err error
-			if t.CanaryStartedAt == nil {
-				if t, err = r.update(store.ReplayTaskUpdate{StartCanary: true}, store.TaskRunning); err != nil {
-					return err
-				}
-			}
-			r.canary.Store(true)
-			for len(t.CanaryIDs) < t.CanaryCount {
-				n, err := r.publishPhase(ctx, int64(t.CanaryCount-len(t.CanaryIDs)))
-				if err != nil {
-					return err
-				}
-				if t, err = r.s.st.GetReplayTask(ctx, t.ID); err != nil {
-					return err
-				}
-				if n == 0 {
-					break // nothing left to try
-				}
-			}
-			r.canary.Store(false)
-			if len(t.CanaryIDs) == 0 {
-				if t.Remaining() == 0 {
-					return nil // nothing could be published, and nothing is left
-				}
-				_, err := r.update(store.ReplayTaskUpdate{Status: store.TaskCanaryFailed, Finish: true,
-					Error: fmt.Sprintf("canary: none of the first messages could be published (%d failed, %d unknown); the rest was not touched", t.Failed, t.Unknown)},
-					store.TaskRunning)
-				return errors.Join(errCanaryFailed, err)
-			}
-			wait := time.Duration(t.CanaryWaitSeconds) * time.Second
-			if t, err = r.update(store.ReplayTaskUpdate{Status: store.TaskCanaryWait, CanaryWait: max(wait, time.Millisecond)}, store.TaskRunning); err != nil {
+			var (
+				done bool
+				err  error
+			)
+			if t, done, err = r.publishCanary(ctx, t); err != nil || done {
 				return err
 			}
-			r.log.Info("canary published; watching for messages that die again", "canary", len(t.CanaryIDs), "wait", wait)
 		}
 		if t.CanaryUntil != nil {
 			select {
@@ -74,6 +47,69 @@ func (r *taskRun) work(ctx context.Context) error {
 	}
 	_, err := r.publishPhase(ctx, -1)
 	return err
+}
+
+// publishCanary publishes the canary, the task's first CanaryCount
+// messages tried, and then either stops the task (canary_failed) because
+// one of them could not be published — failed, or its outcome unknown — or
+// starts the canary's wait. done reports that the task has nothing left to
+// do (every message was skipped).
+//
+// The canary is the first messages tried, whatever becomes of them:
+// counted by those published, a target that refuses every message had the
+// canary try each one, and the task complete without ever stopping. They
+// are counted from the task's items, so that a runner resuming the canary
+// of one that stopped goes on from where it stopped.
+func (r *taskRun) publishCanary(ctx context.Context, t store.ReplayTask) (_ store.ReplayTask, done bool, err error) {
+	if t.CanaryStartedAt == nil {
+		if t, err = r.update(store.ReplayTaskUpdate{StartCanary: true}, store.TaskRunning); err != nil {
+			return t, false, err
+		}
+	}
+	var tried store.ReplayAttempts
+	r.canary.Store(true)
+	for {
+		if tried, err = r.s.st.ReplayAttempts(ctx, t.ID); err != nil {
+			return t, false, err
+		}
+		left := int64(t.CanaryCount) - tried.Tried()
+		if left <= 0 {
+			break
+		}
+		n, err := r.publishPhase(ctx, left)
+		if err != nil {
+			return t, false, err
+		}
+		if n == 0 {
+			break // nothing left to try
+		}
+	}
+	r.canary.Store(false)
+	if t, err = r.s.st.GetReplayTask(ctx, t.ID); err != nil {
+		return t, false, err
+	}
+	if tried.Tried() == 0 && t.Remaining() == 0 {
+		return t, true, nil // nothing could be tried, and nothing is left
+	}
+	if lost := tried.Failed + tried.Unknown; lost > 0 {
+		// What waits to be sent again after an unknown outcome is settled
+		// as unknown once the run stops: it is not among the rest.
+		rest := max(t.Requested-t.Skipped-tried.Tried(), 0)
+		why := fmt.Sprintf("canary: %d of the first %d messages could not be published (%d failed, %d unknown); the other %d messages were not touched",
+			lost, tried.Tried(), tried.Failed, tried.Unknown, rest)
+		if tried.Published == 0 {
+			why = fmt.Sprintf("canary: none of the first %d messages could be published (%d failed, %d unknown); the other %d messages were not touched",
+				tried.Tried(), tried.Failed, tried.Unknown, rest)
+		}
+		_, err := r.update(store.ReplayTaskUpdate{Status: store.TaskCanaryFailed, Finish: true, Error: why}, store.TaskRunning)
+		return t, false, errors.Join(errCanaryFailed, err)
+	}
+	wait := time.Duration(t.CanaryWaitSeconds) * time.Second
+	if t, err = r.update(store.ReplayTaskUpdate{Status: store.TaskCanaryWait, CanaryWait: max(wait, time.Millisecond)}, store.TaskRunning); err != nil {
+		return t, false, err
+	}
+	r.log.Info("canary published; watching for messages that die again", "canary", len(t.CanaryIDs), "wait", wait)
+	return t, false, nil
 }
 
 func joinIDs(ids []int64, most int) string {

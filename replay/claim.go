@@ -132,8 +132,11 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 		if err := r.waitSettled(ctx); err != nil {
 			return done(err)
 		}
-		if _, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
+		if n, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
 			r.log.Warn("cannot settle items of deleted messages", "error", err)
+		} else if n > 0 {
+			// Skipped like those the claim skips, and counted alike.
+			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(n))
 		}
 		left, inFlight, err := r.s.st.ReplayItemsLeft(ctx, r.task.ID)
 		if err != nil {

@@ -163,6 +163,13 @@ func (r *taskRun) run(parent context.Context) {
 			"republished", t.Republished)
 	case errors.Is(workErr, errCancelled):
 		r.log.Info("replay task stopped: cancelled")
+		// Every outcome is in: let the task go, so that what reads its
+		// runner knows at once that nothing of it is under way any more
+		// (an edit whose cancelled task sent nothing may be redone,
+		// store.GetMessageEdit). No runner takes a cancelled task again.
+		if err := s.st.ReleaseReplayTask(final, r.task.ID, r.owner); err != nil {
+			r.log.Warn("cannot let the cancelled task go; its lease runs out instead", "error", err)
+		}
 	case errors.Is(workErr, errLeaseLost):
 		r.log.Warn("replay task lease lost; another runner holds it now")
 	case errors.Is(workErr, errCanaryFailed):

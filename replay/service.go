@@ -203,34 +203,7 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 	req.OnUnknown = cmp.Or(req.OnUnknown, s.cfg.OnUnknown)
 	sel := req.selection()
 	if req.DryRun {
-		p, err := s.st.PreviewReplay(ctx, sel, int64(req.Limit), s.cfg.MaxTaskMessages, s.cfg.MaxReplays, dryRunSampleLength)
-		if err != nil {
-			return Task{}, mapStoreError(err)
-		}
-		t := Task{Status: StatusDryRun, DryRun: true, Request: req, Requested: p.Matched, Sample: p.Sample,
-			Skipped: p.NotPending, CreatedBy: actor.Name, CreatedAt: now.UTC()}
-		if p.NotPending > 0 {
-			t.SkipReasons = map[string]int64{store.SkipNotPending: p.NotPending}
-		}
-		if !req.Force && p.Guarded > 0 {
-			t.Skipped += p.Guarded
-			if t.SkipReasons == nil {
-				t.SkipReasons = map[string]int64{}
-			}
-			t.SkipReasons[store.SkipMaxReplays] = p.Guarded
-		}
-		if req.Limit == 0 && p.Matched > s.cfg.MaxTaskMessages {
-			t.Error = fmt.Sprintf("more than %d messages match: a replay needs a limit of at most %d", s.cfg.MaxTaskMessages, s.cfg.MaxTaskMessages)
-			t.Requested = s.cfg.MaxTaskMessages
-		}
-		t.Remaining = t.Requested - t.Skipped
-		// A start_at within the tolerance in the past starts at once,
-		// as the store records it.
-		t.StartAt = req.startAt(now)
-		if t.StartAt.Before(now) {
-			t.StartAt = now.UTC()
-		}
-		return t, nil
+		return s.dryRun(ctx, req, sel, actor, now)
 	}
 	reqJSON, err := json.Marshal(req)
 	if err != nil {
@@ -249,6 +222,7 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		CommandID:      commandID,
 		Approval:       req.Approval,
 		UnknownRetries: s.unknownRetries(req.OnUnknown),
+		NamedIDs:       req.namedIDs(),
 	}
 	if req.Approver != nil {
 		n.Approver = *req.Approver
@@ -278,10 +252,79 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		return Task{}, mapStoreError(err)
 	}
 	t := taskOf(st)
+	if t.Skipped > 0 {
+		// Ids of messages that no longer exist, settled as skipped when
+		// the task was created; counted as the runner counts its skips.
+		s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(t.Skipped))
+	}
 	s.log.Info("replay task created", "task_id", t.ID, "requested", t.Requested, "actor", actor.Name, "via", actor.Via,
 		"start_at", t.StartAt, "rate_per_second", req.RatePerSecond)
 	s.poke()
 	return t, nil
+}
+
+// dryRun counts and samples the selection of req and changes nothing.
+func (s *Service) dryRun(ctx context.Context, req Request, sel store.Filter, actor store.Actor, now time.Time) (Task, error) {
+	p, err := s.st.PreviewReplay(ctx, sel, int64(req.Limit), s.cfg.MaxTaskMessages, s.cfg.MaxReplays, dryRunSampleLength)
+	if err != nil {
+		return Task{}, mapStoreError(err)
+	}
+	t := Task{Status: StatusDryRun, DryRun: true, Request: req, Requested: p.Matched, Sample: p.Sample,
+		CreatedBy: actor.Name, CreatedAt: now.UTC()}
+	deleted, err := s.missingIDs(ctx, req, sel)
+	if err != nil {
+		return Task{}, err
+	}
+	// As the task would: ids of messages that do not exist are requested,
+	// and skipped as deleted.
+	t.Requested += deleted
+	skip := map[string]int64{store.SkipNotPending: p.NotPending, store.SkipDeleted: deleted}
+	if !req.Force {
+		skip[store.SkipMaxReplays] = p.Guarded
+	}
+	for reason, n := range skip {
+		if n > 0 {
+			if t.SkipReasons == nil {
+				t.SkipReasons = map[string]int64{}
+			}
+			t.SkipReasons[reason] = n
+			t.Skipped += n
+		}
+	}
+	if req.Limit == 0 && p.Matched > s.cfg.MaxTaskMessages {
+		t.Error = fmt.Sprintf("more than %d messages match: a replay needs a limit of at most %d", s.cfg.MaxTaskMessages, s.cfg.MaxTaskMessages)
+		t.Requested = s.cfg.MaxTaskMessages
+	}
+	t.Remaining = max(t.Requested-t.Skipped, 0)
+	// A start_at within the tolerance in the past starts at once,
+	// as the store records it.
+	t.StartAt = req.startAt(now)
+	if t.StartAt.Before(now) {
+		t.StartAt = now.UTC()
+	}
+	return t, nil
+}
+
+// missingIDs counts the distinct ids a replay by ids names that its
+// selection (sel, with the caller's scope) does not hold: what the task
+// records as skipped, deleted (store.NewReplayTask.NamedIDs).
+func (s *Service) missingIDs(ctx context.Context, req Request, sel store.Filter) (int64, error) {
+	if !req.namedIDs() {
+		return 0, nil
+	}
+	found, err := s.st.MessagesExist(ctx, req.IDs, sel.Scope)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	seen := make(map[int64]bool, len(req.IDs))
+	for _, id := range req.IDs {
+		if !found[id] && !seen[id] {
+			n++
+		}
+		seen[id] = true
+	}
+	return n, nil
 }
 
 func auditSelection(req Request) any {

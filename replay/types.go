@@ -9,7 +9,9 @@ import (
 // Request asks for a replay. Its JSON form is the body of POST
 // /api/v1/replays and of the control queue's "replay" command.
 type Request struct {
-	// IDs selects messages by id. Either IDs or Filter.
+	// IDs selects messages by id. Either IDs or Filter. An id of a message
+	// that does not exist (or is outside Scope) is requested and skipped
+	// as deleted, unless none of them exists (store.ErrEmptySelection).
 	IDs []int64 `json:"ids,omitempty"`
 	// Filter selects messages by filter. Either IDs or Filter.
 	Filter *store.Filter `json:"filter,omitempty"`
@@ -31,7 +33,8 @@ type Request struct {
 	// DryRun returns the count and a sample and changes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
 	// Canary publishes the first Count messages, waits WaitSeconds, and
-	// stops the task if any of them died again.
+	// stops the task, leaving the rest untouched, if any of them could not
+	// be published or died again.
 	Canary *Canary `json:"canary,omitempty"`
 	// Force replays messages already replayed max_replays times.
 	Force bool `json:"force,omitempty"`

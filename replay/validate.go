@@ -119,6 +119,13 @@ func (r Request) startAt(now time.Time) time.Time {
 	return now.Add(time.Duration(r.DelaySeconds) * time.Second).UTC()
 }
 
+// namedIDs reports whether the request selects the ids it names (and not
+// a filter, or an approval's snapshot): an id of a message that does not
+// exist is then an item of the task, skipped as deleted.
+func (r Request) namedIDs() bool {
+	return len(r.IDs) > 0 && r.Filter == nil && r.Approval == 0
+}
+
 // selection is the filter a request stands for, with the caller's scope.
 func (r Request) selection() store.Filter {
 	var f store.Filter

@@ -37,9 +37,10 @@ type MessageEdit struct {
 // message whose latest edit is in progress, sent, or of unknown outcome
 // cannot be edited again (ErrConflict): one edit at a time, and once a copy
 // may be out, the copy is what to edit once it is stored. An edit that
-// sent nothing (its item failed or was skipped, or its task is gone) is
-// replaced. Two edits at once: the second finds the first's row locked,
-// or collides with its insert, and is refused.
+// sent nothing (EditFailed: its item failed or was skipped, or its task
+// ended — cancelled, say — before it sent the copy), or whose task is
+// gone, is replaced. Two edits at once: the second finds the first's row
+// locked, or collides with its insert, and is refused.
 func recordEdit(ctx context.Context, tx pgx.Tx, taskID int64, n NewEdit, actor Actor) error {
 	conflict := fmt.Errorf("message %d is already edited or being edited (edit the copy once it is stored): %w", n.MessageID, ErrConflict)
 	var prev int64
@@ -60,12 +61,14 @@ func recordEdit(ctx context.Context, tx pgx.Tx, taskID int64, n NewEdit, actor A
 		return fmt.Errorf("store: read the edit of message %d: %w", n.MessageID, err)
 	}
 	// A statement of its own, so that it sees the previous edit's task as
-	// committed now (the row lock above waited for it).
+	// committed now (the row lock above waited for it). The state is read
+	// as GetMessageEdit reads it, so that an edit it shows as failed is
+	// one that may be redone.
 	var replaceable bool
 	err = tx.QueryRow(ctx, `
-SELECT NOT EXISTS (SELECT 1 FROM replay_tasks WHERE id = $1)
-    OR EXISTS (SELECT 1 FROM replay_task_items WHERE task_id = $1 AND message_id = $2 AND outcome IN ('failed', 'skipped'))`,
-		prev, n.MessageID).Scan(&replaceable)
+SELECT NOT EXISTS (SELECT 1 FROM replay_tasks WHERE id = e.task_id) OR `+editStateSQL+` = '`+EditFailed+`'
+FROM `+editJoinSQL+`
+WHERE e.message_id = $1`, n.MessageID).Scan(&replaceable)
 	if err != nil {
 		return fmt.Errorf("store: read the edit of message %d: %w", n.MessageID, err)
 	}
@@ -80,36 +83,55 @@ SELECT NOT EXISTS (SELECT 1 FROM replay_tasks WHERE id = $1)
 	return nil
 }
 
+// editJoinSQL is a message's edit (e) with its task (t), its task's item
+// of the message (i) and the message (m), as editStateSQL reads them.
+const editJoinSQL = `message_edits e
+LEFT JOIN replay_tasks t ON t.id = e.task_id
+LEFT JOIN replay_task_items i ON i.task_id = e.task_id AND i.message_id = e.message_id
+LEFT JOIN dead_messages m ON m.id = e.message_id`
+
+// editStateSQL is the state of an edit (editJoinSQL): its item's outcome
+// once settled. An item its task never settled is in progress while the
+// task runs; once the task has ended (cancelled before it published the
+// copy, say), nothing was sent and nothing will be — unless a publish of
+// the copy had an unknown outcome (unknown_count: it may be out), or the
+// task's runner still holds it or its claim of the message (a publish may
+// still be under way: the runner of a cancelled task stops within one
+// publish and then lets the task go, replay.taskRun.run).
+const editStateSQL = `CASE
+    WHEN i.outcome = '` + OutcomePublished + `' THEN '` + EditSent + `'
+    WHEN i.outcome = '` + OutcomeUnknown + `' THEN '` + EditUnknown + `'
+    WHEN i.outcome IS NOT NULL THEN '` + EditFailed + `'
+    WHEN t.status IS NULL OR t.status NOT IN ('` + TaskCompleted + `', '` + TaskCancelled + `', '` + TaskFailed + `', '` + TaskCanaryFailed + `')
+        THEN '` + EditInProgress + `'
+    WHEN coalesce(i.unknown_count, 0) > 0 THEN '` + EditUnknown + `'
+    WHEN (t.runner_owner IS NULL OR t.runner_expires_at < now())
+         AND NOT coalesce(m.status = 'replaying' AND m.replay_task_id = e.task_id, false) THEN '` + EditFailed + `'
+    ELSE '` + EditInProgress + `'
+END`
+
 // GetMessageEdit returns the latest edit of a message; ok is false when it
 // was never edited.
 func (s *Store) GetMessageEdit(ctx context.Context, messageID int64) (MessageEdit, bool, error) {
 	var (
-		e       MessageEdit
-		outcome *string
-		detail  *string
+		e      MessageEdit
+		detail *string
 	)
+	// A settled item's detail is its error; an unsettled one's holds the
+	// replay ids of its copies, so the error of an edit whose task ended
+	// before settling it is the task's (cancelled by …).
 	err := s.pool.QueryRow(ctx, `
-SELECT e.task_id, e.copy_replay_id, e.edited_by, e.edited_at, i.outcome, i.detail
-FROM message_edits e
-LEFT JOIN replay_task_items i ON i.task_id = e.task_id AND i.message_id = e.message_id
-WHERE e.message_id = $1`, messageID).Scan(&e.TaskID, &e.CopyReplayID, &e.EditedBy, &e.EditedAt, &outcome, &detail)
+SELECT e.task_id, e.copy_replay_id, e.edited_by, e.edited_at, `+editStateSQL+`,
+    CASE WHEN i.outcome IS NULL THEN t.error ELSE i.detail END
+FROM `+editJoinSQL+`
+WHERE e.message_id = $1`, messageID).Scan(&e.TaskID, &e.CopyReplayID, &e.EditedBy, &e.EditedAt, &e.State, &detail)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MessageEdit{}, false, nil
 	}
 	if err != nil {
 		return MessageEdit{}, false, fmt.Errorf("store: read the edit of message %d: %w", messageID, err)
 	}
-	switch {
-	case outcome == nil:
-		e.State = EditInProgress
-	case *outcome == OutcomePublished:
-		e.State = EditSent
-	case *outcome == OutcomeUnknown:
-		e.State = EditUnknown
-	default:
-		e.State = EditFailed
-	}
-	if detail != nil && e.State != EditSent {
+	if detail != nil && e.State != EditSent && e.State != EditInProgress {
 		e.Error = *detail
 	}
 	return e, true, nil

@@ -165,6 +165,12 @@ type NewReplayTask struct {
 	// Approver, with Approval, is the principal who approves it; Actor is
 	// then the requester. Optional: default Actor.
 	Approver Actor
+	// NamedIDs, when set, says that the selection is the ids a caller
+	// named (Selection.IDs): those it does not hold — deleted, never
+	// stored, or outside Selection.Scope, which are told apart from
+	// nothing — are items of the task too, settled at once as skipped
+	// (SkipDeleted), so that the task accounts for every id asked for.
+	NamedIDs bool
 	// Edit, when set, makes this the task of an edit-then-replay of the one
 	// message its selection names: the edit rides on the task (never in
 	// its request), and the message's edit is recorded in the same
@@ -216,30 +222,14 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 		}
 	}
 
-	limit := n.Limit
-	if limit <= 0 {
-		limit = n.MaxItems + 1 // one more to tell "exactly MaxItems" from "too many"
-	}
-	args := sqlArgs{id}
-	cond, err := n.Selection.where(&args)
+	requested, missing, err := snapshotReplayTask(ctx, tx, n, id)
 	if err != nil {
 		return ReplayTask{}, err
 	}
-	tag, err := tx.Exec(ctx, `
-INSERT INTO replay_task_items (task_id, message_id)
-SELECT $1, m.id FROM dead_messages m WHERE `+cond+`
-ORDER BY m.id LIMIT `+args.add(limit), args...)
-	if err != nil {
-		return ReplayTask{}, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
-	}
-	requested := tag.RowsAffected()
-	switch {
-	case requested == 0:
-		return ReplayTask{}, ErrEmptySelection
-	case n.Limit <= 0 && requested > n.MaxItems:
-		return ReplayTask{}, fmt.Errorf("%w: more than %d messages match; give a limit of at most %d", ErrSelectionTooLarge, n.MaxItems, n.MaxItems)
-	}
 	detail := map[string]any{}
+	if missing > 0 {
+		detail["deleted"] = missing
+	}
 	if n.Approval > 0 {
 		detail["approval_id"] = n.Approval
 	}
@@ -270,6 +260,75 @@ ORDER BY m.id LIMIT `+args.add(limit), args...)
 		return ReplayTask{}, fmt.Errorf("store: commit replay task %d: %w", id, err)
 	}
 	return t, nil
+}
+
+// snapshotReplayTask records the items of task id in tx: the messages its
+// selection holds now and, for a selection by ids (NamedIDs), the ids it
+// does not hold, already skipped (missing of them). requested counts
+// both. ErrEmptySelection when the selection holds no message,
+// ErrSelectionTooLarge when it holds more than MaxItems without a Limit.
+func snapshotReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask, id int64) (requested, missing int64, err error) {
+	limit := n.Limit
+	if limit <= 0 {
+		limit = n.MaxItems + 1 // one more to tell "exactly MaxItems" from "too many"
+	}
+	args := sqlArgs{id}
+	cond, err := n.Selection.where(&args)
+	if err != nil {
+		return 0, 0, err
+	}
+	tag, err := tx.Exec(ctx, `
+INSERT INTO replay_task_items (task_id, message_id)
+SELECT $1, m.id FROM dead_messages m WHERE `+cond+`
+ORDER BY m.id LIMIT `+args.add(limit), args...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
+	}
+	requested = tag.RowsAffected()
+	switch {
+	case requested == 0:
+		return 0, 0, ErrEmptySelection
+	case n.Limit <= 0 && requested > n.MaxItems:
+		return 0, 0, fmt.Errorf("%w: more than %d messages match; give a limit of at most %d", ErrSelectionTooLarge, n.MaxItems, n.MaxItems)
+	}
+	if n.NamedIDs {
+		if missing, err = skipMissingIDs(ctx, tx, id, n.Selection); err != nil {
+			return 0, 0, err
+		}
+	}
+	return requested + missing, missing, nil
+}
+
+// SkipDeletedDetail is the detail of an item skipped because its message
+// no longer exists (ReplaySkipReasons reads it as SkipDeleted).
+const SkipDeletedDetail = "deleted before it was replayed"
+
+// skipMissingIDs records, in tx, the ids of a selection by ids (f) that
+// the snapshot of task id did not take because f does not hold them
+// (deleted, never stored, outside f's scope) as items already skipped,
+// with the deleted reason, and counts them on the task. An id the
+// snapshot left out for its limit exists, and is not one of them.
+func skipMissingIDs(ctx context.Context, tx pgx.Tx, id int64, f Filter) (int64, error) {
+	args := sqlArgs{id, SkipDeletedDetail, f.IDs}
+	cond, err := f.where(&args)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = tx.QueryRow(ctx, `
+WITH s AS (
+    INSERT INTO replay_task_items (task_id, message_id, outcome, detail)
+    SELECT $1, x.id, 'skipped', $2 FROM (SELECT DISTINCT unnest($3::bigint[]) AS id) x
+    WHERE NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = x.id AND `+cond+`)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), c AS (SELECT count(*) AS n FROM s)
+UPDATE replay_tasks t SET skipped = t.skipped + c.n FROM c WHERE t.id = $1
+RETURNING c.n`, args...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: record the missing messages of replay task %d: %w", id, err)
+	}
+	return n, nil
 }
 
 // insertReplayTask inserts a task's row (scheduled, nothing requested

@@ -303,20 +303,48 @@ WHERE i.task_id = $1 AND i.outcome IS NULL`, taskID).Scan(&left, &inFlight)
 	return left, inFlight, nil
 }
 
+// ReplayAttempts counts the items of a task it tried to publish, by what
+// became of them: published, failed, and unknown (settled so, or waiting
+// to be sent again after an unknown outcome). Skipped items were never
+// tried, and items never claimed are not counted. A canary reads it: the
+// canary is the first phase of its task, so every item tried so far is
+// one of its messages, whichever runner tried it.
+type ReplayAttempts struct {
+	Published, Failed, Unknown int64
+}
+
+// Tried is how many items were tried.
+func (a ReplayAttempts) Tried() int64 { return a.Published + a.Failed + a.Unknown }
+
+// ReplayAttempts counts a task's items tried so far (ReplayAttempts). It
+// reads every item of the task, as ReplayItemsLeft does.
+func (s *Store) ReplayAttempts(ctx context.Context, taskID int64) (ReplayAttempts, error) {
+	var a ReplayAttempts
+	err := s.pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE outcome = 'published'),
+       count(*) FILTER (WHERE outcome = 'failed'),
+       count(*) FILTER (WHERE outcome = 'unknown' OR (outcome IS NULL AND unknown_count > 0))
+FROM replay_task_items WHERE task_id = $1`, taskID).Scan(&a.Published, &a.Failed, &a.Unknown)
+	if err != nil {
+		return ReplayAttempts{}, fmt.Errorf("store: count the tried items of replay task %d: %w", taskID, err)
+	}
+	return a, nil
+}
+
 // SkipDeletedReplayItems settles as skipped the unsettled items of a task
 // whose message no longer exists.
 func (s *Store) SkipDeletedReplayItems(ctx context.Context, taskID int64) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `
 WITH s AS (
-    UPDATE replay_task_items i SET outcome = 'skipped', detail = 'deleted before it was replayed'
+    UPDATE replay_task_items i SET outcome = 'skipped', detail = $2
     WHERE i.task_id = $1 AND i.outcome IS NULL
       AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = i.message_id)
     RETURNING 1
 ), c AS (SELECT count(*) AS n FROM s)
 UPDATE replay_tasks t SET skipped = t.skipped + c.n, updated_at = now()
 FROM c WHERE t.id = $1
-RETURNING c.n`, taskID).Scan(&n)
+RETURNING c.n`, taskID, SkipDeletedDetail).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("store: skip deleted items of replay task %d: %w", taskID, err)
 	}
