@@ -174,7 +174,8 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	if p.Queues != nil && !p.SeesQueue(*l.SourceQueue) {
 		return store.ImportMessage{}, false, forbidden("source_queue: token %s may not import into queue %q", p.Name, *l.SourceQueue)
 	}
-	if err := checkTypedJSON(&l); err != nil {
+	props, err := checkTypedJSON(&l)
+	if err != nil {
 		return store.ImportMessage{}, false, err
 	}
 	var fail struct {
@@ -206,7 +207,8 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 		// reads derive it from the headers (migration 00070).
 		m.XDeath = l.XDeath
 	}
-	if l.MessageID != nil {
+	fromProperties(&m, props)
+	if l.MessageID != nil && *l.MessageID != "" {
 		m.MessageID = *l.MessageID
 	}
 	if l.ConversionError != nil {
@@ -249,22 +251,34 @@ func requireMembers(l *importLine, line []byte) error {
 	return nil
 }
 
+// fromProperties fills what ingest (consumer.Convert) takes from a
+// delivery's properties rather than from its headers: the message id and
+// correlation id, which store.SearchKeys makes search keys, and the content
+// type and encoding, which decide whether the body's words are indexed.
+// Without them an imported message would not be found by its correlation
+// id, where the dlq it came from finds it.
+func fromProperties(m *store.NewMessage, p broker.Properties) {
+	m.MessageID, m.CorrelationID = p.MessageID, p.CorrelationID
+	m.ContentType, m.ContentEncoding, m.ContentKnown = p.ContentType, p.ContentEncoding, true
+}
+
 // checkTypedJSON refuses properties and headers that are not the typed
-// JSON objects an export writes.
-func checkTypedJSON(l *importLine) error {
+// JSON objects an export writes, and returns the properties.
+func checkTypedJSON(l *importLine) (broker.Properties, error) {
 	if l.Properties[0] != '{' {
-		return errors.New("properties are not a JSON object")
+		return broker.Properties{}, errors.New("properties are not a JSON object")
 	}
-	if _, err := broker.ParsePropertiesJSON(l.Properties); err != nil {
-		return fmt.Errorf("properties are not the typed properties of an export: %w", err)
+	props, err := broker.ParsePropertiesJSON(l.Properties)
+	if err != nil {
+		return broker.Properties{}, fmt.Errorf("properties are not the typed properties of an export: %w", err)
 	}
 	if l.Headers[0] != '{' {
-		return errors.New("headers are not a JSON object")
+		return broker.Properties{}, errors.New("headers are not a JSON object")
 	}
 	if _, err := broker.DecodeHeadersJSON(l.Headers); err != nil {
-		return fmt.Errorf("headers are not the typed headers of an export: %w", err)
+		return broker.Properties{}, fmt.Errorf("headers are not the typed headers of an export: %w", err)
 	}
-	return nil
+	return props, nil
 }
 
 // unknownMembers lists the members of a JSON object line that no export

@@ -297,9 +297,16 @@ FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
 			}
 			// The keys were computed from the plain values at ingest; the
 			// death history loses its failure messages, which are sealed
-			// in new entries too.
+			// in new entries too. A row without a death record (x_death
+			// NULL: stored before migration 00070 or by an older dlq, not
+			// yet reached by backfill older_rows) gets it now, derived from
+			// its plain headers as reads and that backfill derive it
+			// (dlq_x_death; SET reads the old headers): once they are
+			// sealed, the derivation would find none and the backfill would
+			// write [] for good.
 			b.Queue(`
 UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = NULL, failure_message = NULL,
+    x_death = coalesce(x_death, dlq_x_death(headers)),
     message_id = NULL, search_keys = NULL, search_hashes = $4, fingerprint = $5, search_text = NULL, body_text_bytes = NULL,
     death_history = (SELECT jsonb_agg(e - 'failure_message' ORDER BY i) FROM jsonb_array_elements(death_history) WITH ORDINALITY AS h(e, i)),
     enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9

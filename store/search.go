@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -14,11 +16,12 @@ import (
 
 // Search (q) has three parts, each backed by what ingest can afford:
 //
-//   - Keys: the message id and correlation id, the values of the
-//     application's headers and the variable values of the failure
-//     message (ids, numbers, quoted values), lower-cased, stored in
-//     dead_messages.search_keys by ingest (a sealed row keeps only their
-//     keyed hashes: seal.go).
+//   - Keys: the message id and correlation id, the variable values of
+//     the failure message (ids, numbers, quoted values) and the values of
+//     the application's headers, at most maxSearchKeys in that order
+//     (SearchKeys), lower-cased, stored in dead_messages.search_keys by
+//     ingest and import (a sealed row keeps only their keyed hashes:
+//     seal.go).
 //     The GIN index is over their 64-bit hashes (search_hashes, KeyHash),
 //     not the text: a bigint entry costs ingest about a third less than a
 //     text one (docs/BENCHMARKS.md, API). A query probes the hashes and
@@ -30,7 +33,9 @@ import (
 //     message of the group matches ("declined by issuer", "Timeout"); when
 //     q matches only once its variable parts are masked ("took 1500ms"),
 //     messages of the group that have those values as keys, checked
-//     against q (case-insensitive substring).
+//     against q (case-insensitive substring). The listing reads each part
+//     through its own index (search_page.go); matches is the same parts as
+//     one condition on a row, for counts, bulk actions and replays.
 //   - Words, across every queue: q as a phrase (a trailing '*' makes its
 //     last word a prefix) in the failure type, message and stack, the
 //     header values and the start of text bodies, through the text index
@@ -45,7 +50,10 @@ import (
 const MinQueryLen = 3
 
 // Key limits: a few short keys per message keep the GIN index cheap to
-// maintain.
+// maintain (every key is an entry ingest writes). When a message has more
+// values than maxSearchKeys, which are kept is decided by SearchKeys'
+// order, never by chance, so that the same header is searchable in every
+// message of the same shape (docs/API.md, Search).
 const (
 	maxSearchKeys   = 16
 	maxSearchKeyLen = 128
@@ -95,37 +103,55 @@ func (sq searchQuery) keyHashes(key string) []int64 {
 	return []int64{KeyHash(key), sq.index.Key(key)}
 }
 
-// SearchKeys returns the search keys of a message (see above).
+// SearchKeys returns the search keys of a message (see above), at most
+// maxSearchKeys, chosen in this order: the message id and correlation id
+// (what a user pastes most), the variable values of the failure message
+// (few, and the only way to a failure's ids once text is sealed), then
+// header values in the sorted order of their keys (a nested table's values
+// at its key's place, in its own key order). Ingest, import and rekey all
+// come here, so a message gets the same keys whichever path stored it.
 func SearchKeys(m *NewMessage) []string {
-	keys := make([]string, 0, 8)
-	seen := make(map[string]bool, 8)
-	add := func(s string) {
-		s = strings.ToLower(strings.TrimSpace(cleanText(s)))
-		if len(s) < 2 || len(s) > maxSearchKeyLen || seen[s] || len(keys) >= maxSearchKeys {
-			return
-		}
-		seen[s] = true
-		keys = append(keys, s)
-	}
-	add(m.MessageID)
-	add(m.CorrelationID)
-	if m.HeaderValues != nil {
+	ks := keySet{keys: make([]string, 0, 8), seen: make(map[string]bool, 8)}
+	ks.add(m.MessageID)
+	ks.add(m.CorrelationID)
+	failureKeys(m.FailureMessage, ks.add)
+	// The converter's values come in the order of a map or of the wire:
+	// taken as they are only when all of them fit, which makes the order
+	// irrelevant; otherwise the headers are read again, in key order. That
+	// parse costs what the converter saved, but only for messages with more
+	// header values than keys left.
+	if m.HeaderValues != nil && len(m.HeaderValues) <= maxSearchKeys-len(ks.keys) {
 		for _, v := range m.HeaderValues {
 			if v != m.FailureType && v != m.FailureMessage {
-				add(v)
+				ks.add(v)
 			}
 		}
 	} else {
-		headerKeys(m.Headers, m.FailureType, m.FailureMessage, add)
+		headerKeys(m.Headers, m.FailureType, m.FailureMessage, ks.add)
 	}
-	failureKeys(m.FailureMessage, add)
-	return keys
+	return ks.keys
 }
 
-// headerKeys adds the header values that identify a message: strings and
-// integers, at the top level and in tables one level down; not RabbitMQ's
-// own death headers, not the failure text (searched through groups), not
-// long values (stack traces).
+// keySet collects search keys: lower-cased, trimmed, deduplicated, each
+// of a useful length, at most maxSearchKeys (the first ones added win).
+type keySet struct {
+	keys []string
+	seen map[string]bool
+}
+
+func (ks *keySet) add(s string) {
+	s = strings.ToLower(strings.TrimSpace(cleanText(s)))
+	if len(s) < 2 || len(s) > maxSearchKeyLen || ks.seen[s] || len(ks.keys) >= maxSearchKeys {
+		return
+	}
+	ks.seen[s] = true
+	ks.keys = append(ks.keys, s)
+}
+
+// headerKeys adds the header values that identify a message, in the
+// sorted order of their keys: strings and integers, at the top level and
+// in tables one level down; not RabbitMQ's own death headers, not the
+// failure text (searched through groups), not long values (stack traces).
 func headerKeys(headers json.RawMessage, failureType, failureMessage string, add func(string)) {
 	headerTableKeys(headers, failureType, failureMessage, add, 0)
 }
@@ -138,7 +164,8 @@ func headerTableKeys(table json.RawMessage, failureType, failureMessage string, 
 	if json.Unmarshal(table, &h) != nil {
 		return
 	}
-	for k, raw := range h {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		raw := h[k]
 		if len(raw) == 0 || strings.HasPrefix(k, "x-death") ||
 			strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
 			continue
@@ -246,17 +273,33 @@ func parseQuery(q string) (searchQuery, error) {
 	return sq, nil
 }
 
-// groupsMatching renders the failure groups whose type or pattern contains
-// q.
-func (sq searchQuery) groupsMatching(args *sqlArgs) string {
-	return "SELECT g.id FROM failure_groups g WHERE g.failure_type ILIKE " + args.add(sq.like) +
-		" OR g.pattern ILIKE " + args.add(sq.pattern)
+// wholeGroups renders the condition on the failure group aliased g that
+// every message of it matches q: q is in its type or its masked pattern
+// as it is (not a masked part, "<n>"). "FALSE" when q holds '<'.
+func (sq searchQuery) wholeGroups(args *sqlArgs) string {
+	if strings.Contains(sq.key, "<") {
+		return "FALSE"
+	}
+	lit := args.add(sq.like)
+	return "(g.failure_type ILIKE " + lit + " OR g.pattern ILIKE " + lit + ")"
 }
 
-// failureText renders the failure text condition on m.
-func (sq searchQuery) failureText(args *sqlArgs) string {
+// partialGroups renders the condition on the failure group aliased g that
+// q matches its pattern only once q's variable parts are masked ("took
+// 1500ms" in "took <n>ms"): such a group's messages match when they have
+// q's values as keys and q in their failure text (failureText). whole is
+// wholeGroups, rendered.
+func (sq searchQuery) partialGroups(args *sqlArgs, whole string) string {
+	return "g.pattern ILIKE " + args.add(sq.pattern) + " AND NOT " + whole
+}
+
+// failureText renders "q is in the failure text of the row aliased
+// alias": what a message of a partialGroups group must have besides q's
+// variable values among its keys, whole (so a partial number, "took 150",
+// does not match "took 1500ms").
+func (sq searchQuery) failureText(args *sqlArgs, alias string) string {
 	p := args.add(sq.like)
-	return "(m.failure_type ILIKE " + p + " OR m.failure_message ILIKE " + p + ")"
+	return "(" + alias + ".failure_type ILIKE " + p + " OR " + alias + ".failure_message ILIKE " + p + ")"
 }
 
 // searchConds renders the text search (q) and failure group conditions as
@@ -286,14 +329,22 @@ func (f Filter) searchConds(args *sqlArgs, noBodySearch bool) ([]string, error) 
 // keys, its failure text through the groups, its words (the text index's
 // document, with the body's words when bodyText is true: the caller may
 // see bodies), and its body's bytes when body is true (a source queue is
-// named, and the caller may see bodies).
+// named, and the caller may see bodies). It is the listing's search
+// (searchIDs) as a condition on one row, built from the same parts, so
+// that a bulk action, a replay, a count or a listing of replaying rows
+// selects exactly what the listing shows.
 func (sq searchQuery) matches(args *sqlArgs, body, bodyText bool) string {
 	if sq.index != nil {
 		return "(" + sq.hasKeys(args, "m", sq.key) + ")"
 	}
+	whole := sq.wholeGroups(args)
 	arms := []string{
 		"(" + sq.hasKeys(args, "m", sq.key) + ")",
-		"(m.group_id = ANY(ARRAY(" + sq.groupsMatching(args) + ")) AND " + sq.failureText(args) + ")",
+		"m.group_id = ANY(ARRAY(SELECT g.id FROM failure_groups g WHERE " + whole + "))",
+	}
+	if len(sq.values) > 0 {
+		arms = append(arms, "(m.group_id = ANY(ARRAY(SELECT g.id FROM failure_groups g WHERE "+sq.partialGroups(args, whole)+
+			")) AND "+sq.hasKeys(args, "m", sq.values...)+" AND "+sq.failureText(args, "m")+")")
 	}
 	if sq.hasText {
 		tsq := sq.text.sql(args)

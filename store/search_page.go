@@ -131,11 +131,9 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		groupConds = append(groupConds, "g.id = "+args.add(id))
 	}
 	gWhere := strings.Join(groupConds, " AND ")
-	whole := "FALSE"
-	if !strings.Contains(sq.key, "<") {
-		lit := args.add(sq.like)
-		whole = "(g.failure_type ILIKE " + lit + " OR g.pattern ILIKE " + lit + ")"
-	}
+	// The group conditions are searchQuery's, which matches (the same
+	// search as a condition on one row) uses too.
+	whole := sq.wholeGroups(args)
 	// One newest-first range of (group_id, status, id) per group and
 	// status, each status a literal so that the partial index serves it.
 	perGroup := func(groups string) string {
@@ -179,9 +177,9 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		if err != nil {
 			return nil, err
 		}
-		partial := `SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND g.pattern ILIKE ` + args.add(sq.pattern) + ` AND NOT ` + whole
+		partial := `SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND ` + sq.partialGroups(args, whole)
 		arms = append(arms, `(SELECT m.id FROM `+keyed(sq.values)+`
-		  WHERE EXISTS (`+partial+`) AND m.group_id = ANY(ARRAY(`+partial+`)) AND `+kw+` AND `+sq.failureText(args)+`
+		  WHERE EXISTS (`+partial+`) AND m.group_id = ANY(ARRAY(`+partial+`)) AND `+kw+` AND `+sq.failureText(args, "m")+`
 		  ORDER BY m.id DESC LIMIT `+n+`)`)
 	}
 	if base.SourceQueue != "" && !opt.NoBodySearch {
