@@ -38,9 +38,20 @@ const DLQURLDefault = "http://127.0.0.1:8080"
 type cliEnv struct {
 	getenv         func(string) string
 	stdout, stderr io.Writer
+	// now, when set, is the clock a duration ago (--after 24h) is
+	// measured from: a test runs a command "an hour later". nil: time.Now.
+	now func() time.Time
 }
 
 func osEnv() cliEnv { return cliEnv{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr} }
+
+// clock is the time now, for measuring durations ago.
+func (e cliEnv) clock() time.Time {
+	if e.now == nil {
+		return time.Now()
+	}
+	return e.now()
+}
 
 // apiFlags are the flags every API command takes.
 type apiFlags struct {

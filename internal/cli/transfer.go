@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -43,6 +44,14 @@ func timeoutFlag(fs *flag.FlagSet, given time.Duration, def time.Duration) time.
 // runExport writes an export to stdout or --output. An export that ends
 // without its end line was cut: the command says so, with how to get the
 // rest, and exits 3.
+//
+// A time flag given as a duration ago (--after 24h) is measured once, when
+// the command starts. Continuing a cut export must select what the cut one
+// did, so its bounds must be those same times: measured again, an hour
+// later, "24h ago" leaves out the messages of the window's first hour, and
+// a resume (a message id, not bound to the filter) would skip them without
+// a word. So the command prints the times it measured, and --resume of a
+// file that holds messages refuses a duration ago, asking for the time.
 func runExport(args []string, env cliEnv) int {
 	fs := flag.NewFlagSet("dlq export", flag.ContinueOnError)
 	var (
@@ -55,7 +64,8 @@ func runExport(args []string, env cliEnv) int {
 	ff.register(fs)
 	fs.StringVar(&output, "output", "", "write to this file instead of stdout")
 	fs.StringVar(&cursor, "cursor", "", "continue after this message id (the last one received)")
-	fs.BoolVar(&resume, "resume", false, "with --output: continue the export already in the file after its last complete line")
+	fs.BoolVar(&resume, "resume", false, "with --output: continue the export already in the file after its last complete line "+
+		"(with --after/--before as the times the export began with, not durations ago)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: dlq export [flags]   every message the filter flags select, newest first, as JSON Lines")
 		fmt.Fprintln(env.stderr, "  dlq export --queue orders --field customer.tier=gold --output gold.ndjson")
@@ -69,37 +79,25 @@ func runExport(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "dlq export: --resume needs --output, and finds the cursor itself")
 		return ExitUsage
 	}
-	q, err := ff.query(time.Now())
+	q, err := ff.query(env.clock())
 	if err != nil {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return ExitUsage
 	}
+	given, measured := relativeTimes(&ff, q)
 	c := newStreamClient("export", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
 
 	out := env.stdout
 	if output != "" {
-		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-		if resume {
-			after, complete, err := resumeExportFile(output)
-			if err != nil {
-				return c.fail(err)
-			}
-			if complete {
-				fmt.Fprintf(env.stderr, "dlq export: %s is a complete export already\n", output)
-				return ExitOK
-			}
-			if after > 0 {
-				cursor = strconv.FormatInt(after, 10)
-			}
-			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
-		}
-		f, err := os.OpenFile(output, flags, 0o644)
-		if err != nil {
-			fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
-			return ExitFailure
+		f, after, code := openExportFile(c, output, resume, given, measured)
+		if code >= 0 {
+			return code
 		}
 		defer f.Close()
 		out = f
+		if after > 0 {
+			cursor = strconv.FormatInt(after, 10)
+		}
 	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
@@ -121,6 +119,10 @@ func runExport(args []string, env cliEnv) int {
 		if output != "" {
 			how = "--resume"
 		}
+		if len(given) > 0 {
+			how += fmt.Sprintf(" and %s (the times this export measured; %s would be measured again)",
+				strings.Join(measured, " "), strings.Join(given, " "))
+		}
 		fmt.Fprintf(env.stderr, "dlq export: the export was cut after %d messages (last id %d): %v\n"+
 			"dlq export: run the same command with %s for the rest\n", n, last, cmpErr(err), how)
 		return ExitUnavailable
@@ -129,14 +131,106 @@ func runExport(args []string, env cliEnv) int {
 	return ExitOK
 }
 
+// openExportFile opens --output: anew, or, with resume, after its last
+// complete line, returning the id to continue after (0: from the start).
+// given and measured are the time flags given as durations ago and the
+// times they were measured as (relativeTimes). A code of 0 or more ends
+// the command with it.
+func openExportFile(c *apiClient, output string, resume bool, given, measured []string) (*os.File, int64, int) {
+	env := c.env
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	var after int64
+	if resume {
+		var complete bool
+		var err error
+		after, complete, err = prepareResume(output, func(int64) error {
+			if len(given) == 0 {
+				return nil
+			}
+			return &resumeTimesError{path: output, given: given}
+		})
+		var rerr *resumeTimesError
+		if errors.As(err, &rerr) {
+			fmt.Fprintf(env.stderr, "dlq export: %v\n", rerr)
+			return nil, 0, ExitUsage
+		}
+		if err != nil {
+			return nil, 0, c.fail(err)
+		}
+		if complete {
+			fmt.Fprintf(env.stderr, "dlq export: %s is a complete export already\n", output)
+			return nil, 0, ExitOK
+		}
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	} else if len(given) > 0 {
+		// Said before the first line, so that it is on the terminal even
+		// when the export is killed rather than cut.
+		fmt.Fprintf(env.stderr, "dlq export: %s is %s; should this export be cut, --resume it with that (a duration would be measured again)\n",
+			strings.Join(given, " "), strings.Join(measured, " "))
+	}
+	f, err := os.OpenFile(output, flags, 0o644)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
+		return nil, 0, ExitFailure
+	}
+	return f, after, -1
+}
+
+// relativeTimes lists the time flags given as a duration ago, as given
+// ("--after 24h") and as measured (q's time: "--after 2026-05-01T10:00:00Z").
+func relativeTimes(ff *filterFlags, q url.Values) (given, measured []string) {
+	for _, tf := range []struct {
+		flag  timeFlag
+		param string
+	}{{ff.after, "failed_after"}, {ff.before, "failed_before"}} {
+		if _, err := time.ParseDuration(tf.flag.text); err != nil {
+			continue
+		}
+		given = append(given, "--"+tf.flag.name+" "+tf.flag.text)
+		measured = append(measured, "--"+tf.flag.name+" "+q.Get(tf.param))
+	}
+	return given, measured
+}
+
+// resumeTimesError refuses to resume an export with a time given as a
+// duration ago.
+type resumeTimesError struct {
+	path  string
+	given []string
+}
+
+func (e *resumeTimesError) Error() string {
+	example := make([]string, len(e.given))
+	for i, g := range e.given {
+		name, _, _ := strings.Cut(g, " ")
+		example[i] = name + " 2026-05-01T10:00:00Z"
+	}
+	return fmt.Sprintf("--resume: %s would be measured from now, not from when the export in %s began, "+
+		"and the messages that failed in between would be skipped; give the time the export measured "+
+		"as an RFC 3339 time (dlq export printed it: %s, say), or export again without --resume",
+		strings.Join(e.given, " "), e.path, strings.Join(example, " "))
+}
+
 // resumeExportFile prepares the export already in path to be continued:
 // it cuts the file after its last complete line and returns that line's
 // message id to continue after (0 when it holds none). complete reports
 // an export that has its end line already, which is left as it is.
 func resumeExportFile(path string) (after int64, complete bool, err error) {
+	return prepareResume(path, nil)
+}
+
+// prepareResume is resumeExportFile, asking check first, when the file
+// holds messages and is not complete, whether it may be continued: an
+// error from check leaves the file as it is and is returned.
+func prepareResume(path string, check func(after int64) error) (after int64, complete bool, err error) {
 	last, done, size, err := exportTail(path)
 	if err != nil || done {
 		return 0, done, err
+	}
+	if check != nil && last > 0 {
+		if err := check(last); err != nil {
+			return 0, false, err
+		}
 	}
 	if err := os.Truncate(path, size); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, false, err

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// cuttingProxy forwards requests to upstream and cuts each answer after
+// its first keep lines and a few bytes of the next, dropping the
+// connection: an export cut short, as a failing network cuts it.
+func cuttingProxy(t *testing.T, upstream string, keep int) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		req.Header.Set("Authorization", r.Header.Get("Authorization"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+		w.WriteHeader(resp.StatusCode)
+		br := bufio.NewReader(resp.Body)
+		for range keep {
+			line, _ := br.ReadBytes('\n')
+			_, _ = w.Write(line)
+		}
+		part := make([]byte, 10)
+		n, _ := io.ReadFull(br, part)
+		_, _ = w.Write(part[:n])
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// exportAt runs dlq export against url with the clock at now.
+func exportAt(url string, now time.Time, args ...string) (int, string) {
+	var out, errOut bytes.Buffer
+	vars := map[string]string{"DLQ_URL": url, "DLQ_TOKEN": clitest.AdminToken}
+	env := cliEnv{getenv: func(k string) string { return vars[k] }, stdout: &out, stderr: &errOut, now: func() time.Time { return now }}
+	return runExport(args, env), errOut.String()
+}
+
+// exportedMessageIDs reads the message ids of an export file's lines, in order.
+func exportedMessageIDs(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var ids []string
+	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var line struct {
+			MessageID *string `json:"message_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &line), "%s", l)
+		if line.MessageID != nil {
+			ids = append(ids, *line.MessageID)
+		}
+	}
+	return ids
+}
+
+// An export with --after 24h, cut, then resumed an hour later: measuring
+// 24h again would leave out the messages of the window's first hour, so a
+// duration is refused (the file left as it is), and the times the export
+// measured, which it printed, continue it with every message it selects.
+func TestExportResumeKeepsTheTimeRange(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	t0 := time.Now().UTC().Truncate(time.Second)
+	batch := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
+	// Oldest id first; the export reads newest first: late, mid, early.
+	for i, m := range []struct {
+		id  string
+		ago time.Duration
+	}{{"outside", 30 * time.Hour}, {"early", 23*time.Hour + 30*time.Minute}, {"mid", 2 * time.Hour}, {"late", time.Hour}} {
+		at := t0.Add(-m.ago)
+		batch.Messages = append(batch.Messages, store.NewMessage{MessageID: m.id, SourceQueue: "orders", DeadLetterQueue: "dlq",
+			Reason: "rejected", DeathCount: 1, Properties: json.RawMessage(`{}`), Headers: json.RawMessage(`{}`),
+			Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), FirstFailedAt: at, FailedAt: at, Fingerprint: int64(i + 1)})
+	}
+	_, err := st.IngestBatch(context.Background(), batch)
+	require.NoError(t, err)
+	url := clitest.Serve(t, st, nil)
+	dir := t.TempDir()
+	measured := "--after " + t0.Add(-24*time.Hour).Format(time.RFC3339)
+
+	full := filepath.Join(dir, "full.ndjson")
+	code, errOut := exportAt(url, t0, "--after", "24h", "--output", full)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, []string{"late", "mid", "early"}, exportedMessageIDs(t, full))
+
+	// Cut after its first message; it says which time to resume with.
+	cut := filepath.Join(dir, "cut.ndjson")
+	code, errOut = exportAt(cuttingProxy(t, url, 1), t0, "--after", "24h", "--output", cut)
+	require.Equal(t, ExitUnavailable, code, errOut)
+	require.Contains(t, errOut, "--after 24h is "+measured)
+	require.Contains(t, errOut, "run the same command with --resume and "+measured)
+	before, err := os.ReadFile(cut)
+	require.NoError(t, err)
+
+	// An hour later, 24h ago is another time: refused, the file untouched.
+	code, errOut = exportAt(url, t0.Add(time.Hour), "--after", "24h", "--output", cut, "--resume")
+	require.Equal(t, ExitUsage, code, errOut)
+	require.Contains(t, errOut, "--resume: --after 24h would be measured from now")
+	after, err := os.ReadFile(cut)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+
+	// With the time the export measured: every message, once.
+	code, errOut = exportAt(url, t0.Add(time.Hour), strings.Fields(measured+" --output "+cut+" --resume")...)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, []string{"late", "mid", "early"}, exportedMessageIDs(t, cut))
+
+	// A file that holds no message yet has nothing to keep in step with.
+	fresh := filepath.Join(dir, "fresh.ndjson")
+	code, errOut = exportAt(url, t0, "--after", "24h", "--output", fresh, "--resume")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, []string{"late", "mid", "early"}, exportedMessageIDs(t, fresh))
+}
