@@ -1,4 +1,9 @@
+-- +goose NO TRANSACTION
 -- +goose Up
+
+-- NO TRANSACTION, so that each ALTER TABLE holds its table alone (as in
+-- 00100); each statement runs again safely after an attempt that stopped
+-- half way.
 
 -- Replays that finish through broker faults (docs/REPLAY.md, "Duplicates
 -- and unknown outcomes"). A publish whose confirm never came (connection
@@ -9,9 +14,9 @@
 -- does. Constant defaults and nullable columns only: no table is
 -- rewritten, and each ALTER holds its lock for an instant.
 ALTER TABLE replay_tasks
-    ADD COLUMN unknown_retries integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS unknown_retries integer NOT NULL DEFAULT 0,
     -- Publishes the task sent again after an unknown outcome.
-    ADD COLUMN republished bigint NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS republished bigint NOT NULL DEFAULT 0;
 
 -- unknown_count: how many of the task's publishes of the message had an
 -- unknown outcome (NULL: none). It fences the settlement of a publish (its
@@ -23,9 +28,9 @@ ALTER TABLE replay_tasks
 -- Both stay NULL on every item that never had an unknown outcome, so the
 -- items' size, and their HOT settlements, are unchanged.
 ALTER TABLE replay_task_items
-    ADD COLUMN unknown_count smallint,
-    ADD COLUMN copy_replay_count bigint;
+    ADD COLUMN IF NOT EXISTS unknown_count smallint,
+    ADD COLUMN IF NOT EXISTS copy_replay_count bigint;
 
 -- +goose Down
-ALTER TABLE replay_task_items DROP COLUMN copy_replay_count, DROP COLUMN unknown_count;
-ALTER TABLE replay_tasks DROP COLUMN republished, DROP COLUMN unknown_retries;
+ALTER TABLE replay_task_items DROP COLUMN IF EXISTS copy_replay_count, DROP COLUMN IF EXISTS unknown_count;
+ALTER TABLE replay_tasks DROP COLUMN IF EXISTS republished, DROP COLUMN IF EXISTS unknown_retries;
