@@ -47,7 +47,15 @@ type BackfillState struct {
 	FinishedAt *time.Time `json:"finished_at"`
 	// DoneEver is the rows done by every pass so far.
 	DoneEver int64 `json:"done_ever"`
+	// Waiting is the rows left for a pass that has not started yet (the
+	// next tick of the backfills job starts it), read by MigrationsStatus
+	// when no pass runs: rows an earlier version stored during a rolling
+	// upgrade, after the last pass ended.
+	Waiting int64 `json:"waiting"`
 }
+
+// Left reports whether the backfill has rows still to do, running or not.
+func (b BackfillState) Left() bool { return b.Running() || b.Waiting > 0 }
 
 // Running reports whether a pass is in progress.
 func (b BackfillState) Running() bool { return b.StartedAt != nil }

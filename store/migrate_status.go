@@ -113,6 +113,13 @@ func (s *Store) MigrationsStatus(ctx context.Context) (MigrationsStatus, error) 
 	if st.Backfills, err = s.ReadBackfills(ctx); err != nil {
 		return st, err
 	}
+	for i, b := range st.Backfills {
+		if b.Name == BackfillOlderRows && !b.Running() {
+			if st.Backfills[i].Waiting, err = s.OlderRowsPending(ctx); err != nil {
+				return st, err
+			}
+		}
+	}
 	return st, nil
 }
 

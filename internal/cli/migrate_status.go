@@ -31,7 +31,9 @@ func MigrateStatus(ctx context.Context, w io.Writer, st *store.Store, now time.T
 		return ExitPending
 	}
 	for _, b := range s.Backfills {
-		if b.Running() {
+		// Rows no pass has started on count too: done means every row
+		// has what the migrations left to the backfill.
+		if b.Left() {
 			return ExitPending
 		}
 	}
@@ -102,6 +104,9 @@ func printMigrationsStatus(w io.Writer, s store.MigrationsStatus, now time.Time)
 	fmt.Fprintln(tw, "BACKFILL\tSTATE\tDONE\tOF\tRATE\tETA\tLAST FINISHED")
 	for _, b := range s.Backfills {
 		state, done, of, rate, eta := "idle", "-", "-", "-", "-"
+		if b.Waiting > 0 {
+			state = thousands(b.Waiting) + " rows waiting for the next pass (cron job backfills)"
+		}
 		if b.Running() {
 			state = "running since " + b.StartedAt.Format("15:04:05Z")
 			done, of = thousands(b.Done), thousands(b.Total)

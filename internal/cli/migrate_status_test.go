@@ -71,6 +71,15 @@ func TestMigrateStatus(t *testing.T) {
 		}}})
 		require.NoError(t, err)
 	}
+	// Rows no pass has started on yet (as an earlier version stores them
+	// during a rolling upgrade, after the last pass): not done either.
+	var waiting int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM dead_messages WHERE x_death IS NULL`).Scan(&waiting))
+	require.Equal(t, 3, waiting, "rows without a death record, as an earlier version stores them")
+	code, out = migrateStatus(t, st)
+	require.Equal(t, ExitPending, code, out)
+	require.Regexp(t, `older_rows +3 rows waiting for the next pass`, out)
+
 	lease := dlqtest.Lease(t, st, "backfills")
 	_, err = st.StartBackfillPass(ctx, lease, store.BackfillOlderRows, 3)
 	require.NoError(t, err)
