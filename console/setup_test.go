@@ -80,6 +80,8 @@ type setupOpts struct {
 	live bool
 	// editSensitive is ops.Config.EditSensitiveHeaders.
 	editSensitive []string
+	// redaction is ops.Config.Redaction.
+	redaction ops.Redaction
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
@@ -121,7 +123,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 		Schedules: cron.Only(cron.Schedules{})})
 	require.NoError(t, err)
 	b.ops, err = ops.New(ops.Config{Store: b.st, Replays: rp, Cron: cr, ConfirmAbove: o.confirmAbove, ApprovalAbove: o.approvalAbove,
-		EditSensitiveHeaders: o.editSensitive, Principals: b.authn.Principals, Logger: log})
+		EditSensitiveHeaders: o.editSensitive, Redaction: o.redaction, Principals: b.authn.Principals, Logger: log})
 	require.NoError(t, err)
 	con, err := console.New(console.Config{Ops: b.ops, Auth: b.authn, Sessions: b.st, RequestID: api.RequestID,
 		Logger: log, Registerer: prometheus.NewRegistry()})

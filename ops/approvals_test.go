@@ -34,6 +34,7 @@ func as(p auth.Principal) ops.Caller {
 
 type opsBundle struct {
 	st  *store.Store
+	dsn string
 	ops *ops.Service
 }
 
@@ -42,7 +43,7 @@ type opsBundle struct {
 // principals as the configured tokens.
 func newOps(t *testing.T, principals ...auth.Principal) opsBundle {
 	t.Helper()
-	st, _ := dlqtest.Store(t)
+	st, dsn := dlqtest.Store(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rp, err := replay.New(replay.Config{Store: st, Logger: log, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
@@ -62,7 +63,7 @@ func newOps(t *testing.T, principals ...auth.Principal) opsBundle {
 	}
 	_, err = st.IngestBatch(context.Background(), store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: msgs})
 	require.NoError(t, err)
-	return opsBundle{st: st, ops: o}
+	return opsBundle{st: st, dsn: dsn, ops: o}
 }
 
 func pendingOf(t *testing.T, err error) store.Approval {

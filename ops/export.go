@@ -84,6 +84,9 @@ func (s *Service) ExportMessages(ctx context.Context, c Caller, r ExportRequest,
 	if err := CheckFilter(f); err != nil {
 		return ExportSummary{}, err
 	}
+	if err := s.mayFilterBodies(p, f); err != nil {
+		return ExportSummary{}, err
+	}
 	if err := s.checkSearch(f); err != nil {
 		return ExportSummary{}, err
 	}

@@ -44,6 +44,10 @@ type redactor struct {
 	headers []string // lower-cased
 	paths   []bodyPath
 	reveal  string
+	// failHeaders: a masked header is one failures are read from;
+	// failType, failMessage: one gives a failure its type, its message
+	// (redaction_failure.go).
+	failHeaders, failType, failMessage bool
 }
 
 // CheckBodyPath reports what is wrong with a body path of Redaction, for a
@@ -61,6 +65,9 @@ func newRedactor(r Redaction) (*redactor, error) {
 	for _, h := range r.Headers {
 		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
 			out.headers = append(out.headers, h)
+			typ, msg := failureFeeds(h)
+			out.failHeaders = out.failHeaders || broker.IsFailureHeader(h)
+			out.failType, out.failMessage = out.failType || typ, out.failMessage || msg
 		}
 	}
 	for _, s := range r.BodyPaths {
@@ -85,8 +92,11 @@ func (r *redactor) header(name string) bool {
 	return r != nil && slices.Contains(r.headers, strings.ToLower(name))
 }
 
-// message masks m's headers and body in place.
+// message masks m's headers, body and what its failure took from masked
+// headers, in place.
 func (r *redactor) message(m *store.Message) {
+	r.failure(m) // first: it reads the headers' real values
+	m.DeathHistory = r.deathHistory(m.DeathHistory)
 	m.Headers = r.headersJSON(m.Headers)
 	if m.Body != nil && len(r.paths) > 0 {
 		b := r.body(*m.Body, contentType(m.Properties))
@@ -226,4 +236,34 @@ func locString(loc []any) string {
 		}
 	}
 	return b.String()
+}
+
+// maskedField returns the redacted body path that a field filter's path
+// (store.ParseField) is, lies inside, or holds: then a filter on it
+// tells what the masked values are. Array steps are left out on both
+// sides, since both reach through arrays (a body path's key applies to
+// every element, a field path's key looks into every element, and its
+// index picks one or stands for a value that is not an array): the key
+// names alone, one a prefix of the other, decide. items.1.pan is refused
+// with items[0].pan masked: refusing too much is safe.
+func (r *redactor) maskedField(path []store.PathSegment) (bodyPath, bool) {
+	var keys []string
+	for _, s := range path {
+		if !s.IsIndex {
+			keys = append(keys, s.Key)
+		}
+	}
+	for _, p := range r.paths {
+		var masked []string
+		for _, s := range p {
+			if s.key != "" {
+				masked = append(masked, s.key)
+			}
+		}
+		n := min(len(keys), len(masked))
+		if slices.Equal(keys[:n], masked[:n]) {
+			return p, true
+		}
+	}
+	return nil, false
 }

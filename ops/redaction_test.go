@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -157,4 +160,87 @@ func TestRestoreBody(t *testing.T) {
 	got, err = r.restoreBody([]byte(`{"note":"[redacted]"}`), orig, "application/json")
 	require.NoError(t, err)
 	require.Equal(t, `{"note":"[redacted]"}`, string(got))
+}
+
+// failureOf is the failure ingest stores for headers h.
+func failureOf(t *testing.T, h amqp.Table) (json.RawMessage, json.RawMessage) {
+	t.Helper()
+	hj, err := broker.AppendHeadersJSON(nil, h)
+	require.NoError(t, err)
+	fj, err := json.Marshal(broker.ExtractFailure(h, broker.Properties{}))
+	require.NoError(t, err)
+	return fj, hj
+}
+
+// The parts of a failure that masked headers gave it are masked, in every
+// convention, and only those: a type read from a masked stack, a detail
+// of extra read from a masked header; the others stay. Headers that
+// cannot be read mask every part.
+func TestMaskFailure(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		masked []string
+		h      amqp.Table
+		want   string
+	}{
+		{"generic message", []string{"x-error-message"},
+			amqp.Table{"x-error-message": "card 4111 declined", "x-exception-type": "CardError"},
+			`{"message":"[redacted]","origin":"generic","type":"CardError"}`},
+		{"spring stack gives the type", []string{"x-exception-stacktrace"},
+			amqp.Table{"x-exception-message": "boom", "x-exception-stacktrace": "com.acme.CardException: 4111\n\tat x"},
+			`{"message":"boom","origin":"spring","stack":"[redacted]","type":"[redacted]"}`},
+		{"celery detail", []string{"argsrepr"},
+			amqp.Table{"task": "charge", "id": "c-1", "argsrepr": "('4111',)"},
+			`{"extra":{"argsrepr":"[redacted]","id":"c-1","task":"charge"},"origin":"celery"}`},
+		{"time of failure", []string{"nservicebus.timeoffailure"},
+			amqp.Table{"NServiceBus.ExceptionInfo.Message": "m", "NServiceBus.TimeOfFailure": at},
+			`{"message":"m","origin":"nservicebus"}`},
+		{"a masked header failures do not read", []string{"authorization"},
+			amqp.Table{"x-error-message": "card 4111 declined", "authorization": "Bearer x"},
+			`{"message":"card 4111 declined","origin":"generic"}`},
+	} {
+		r := mustRedactor(t, Redaction{Headers: c.masked})
+		fj, hj := failureOf(t, c.h)
+		m := store.Message{Failure: fj, Headers: hj}
+		r.message(&m)
+		require.JSONEq(t, c.want, string(m.Failure), c.name)
+	}
+	// Headers that cannot be read: every part.
+	r := mustRedactor(t, Redaction{Headers: []string{"x-error-message"}})
+	m := store.Message{Failure: json.RawMessage(`{"type":"T","message":"4111","origin":"generic"}`), Headers: json.RawMessage(`{"x-error-message":7}`)}
+	r.message(&m)
+	require.JSONEq(t, `{"type":"[redacted]","message":"[redacted]","origin":"[redacted]"}`, string(m.Failure))
+}
+
+// With a header that gives failures their message masked, failure groups
+// and earlier deaths, which keep no headers, have their failure text
+// masked whole; their type only when a masked header gives types.
+func TestMaskFailureGroupsAndDeaths(t *testing.T) {
+	t.Parallel()
+	g := store.Group{FailureType: "CardError", Pattern: "card <n> declined", SampleMessage: "card 4111 declined"}
+	msgOnly := mustRedactor(t, Redaction{Headers: []string{"X-Error-Message"}})
+	require.True(t, msgOnly.failMessage)
+	require.False(t, msgOnly.failType)
+	mg := g
+	msgOnly.group(&mg)
+	require.Equal(t, store.Group{FailureType: "CardError", Pattern: RedactedValue, SampleMessage: RedactedValue}, mg)
+	typ := mustRedactor(t, Redaction{Headers: []string{"x-exception-fqcn"}})
+	tg := g
+	typ.group(&tg)
+	require.Equal(t, store.Group{FailureType: RedactedValue, Pattern: g.Pattern, SampleMessage: g.SampleMessage}, tg)
+	other := mustRedactor(t, Redaction{Headers: []string{"authorization", "x-error-origin"}})
+	og := g
+	other.group(&og)
+	require.Equal(t, g, og)
+
+	m := store.Message{Headers: json.RawMessage(`{}`), DeathHistory: json.RawMessage(
+		`[{"failure_type":"CardError","failure_message":"card 4111 declined","reason":"rejected"},{"failure_type":null,"failure_message":""}]`)}
+	msgOnly.message(&m)
+	require.JSONEq(t, `[{"failure_type":"CardError","failure_message":"[redacted]","reason":"rejected"},{"failure_type":null,"failure_message":""}]`,
+		string(m.DeathHistory))
+	none := store.Message{Headers: json.RawMessage(`{}`), DeathHistory: json.RawMessage(`[]`)}
+	msgOnly.message(&none)
+	require.Equal(t, `[]`, string(none.DeathHistory))
 }

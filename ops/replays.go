@@ -50,7 +50,7 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 	if err != nil {
 		return replay.Task{}, err
 	}
-	if err := mayFilterBodies(p, sel); err != nil {
+	if err := s.mayFilterBodies(p, sel); err != nil {
 		return replay.Task{}, err
 	}
 	if err := s.checkSearch(sel); err != nil {

@@ -2,10 +2,13 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"strconv"
 	"time"
 
 	"github.com/dlq/dlq/alerts"
+	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
 )
@@ -29,9 +32,19 @@ func (s *Service) Groups(ctx context.Context, c Caller, q store.GroupQuery) ([]s
 		groups = []store.Group{}
 	}
 	for i := range groups {
-		s.openGroup(&groups[i])
+		s.presentGroup(p, &groups[i])
 	}
 	return groups, err
+}
+
+// presentGroup prepares g for p, as present does a message: opened, its
+// text masked unless p sees real values. Every group the layer hands to a
+// door goes through it.
+func (s *Service) presentGroup(p auth.Principal, g *store.Group) {
+	s.openGroup(g)
+	if s.red.masks(p) {
+		s.red.group(g)
+	}
 }
 
 // Group returns one failure group with its counts within the caller's
@@ -47,7 +60,7 @@ func (s *Service) Group(ctx context.Context, c Caller, id string) (store.Group, 
 	if err != nil {
 		return store.Group{}, err
 	}
-	s.openGroup(&g)
+	s.presentGroup(c.Principal, &g)
 	return g, nil
 }
 
@@ -56,7 +69,11 @@ func (s *Service) Stats(ctx context.Context, c Caller) (store.Stats, error) {
 	if err := Authorize(c.Principal, ActStats); err != nil {
 		return store.Stats{}, err
 	}
-	return s.st.Stats(ctx, c.Principal.Queues)
+	st, err := s.st.Stats(ctx, c.Principal.Queues)
+	for i := range st.TopGroups {
+		s.presentGroup(c.Principal, &st.TopGroups[i])
+	}
+	return st, err
 }
 
 // StatusView is the answer of GET /api/v1/status: per source queue counts
@@ -152,8 +169,9 @@ func (s *Service) Jobs(ctx context.Context, c Caller) (cron.JobsView, error) {
 }
 
 // Alerts shows the rules and the alerts pending, firing or just resolved.
-// A scoped caller sees only its queues' alerts and overrides, plus the
-// store-wide ones (capacity).
+// A scoped caller sees only its queues' alerts and overrides, the
+// store-wide ones (capacity), and those about a policy or an approval
+// request it may see (visibleAlerts).
 func (s *Service) Alerts(ctx context.Context, c Caller) (cron.AlertsView, error) {
 	p := c.Principal
 	if err := Authorize(p, ActAlerts); err != nil {
@@ -167,13 +185,9 @@ func (s *Service) Alerts(ctx context.Context, c Caller) (cron.AlertsView, error)
 		return cron.AlertsView{}, err
 	}
 	if p.Queues != nil {
-		visible := make([]alerts.AlertView, 0, len(v.Alerts))
-		for _, a := range v.Alerts {
-			if a.SourceQueue == "" || p.SeesQueue(a.SourceQueue) {
-				visible = append(visible, a)
-			}
+		if v.Alerts, err = s.visibleAlerts(ctx, p, v.Alerts); err != nil {
+			return cron.AlertsView{}, err
 		}
-		v.Alerts = visible
 		for i := range v.Rules {
 			if v.Rules[i].Overrides == nil {
 				continue
@@ -187,6 +201,51 @@ func (s *Service) Alerts(ctx context.Context, c Caller) (cron.AlertsView, error)
 		v.Alerts = []alerts.AlertView{}
 	}
 	return v, nil
+}
+
+// visibleAlerts keeps the alerts a scoped caller may see. An alert about
+// a policy or an approval request has no source queue: it is kept when
+// the caller may see its subject (policyVisible, approvalVisible), since
+// it names the subject and tells what it does. Only an alert with no
+// queue and no subject (capacity) is store-wide.
+func (s *Service) visibleAlerts(ctx context.Context, p auth.Principal, all []alerts.AlertView) ([]alerts.AlertView, error) {
+	var policies map[string]bool // read once, when an alert needs it
+	out := make([]alerts.AlertView, 0, len(all))
+	for _, a := range all {
+		var ok bool
+		switch {
+		case a.Kind == alerts.KindApprovalPending:
+			id, err := strconv.ParseInt(a.Subject, 10, 64)
+			if err != nil {
+				continue
+			}
+			ap, err := s.st.GetApproval(ctx, id)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+			ok = err == nil && approvalVisible(p, ap)
+		case a.Kind == alerts.KindPolicyPaused:
+			if policies == nil {
+				v, err := s.cfg.Cron.Policies(ctx)
+				if err != nil {
+					return nil, err
+				}
+				policies = map[string]bool{}
+				for _, pv := range v.Policies {
+					policies[pv.Name] = policyVisible(p, pv.Policy)
+				}
+			}
+			ok = policies[a.Subject]
+		case a.Kind.PerSubject():
+			// A subject this layer does not know how to check: hidden.
+		default:
+			ok = a.SourceQueue == "" || p.SeesQueue(a.SourceQueue)
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // Arrivals is each source queue's dead messages per hour over the last

@@ -70,9 +70,12 @@ func (s *Store) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	}
 	if w := q.Within; w != nil {
 		name, queues := args.add(w.Name), args.add(w.Queues)
-		// A replay's selection holds its filter under "filter"; every other
+		// An empty scope ({}, which policies configured with queues: []
+		// recorded before they recorded none) is every queue, not none. A
+		// replay's selection holds its filter under "filter"; every other
 		// action's selection is the filter itself.
-		where += " AND (a.actor = " + name + " OR a.approved_by = " + name + " OR a.scope <@ " + queues + "::text[]" +
+		where += " AND (a.actor = " + name + " OR a.approved_by = " + name +
+			" OR (cardinality(a.scope) > 0 AND a.scope <@ " + queues + "::text[])" +
 			" OR coalesce(a.selection->>'source_queue', a.selection#>>'{filter,source_queue}') = ANY(" + queues + "::text[]))"
 	}
 	rows, err := s.pool.Query(ctx, `

@@ -61,6 +61,17 @@ func PolicyJitter(id int64, attempt int) float64 {
 // actor is the name a policy acts under.
 func (p PolicySelection) actor() string { return "policy:" + p.Name }
 
+// scope is the scope a policy acts within, as its tasks and audit rows
+// record it: nil, every queue, for a policy without queues. An empty list
+// (queues: [] in the configuration) would be recorded as {}, which lies
+// inside every scoped token's queues (AuditWithin).
+func (p PolicySelection) scope() []string {
+	if len(p.Queues) == 0 {
+		return nil
+	}
+	return p.Queues
+}
+
 // dueSQL renders the query of the messages whose next attempt is due:
 // id and attempts made so far. It walks the failure groups the policy
 // selects (queue, reason, category and group are the group's key), each
@@ -154,14 +165,11 @@ func (s *Store) StartPolicyAttempt(ctx context.Context, l Lease, a PolicyAttempt
 			return errNothing
 		}
 		n := NewReplayTask{
-			Selection: Filter{Scope: p.Queues}, MaxItems: a.Limit, Limit: a.Limit, Request: a.Request,
+			Selection: Filter{Scope: p.scope()}, MaxItems: a.Limit, Limit: a.Limit, Request: a.Request,
 			RatePerSecond: a.RatePerSecond, CanaryCount: a.CanaryCount, CanaryWait: a.CanaryWait,
 			UnknownRetries: a.UnknownRetries,
-			Actor:          Actor{Name: p.actor(), Role: "operator", Via: ViaPolicy, Scope: p.Queues},
+			Actor:          Actor{Name: p.actor(), Role: "operator", Via: ViaPolicy, Scope: p.scope()},
 			AuditSelection: map[string]any{"policy": p.Name},
-		}
-		if len(p.Queues) == 0 {
-			n.Selection.Scope = nil
 		}
 		id, err := s.insertReplayTask(ctx, tx, n)
 		if err != nil {
@@ -261,7 +269,7 @@ SELECT source_queue, count(*) FROM flagged GROUP BY 1 ORDER BY 1`, p.Name, p.Max
 		if err := rows.Err(); err != nil || total == 0 {
 			return err
 		}
-		return insertAudit(ctx, tx, Actor{Name: p.actor(), Role: "operator", Via: ViaPolicy, Scope: p.Queues}, ActionPolicyPark,
+		return insertAudit(ctx, tx, Actor{Name: p.actor(), Role: "operator", Via: ViaPolicy, Scope: p.scope()}, ActionPolicyPark,
 			map[string]any{"policy": p.Name}, total, map[string]any{"max_attempts": p.MaxAttempts, "by_source_queue": out})
 	})
 	if err != nil {
