@@ -96,13 +96,19 @@ func printMigrationsStatus(w io.Writer, s store.MigrationsStatus, now time.Time)
 	}
 
 	fmt.Fprintln(w)
-	if s.Backfills == nil {
+	printBackfills(w, s.Backfills)
+}
+
+// printBackfills is the table of the backfills: running, waiting for the
+// next pass, or idle, and when each last finished.
+func printBackfills(w io.Writer, backfills []store.BackfillState) {
+	if backfills == nil {
 		fmt.Fprintln(w, "backfills: none yet (the schema predates them)")
 		return
 	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BACKFILL\tSTATE\tDONE\tOF\tRATE\tETA\tLAST FINISHED")
-	for _, b := range s.Backfills {
+	for _, b := range backfills {
 		state, done, of, rate, eta := "idle", "-", "-", "-", "-"
 		if b.Waiting > 0 {
 			state = thousands(b.Waiting) + " rows waiting for the next pass (cron job backfills)"
