@@ -107,3 +107,33 @@ func TestDeathHistory(t *testing.T) {
 }
 
 func strp(s string) *string { return &s }
+
+// A message that dies again with the same death record as before (the same
+// hops in the same second, after a replay) keeps it: the trigger of
+// migration 00080, which clears a record an older dlq left unchanged while
+// replacing the death, took this version's identical record for one, and
+// with x-death no longer in the stored headers the record was lost.
+func TestDeathRecordKeptWhenTheSameAgain(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	record := json.RawMessage(`[{"queue":"orders","reason":"rejected","count":1,"exchange":"","routing_keys":["orders"],"time":"2026-01-02T02:04:00Z"}]`)
+	first := msg("orders", "payload", 80)
+	first.FailedAt = time.Date(2026, 1, 2, 2, 4, 0, 100000000, time.UTC)
+	first.XDeath = record
+	ingest(t, st, first)
+	var id int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT id FROM dead_messages`).Scan(&id))
+
+	again := msg("orders", "payload", 81)
+	again.DLQID, again.ReplayID, again.ReplayCount = id, "replay-1", 1
+	again.FailedAt = first.FailedAt.Add(300 * time.Millisecond)
+	again.XDeath = record
+	_, res := ingest(t, st, again)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
+	var stored *string
+	require.NoError(t, db.QueryRow(ctx, `SELECT x_death::text FROM dead_messages WHERE id = $1`, id).Scan(&stored))
+	require.NotNil(t, stored, "the death record was cleared")
+	require.JSONEq(t, string(record), *stored)
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,6 +31,7 @@ func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[su
 		env           crypt.Envelope
 		keyID         *string
 		sealedBody    []byte
+		cleared       bool // x_death NULL after the update (the trigger's doing)
 	)
 	err := tx.QueryRow(ctx, `
 SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
@@ -76,14 +78,14 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes
 		if err != nil {
 			return 0, err
 		}
-		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`,
+		err = tx.QueryRow(ctx, `UPDATE dead_messages SET`+set+`,
     message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23,
     search_text = NULL, body_text_bytes = NULL
-WHERE id = $1`, planEachTime,
+WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
 			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
+			categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta).Scan(&cleared)
 		if err != nil {
 			return 0, err
 		}
@@ -92,15 +94,18 @@ WHERE id = $1`, planEachTime,
 		// The body stays, and so does what of it is text
 		// (body_text_bytes); the header values are the new death's, which
 		// the indexer reads from the row (the caller queues it again).
-		_, err = tx.Exec(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
-WHERE id = $1`, planEachTime,
+		err = tx.QueryRow(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
+WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
 			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
 			nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
 			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category))
+			categoryOf(m.Category)).Scan(&cleared)
 		if err != nil {
 			return 0, err
 		}
+	}
+	if err := keepDeathRecord(ctx, tx, m, cleared); err != nil {
+		return 0, err
 	}
 	old := summaryKey{queue, status}
 	d := deltas[old]
@@ -136,3 +141,21 @@ const appendDeathHistory = `(
         'x_death', x_death
     ))) WITH ORDINALITY AS h(e, i)
     WHERE h.i > jsonb_array_length(coalesce(death_history, '[]'::jsonb)) + 1 - $16)`
+
+// keepDeathRecord writes m's death record again when the update of its
+// row left x_death NULL (cleared). Migration 00080's trigger clears a
+// death record that an UPDATE of failed_at leaves textually unchanged: it
+// takes the writer for an older dlq, which replaces the death but knows
+// nothing of x_death. This version wrote the new death's own record, equal
+// to the one before (the same hops in the same second, after a replay),
+// and the headers no longer hold x-death to derive it from. Written again
+// without failed_at, which the trigger does not watch.
+func keepDeathRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, cleared bool) error {
+	if !cleared || len(m.XDeath) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE dead_messages SET x_death = $2 WHERE id = $1`, m.DLQID, nullJSON(m.XDeath)); err != nil {
+		return fmt.Errorf("store: keep the death record of message %d: %w", m.DLQID, err)
+	}
+	return nil
+}
