@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"net/url"
 	"strconv"
 	"strings"
@@ -171,7 +172,7 @@ func (e *formError) words() string {
 	if e.sentence != "" {
 		return e.sentence
 	}
-	label := cmpOr(actionLabels[e.field], e.field)
+	label := cmp.Or(actionLabels[e.field], e.field)
 	if strings.HasPrefix(e.msg, "must ") {
 		return label + " " + e.msg + "."
 	}

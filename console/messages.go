@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -115,7 +116,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		// A page past the first with nothing left on it (its rows were
 		// acted on, say): the page before, back to the first, shows what
 		// still matches, with the flash the action left.
-		c.redirectWithFlash(w, r, cmpOr(d.PrevURL, d.FirstURL), sessionFrom(ctx).flash)
+		c.redirectWithFlash(w, r, cmp.Or(d.PrevURL, d.FirstURL), sessionFrom(ctx).flash)
 		return
 	}
 	st, err := c.cfg.Ops.Status(ctx, caller)
@@ -123,9 +124,7 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the queue summary", err)
 		return
 	}
-	for _, qs := range st.Queues {
-		d.Queues = append(d.Queues, qs.SourceQueue)
-	}
+	d.Queues = queueNames(st)
 	if f.Group != "" {
 		if g, err := c.cfg.Ops.Group(ctx, caller, f.Group); err == nil {
 			d.Group = &g
@@ -180,7 +179,7 @@ func (d *messagesData) setLinks(trail []string, cursor string, page ops.MessageP
 		d.NextURL = d.link(func(v url.Values) {
 			v.Set("cursor", *page.NextCursor)
 			v.Set("seen", strconv.FormatInt(seen+int64(len(page.Messages)), 10))
-			v.Set("trail", writeTrail(append(slices.Clip(trail), cmpOr(cursor, "-"))))
+			v.Set("trail", writeTrail(append(slices.Clip(trail), cmp.Or(cursor, "-"))))
 		})
 	}
 	if n := len(trail); n > 0 && seen > 0 {
@@ -252,13 +251,6 @@ func writeTrail(t []string) string {
 		t = t[len(t)-trailMax:]
 	}
 	return strings.Join(t, ".")
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // labels name the filter's fields as the form does, for the errors of a

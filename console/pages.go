@@ -220,10 +220,18 @@ func (c *Console) handleGroups(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the queue summary", err)
 		return
 	}
-	for _, qs := range st.Queues {
-		d.Queues = append(d.Queues, qs.SourceQueue)
-	}
+	d.Queues = queueNames(st)
 	c.render(w, r, http.StatusOK, "groups", sessionFrom(ctx), "Failure groups", d)
+}
+
+// queueNames are the source queues of a summary the caller may see, for a
+// page's queue filter.
+func queueNames(st ops.StatusView) []string {
+	names := make([]string, 0, len(st.Queues))
+	for _, qs := range st.Queues {
+		names = append(names, qs.SourceQueue)
+	}
+	return names
 }
 
 // jobsData is the jobs and alerts page.
