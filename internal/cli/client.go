@@ -99,37 +99,42 @@ type apiClient struct {
 	flags apiFlags
 	env   cliEnv
 	http  *http.Client
+	// caErr is a --ca-file that could not be used; reported when a
+	// request is made (exit 2), not by going on with the system's CAs.
+	caErr error
 }
 
 // newAPIClient is the client of a command whose every answer must come
 // within --timeout.
 func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
-	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout, Transport: f.transport(name, env)}}
+	t, caErr := f.transport()
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout, Transport: t}, caErr: caErr}
 }
 
 // newStreamClient is the client of a command whose answers take long to
 // stream (export, import): only the wait for an answer to begin is
 // bounded, by headerTimeout.
 func newStreamClient(name string, f apiFlags, env cliEnv, headerTimeout time.Duration) *apiClient {
-	t := f.transport(name, env)
+	t, caErr := f.transport()
 	t.ResponseHeaderTimeout = headerTimeout
-	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Transport: t}}
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Transport: t}, caErr: caErr}
 }
 
 // transport is every API command's HTTP transport: the proxy from the
-// environment and, with --ca-file (DLQ_CA_FILE), that CA.
-func (f apiFlags) transport(name string, env cliEnv) *http.Transport {
+// environment and, with --ca-file (DLQ_CA_FILE), that CA. A CA file that
+// cannot be used is an error of the command line: going on with the
+// system's CAs would end in a certificate error that hides the cause.
+func (f apiFlags) transport() (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	if f.caFile != "" {
-		// A CA that cannot be read leaves the system's: the request then
-		// fails with the certificate error, which says what is wrong.
-		if tc, err := (tlsconf.Client{CAFile: f.caFile}).Config(); err == nil {
-			t.TLSClientConfig = tc
-		} else {
-			fmt.Fprintf(env.stderr, "dlq %s: --ca-file: %v\n", name, err)
-		}
+	if f.caFile == "" {
+		return t, nil
 	}
-	return t
+	tc, err := (tlsconf.Client{CAFile: f.caFile}).Config()
+	if err != nil {
+		return t, &usageError{fmt.Errorf("--ca-file (DLQ_CA_FILE) %q: %w (point it at the PEM file of the CA that signed the API's certificate)", f.caFile, err)}
+	}
+	t.TLSClientConfig = tc
+	return t, nil
 }
 
 // usageError is a fault of the command line or of the configuration the
@@ -207,6 +212,9 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 func (c *apiClient) request(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
 	if c.flags.tokenErr != nil && c.flags.token == "" {
 		return nil, c.flags.tokenErr
+	}
+	if c.caErr != nil {
+		return nil, c.caErr
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {

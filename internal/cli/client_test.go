@@ -75,6 +75,30 @@ func TestUnreadableTokenFileIsAUsageError(t *testing.T) {
 	}
 }
 
+// TestUnusableCAFileIsAUsageError: a --ca-file (DLQ_CA_FILE) that is
+// missing or holds no certificate stops every API command with exit 2
+// naming the file, before any request; it used to print a warning and go
+// on with the system's CAs, ending in a certificate error that hid why.
+func TestUnusableCAFileIsAUsageError(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := clitest.Server(t)
+	missing := filepath.Join(t.TempDir(), "missing-ca.pem")
+	notPEM := filepath.Join(t.TempDir(), "not-a-ca.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600))
+	for _, path := range []string{missing, notPEM} {
+		env := map[string]string{"DLQ_URL": url, "DLQ_TOKEN": clitest.AdminToken, "DLQ_CA_FILE": path}
+		for name, run := range map[string]func([]string, cliEnv) int{"ls": runLs, "export": runExport, "ack": runActionCmd("ack")} {
+			code, out, errOut := cliWith(t, env, run, "--status", "all")
+			require.Equal(t, ExitUsage, code, "dlq %s with DLQ_CA_FILE=%s: %s%s", name, path, out, errOut)
+			require.Contains(t, errOut, "--ca-file (DLQ_CA_FILE) \""+path+"\"")
+			require.NotContains(t, errOut, "certificate signed by unknown authority")
+		}
+		code, _, errOut := cliWith(t, nil, runLs, "--url", url, "--token", clitest.AdminToken, "--ca-file", path)
+		require.Equal(t, ExitUsage, code, errOut)
+		require.Contains(t, errOut, path)
+	}
+}
+
 // TestAnswerExitMatchesTheHTTPAPI: a control-queue answer exits with the
 // code of the HTTP API's answer to the same failure: 3 (retry later) for
 // rate_limited (429), internal (500) and unavailable (503).
