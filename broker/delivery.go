@@ -100,7 +100,9 @@ func ShortStr(s string) string {
 // ReplayMarks reads dlq's own replay headers: the record a replayed message
 // came from (0 when none), the replay that published it and how often it
 // was replayed. Anything malformed reads as absent: the message is then
-// simply a new dead message.
+// simply a new dead message. A count past what the row's replay_count
+// holds (int4) is malformed too: stored, it would fail its whole batch at
+// every attempt, and no replay counts that far.
 func ReplayMarks(h amqp.Table) (id int64, replayID string, count int64) {
 	id = toInt64(h[HeaderID])
 	if id <= 0 {
@@ -108,7 +110,10 @@ func ReplayMarks(h amqp.Table) (id int64, replayID string, count int64) {
 	}
 	replayID, _ = h[HeaderReplayID].(string)
 	count = toInt64(h[HeaderReplayCount])
-	return id, replayID, max(count, 0)
+	if count < 0 || count > math.MaxInt32 {
+		count = 0
+	}
+	return id, replayID, count
 }
 
 func toInt64(v any) int64 {

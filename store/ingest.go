@@ -152,7 +152,12 @@ func (w *ingestTx) sortMessages(ctx context.Context) error {
 				return fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
 			}
 			if out == 0 {
-				w.plain = append(w.plain, i)
+				// No record to return to (deleted since, or another
+				// body): stored as a new row, and so a redelivery of it
+				// is matched like any other.
+				if err := w.newOrRedelivered(ctx, i); err != nil {
+					return err
+				}
 				continue
 			}
 			w.res.Outcomes[i] = out
@@ -162,19 +167,32 @@ func (w *ingestTx) sortMessages(ctx context.Context) error {
 			case out == OutcomeReturned:
 				w.resealed = append(w.resealed, m.DLQID)
 			}
-		case m.Redelivered:
-			dup, err := matchRedelivery(ctx, w.tx, keyedFingerprint(w.index, m.Fingerprint), m.Returns, b.ID)
-			if err != nil {
-				return fmt.Errorf("store: batch %d: match redelivery %x: %w", b.ID, m.Fingerprint, err)
-			}
-			if !dup {
-				w.plain = append(w.plain, i)
-				continue
-			}
-			w.res.Outcomes[i] = OutcomeDuplicate
 		default:
-			w.plain = append(w.plain, i)
+			if err := w.newOrRedelivered(ctx, i); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// newOrRedelivered settles message i, which has no record to return to: a
+// redelivery of a row of an unconfirmed batch is a duplicate, anything
+// else goes to plain.
+func (w *ingestTx) newOrRedelivered(ctx context.Context, i int) error {
+	m := &w.b.Messages[i]
+	if !m.Redelivered {
+		w.plain = append(w.plain, i)
+		return nil
+	}
+	dup, err := matchRedelivery(ctx, w.tx, keyedFingerprint(w.index, m.Fingerprint), m.Returns, w.b.ID)
+	if err != nil {
+		return fmt.Errorf("store: batch %d: match redelivery %x: %w", w.b.ID, m.Fingerprint, err)
+	}
+	if dup {
+		w.res.Outcomes[i] = OutcomeDuplicate
+	} else {
+		w.plain = append(w.plain, i)
 	}
 	return nil
 }
@@ -245,11 +263,21 @@ func (w *ingestTx) register(ctx context.Context) error {
 	if len(b.Confirmed) > 0 {
 		batch.Queue(`DELETE FROM ingest_inflight WHERE batch_id = ANY($1)`, b.Confirmed)
 	}
-	if w.s.text && len(w.returned) > 0 {
+	switch {
+	case len(w.returned) == 0:
+	case w.s.text:
 		// The text index's work is the indexer's (textindex.go): new
 		// rows wait above its mark; returned ones, whose documents
 		// change, are named in text_index_queue.
 		queueReturnedText(&batch, w.returned)
+	default:
+		// Text search is off here, but a returned row may have a
+		// document (written while it was on, or by an instance where it
+		// is) that holds its old words; queued, it is written again by the
+		// next indexer that runs. Left, the row kept its old words and
+		// never got its new ones: it is below the mark, and
+		// -backfill-text passes over rows that have a document.
+		queueReturnedTextIndexed(&batch, w.returned)
 	}
 	if len(w.resealed) > 0 {
 		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, w.resealed)

@@ -56,7 +56,12 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes
 	if !same {
 		return 0, nil
 	}
-	if m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
+	// The redelivery of a death this row already took changes nothing. A
+	// first delivery with the same replay id is another death of the same
+	// publish (routed to two queues that both dead-letter it, or
+	// dead-lettered twice by the broker): it returns too, and the death it
+	// replaces goes to the history, so none is dropped.
+	if m.Redelivered && m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
 		return OutcomeDuplicate, nil
 	}
 	// The row keeps its source queue; its failure group follows the new death.

@@ -144,6 +144,64 @@ func TestIngestRedeliveryOfUnconfirmedBatchIsADuplicate(t *testing.T) {
 	require.Equal(t, map[string]int64{"pending": 3}, summary(t, db, "q"))
 }
 
+// A replayed message whose record is gone is stored as a new row, and a
+// redelivery of it (its acknowledgement lost) is that row: a duplicate,
+// not a second row. It was stored again, since a message with x-dlq-id
+// never reached the redelivery match.
+func TestIngestRedeliveryOfAReturnWithoutRecordIsADuplicate(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	orphan := msg("q", "replayed, record deleted since", 50)
+	orphan.DLQID, orphan.ReplayID, orphan.ReplayCount = 987654, "replay-x", 1
+	_, res := ingest(t, st, orphan)
+	require.Equal(t, []store.Outcome{store.OutcomeInserted}, res.Outcomes)
+
+	re := orphan
+	re.Redelivered = true
+	_, res = ingest(t, st, re)
+	require.Equal(t, []store.Outcome{store.OutcomeDuplicate}, res.Outcomes, "the redelivery of the stored row")
+	require.Equal(t, 1, count(t, db, "TRUE"))
+	require.Equal(t, map[string]int64{"pending": 1}, summary(t, db, "q"))
+}
+
+// One replay publish that dies twice (the exchange routed it to two
+// queues that both dead-letter it) comes back twice as first deliveries
+// with the same x-dlq-replay-id: both deaths return to the record, the
+// first kept in its death history. The second was taken for a redelivery
+// of the first and dropped: acknowledged, never stored.
+func TestIngestTwoDeathsOfOneReplayPublish(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ingest(t, st, msg("orders.a", "payload", 60))
+	id := messageIDs(t, db, "TRUE")[0]
+
+	inA := msg("orders.a", "payload", 61)
+	inA.DLQID, inA.ReplayID, inA.ReplayCount = id, "replay-1", 1
+	inA.Reason = "rejected"
+	inB := inA
+	inB.SourceQueue, inB.Reason, inB.Fingerprint = "orders.b", "expired", 62
+	_, res := ingest(t, st, inA)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes)
+	_, res = ingest(t, st, inB)
+	require.Equal(t, []store.Outcome{store.OutcomeReturned}, res.Outcomes, "a first delivery is never dropped")
+	require.Equal(t, "expired", rowState(t, db, id).reason, "the later death is the row's")
+	var history int
+	require.NoError(t, db.QueryRow(context.Background(),
+		`SELECT jsonb_array_length(death_history) FROM dead_messages WHERE id = $1`, id).Scan(&history))
+	require.Equal(t, 2, history, "the first death and the one in orders.a, kept")
+
+	// Its redelivery (the ack of that batch lost) changes nothing.
+	re := inB
+	re.Redelivered = true
+	re.Reason = "maxlen"
+	_, res = ingest(t, st, re)
+	require.Equal(t, []store.Outcome{store.OutcomeDuplicate}, res.Outcomes)
+	require.Equal(t, "expired", rowState(t, db, id).reason)
+	require.Equal(t, 1, count(t, db, "TRUE"))
+}
+
 func TestIngestRedeliveryAfterConfirmedAckIsANewMessage(t *testing.T) {
 	t.Parallel()
 	st, dsn := dlqtest.Store(t)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proctest"
 )
 
 const testAdminToken = "ingest-test-admin-token"
@@ -130,7 +131,7 @@ func TestDeathHistoryEndToEnd(t *testing.T) {
 		dlqtest.Eventually(t, 30*time.Second, func() bool {
 			m = get()
 			return m.Status == "pending" && m.ReplayCount == round && len(m.DeathHistory) == round
-		}, "round %d: the replayed message did not come back to its record: %+v (task %v)", round, m, task)
+		}, "round %d: the replayed message did not come back to its record: %+v (task %v)", round, &m, task)
 		require.Equal(t, "rejected", m.Reason)
 		for i, d := range m.DeathHistory {
 			want, err1 := time.Parse(time.RFC3339Nano, deaths[i])
@@ -152,4 +153,71 @@ func TestDeathHistoryEndToEnd(t *testing.T) {
 	got, err := base64.StdEncoding.DecodeString(get().Body)
 	require.NoError(t, err)
 	require.Equal(t, sha256.Sum256(body), sha256.Sum256(got), "body bytes unchanged after two replays")
+}
+
+// TestReplayThatDiesInTwoQueues: a replay whose one publish the target
+// exchange routes to two queues, both of which reject it, sends dlq two
+// dead letters with the same x-dlq-id and x-dlq-replay-id. Both deaths
+// return to the record: the second is the row's death, the first goes
+// to death_history. The second was taken for a redelivery of the first,
+// counted as a duplicate, acknowledged and never stored.
+func TestReplayThatDiesInTwoQueues(t *testing.T) {
+	h := newHarness(t)
+	h.env["DLQ_ADMIN_TOKEN"] = testAdminToken
+	h.env["DLQ_REPLAY_POLL_INTERVAL"] = "50ms"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The replay's target: a fanout exchange to two queues that
+	// dead-letter to dlq, each with a consumer that rejects everything.
+	conn := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, conn)
+	fanout := dlqtest.Name(t, "fan")
+	qa, qb := dlqtest.Name(t, "fan_a"), dlqtest.Name(t, "fan_b")
+	require.NoError(t, ch.ExchangeDeclare(fanout, "fanout", false, true, false, false, nil))
+	dlqtest.DeleteExchanges(t, conn, fanout)
+	for _, q := range []string{qa, qb} {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": h.exchange})
+		require.NoError(t, err)
+		require.NoError(t, ch.QueueBind(q, "", fanout, false, nil))
+	}
+	dlqtest.DeleteQueues(t, conn, qa, qb)
+
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	h.rejecter(ctx)
+	proctest.Rejecter(ctx, dlqtest.AMQPURL(), qa)
+	proctest.Rejecter(ctx, dlqtest.AMQPURL(), qb)
+
+	require.NoError(t, ch.Confirm(false))
+	msgID := "two-queues-" + h.runID
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", h.rejectQueue, false, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: msgID, Body: []byte("fan out " + h.runID),
+	})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "publish confirmed")
+	var id int64
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		return h.db.QueryRow(ctx, `SELECT id FROM dead_messages WHERE message_id = $1`, msgID).Scan(&id) == nil
+	}, "the rejected message was never stored")
+
+	_, err = h.apiCall(http.MethodPost, "/api/v1/replays", map[string]any{
+		"ids": []int64{id}, "target": map[string]string{"exchange": fanout, "routing_key": ""},
+	}, nil)
+	require.NoError(t, err)
+	var m apiMessage
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		_, err := h.apiCall(http.MethodGet, fmt.Sprintf("/api/v1/messages/%d", id), nil, &m)
+		return err == nil && m.Status == "pending" && len(m.DeathHistory) == 2
+	}, "both deaths of the replay's one publish did not return to the record: %+v", &m)
+	require.Equal(t, "rejected", m.Reason)
+	require.Equal(t, 1, m.ReplayCount)
+	var rows int
+	require.NoError(t, h.db.QueryRow(ctx, `SELECT count(*) FROM dead_messages`).Scan(&rows))
+	require.Equal(t, 1, rows, "one record")
+	dup, err := h.metric("dlq_messages_duplicate_total")
+	require.NoError(t, err)
+	require.Zero(t, dup, "neither death was taken for a duplicate")
 }
