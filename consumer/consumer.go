@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -71,7 +72,10 @@ type Config struct {
 	// Optional; default 30s.
 	ShutdownTimeout time.Duration
 	// Name identifies this process in consumer tags and ingest_inflight.
-	// Optional; default host-pid.
+	// Optional; default host-pid-random: a container restarted in place
+	// keeps its hostname and runs as pid 1 again, and with the same name
+	// it took its predecessor's unconfirmed batches for its own, which
+	// the cleanup of stale batches then never deleted.
 	Name string
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
@@ -96,7 +100,7 @@ func (c *Config) setDefaults() {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 30*time.Second)
 	if c.Name == "" {
 		host, _ := os.Hostname()
-		c.Name = fmt.Sprintf("%s-%d", cmp.Or(host, "dlq"), os.Getpid())
+		c.Name = fmt.Sprintf("%s-%d-%08x", cmp.Or(host, "dlq"), os.Getpid(), rand.Uint32())
 	}
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Now == nil {

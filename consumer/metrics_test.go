@@ -67,6 +67,7 @@ type pipeline struct {
 	reg     *prometheus.Registry
 	metrics *httptest.Server
 	stop    func()
+	ready   func() error
 }
 
 func startPipeline(t *testing.T, fs consumer.Ingester, exchange, queue string, batch, prefetch int, linger time.Duration) *pipeline {
@@ -79,6 +80,7 @@ func startPipeline(t *testing.T, fs consumer.Ingester, exchange, queue string, b
 		Consumers: 1, Prefetch: prefetch, BatchSize: batch, Linger: linger, Registerer: p.reg,
 	})
 	require.NoError(t, err)
+	p.ready = cons.Ready
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()

@@ -89,3 +89,36 @@ func TestUnknownCommitIsResolvedBeforeWritingAgain(t *testing.T) {
 	require.Greater(t, u.asked, u.unanswers, "asked until answered")
 	u.mu.Unlock()
 }
+
+// A consumer that could not reach PostgreSQL while it asked whether its
+// batch committed is ready again once the answer comes (yes): nothing
+// else has to arrive first. It stayed unready (/readyz 503, dlq_up 0)
+// until its next batch, which on a quiet dead-letter queue may never come.
+func TestReadyAgainWhenTheLostCommitIsFound(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	app := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, app)
+	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
+	declareOwn(t, app, nil, exchange, queue)
+	// Queued before the consumer starts, so that they make one full batch:
+	// after it nothing more is written that could clear the failure.
+	publishDead(t, ch, exchange, "ready", 20)
+	u := &unansweringStore{Store: st, unanswers: 3}
+	p := startPipeline(t, u, exchange, queue, 20, 40, time.Hour)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.settled > 0
+	}, "the lost commit was never settled")
+	dlqtest.Eventually(t, 10*time.Second, func() bool { return p.ready() == nil },
+		"still unready after its batch was found committed: %v", p.ready())
+	var n int
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM dead_messages`).Scan(&n))
+	require.Equal(t, 20, n, "every dead letter stored once")
+	u.mu.Lock()
+	require.Greater(t, u.asked, u.unanswers, "asked until answered")
+	require.Equal(t, 1, u.settled, "one batch, answered by the question, never written again")
+	u.mu.Unlock()
+}

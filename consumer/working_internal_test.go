@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,5 +92,23 @@ func TestWorkingSinceUnderConcurrentChanges(t *testing.T) {
 	}
 	if c.WorkingSince().IsZero() {
 		t.Fatal("every worker subscribed and writing, WorkingSince is zero")
+	}
+}
+
+// TestDefaultNameIsNewPerProcess: two consumers that share a hostname and
+// a pid (a container restarted in place runs as pid 1 again) get
+// different names, so their consumer tags and their ingest_inflight
+// batches are told apart: the cleanup of stale batches skips only the
+// calling process's own.
+func TestDefaultNameIsNewPerProcess(t *testing.T) {
+	t.Parallel()
+	var a, b Config
+	a.setDefaults()
+	b.setDefaults()
+	if a.Name == b.Name {
+		t.Fatalf("two default names are both %q", a.Name)
+	}
+	if !strings.Contains(a.Name, fmt.Sprintf("-%d-", os.Getpid())) {
+		t.Fatalf("default name %q does not name the pid %d", a.Name, os.Getpid())
 	}
 }

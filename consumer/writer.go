@@ -184,6 +184,20 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 	// meet its own id in ingest_inflight, and that refusal would be taken
 	// for one of its messages' data.
 	unsure, unsureDue := false, 0
+	// stored settles the head of the queue, committed with res; a commit
+	// learnt afterwards (CommittedRows) proves PostgreSQL works as much as
+	// one answered at once, so either ends a failure the worker reported.
+	stored := func(msgs []store.NewMessage, res store.IngestResult, start time.Time, confirmed int) {
+		c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
+		wr.forget(confirmed)
+		done = append(done, ids[0])
+		if failing {
+			log.Info("writing to PostgreSQL works again", "batch_id", ids[0])
+			failing = false
+		}
+		queue, ids = queue[1:], ids[1:]
+		wr.w.setWriteErr(nil)
+	}
 	for len(queue) > 0 {
 		if wr.gone(nil) {
 			return done, false
@@ -193,10 +207,7 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 		if unsure {
 			rows, ok, err := c.cfg.Store.CommittedRows(ctx, id)
 			if err == nil && ok {
-				c.metrics.observe(wr.w.queue, msgs, reconstructResult(msgs, rows), time.Since(start))
-				wr.forget(unsureDue)
-				done = append(done, id)
-				queue, ids = queue[1:], ids[1:]
+				stored(msgs, reconstructResult(msgs, rows), start, unsureDue)
 				unsure = false
 				continue
 			}
@@ -215,15 +226,7 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: due}
 		res, err := c.cfg.Store.IngestBatch(ctx, b)
 		if err == nil {
-			c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
-			wr.forget(len(due))
-			done = append(done, id)
-			queue, ids = queue[1:], ids[1:]
-			if failing {
-				log.Info("writing to PostgreSQL works again", "batch_id", id)
-				failing = false
-			}
-			wr.w.setWriteErr(nil)
+			stored(msgs, res, start, len(due))
 			continue
 		}
 		if store.IsDataError(err) {
@@ -254,10 +257,7 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 		// at once, and back off only if it did not.
 		rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id)
 		if cerr == nil && ok {
-			c.metrics.observe(wr.w.queue, msgs, reconstructResult(msgs, rows), time.Since(start))
-			wr.forget(len(due))
-			done = append(done, id)
-			queue, ids = queue[1:], ids[1:]
+			stored(msgs, reconstructResult(msgs, rows), start, len(due))
 			continue
 		}
 		// Unanswered, the question is asked again before the next write.
