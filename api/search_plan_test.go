@@ -232,15 +232,21 @@ func TestSearchUsesIndexesInOrder(t *testing.T) {
 	var page struct {
 		Messages   []struct{ ID int64 } `json:"messages"`
 		Incomplete *bool                `json:"text_search_incomplete"`
+		Total      *store.Total         `json:"total"`
 	}
-	b.do(t, "GET", "/api/v1/messages?limit=10&q="+url.QueryEscape("frozen by auditor"), tokOp, nil).json(t, &page)
+	b.do(t, "GET", "/api/v1/messages?limit=10&total=true&q="+url.QueryEscape("frozen by auditor"), tokOp, nil).json(t, &page)
 	require.Len(t, page.Messages, len(ledger))
 	require.NotNil(t, page.Incomplete)
 	require.True(t, *page.Incomplete)
+	require.NotNil(t, page.Total)
+	require.False(t, page.Total.Exact, "a count that may miss matches is a lower bound")
 	dlqtest.IndexText(t, st)
-	page.Incomplete = nil
-	b.do(t, "GET", "/api/v1/messages?limit=10&q="+url.QueryEscape("frozen by auditor"), tokOp, nil).json(t, &page)
+	page.Incomplete, page.Total = nil, nil
+	b.do(t, "GET", "/api/v1/messages?limit=10&total=true&q="+url.QueryEscape("frozen by auditor"), tokOp, nil).json(t, &page)
 	require.Nil(t, page.Incomplete, "absent once the indexer has caught up")
+	require.NotNil(t, page.Total)
+	require.True(t, page.Total.Exact)
+	require.EqualValues(t, len(ledger), page.Total.Value)
 
 	// Rows being replayed are left out of the listing and search indexes
 	// (migration 00061) and read in a branch of their own: claimed, the

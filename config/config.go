@@ -87,12 +87,13 @@ type Ingest struct {
 	Linger Duration `yaml:"linger"`
 	// Consumers is the number of consumers per DLQ queue. Env DLQ_CONSUMERS.
 	Consumers int `yaml:"consumers"`
-	// TextSearch makes q find words across every queue: ingest marks what
-	// of each new message is text and names its rows for the text indexer
-	// (package textindex), which dlq serve runs to write their documents
-	// off the ingest path (migration 00079). On by default; off, nothing
-	// is queued and no indexer runs (docs/BENCHMARKS.md, "Text search",
-	// has what it costs ingest). Env DLQ_SEARCH_TEXT.
+	// TextSearch makes q find words across every queue: the text indexer
+	// (package textindex), which dlq serve runs, walks new rows behind a
+	// mark and writes their documents off the ingest path (migrations
+	// 00079, 00090); ingest names only the rows a replay brings back. On
+	// by default; off, no indexer runs and the mark waits (docs/
+	// BENCHMARKS.md, "Text search", has what it costs ingest). Env
+	// DLQ_SEARCH_TEXT.
 	TextSearch bool `yaml:"text_search"`
 	// TextIndexDuty is the share of time, in percent, the text indexer
 	// works while messages keep arriving: after a batch that took d it

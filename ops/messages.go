@@ -139,6 +139,9 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 		if err != nil {
 			return MessagePage{}, err
 		}
+		// A count of a search that may miss matches (their documents
+		// not written yet) is a lower bound, however it was counted.
+		total.Exact = total.Exact && !out.TextIncomplete
 		out.Total = &total
 	}
 	return out, nil

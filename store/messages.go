@@ -222,9 +222,14 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 
 // textIncomplete reports whether q (valid: the listing ran) has words to
 // look for and more rows wait for the text index than a search reads.
+// Where the store seals, q matches search keys only, which are written
+// with each row: nothing waits for the text index then.
 func (s *Store) textIncomplete(ctx context.Context, q string) (bool, error) {
 	if q == "" || !s.text {
 		return false, nil
+	}
+	if _, index, err := s.sealing(ctx); err != nil || index != nil {
+		return false, err
 	}
 	if sq, err := parseQuery(q); err != nil || !sq.hasText {
 		return false, nil

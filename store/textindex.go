@@ -190,7 +190,7 @@ ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, docs.ids, docs.bod
 // writers of dead_messages hold it back, never a long transaction
 // elsewhere. A row sealed meanwhile gets no document; a deleted one is
 // passed. Another indexer holding the mark (FOR UPDATE SKIP LOCKED)
-// leaves this call the queue alone.
+// leaves this call the queue's entries only.
 func markStep(ctx context.Context, tx pgx.Tx, max int, res *TextIndexResult) ([]int64, error) {
 	var (
 		last, newest int64
@@ -398,6 +398,15 @@ func textTailSQL() string {
 // transaction: their documents change (new rows wait above the mark).
 func queueReturnedText(b *pgx.Batch, returned []int64) {
 	b.Queue(`INSERT INTO text_index_queue (ids) VALUES ($1)`, returned)
+}
+
+// queueReturnedTextIndexed queues those of the returned rows that have a
+// document, for a store with text search off: the rest wait for a text
+// backfill like every row stored meanwhile, and the queue does not grow
+// where text search stays off.
+func queueReturnedTextIndexed(b *pgx.Batch, returned []int64) {
+	b.Queue(`INSERT INTO text_index_queue (ids)
+SELECT array_agg(id ORDER BY id) FROM message_text WHERE id = ANY($1) HAVING count(*) > 0`, returned)
 }
 
 // ReplayRunning reports whether a replay task is publishing now (running;

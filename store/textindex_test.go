@@ -264,6 +264,50 @@ func TestTextDocumentsFollowRows(t *testing.T) {
 	require.Zero(t, dlqtest.IndexText(t, st))
 }
 
+// TestReturnWhileTextSearchIsOff: a message that comes back from a
+// replay through an instance with text search off is indexed again by
+// the next indexer that runs, so its new words are found and its old
+// ones no longer are. It kept its old document for good: below the mark,
+// with a document, neither the indexer nor -backfill-text came back to it.
+func TestReturnWhileTextSearchIsOff(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	a := textMsg("orders", `{"fruit":"durian"}`, 1)
+	a.Headers = json.RawMessage(`{"x-note":"old crimson frame"}`)
+	ingest(t, st, a)
+	never := textMsg("orders", `{"fruit":"salak"}`, 2)
+	ingest(t, st, never)
+	ids := messageIDs(t, db, "TRUE")
+	dlqtest.IndexText(t, st)
+	// A row below the mark without a document (stored with text search
+	// off by a dlq from before the mark): not queued by a return through
+	// an instance with text search off, so the queue does not grow there.
+	_, err := db.Exec(ctx, `DELETE FROM message_text WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+
+	off, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2, TextSearch: false})
+	require.NoError(t, err)
+	t.Cleanup(off.Close)
+	back := a
+	back.DLQID, back.ReplayID, back.Fingerprint = ids[0], "r1", 3
+	back.Headers = json.RawMessage(`{"x-note":"new emerald frame"}`)
+	backNever := never
+	backNever.DLQID, backNever.ReplayID, backNever.Fingerprint = ids[1], "r2", 4
+	_, res := ingest(t, off, back, backNever)
+	require.Equal(t, 2, res.Returned)
+	var queued []int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT coalesce(array_agg(i ORDER BY i), '{}') FROM text_index_queue, unnest(ids) i`).Scan(&queued))
+	require.Equal(t, []int64{ids[0]}, queued, "the indexed row is queued, the other not")
+
+	require.Equal(t, 1, dlqtest.IndexText(t, st))
+	found, _ := find(t, st, "emerald frame", store.ListOptions{})
+	require.Equal(t, []int64{ids[0]}, found)
+	found, _ = find(t, st, "crimson frame", store.ListOptions{})
+	require.Empty(t, found)
+}
+
 // TestMigrationTextIndexStoredRows: on a store that already holds
 // messages (migrated up to 00078, with the text index it once built),
 // 00079 creates the documents' tables and drops the old index
@@ -680,4 +724,44 @@ func TestIndexTextReportsDatabaseCPU(t *testing.T) {
 	require.Positive(t, cpu, "%d batches of documents cost the backend no CPU at all", took)
 	require.LessOrEqual(t, cpu, wall+time.Duration(took)*proccpu.Resolution, "more CPU than time")
 	t.Logf("%d documents in %d batches: backend CPU %s, wall %s", batches*per, took, cpu, wall)
+}
+
+// TestTextIndexTakesAHugeFailureMessage: a failure message of a megabyte
+// and more (imported, or from a broker with a raised frame_max) is indexed
+// by its first 4,096 characters, and the messages after it are indexed and
+// found as usual. Uncut, its document passed PostgreSQL's 1 MB limit of a
+// tsvector: the indexer's batch failed at every attempt, and every search
+// whose newest waiting rows reached it failed with it.
+func TestTextIndexTakesAHugeFailureMessage(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	var text strings.Builder
+	text.WriteString("ledger overflow ")
+	for i := range 150000 {
+		fmt.Fprintf(&text, "tok%06d ", i)
+	}
+	text.WriteString("farewellword")
+	huge := textMsg("orders", `{"note":"first"}`, 1)
+	huge.FailureType, huge.FailureMessage = "Overflow", text.String()
+	ingest(t, st, huge)
+	after := textMsg("orders", `{"note":"parcel quarantined at Rotterdam"}`, 2)
+	ingest(t, st, after)
+	ids := messageIDs(t, db, "TRUE")
+	require.Len(t, ids, 2)
+
+	// Before the indexer: the search reads the waiting rows' documents.
+	found, _ := find(t, st, "quarantined", store.ListOptions{})
+	require.Equal(t, []int64{ids[1]}, found)
+	require.Equal(t, 2, dlqtest.IndexText(t, st))
+	for q, want := range map[string][]int64{
+		"quarantined":     {ids[1]},
+		"ledger overflow": {ids[0]},
+		"tok000100":       {ids[0]},
+		"farewellword":    nil, // past the 4,096 characters read
+	} {
+		found, incomplete := find(t, st, q, store.ListOptions{})
+		require.Equal(t, want, found, "q=%q", q)
+		require.False(t, incomplete, "q=%q", q)
+	}
 }

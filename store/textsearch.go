@@ -243,8 +243,14 @@ func parseTextQuery(q string) (tq textQuery, ok bool) {
 	t := strings.TrimSpace(q)
 	if strings.HasSuffix(t, "*") {
 		t = strings.TrimRightFunc(strings.TrimRight(t, "*"), isWordSeparator)
-		i := strings.LastIndexFunc(t, isWordSeparator)
-		tq.prefix, tq.phrase = t[i+1:], t[:max(i, 0)]
+		tq.prefix = t
+		if i := strings.LastIndexFunc(t, isWordSeparator); i >= 0 {
+			// Past the whole separator: a no-break or ideographic space
+			// is more than one byte, and cut in half it made the prefix
+			// invalid UTF-8, which PostgreSQL refused.
+			_, size := utf8.DecodeRuneInString(t[i:])
+			tq.prefix, tq.phrase = t[i+size:], t[:i]
+		}
 		if !hasWord(tq.prefix) {
 			tq.prefix, tq.phrase = "", t
 		}
@@ -274,26 +280,30 @@ func (tq textQuery) sql(args *sqlArgs) string {
 }
 
 // BackfillText queues for the text index (textindex.go) the plain rows
-// without a document with ids in [before-batch, before): rows below the
-// indexer's mark that have none (stored with text search off by a dlq
-// from before the mark, whose ingest queued its rows); rows above the
-// mark get theirs anyway. before 0 starts
-// above the newest message; next is where the following batch starts, 0
+// without a document with ids in [before-batch, before) up to the
+// indexer's mark: rows below it that have none (stored with text search
+// off by a dlq from before the mark, whose ingest queued its rows). Rows
+// above the mark get theirs as the mark passes them; queued as well, each
+// was indexed twice (every row of a database the mark had not walked
+// yet, right after an upgrade). before 0 starts just above the mark (or
+// the newest message, if lower); next is where the following batch starts, 0
 // when every id has been seen; queued is how many rows this batch queued.
 // Newest first, since searches show the newest first. Safe beside ingest
 // and the indexer, and to rerun: a row indexed twice gets the same
 // document.
 func (s *Store) BackfillText(ctx context.Context, before int64, batch int) (next int64, queued int, err error) {
 	if before <= 0 {
-		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1 FROM dead_messages`).Scan(&before); err != nil {
-			return 0, 0, fmt.Errorf("store: backfill text: newest id: %w", err)
+		if err := s.pool.QueryRow(ctx, `
+SELECT least(coalesce(max(id), 0), coalesce((SELECT last_id FROM text_index_mark), max(id), 0)) + 1 FROM dead_messages`).Scan(&before); err != nil {
+			return 0, 0, fmt.Errorf("store: backfill text: the text indexer's mark: %w", err)
 		}
 	}
 	lo := max(before-int64(batch), 1)
 	err = s.pool.QueryRow(ctx, `WITH q AS (
     INSERT INTO text_index_queue (ids)
     SELECT array_agg(m.id ORDER BY m.id) FROM dead_messages m
-    WHERE m.id >= $1 AND m.id < $2 AND m.enc_key_id IS NULL AND NOT EXISTS (SELECT 1 FROM message_text t WHERE t.id = m.id)
+    WHERE m.id >= $1 AND m.id < $2 AND m.id <= coalesce((SELECT last_id FROM text_index_mark), m.id)
+      AND m.enc_key_id IS NULL AND NOT EXISTS (SELECT 1 FROM message_text t WHERE t.id = m.id)
     HAVING count(*) > 0
     RETURNING cardinality(ids) AS n)
 SELECT coalesce(sum(n), 0)::int FROM q`, lo, before).Scan(&queued)

@@ -111,7 +111,7 @@ func New(cfg Config) (*Indexer, error) {
 		}),
 		indexed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dlq_text_index_rows_total",
-			Help: "Messages taken off the text index queue (sealed and deleted ones get no document).",
+			Help: "Plain messages the text indexer took: passed by its mark or taken off its queue (deleted ones get no document, sealed ones are not counted).",
 		}),
 		docs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dlq_text_index_documents_total",
