@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -111,10 +112,17 @@ func (c *Client) CallRaw(ctx context.Context, body []byte) (Answer, error) {
 	if c.token != "" {
 		headers[TokenHeader] = c.token
 	}
-	err := c.ch.PublishWithContext(ctx, "", c.queue, true, false, amqp.Publishing{
+	pub := amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, ReplyTo: directReplyTo,
 		CorrelationId: corr, Headers: headers, Body: body, Timestamp: time.Now(),
-	})
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// A command no dlq takes before the caller stops waiting expires
+		// unread: the caller reports it unanswered, and it must not run
+		// later, when nobody expects it (each retry a new command).
+		pub.Expiration = strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10)
+	}
+	err := c.ch.PublishWithContext(ctx, "", c.queue, true, false, pub)
 	if err != nil {
 		return Answer{}, fmt.Errorf("%w: send command: %w", ErrUnreachable, err)
 	}

@@ -59,6 +59,7 @@ type Operations interface {
 // CommandStore remembers commands by command_id. *store.Store implements it.
 type CommandStore interface {
 	ReserveCommand(ctx context.Context, commandID, command, principal string, lease time.Duration) (store.CommandReservation, error)
+	RenewCommand(ctx context.Context, commandID string, lease time.Duration) error
 	SaveCommandAnswer(ctx context.Context, commandID, answer string) error
 	ForgetCommand(ctx context.Context, commandID string) error
 }
@@ -83,11 +84,22 @@ type Config struct {
 	Consumers int
 	// MaxBytes bounds a command's size. Optional; default 1 MiB.
 	MaxBytes int
+	// CommandLease is how long a command's reservation outlives the last
+	// renewal by its handler, which renews it every third of it while the
+	// command runs. A delivery of the same command_id waits while the
+	// reservation is held (a live handler: it then answers with that
+	// handler's answer) and runs the command once it lapses (the handler
+	// died). Optional; default CommandLeaseDefault.
+	CommandLease time.Duration
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives dlq_control_commands_total. Optional.
 	Registerer prometheus.Registerer
 }
+
+// CommandLeaseDefault is Config.CommandLease's default: a command whose
+// handler died runs again within about this long of its redelivery.
+const CommandLeaseDefault = 30 * time.Second
 
 // Control answers the commands of the control queue.
 type Control struct {
@@ -110,10 +122,11 @@ func New(cfg Config) (*Control, error) {
 		return nil, errors.New("control: Commands is required")
 	case cfg.Auth == nil:
 		return nil, errors.New("control: Auth is required")
-	case cfg.Consumers < 0 || cfg.MaxBytes < 0:
-		return nil, fmt.Errorf("control: Consumers (%d) and MaxBytes (%d) must be >= 0", cfg.Consumers, cfg.MaxBytes)
+	case cfg.Consumers < 0 || cfg.MaxBytes < 0 || cfg.CommandLease < 0:
+		return nil, fmt.Errorf("control: Consumers (%d), MaxBytes (%d) and CommandLease (%s) must be >= 0", cfg.Consumers, cfg.MaxBytes, cfg.CommandLease)
 	}
 	cfg.Consumers = cmp.Or(cfg.Consumers, 1)
+	cfg.CommandLease = cmp.Or(cfg.CommandLease, CommandLeaseDefault)
 	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, 1<<20)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	commands := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -243,24 +256,10 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 		return c.answer(cmd, v, err)
 	}
 
-	res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
-	for wait := time.Now().Add(10 * time.Second); err == nil && res.Running && time.Now().Before(wait); {
-		// The same command is being handled elsewhere right now (a
-		// redelivery racing its first delivery): wait for its answer.
-		select {
-		case <-ctx.Done():
-			err = context.Cause(ctx)
-		case <-time.After(200 * time.Millisecond):
-		}
-		if err == nil {
-			res, err = c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, time.Minute)
-		}
-	}
+	res, err := c.reserve(ctx, cmd, p.Name)
 	switch {
 	case err != nil:
 		return fail(cmdErr(CodeUnavailable, "cannot record the command (database unavailable); retry with the same command_id"))
-	case res.Running:
-		return fail(cmdErr(CodeConflict, "command %q is still being handled; retry later with the same command_id", cmd.CommandID))
 	case !res.Reserved && (res.Principal != p.Name || res.Command != cmd.Command):
 		return fail(cmdErr(CodeConflict, "command_id %q was already used for another command; use a new id per command", cmd.CommandID))
 	case !res.Reserved:
@@ -272,7 +271,9 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 		return answer, cmd.Command, "duplicate"
 	}
 
+	stopRenewing := c.renew(ctx, cmd.CommandID)
 	answer, command, result = c.safeExecute(ctx, cmd, caller)
+	stopRenewing()
 	if result == CodeUnavailable || result == CodeInternal || result == CodeConfirmRequired {
 		// Nothing was done: let a retry run it again (a refusal asking for
 		// confirm: true is retried with it, often under the same id).
@@ -293,6 +294,55 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 			"command_id", cmd.CommandID, "error", err)
 	}
 	return answer, command, result
+}
+
+// reserve reserves cmd's command_id for principal, or returns its first
+// answer. While another handler holds it (a redelivery racing its first
+// delivery: the channel closed, or another instance, while that handler
+// still works) it waits, for as long as that handler renews the
+// reservation: it then returns that handler's answer. A reservation that
+// lapses (its handler died, or could not reach the database) is taken
+// over, and the command runs here. Answering "still running" instead
+// acknowledged the delivery, and a command whose handler had died was
+// lost.
+func (c *Control) reserve(ctx context.Context, cmd Command, principal string) (store.CommandReservation, error) {
+	for {
+		res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, principal, c.cfg.CommandLease)
+		if err != nil || !res.Running {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, context.Cause(ctx)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// renew keeps the reservation of commandID while its command runs, so
+// that a command running longer than the lease (a bulk delete, a large
+// replay's snapshot) is not taken over and run a second time by a
+// repeat. The returned func stops it.
+func (c *Control) renew(ctx context.Context, commandID string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(c.cfg.CommandLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := c.cfg.Commands.RenewCommand(context.WithoutCancel(ctx), commandID, c.cfg.CommandLease); err != nil {
+					c.log.Warn("cannot renew a running command's reservation; a repeat may run it again once it lapses",
+						"command_id", commandID, "error", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func (c *Control) authenticate(token string) (auth.Principal, *CommandError) {

@@ -373,3 +373,81 @@ func (b *bundle) rawCall(t *testing.T, queue string, headers amqp.Table, body st
 	}
 	return control.Answer{}
 }
+
+// TestControlCommandOfADeadHandlerRuns: a command whose handler died
+// (its reservation left behind, as by a kill -9 mid-command) runs when
+// RabbitMQ redelivers it, once the reservation lapses. It was answered
+// "still being handled" and acknowledged: gone from the queue, never run.
+func TestControlCommandOfADeadHandlerRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, ids := b.deadLetter(t, 1)
+	queue := b.controlWith(t, func(c *control.Config, _ *oplayer.Config) { c.CommandLease = 3 * time.Second })
+	ops := b.client(t, queue, operatorToken)
+	// The dead handler's reservation: longer than the old 10 s wait.
+	res, err := b.st.ReserveCommand(context.Background(), "dead-1", "acknowledge", "ops", 12*time.Second)
+	require.NoError(t, err)
+	require.True(t, res.Reserved)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	a, err := ops.CallRaw(ctx, []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"dead-1","ids":[%d]}`, ids[0])))
+	require.NoError(t, err)
+	requireOK(t, a)
+	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[0]), "the command ran")
+}
+
+// TestControlLongCommandRunsOnce: a command that runs longer than its
+// reservation's lease keeps it (its handler renews it), so a repeat of
+// its command_id meanwhile, on another consumer, waits and returns the
+// first answer instead of running the command a second time.
+func TestControlLongCommandRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, ids := b.deadLetter(t, 1)
+	queue := b.controlWith(t, func(c *control.Config, _ *oplayer.Config) { c.CommandLease = time.Second })
+	first, again := b.client(t, queue, operatorToken), b.client(t, queue, operatorToken)
+
+	// Hold the row, so that the acknowledgement waits for it.
+	ctx := context.Background()
+	lock, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(ctx) //nolint:errcheck // released below
+	_, err = lock.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, ids[0])
+	require.NoError(t, err)
+
+	body := []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"long-1","ids":[%d]}`, ids[0]))
+	answers := make(chan control.Answer, 2)
+	send := func(c *control.Client) {
+		cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+		defer cancel()
+		a, err := c.CallRaw(cctx, body)
+		if err != nil {
+			a = control.Answer{Error: &control.CommandError{Code: "client", Message: err.Error()}}
+		}
+		answers <- a
+	}
+	go send(first)
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM control_commands WHERE command_id = 'long-1'`).Scan(&n))
+		return n == 1
+	}, "the first delivery did not reserve the command")
+	go send(again)
+	// Past three leases, while both wait: the first for the row, the
+	// repeat for the first's answer.
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		var held bool
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT created_at < now() - interval '3 seconds' AND reserved_until > now()
+FROM control_commands WHERE command_id = 'long-1'`).Scan(&held))
+		return held
+	}, "the reservation was not renewed past its lease")
+	require.NoError(t, lock.Rollback(ctx))
+
+	a1, a2 := <-answers, <-answers
+	requireOK(t, a1)
+	require.Equal(t, a1, a2, "the repeat returns the first answer")
+	var audits int
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE request_id = 'long-1'`).Scan(&audits))
+	require.Equal(t, 1, audits, "the command ran once")
+}

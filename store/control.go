@@ -70,6 +70,18 @@ WHERE command_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
 	return r, nil
 }
 
+// RenewCommand extends the reservation of a command its caller is still
+// running to lease from now.
+func (s *Store) RenewCommand(ctx context.Context, commandID string, lease time.Duration) error {
+	_, err := s.pool.Exec(ctx, `
+UPDATE control_commands SET reserved_until = now() + $2 * interval '1 millisecond'
+WHERE command_id = $1 AND answer IS NULL`, cleanText(commandID), lease.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("store: renew control command %q: %w", commandID, err)
+	}
+	return nil
+}
+
 // SaveCommandAnswer records the answer of a reserved command.
 func (s *Store) SaveCommandAnswer(ctx context.Context, commandID, answer string) error {
 	tx, err := s.pool.Begin(ctx)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"crypto/rand"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,11 +64,18 @@ func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Durat
 func send(ctx context.Context, name string, c *control.Client, cmd control.Command, timeout time.Duration) (json.RawMessage, int) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// Chosen here, not in Call, so that an unanswered command can be named.
+	cmd.CommandID = cmp.Or(cmd.CommandID, rand.Text())
 	a, err := c.Call(cctx, cmd)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
 		if errors.Is(err, control.ErrNoAnswer) {
-			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered on %s in %s; is dlq serve running?\n", name, "the control queue", timeout)
+			again := ""
+			if cmd.Command == control.CmdReplay {
+				again = fmt.Sprintf(" Run it again with --command-id %s: that shows its answer and never makes a second task.", cmd.CommandID)
+			}
+			fmt.Fprintf(os.Stderr, "dlq %s: no dlq answered command %s on the control queue in %s; is dlq serve running? "+
+				"If none took it, it expired unread and nothing was done; if one did, it may still be running.%s\n", name, cmd.CommandID, timeout, again)
 		}
 		return nil, ExitUnavailable
 	}
