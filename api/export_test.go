@@ -310,6 +310,24 @@ func TestExportGzipAndResume(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.status, "no limit: an export is everything selected")
 }
 
+// TestExportByWordsWaitsForTheTextIndex: an export by words while more
+// messages wait for the text index than a search reads is refused (503,
+// retry later), not written and ended "complete" without the messages
+// whose words the indexer had not reached yet.
+func TestExportByWordsWaitsForTheTextIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seedRich(t, "orders", 3)
+	dlqtest.IndexText(t, b.st)
+	require.Len(t, b.exportLines(t, "status=all&q=zebra", tokViewerB), 1, "caught up: an export by words")
+
+	b.exec(t, `INSERT INTO text_index_queue (lo, hi) VALUES (50000000, $1)`, 50000000+store.TextTailMax+1)
+	r := b.do(t, "GET", "/api/v1/messages/export?status=all&q=zebra", tokViewerB, nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	require.Contains(t, r.errMessage(t), "wait for the text index")
+	require.Len(t, b.exportLines(t, "status=all&source_queue=orders", tokViewerB), 4, "without words: exported")
+}
+
 func toBytes(lines []json.RawMessage) [][]byte {
 	out := make([][]byte, len(lines))
 	for i, l := range lines {

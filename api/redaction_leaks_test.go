@@ -161,3 +161,31 @@ func TestEditHashOfMaskedBodyNotShown(t *testing.T) {
 	require.NotContains(t, detail, "sha256", "the audit row")
 	require.Contains(t, detail, `"size_after"`)
 }
+
+// TestImportRefusesRedactedExport: an export by a token that reads
+// redacted values marks its lines, and an import refuses them (400,
+// naming the line), rather than storing "[redacted]" as the message's
+// headers and body, which a replay would then publish. The reveal
+// role's export imports.
+func TestImportRefusesRedactedExport(t *testing.T) {
+	t.Parallel()
+	src := setup(t, redacting(ops.Redaction{Headers: []string{"X-Card"}}))
+	dst := setup(t)
+	src.seed(t, msg{queue: "orders", failType: "CardDeclined", failText: "declined", body: `{"order":1}`, messageID: "m-1",
+		headers: amqp.Table{"x-card": "4111111111111111"}})
+
+	masked := src.exportLines(t, "source_queue=orders", tokViewerB)
+	require.Len(t, masked, 2)
+	require.Contains(t, string(masked[0]), `"redacted":true`)
+	require.NotContains(t, string(masked[0]), "4111111111111111")
+	r := dst.importLines(t, joinLines(masked), tokAdmin)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Contains(t, r.errMessage(t), "line 1: redacted")
+	require.Contains(t, r.errMessage(t), "reveal role")
+
+	revealed := src.exportLines(t, "source_queue=orders", tokAdmin)
+	require.NotContains(t, string(revealed[0]), `"redacted"`)
+	require.Contains(t, string(revealed[0]), "4111111111111111")
+	r = dst.importLines(t, joinLines(revealed), tokAdmin)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+}

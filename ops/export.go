@@ -41,6 +41,10 @@ type ExportLine struct {
 	// (store.Origin): with the id it names the message everywhere, unless
 	// it was imported itself (imported_from names its first origin).
 	Origin string `json:"origin"`
+	// Redacted is set when the exporting token reads redacted values
+	// (configured headers and body paths show "[redacted]"): an import
+	// refuses such a line, which would store the masks as the message.
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // ExportEnd is the last line of a complete export.
@@ -93,6 +97,19 @@ func (s *Service) ExportMessages(ctx context.Context, c Caller, r ExportRequest,
 	if err := s.checkRefs(ctx, c, f); err != nil {
 		return ExportSummary{}, err
 	}
+	if f.Query != "" {
+		// A listing says text_search_incomplete and can be read again; an
+		// export would end "complete" without the messages whose words the
+		// indexer has not reached, and a resume past them never sees them.
+		incomplete, err := s.st.TextSearchIncomplete(ctx, f.Query)
+		if err != nil {
+			return ExportSummary{}, err
+		}
+		if incomplete {
+			return ExportSummary{}, unavailable("q: more messages wait for the text index than a search reads, so an export by words would miss some; "+
+				"retry once dlq_text_index_waiting is below %d (the indexer catches up by itself), or export by another filter", store.TextTailMax)
+		}
+	}
 	before, err := exportCursor(r.Cursor, canonical(f))
 	if err != nil {
 		return ExportSummary{}, err
@@ -105,6 +122,7 @@ func (s *Service) ExportMessages(ctx context.Context, c Caller, r ExportRequest,
 		return ExportSummary{}, err
 	}
 	var sum ExportSummary
+	redacted := s.red.masks(p)
 	for {
 		more, last, err := s.st.EachMessage(ctx, f, store.ListOptions{Limit: exportPage, Before: before, IncludeBody: true},
 			func(m store.Message) error {
@@ -117,7 +135,7 @@ func (s *Service) ExportMessages(ctx context.Context, c Caller, r ExportRequest,
 					return fmt.Errorf("export: message %d cannot be opened (%s); configure its key (docs/SECURITY.md), or go on past it with cursor=%d",
 						m.ID, m.Encryption.Error, m.ID)
 				}
-				if err := sink.Line(ExportLine{Message: m, Origin: origin}); err != nil {
+				if err := sink.Line(ExportLine{Message: m, Origin: origin, Redacted: redacted}); err != nil {
 					return err
 				}
 				sum.Count++

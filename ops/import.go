@@ -66,6 +66,8 @@ type importLine struct {
 	// failure; this one's recategorisation job judges again when its rules
 	// change.
 	Category string `json:"category"`
+	// Redacted marks a line exported with masked values (ExportLine).
+	Redacted bool `json:"redacted"`
 	// Export is the ExportEnd line's one member.
 	Export json.RawMessage `json:"export"`
 }
@@ -76,6 +78,7 @@ var exportFields = []string{
 	"dead_letter_queue", "reason", "death_count", "failure", "properties", "headers", "x_death", "body",
 	"body_size", "status", "replay_count", "first_failed_at", "failed_at", "replayed_at", "acknowledged_at",
 	"group", "death_history", "last_replay_error", "conversion_error", "category", "auto_exhausted", "edited",
+	"redacted",
 }
 
 // ImportMessages stores the messages of an export read from r (admin), in
@@ -160,6 +163,9 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	}
 	if err := requireMembers(&l, line); err != nil {
 		return store.ImportMessage{}, false, err
+	}
+	if l.Redacted {
+		return store.ImportMessage{}, false, errors.New(`redacted: exported by a token that reads redacted values ("[redacted]" in place of the configured headers and body paths), which would be stored as the message's own; export again with a token of the reveal role (redaction.reveal_role, docs/SECURITY.md)`)
 	}
 	from := store.ImportOrigin{Origin: l.Origin, ID: l.ID}
 	if l.ImportedFrom != nil {

@@ -220,6 +220,17 @@ func (s *Store) ListMessages(ctx context.Context, f Filter, opt ListOptions) (Me
 	return page, nil
 }
 
+// TextSearchIncomplete reports whether a search for q would miss
+// messages now: q has words to look for, and more messages wait for the
+// text index than a search reads one by one. q must be valid.
+func (s *Store) TextSearchIncomplete(ctx context.Context, q string) (bool, error) {
+	incomplete, err := s.textIncomplete(ctx, q)
+	if err != nil {
+		return false, fmt.Errorf("store: how far the text index is behind: %w", err)
+	}
+	return incomplete, nil
+}
+
 // textIncomplete reports whether q (valid: the listing ran) has words to
 // look for and more rows wait for the text index than a search reads.
 // Where the store seals, q matches search keys only, which are written
