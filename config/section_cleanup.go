@@ -18,7 +18,7 @@ import (
 //	    acknowledged: 720h
 //	  batch_size: 1000
 //	  batch_timeout: 30s
-//	  pause: 0s                # wait between batches, to leave the database to ingest
+//	  pause: 10ms              # wait between batches, to leave the database to ingest
 //	  max_messages: 0          # capacity caps, 0 = none
 //	  max_bytes: 0
 //	  allow_evict_pending: false

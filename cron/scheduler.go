@@ -62,9 +62,12 @@ type SchedulerConfig struct {
 	Jobs []Job
 	// Instance names this process in leases and runs. Optional, default
 	// host-pid-random: unique per process, so a restarted process is a new
-	// holder. A fixed name (DLQ_INSTANCE) works as well: a process's first
-	// claim of a job takes its lease under a new token, closing the runs
-	// its predecessor of the same name left running.
+	// holder. A fixed name (DLQ_INSTANCE) works as well, as long as no two
+	// live processes share it (a pod name): a process's first claim of a
+	// job takes its lease under a new token, closing the runs its
+	// predecessor of the same name left running, and a process sees the
+	// lease in its own name as its own, so two live processes of one name
+	// would both run the job's ticks.
 	Instance string
 	// LeaseTTL is how long a lease outlives its holder's last renewal.
 	// Optional, default the job's interval, at most LeaseTTLMaxDefault: a job
