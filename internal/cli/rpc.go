@@ -2,8 +2,8 @@ package cli
 
 import (
 	"cmp"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
