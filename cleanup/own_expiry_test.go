@@ -63,3 +63,48 @@ func TestCleanupExpiresApprovalsAndSessions(t *testing.T) {
 	_, err = st.GetConsoleSession(ctx, []byte("new-session-hash"))
 	require.NoError(t, err)
 }
+
+// TestCleanupDeletesLargeSnapshots: a finished replay task and an expired
+// approval request that each selected more messages than one transaction
+// deletes (store.ItemChunk) are deleted whole, a chunk at a time. In one
+// statement each, a million rows outlasted the batch's timeout at every
+// run, and nothing behind them was ever deleted.
+func TestCleanupDeletesLargeSnapshots(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	st, dsn := dlqtest.Store(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	items := 2*store.ItemChunk + 17
+	var task int64
+	require.NoError(t, conn.QueryRow(ctx, `
+INSERT INTO replay_tasks (status, request, created_at, finished_at, updated_at)
+VALUES ('completed', '{}', now() - interval '30 days', now() - interval '30 days', now() - interval '30 days') RETURNING id`).Scan(&task))
+	_, err = conn.Exec(ctx, `INSERT INTO replay_task_items (task_id, message_id, outcome) SELECT $1, g, 'published' FROM generate_series(1, $2) g`, task, items)
+	require.NoError(t, err)
+	_, err = st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{{
+		SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", Properties: []byte(`{}`), Headers: []byte(`{}`),
+		Body: []byte("x"), FirstFailedAt: time.Now(), FailedAt: time.Now(), Fingerprint: 1}}})
+	require.NoError(t, err)
+	a, err := st.CreateApproval(ctx, store.NewApproval{Action: store.ActionDelete, Request: []byte(`{}`),
+		Selection: store.Filter{SourceQueue: "orders"}, TTL: time.Hour, Actor: store.Actor{Name: "jane", Via: "api"}})
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO approval_items (approval_id, message_id) SELECT $1, g FROM generate_series(1000000, 1000000 + $2) g`, a.ID, items)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `UPDATE approvals SET expires_at = now() - interval '1 second' WHERE id = $1`, a.ID)
+	require.NoError(t, err)
+
+	c, err := New(Config{Store: st, Registerer: prometheus.NewRegistry(), ReplayTaskTTL: 24 * time.Hour})
+	require.NoError(t, err)
+	_, err = c.DeleteExpired(ctx, dlqtest.Lease(t, st, "large-snapshots-test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	count := func(sql string, args ...any) (n int) {
+		require.NoError(t, conn.QueryRow(ctx, sql, args...).Scan(&n))
+		return n
+	}
+	require.Zero(t, count(`SELECT count(*) FROM replay_tasks WHERE id = $1`, task))
+	require.Zero(t, count(`SELECT count(*) FROM replay_task_items WHERE task_id = $1`, task))
+	require.Equal(t, 1, count(`SELECT count(*) FROM approvals WHERE status = 'expired' AND id = $1`, a.ID))
+	require.Zero(t, count(`SELECT count(*) FROM approval_items WHERE approval_id = $1`, a.ID))
+}

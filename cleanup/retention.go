@@ -72,7 +72,22 @@ func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slo
 		run  func(ctx context.Context) (int64, error)
 	}{
 		{"approval requests", func(ctx context.Context) (int64, error) {
-			return c.cfg.Store.ExpireApprovals(ctx, lease, c.cfg.BatchSize)
+			n, err := c.cfg.Store.ExpireApprovals(ctx, lease, c.cfg.BatchSize)
+			if err != nil {
+				return n, err
+			}
+			// Their snapshots, a chunk per transaction: one request may
+			// have selected millions of messages.
+			for {
+				start := time.Now()
+				d, err := c.cfg.Store.DropExpiredSnapshots(ctx, lease)
+				if err != nil || d < store.ItemChunk {
+					return n, err
+				}
+				if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*time.Since(start)+time.Second {
+					return n, nil // the next run goes on
+				}
+			}
 		}},
 		{"console sessions", func(ctx context.Context) (int64, error) {
 			return c.cfg.Store.DeleteExpiredConsoleSessions(ctx, time.Now(), c.cfg.BatchSize)

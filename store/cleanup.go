@@ -213,23 +213,55 @@ DELETE FROM audit_log WHERE id IN (
 	return n, nil
 }
 
+// finishedTaskSQL selects up to $2 replay tasks that finished (completed,
+// cancelled, failed, canary_failed) before $1, oldest first.
+const finishedTaskSQL = `
+        SELECT id FROM replay_tasks
+        WHERE created_at < $1
+          AND status IN ('completed', 'cancelled', 'failed', 'canary_failed')
+          AND coalesce(finished_at, updated_at) < $1
+        ORDER BY created_at, id LIMIT $2`
+
+// ItemChunk is how many snapshot rows (a replay task's items, an expired
+// approval's selection) one transaction of the cleanup deletes.
+const ItemChunk = 20_000
+
 // DeleteFinishedReplayTasksBefore deletes up to limit replay tasks that
-// finished (completed, cancelled, failed, canary_failed) before cutoff, with
-// their items, under l. Tasks still scheduled or running are never touched.
-// A task can have millions of items, so callers keep limit small.
+// finished before cutoff, with their items, under l. Tasks still scheduled
+// or running are never touched. A task can have a million items: they go
+// first, ItemChunk at a time, each chunk committed, and the call returns
+// early (having deleted no task, with the items it did delete gone for
+// good) when ctx's deadline would not allow another chunk. One statement
+// for all of them outlasted the batch's timeout at every run, so neither
+// that task nor any after it was ever deleted.
 func (s *Store) DeleteFinishedReplayTasksBefore(ctx context.Context, l Lease, cutoff time.Time, limit int) (int64, error) {
+	for {
+		start := time.Now()
+		var items int64
+		err := s.fenced(ctx, l, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `
+DELETE FROM replay_task_items WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM replay_task_items WHERE task_id IN (`+finishedTaskSQL+`) LIMIT $3))`, cutoff, limit, ItemChunk)
+			items = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("store: delete items of replay tasks finished before %s: %w", cutoff.Format(time.RFC3339), err)
+		}
+		if items < ItemChunk {
+			break
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*time.Since(start)+time.Second {
+			return 0, nil // the next run goes on
+		}
+	}
 	var n int64
 	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
 		// The items go in the same statement: they have no foreign key
 		// (migration 00062), which the snapshot paid for on every item.
 		return tx.QueryRow(ctx, `
 WITH t AS (
-    DELETE FROM replay_tasks WHERE id IN (
-        SELECT id FROM replay_tasks
-        WHERE created_at < $1
-          AND status IN ('completed', 'cancelled', 'failed', 'canary_failed')
-          AND coalesce(finished_at, updated_at) < $1
-        ORDER BY created_at, id LIMIT $2)
+    DELETE FROM replay_tasks WHERE id IN (`+finishedTaskSQL+`)
     RETURNING id
 ), i AS (
     DELETE FROM replay_task_items WHERE task_id IN (SELECT id FROM t)
