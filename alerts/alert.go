@@ -208,7 +208,9 @@ func formatValue(k Kind, v float64) string {
 }
 
 func sortAlerts(s []Alert) {
-	slices.SortFunc(s, func(a, b Alert) int {
+	// Stable: a fire kept from an undelivered notification stays before
+	// its resolve.
+	slices.SortStableFunc(s, func(a, b Alert) int {
 		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.SourceQueue, b.SourceQueue), cmp.Compare(a.Subject, b.Subject))
 	})
 }

@@ -109,7 +109,20 @@ type Dispatcher struct {
 	initial, max  time.Duration
 	firing        *firingGauge
 	notifications *prometheus.CounterVec
+
+	// undelivered holds, per notifier, the notifications of deliveries
+	// given up while the failure was retryable (the receiver was down
+	// longer than the retries last): the next Dispatch sends them first.
+	// The alert state is saved before the delivery, so nothing else would
+	// send them again: a fire would wait for its repeat interval, a
+	// resolve would never come. Lost only if this process stops.
+	mu          sync.Mutex
+	undelivered map[string][]Alert
 }
+
+// UndeliveredMax bounds the notifications kept per notifier for the next
+// evaluation; the oldest go first beyond it.
+const UndeliveredMax = 1000
 
 // NewDispatcher checks cfg, registers the metrics and returns the
 // Dispatcher. Registering twice on one registry reuses the first metrics.
@@ -128,6 +141,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		maxAttempts: cfg.MaxAttempts,
 		initial:     cfg.InitialBackoff,
 		max:         cfg.MaxBackoff,
+		undelivered: map[string][]Alert{},
 	}
 	d.firing, err = promreg.Register(cfg.Registerer, newFiringGauge())
 	if err != nil {
@@ -162,21 +176,23 @@ func (d *Dispatcher) SetFiring(s State) {
 // returns when every delivery succeeded or was given up, joining the errors
 // of those given up. Notifiers with nothing to send are not called.
 func (d *Dispatcher) Dispatch(ctx context.Context, next State, notifications []Alert) error {
-	var refresh []Alert
 	errs := make([]error, len(d.notifiers))
 	var wg sync.WaitGroup
 	for i, n := range d.notifiers {
-		batch := notifications
+		notes := d.takeUndelivered(n.Name(), notifications)
+		batch := notes
 		if r, ok := n.(Refresher); ok && r.RefreshFiring() {
-			if refresh == nil {
-				refresh = withFiring(notifications, next.Firing())
-			}
-			batch = refresh
+			batch = withFiring(notes, next.Firing())
 		}
 		if len(batch) == 0 {
 			continue
 		}
-		wg.Go(func() { errs[i] = d.deliver(ctx, n, batch) })
+		wg.Go(func() {
+			var keep bool
+			if keep, errs[i] = d.deliver(ctx, n, batch); keep {
+				d.keepUndelivered(n.Name(), notes)
+			}
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -198,14 +214,45 @@ func withFiring(notes, firing []Alert) []Alert {
 	return out
 }
 
-func (d *Dispatcher) deliver(ctx context.Context, n Notifier, alerts []Alert) error {
+// takeUndelivered returns the notifications kept for notifier name,
+// oldest first, followed by notes, and forgets them.
+func (d *Dispatcher) takeUndelivered(name string, notes []Alert) []Alert {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := d.undelivered[name]
+	if len(kept) == 0 {
+		return notes
+	}
+	delete(d.undelivered, name)
+	return append(kept, notes...)
+}
+
+// keepUndelivered keeps notes for notifier name's next delivery.
+func (d *Dispatcher) keepUndelivered(name string, notes []Alert) {
+	if len(notes) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := append(d.undelivered[name], notes...)
+	if drop := len(kept) - UndeliveredMax; drop > 0 {
+		d.logger.Error("alert notifications dropped: the receiver has been failing too long", "notifier", name, "dropped", drop)
+		kept = kept[drop:]
+	}
+	d.undelivered[name] = kept
+}
+
+// deliver sends alerts to n, retrying with backoff. keep says that it was
+// given up while the failure was retryable (out of attempts, or cancelled),
+// so that the next evaluation should send them again.
+func (d *Dispatcher) deliver(ctx context.Context, n Notifier, alerts []Alert) (keep bool, err error) {
 	name := n.Name()
 	wait := d.initial
 	for attempt := 1; ; attempt++ {
 		retryable, err := n.Notify(ctx, alerts...)
 		if err == nil {
 			d.notifications.WithLabelValues(name, ResultSuccess).Inc()
-			return nil
+			return false, nil
 		}
 		giveUp := ""
 		switch {
@@ -227,7 +274,7 @@ func (d *Dispatcher) deliver(ctx context.Context, n Notifier, alerts []Alert) er
 			if ctx.Err() == nil {
 				d.logger.Error("alert notification failed", "notifier", name, "alerts", len(alerts), "attempt", attempt, "error", err)
 			}
-			return err
+			return giveUp != "not retryable", err
 		}
 		d.notifications.WithLabelValues(name, ResultRetry).Inc()
 		d.logger.Warn("alert notification failed, retrying", "notifier", name, "alerts", len(alerts),
@@ -237,7 +284,7 @@ func (d *Dispatcher) deliver(ctx context.Context, n Notifier, alerts []Alert) er
 		case <-ctx.Done():
 			t.Stop()
 			d.notifications.WithLabelValues(name, ResultFailure).Inc()
-			return fmt.Errorf("alerts: notify %s (%d alerts) cancelled while waiting to retry after attempt %d: %w", name, len(alerts), attempt, errors.Join(err, context.Cause(ctx)))
+			return true, fmt.Errorf("alerts: notify %s (%d alerts) cancelled while waiting to retry after attempt %d: %w", name, len(alerts), attempt, errors.Join(err, context.Cause(ctx)))
 		case <-t.C:
 		}
 		wait = min(wait*2, d.max)

@@ -88,6 +88,47 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 	require.Equal(t, 1.0, notificationCount(d, "webhook", ResultFailure))
 }
 
+// A delivery given up while the receiver was down (retryable, out of
+// attempts) goes again, before the new notifications, at the next
+// evaluation: the state that made it was saved already, so nothing else
+// would send it (a resolve would never reach the receiver). A refusal that
+// is not retryable is not kept.
+func TestDispatcherSendsUndeliveredNextTime(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusOK)
+	wh, err := NewWebhookNotifier(WebhookConfig{URL: rcv.URL})
+	require.NoError(t, err)
+	d, err := NewDispatcher(DispatcherConfig{
+		Logger: discardLogger(), Registerer: prometheus.NewRegistry(), Notifiers: []Notifier{wh},
+		MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+	})
+	require.NoError(t, err)
+	firing, resolved := sampleAlerts(t)
+
+	require.ErrorContains(t, d.Dispatch(t.Context(), State{}, []Alert{firing}), "out of attempts")
+	require.NoError(t, d.Dispatch(t.Context(), State{}, []Alert{resolved}))
+	reqs := rcv.requests()
+	require.Len(t, reqs, 3)
+	var sent struct{ Alerts []Alert }
+	rcv.body(t, 2, &sent)
+	require.Len(t, sent.Alerts, 2, "the undelivered fire, then the new note")
+	require.Equal(t, firing.Rule, sent.Alerts[0].Rule)
+	require.Equal(t, StatusFiring, sent.Alerts[0].Status)
+	require.Equal(t, StatusResolved, sent.Alerts[1].Status)
+
+	require.NoError(t, d.Dispatch(t.Context(), State{}, nil))
+	require.Len(t, rcv.requests(), 3, "delivered: nothing kept")
+
+	// Not retryable: not kept.
+	bad := newReceiver(t, http.StatusBadRequest)
+	sl, err := NewSlackNotifier(SlackConfig{URL: bad.URL})
+	require.NoError(t, err)
+	d2, _ := newTestDispatcher(t, sl)
+	require.Error(t, d2.Dispatch(t.Context(), State{}, []Alert{firing}))
+	require.NoError(t, d2.Dispatch(t.Context(), State{}, nil))
+	require.Len(t, bad.requests(), 1)
+}
+
 // signalling wraps a notifier and reports each finished attempt, so a test
 // knows the Dispatcher is waiting to retry.
 type signalling struct {
