@@ -35,6 +35,8 @@ func expiries(cfg Config, now func() time.Time) []Expiry {
 		{Name: "replay_tasks", TTL: cfg.ReplayTaskTTL, BatchSize: replayTaskBatch, Delete: st.DeleteFinishedReplayTasksBefore},
 		{Name: "job_runs", TTL: cfg.JobRunTTL, Delete: st.DeleteJobRunsBefore},
 		{Name: "audit_log", TTL: cfg.AuditTTL, Delete: st.DeleteAuditBefore},
+		// Not configurable: nothing reads hours older than a day.
+		{Name: "queue_activity", TTL: store.QueueActivityKeep, Delete: st.DeleteQueueActivityBefore},
 		inflightExpiry(st, cfg.Ingest, cfg.IngestInflightTTL, now),
 	}
 }

@@ -26,6 +26,9 @@ func TestZeroKeepsForever(t *testing.T) {
 	require.True(t, keptForever(configured.Retention[store.StatusReplayed]))
 	require.False(t, keptForever(configured.Retention[store.StatusAcknowledged]))
 	for _, e := range expiries(configured, time.Now) {
+		if e.Name == "queue_activity" {
+			continue // not configurable: only the last day is ever read
+		}
 		require.True(t, keptForever(e.TTL), "%s configured 0 is deleted after %s", e.Name, e.TTL)
 	}
 

@@ -108,3 +108,34 @@ VALUES ('completed', '{}', now() - interval '30 days', now() - interval '30 days
 	require.Equal(t, 1, count(`SELECT count(*) FROM approvals WHERE status = 'expired' AND id = $1`, a.ID))
 	require.Zero(t, count(`SELECT count(*) FROM approval_items WHERE approval_id = $1`, a.ID))
 }
+
+// TestCleanupDeletesOldHourlyCounters: the hourly counters of hours older
+// than store.QueueActivityKeep go; the last day's, which stats and the
+// console read, stay. They were kept forever, and every read of them
+// scanned every hour ever counted.
+func TestCleanupDeletesOldHourlyCounters(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	st, dsn := dlqtest.Store(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `
+INSERT INTO queue_activity (source_queue, hour, new)
+SELECT q, date_trunc('hour', now()) - h * interval '1 hour', 1
+FROM unnest(ARRAY['orders', 'billing']) q, generate_series(0, 24 * 30) h`)
+	require.NoError(t, err)
+
+	c, err := New(Config{Store: st, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	_, err = c.DeleteExpired(ctx, dlqtest.Lease(t, st, "activity-test"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	var oldest time.Time
+	var rows int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT min(hour), count(*) FROM queue_activity`).Scan(&oldest, &rows))
+	require.WithinDuration(t, time.Now().Add(-store.QueueActivityKeep), oldest, 2*time.Hour)
+	require.Equal(t, 2*8*24, rows, "eight days of hours per queue")
+	s, err := st.Stats(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 2*24, s.Last24h.New, "the last day is read as before")
+}

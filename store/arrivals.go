@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ArrivalHours is how many hours HourlyArrivals covers, the current one
@@ -61,4 +63,26 @@ FROM w LEFT JOIN queue_activity a
 	}
 	out.Since = out.Since.UTC()
 	return out, nil
+}
+
+// QueueActivityKeep is how long the hourly counters (queue_activity) are
+// kept: every read of them looks at the last 24 hours (stats, the
+// console's arrivals), and the rest only slowed those reads down, each
+// scanning every hour ever counted.
+const QueueActivityKeep = 8 * 24 * time.Hour
+
+// DeleteQueueActivityBefore deletes up to limit hourly counters of hours
+// before cutoff, under l, and returns how many it deleted.
+func (s *Store) DeleteQueueActivityBefore(ctx context.Context, l Lease, cutoff time.Time, limit int) (int64, error) {
+	var n int64
+	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+DELETE FROM queue_activity WHERE ctid = ANY(ARRAY(SELECT ctid FROM queue_activity WHERE hour < $1 LIMIT $2))`, cutoff, limit)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: delete hourly counters before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	return n, nil
 }
