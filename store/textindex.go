@@ -202,8 +202,12 @@ func markStep(ctx context.Context, tx pgx.Tx, max int, res *TextIndexResult) ([]
 FROM text_index_mark FOR UPDATE SKIP LOCKED`, planEachTime).Scan(&last, &next, &newest, &ended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another indexer holds the mark (or it is gone): whatever waits
-		// above it is that one's, or waits for it to let go.
-		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM text_index_mark)`).Scan(&res.More)
+		// above it is that one's, or waits for it to let go. Newest still
+		// says whether ingest is busy, so that this indexer keeps to its
+		// duty cycle while it takes queue entries (it took them at full
+		// speed, beside a busy ingest, on every instance but one).
+		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM text_index_mark), (SELECT coalesce(max(id), 0) FROM dead_messages)`).
+			Scan(&res.More, &res.Newest)
 		if err != nil {
 			return nil, fmt.Errorf("look for the mark: %w", err)
 		}

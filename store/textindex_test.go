@@ -264,6 +264,28 @@ func TestTextDocumentsFollowRows(t *testing.T) {
 	require.Zero(t, dlqtest.IndexText(t, st))
 }
 
+// TestIndexTextReportsNewestWithoutTheMark: an indexer that finds the mark
+// held by another still reports the newest message id, by which it keeps
+// to its duty cycle while ingest is busy (0 made it take queue entries at
+// full speed).
+func TestIndexTextReportsNewestWithoutTheMark(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ingest(t, st, textMsg("orders", `{"n":1}`, 1), textMsg("orders", `{"n":2}`, 2))
+	newest := messageIDs(t, db, "TRUE")[1]
+	other, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer other.Rollback(ctx) //nolint:errcheck // the other indexer lets go
+	_, err = other.Exec(ctx, `SELECT 1 FROM text_index_mark FOR UPDATE`)
+	require.NoError(t, err)
+	res, err := st.IndexText(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, res.Rows, "the rows above the mark are the other indexer's")
+	require.Equal(t, newest, res.Newest)
+}
+
 // TestReturnWhileTextSearchIsOff: a message that comes back from a
 // replay through an instance with text search off is indexed again by
 // the next indexer that runs, so its new words are found and its old
