@@ -249,6 +249,22 @@ func (a *Authenticator) Lookup(name string) (Principal, bool) {
 	return Principal{}, false
 }
 
+// TokenDigest is the SHA-256 of the secret of the token named name, which
+// binds a console session to the token it signed in with: a new secret
+// under the same name (a rotation) ends the sessions of the old one. In
+// open mode the anonymous principal's is all zeros.
+func (a *Authenticator) TokenDigest(name string) ([sha256.Size]byte, bool) {
+	if a.Open() {
+		return [sha256.Size]byte{}, name == AnonymousName
+	}
+	for i := range a.entries {
+		if a.entries[i].principal.Name == name {
+			return a.entries[i].digest, true
+		}
+	}
+	return [sha256.Size]byte{}, false
+}
+
 // Principals lists the principal of every configured token, in the
 // configuration's order (the admin token first); with no token configured,
 // the anonymous admin alone. The operations layer asks it who could

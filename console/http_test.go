@@ -74,11 +74,14 @@ func TestSignIn(t *testing.T) {
 	require.Greater(t, ck.MaxAge, 0, "the session expires")
 
 	var name string
-	hash := sha256.Sum256([]byte(ck.Value))
+	id, mac, ok := strings.Cut(ck.Value, ".")
+	require.True(t, ok, "the cookie holds the id and its MAC")
+	require.NotEmpty(t, mac)
+	hash := sha256.Sum256([]byte(id))
 	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT token_name FROM console_sessions WHERE id_hash = $1`, hash[:]).Scan(&name))
 	require.Equal(t, "ops", name)
 	var raw int
-	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE id_hash = $1`, []byte(ck.Value)).Scan(&raw))
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE id_hash = $1`, []byte(id)).Scan(&raw))
 	require.Zero(t, raw, "the id itself is not stored")
 
 	r = c.get(t, "/ui/")
@@ -89,6 +92,46 @@ func TestSignIn(t *testing.T) {
 	// Off-site return addresses are not followed.
 	r = b.client().post(t, "/ui/sign-in", url.Values{"token": {tokOp}, "next": {"//evil.example/"}})
 	require.Equal(t, "/ui/", r.Header.Get("Location"))
+}
+
+// TestRotatedTokenEndsItsSessions: a token given a new secret under the
+// same name (DLQ_ADMIN_TOKEN rotated, say) ends the console sessions
+// signed in with the old one, on every instance; they lived on until they
+// expired, 12 hours later, for whoever held the cookie.
+func TestRotatedTokenEndsItsSessions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ck := sessionCookie(t, b.client().post(t, "/ui/sign-in", url.Values{"token": {tokOp}}))
+	with := func(srv *bundle) response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.srv.URL+"/ui/", nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: ck.Name, Value: ck.Value})
+		return srv.client().do(t, req)
+	}
+	same := setup(t, func(o *setupOpts) { o.store, o.dsn = b.st, b.dsn })
+	r := with(same)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.Contains(t, r.text, `data-test="sign-out"`, "another instance, the same secret: signed in")
+
+	rotated := setup(t, func(o *setupOpts) {
+		o.store, o.dsn = b.st, b.dsn
+		o.tokens = []auth.Token{{Name: "ops", Token: "rotated-operator-secret-0123456789", Role: auth.RoleOperator}}
+	})
+	r = with(rotated)
+	require.NotContains(t, r.text, `data-test="sign-out"`, "the old secret's session ended")
+	require.Contains(t, r.text, `name="token"`)
+	var n int
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE token_name = 'ops'`).Scan(&n))
+	require.Zero(t, n, "and is deleted")
+
+	// The id alone (without its MAC) signs nobody in.
+	ck2 := sessionCookie(t, b.client().post(t, "/ui/sign-in", url.Values{"token": {tokViewer}}))
+	id, _, _ := strings.Cut(ck2.Value, ".")
+	req, err := http.NewRequest(http.MethodGet, same.srv.URL+"/ui/", nil)
+	require.NoError(t, err)
+	req.AddCookie(&http.Cookie{Name: ck2.Name, Value: id})
+	require.NotContains(t, same.client().do(t, req).text, `data-test="sign-out"`)
 }
 
 // TestSecureCookieUnderTLS: over TLS the session cookie is Secure.

@@ -21,7 +21,7 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-// cookieName is the session cookie; its value is the session id.
+// cookieName is the session cookie; its value is cookieValue.
 const cookieName = "dlq_session"
 
 // csrfField is the form field (and csrfHeader the header htmx sends)
@@ -75,6 +75,22 @@ func csrfToken(id string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// cookieValue is what the browser keeps: the session id and a MAC of it
+// keyed by the digest of the token it signed in with. The database row
+// names the token only; a session whose MAC no longer verifies was made
+// with a secret the token no longer has (rotated under the same name),
+// and ends. Without it a token's sessions outlived its rotation.
+func cookieValue(id string, tokenDigest [sha256.Size]byte) string {
+	return id + "." + sessionMAC(id, tokenDigest)
+}
+
+func sessionMAC(id string, tokenDigest [sha256.Size]byte) string {
+	m := hmac.New(sha256.New, tokenDigest[:])
+	m.Write([]byte("dlq console session\x00"))
+	m.Write([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
 // validSessionID reports whether s has the shape of an id newSessionID
 // makes, so garbage never reaches the database.
 func validSessionID(s string) bool {
@@ -87,10 +103,14 @@ func validSessionID(s string) bool {
 // nil when the request is not signed in.
 func (c *Console) resolve(r *http.Request) (*session, error) {
 	ck, err := r.Cookie(cookieName)
-	if err != nil || !validSessionID(ck.Value) {
+	if err != nil {
 		return nil, nil
 	}
-	h := hashID(ck.Value)
+	id, mac, _ := strings.Cut(ck.Value, ".")
+	if !validSessionID(id) {
+		return nil, nil
+	}
+	h := hashID(id)
 	row, err := c.cfg.Sessions.GetConsoleSession(r.Context(), h)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -99,14 +119,16 @@ func (c *Console) resolve(r *http.Request) (*session, error) {
 		return nil, err
 	}
 	p, ok := c.cfg.Auth.Lookup(row.TokenName)
-	if !ok {
-		// The token was removed from the configuration: so is its session.
+	digest, _ := c.cfg.Auth.TokenDigest(row.TokenName)
+	if !ok || !hmac.Equal([]byte(mac), []byte(sessionMAC(id, digest))) {
+		// The token was removed from the configuration, or given a new
+		// secret: so is its session.
 		if err := c.cfg.Sessions.DeleteConsoleSession(r.Context(), h); err != nil {
-			c.log.Warn("delete the session of a removed token", "token", row.TokenName, "error", err)
+			c.log.Warn("delete the session of a removed or rotated token", "token", row.TokenName, "error", err)
 		}
 		return nil, nil
 	}
-	return &session{principal: p, idHash: h, csrf: csrfToken(ck.Value), flashKey: flashKey(ck.Value)}, nil
+	return &session{principal: p, idHash: h, csrf: csrfToken(id), flashKey: flashKey(id)}, nil
 }
 
 // withSession resolves the session, applies the token's rate limit and
@@ -265,6 +287,7 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = c.cfg.Sessions.CreateConsoleSession(r.Context(), hashID(id), p.Name, time.Now().Add(c.cfg.SessionTTL))
 	}
+	digest, _ := c.cfg.Auth.TokenDigest(p.Name)
 	if err != nil {
 		c.renderError(w, r, nil, http.StatusInternalServerError, c.internal(r, "start a session", err))
 		return
@@ -272,7 +295,7 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	c.signIns.WithLabelValues("ok").Inc()
 	c.log.Info("console sign-in", "token", p.Name, "request_id", c.cfg.RequestID(r.Context()))
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: id, Path: "/ui/",
+		Name: cookieName, Value: cookieValue(id, digest), Path: "/ui/",
 		MaxAge: int(c.cfg.SessionTTL / time.Second), Expires: time.Now().Add(c.cfg.SessionTTL),
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
