@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -400,4 +401,31 @@ func TestGzip(t *testing.T) {
 	r := c.get(t, "/ui/messages")
 	require.Empty(t, r.Header.Get("Content-Encoding"), "Go's client decompresses what it asked for; the page reads as HTML")
 	require.Contains(t, r.text, `data-test="message-row"`)
+}
+
+// TestRunningReplayStaysInSight: a replay still running (here scheduled)
+// is on the overview and on the replays page however many tasks came
+// after it; once fifty newer ones had finished, the overview said
+// "Replays running: None." and the replays page (the newest hundred) had
+// no row to cancel it from.
+func TestRunningReplayStaysInSight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var old int64
+	require.NoError(t, b.db.QueryRow(ctx, `
+INSERT INTO replay_tasks (status, request, requested, start_at) VALUES ('scheduled', '{}', 7, now() + interval '1 day') RETURNING id`).Scan(&old))
+	_, err := b.db.Exec(ctx, `
+INSERT INTO replay_tasks (status, request, finished_at) SELECT 'completed', '{}', now() FROM generate_series(1, 120)`)
+	require.NoError(t, err)
+	c := b.signIn(t, tokOp)
+	link := fmt.Sprintf(`href="/ui/replays/%d"`, old)
+	r := c.get(t, "/ui/")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.Contains(t, r.text, link, "the overview's replays running")
+	r = c.get(t, "/ui/replays")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.Contains(t, r.text, fmt.Sprintf(`data-test="replay-row" data-id="%d"`, old))
+	require.Contains(t, r.text, `data-test="cancel"`)
+	require.Equal(t, 101, strings.Count(r.text, `data-test="replay-row"`), "it, then the newest hundred finished")
 }

@@ -22,6 +22,7 @@ type Ops interface {
 	StartReplay(ctx context.Context, c ops.Caller, r ops.ReplayRequest) (replay.Task, error)
 	GetReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	ListReplays(ctx context.Context, c ops.Caller, limit int) ([]replay.Task, error)
+	ListActiveReplays(ctx context.Context, c ops.Caller, limit int) ([]replay.Task, error)
 	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	Groups(ctx context.Context, c ops.Caller, q store.GroupQuery) ([]store.Group, error)
 	Group(ctx context.Context, c ops.Caller, id string) (store.Group, error)

@@ -69,14 +69,10 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
 			Firing: firing[q.SourceQueue]})
 	}
 	sortQueues(d.Queues)
-	if tasks, err := c.cfg.Ops.ListReplays(ctx, caller, 50); err != nil {
+	// The unfinished ones, however many finished since they began: a
+	// long replay stayed out of sight once fifty newer tasks were made.
+	if d.Replays, err = c.cfg.Ops.ListActiveReplays(ctx, caller, 50); err != nil {
 		_, d.ReplaysErr = failure(err)
-	} else {
-		for _, t := range tasks {
-			if !store.TaskFinished(t.Status) {
-				d.Replays = append(d.Replays, t)
-			}
-		}
 	}
 	if d.Groups, err = c.cfg.Ops.Groups(ctx, caller, store.GroupQuery{Limit: 5}); err != nil {
 		c.renderFailure(w, r, "read the failure groups", err)

@@ -70,10 +70,24 @@ func (c *Console) viewTasks(r *http.Request, tasks ...replay.Task) []taskView {
 // handleReplays lists recent replay tasks; rows of running tasks poll
 // their own fragment (handleReplay) every few seconds.
 func (c *Console) handleReplays(w http.ResponseWriter, r *http.Request) {
-	tasks, err := c.cfg.Ops.ListReplays(r.Context(), c.caller(r), 100)
+	// Every unfinished task first, however old (one could fall past the
+	// newest hundred while it still ran, and could not be found to be
+	// cancelled), then the newest hundred of the rest.
+	active, err := c.cfg.Ops.ListActiveReplays(r.Context(), c.caller(r), 1000)
 	if err != nil {
 		c.renderFailure(w, r, "list replays", err)
 		return
+	}
+	recent, err := c.cfg.Ops.ListReplays(r.Context(), c.caller(r), 100)
+	if err != nil {
+		c.renderFailure(w, r, "list replays", err)
+		return
+	}
+	tasks := active
+	for _, t := range recent {
+		if store.TaskFinished(t.Status) {
+			tasks = append(tasks, t)
+		}
 	}
 	c.render(w, r, http.StatusOK, "replays", sessionFrom(r.Context()), "Replays", replaysData{Tasks: c.viewTasks(r, tasks...)})
 }

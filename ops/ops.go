@@ -28,6 +28,8 @@ type Replays interface {
 	// List returns tasks with an id below before (0: from the newest),
 	// newest first.
 	List(ctx context.Context, before int64, limit int) ([]replay.Task, error)
+	// ListUnfinished is List of the tasks not finished yet.
+	ListUnfinished(ctx context.Context, before int64, limit int) ([]replay.Task, error)
 	// Cancel stops a task, asking allow under the task's lock first.
 	Cancel(ctx context.Context, id int64, actor store.Actor, allow func(replay.Task) error) (replay.Task, error)
 }

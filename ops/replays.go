@@ -155,6 +155,18 @@ func (s *Service) GetReplay(ctx context.Context, c Caller, id int64) (replay.Tas
 // 50; at most 1000), newest first. Tasks hidden from a scoped caller do not
 // count against the limit.
 func (s *Service) ListReplays(ctx context.Context, c Caller, limit int) ([]replay.Task, error) {
+	return s.listReplays(ctx, c, limit, false)
+}
+
+// ListActiveReplays lists the tasks not finished yet (scheduled, running,
+// waiting on their canary) the caller may see, newest first, however many
+// finished tasks came after them: the ones an operator may have to watch
+// or cancel.
+func (s *Service) ListActiveReplays(ctx context.Context, c Caller, limit int) ([]replay.Task, error) {
+	return s.listReplays(ctx, c, limit, true)
+}
+
+func (s *Service) listReplays(ctx context.Context, c Caller, limit int, unfinished bool) ([]replay.Task, error) {
 	if err := Authorize(c.Principal, ActListReplays); err != nil {
 		return nil, err
 	}
@@ -173,7 +185,11 @@ func (s *Service) ListReplays(ctx context.Context, c Caller, limit int) ([]repla
 	// keeps: tasks are few (they are deleted after replay.task_ttl).
 	var before int64
 	for len(out) < limit {
-		page, err := s.cfg.Replays.List(ctx, before, limit)
+		list := s.cfg.Replays.List
+		if unfinished {
+			list = s.cfg.Replays.ListUnfinished
+		}
+		page, err := list(ctx, before, limit)
 		if err != nil {
 			return nil, err
 		}

@@ -409,11 +409,21 @@ func (s *Service) withSkipReasons(ctx context.Context, tasks []Task) {
 // first; limit 0 means 50, at most 1000. Who may see which task is the
 // operations layer's rule (ops.TaskVisible), not the service's.
 func (s *Service) List(ctx context.Context, before int64, limit int) ([]Task, error) {
+	return s.list(ctx, s.st.ListReplayTasks, before, limit)
+}
+
+// ListUnfinished is List of the tasks not finished yet (scheduled,
+// running, waiting on their canary), however old.
+func (s *Service) ListUnfinished(ctx context.Context, before int64, limit int) ([]Task, error) {
+	return s.list(ctx, s.st.ListUnfinishedReplayTasks, before, limit)
+}
+
+func (s *Service) list(ctx context.Context, read func(context.Context, int64, int) ([]store.ReplayTask, error), before int64, limit int) ([]Task, error) {
 	limit = min(cmp.Or(limit, 50), 1000)
 	if limit < 0 || before < 0 {
 		return nil, invalid("limit %d must be between 1 and 1000, before %d must be >= 0", limit, before)
 	}
-	ts, err := s.st.ListReplayTasks(ctx, before, limit)
+	ts, err := read(ctx, before, limit)
 	if err != nil {
 		return nil, err
 	}

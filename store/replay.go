@@ -141,10 +141,21 @@ func (s *Store) GetReplayTask(ctx context.Context, id int64) (ReplayTask, error)
 // ListReplayTasks returns tasks with an id below before (0: from the
 // newest), newest first.
 func (s *Store) ListReplayTasks(ctx context.Context, before int64, limit int) ([]ReplayTask, error) {
+	return s.listReplayTasks(ctx, false, before, limit)
+}
+
+// ListUnfinishedReplayTasks is ListReplayTasks of the tasks not finished
+// (scheduled, running, waiting on their canary), read through their
+// partial index: however many tasks came after one, it is found.
+func (s *Store) ListUnfinishedReplayTasks(ctx context.Context, before int64, limit int) ([]ReplayTask, error) {
+	return s.listReplayTasks(ctx, true, before, limit)
+}
+
+func (s *Store) listReplayTasks(ctx context.Context, unfinished bool, before int64, limit int) ([]ReplayTask, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT `+replayTaskColumns+` FROM replay_tasks
-WHERE $2 = 0 OR id < $2
-ORDER BY id DESC LIMIT $1`, limit, before)
+WHERE ($2 = 0 OR id < $2) AND (NOT $3 OR status IN ('scheduled', 'running', 'canary_wait'))
+ORDER BY id DESC LIMIT $1`, limit, before, unfinished)
 	if err != nil {
 		return nil, fmt.Errorf("store: list replay tasks: %w", err)
 	}
