@@ -285,6 +285,13 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 				d.Count, d.Skipped, d.Reasons = t.Requested-t.Skipped, t.Skipped, viewTask(t).Reasons
 				selected = t.Remaining
 			}
+			if err == nil && t.Error != "" {
+				// The dry run says the replay would be refused (too many
+				// messages): offering to confirm it only led to that.
+				c.renderError(w, r, sessionFrom(ctx), http.StatusBadRequest,
+					"This replay cannot start: "+t.Error+". Narrow the selection (a queue, a failure group, a time range) and try again.")
+				return
+			}
 		}
 		d.Verb = "Replay"
 		if err != nil {

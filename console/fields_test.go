@@ -47,3 +47,22 @@ func TestFieldFilterForm(t *testing.T) {
 	require.Contains(t, r.text, `data-test="flash"`)
 	require.Contains(t, r.text, "has no operator")
 }
+
+// TestConfirmRefusesAReplayTooLarge: a replay the dry run says cannot
+// start (more messages than a task takes without a limit) is not offered
+// for confirmation: the page says why and what to do. It asked "Replay
+// 1,000,000 messages?" and the confirmation only met the refusal.
+func TestConfirmRefusesAReplayTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.maxTaskMessages = 2 })
+	b.seed(t, msg{queue: "orders"}, msg{queue: "orders"}, msg{queue: "orders"})
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/confirm", url.Values{"action": {"replay"}, "all": {"1"}, "back": {"/ui/messages"}, "f_source_queue": {"orders"}})
+	if r.StatusCode == http.StatusSeeOther {
+		r = op.follow(t, r)
+	}
+	require.Equal(t, http.StatusBadRequest, r.StatusCode, r.text)
+	require.Contains(t, r.text, "This replay cannot start: more than 2 messages match")
+	require.Contains(t, r.text, "Narrow the selection")
+	require.NotContains(t, r.text, `form method="post" action="/ui/act"`)
+}

@@ -82,6 +82,8 @@ type setupOpts struct {
 	editSensitive []string
 	// redaction is ops.Config.Redaction.
 	redaction ops.Redaction
+	// maxTaskMessages is replay.Config.MaxTaskMessages (0: its default).
+	maxTaskMessages int64
 }
 
 func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
@@ -106,7 +108,8 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 			t.Cleanup(conn.Close)
 		}
 		var err error
-		rp, err = replay.New(replay.Config{Store: b.st, Conn: conn, PollInterval: 50 * time.Millisecond, Logger: log, Registerer: prometheus.NewRegistry()})
+		rp, err = replay.New(replay.Config{Store: b.st, Conn: conn, PollInterval: 50 * time.Millisecond, Logger: log, Registerer: prometheus.NewRegistry(),
+			MaxTaskMessages: o.maxTaskMessages})
 		require.NoError(t, err)
 		if o.live {
 			ctx, cancel := context.WithCancel(context.Background())
