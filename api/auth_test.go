@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,4 +370,53 @@ func TestWrongTokenThrottle(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// TestNoTokenServesOnlyLocalNonBrowserOrSameOrigin: with no token every
+// local caller is an admin, so a web page in the developer's browser must
+// not be one: a cross-site request (a form a page submits to 127.0.0.1) and
+// a request naming another host (DNS rebinding) are refused; the CLI,
+// curl and the API's own origin are served.
+func TestNoTokenServesOnlyLocalNonBrowserOrSameOrigin(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	open, err := auth.New(auth.Config{})
+	require.NoError(t, err)
+	s, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: newOps(t, st, nil, nil, 0), Auth: open, Gatherer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	send := func(method, path, host string, header map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := send("GET", "/api/v1/status", "", nil)
+	require.Equal(t, http.StatusOK, code, "curl, the CLI")
+	code, _ = send("GET", "/api/v1/status", "localhost:8080", nil)
+	require.Equal(t, http.StatusOK, code)
+	code, body := send("GET", "/api/v1/messages?include_body=true", "evil.example:8080", nil)
+	require.Equal(t, http.StatusForbidden, code, "DNS rebinding: %s", body)
+	require.Contains(t, body, "is not a loopback name")
+	code, _ = send("GET", "/ui/", "evil.example:8080", nil)
+	require.Equal(t, http.StatusForbidden, code, "the console too")
+	code, body = send("POST", "/api/v1/replays/1/cancel", "", map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"})
+	require.Equal(t, http.StatusForbidden, code, "a cross-site form: %s", body)
+	require.Contains(t, body, "cross-site")
+	code, _ = send("POST", "/api/v1/replays/1/cancel", "", map[string]string{"Origin": "http://127.0.0.1:3000"})
+	require.Equal(t, http.StatusForbidden, code, "another local origin, by Origin alone")
+	code, _ = send("GET", "/api/v1/status", "", map[string]string{"Origin": srv.URL, "Sec-Fetch-Site": "same-origin"})
+	require.Equal(t, http.StatusOK, code, "the API's own origin")
 }

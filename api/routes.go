@@ -145,6 +145,12 @@ func queryOf(r *http.Request) query {
 func (s *Server) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
+		if rt.action != "" && s.cfg.Auth.Open() {
+			if msg := openBrowserRefusal(r); msg != "" {
+				writeError(w, r, http.StatusForbidden, "forbidden", msg)
+				return
+			}
+		}
 		if rt.action != "" {
 			p, err := s.cfg.Auth.AuthenticateFrom(clientAddr(r), bearer(r))
 			var te *auth.ThrottledError

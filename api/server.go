@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +80,53 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// With no token configured every local caller is an admin, and a web page
+// open in the developer's browser is a local caller too: a form it submits
+// to 127.0.0.1 (a cross-site request), or a name of its own it points at
+// 127.0.0.1 (DNS rebinding, which also lets it read the answers, and sign
+// in to the console), would act as one. So then every request must name a
+// loopback host (openHostRefusal, for every path), and a browser's API
+// request must come from the API's own origin (openBrowserRefusal; the
+// console checks origins itself).
+
+// withOpenModeHost refuses, when no token is configured, a request whose
+// Host is not a loopback name.
+func (s *Server) withOpenModeHost(next http.Handler) http.Handler {
+	if s.cfg.Auth == nil || !s.cfg.Auth.Open() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if !isLoopback(net.JoinHostPort(strings.Trim(host, "[]"), "0")) {
+			writeError(w, r, http.StatusForbidden, "forbidden", fmt.Sprintf("Host %q is not a loopback name: with no API token configured "+
+				"only requests to 127.0.0.1, ::1 or localhost are served; set DLQ_ADMIN_TOKEN to serve others", r.Host))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// openBrowserRefusal says why an API request is refused when no token is
+// configured, "" when it is served.
+func openBrowserRefusal(r *http.Request) string {
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "none", "same-origin":
+	default:
+		return fmt.Sprintf("a %s request from a web page: with no API token configured the API serves only its own origin and clients that are not browsers; set DLQ_ADMIN_TOKEN", site)
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+			return fmt.Sprintf("a request from the web page of origin %q: with no API token configured the API serves only its own origin and clients that are not browsers; set DLQ_ADMIN_TOKEN", o)
+		}
+	} else if o == "null" {
+		return "a request from a page of no origin (a file, a sandbox): with no API token configured the API serves only its own origin and clients that are not browsers; set DLQ_ADMIN_TOKEN"
+	}
+	return ""
+}
+
 // isLoopback reports whether addr (host:port) only accepts local
 // connections. An empty host means every interface.
 func isLoopback(addr string) bool {
@@ -125,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.http = &http.Server{
 		Addr:              cfg.Addr,
-		Handler:           s.withRequestID(s.withRecover(s.withErrorEnvelope(s.mux))),
+		Handler:           s.withRequestID(s.withOpenModeHost(s.withRecover(s.withErrorEnvelope(s.mux)))),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         cfg.TLS,
 		// A client that fails the TLS handshake is a log line each time;
