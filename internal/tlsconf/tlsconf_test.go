@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,11 +55,31 @@ func served(t *testing.T, r *Reloader) int64 {
 	return leaf.SerialNumber.Int64()
 }
 
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader in two
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func TestReloaderWatchesItsFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := selfSigned(t, dir, 1)
-	var logs bytes.Buffer
+	// The watcher logs from its goroutine while the test reads.
+	var logs lockedBuffer
 	r, err := NewReloader(certFile, keyFile, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), served(t, r))
@@ -67,8 +88,7 @@ func TestReloaderWatchesItsFiles(t *testing.T) {
 	go r.Watch(ctx, 20*time.Millisecond)
 
 	// A file's modification time has a coarse grain on some file systems:
-	// the size differs too (another serial).
-	time.Sleep(20 * time.Millisecond)
+	// the size differs too (another serial), which the watcher also sees.
 	selfSigned(t, dir, 1<<40)
 	require.Eventually(t, func() bool { return served(t, r) == 1<<40 }, 10*time.Second, 20*time.Millisecond)
 
