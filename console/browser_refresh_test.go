@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 )
@@ -84,4 +85,41 @@ func TestBrowserGroupsAutoRefresh(t *testing.T) {
 		require.True(t, get(t, tb, chromedp.Evaluate[bool](`window.dlqMark === 1`)), "no reload")
 		tb.quiet(t)
 	}
+}
+
+// TestBrowserRefreshWaitsForThePointer: while the pointer rests on a
+// control of a refreshed part (Approve, here), nothing is refreshed: a new
+// request listed above would move another request's Approve under it
+// between aiming and clicking. Moved away, the page refreshes again.
+func TestBrowserRefreshWaitsForThePointer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 1 })
+	ids := b.seed(t, many(2, "orders")...)
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
+		"max_id": {strconv.FormatInt(ids[1], 10)}, "back": {"/ui/messages"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+
+	tb := newTab(t, b)
+	tb.signIn(t, tokAdmin)
+	tb.open(t, "/ui/approvals")
+	require.Len(t, tb.attrs(t, `[data-test="approval-row"]`, "data-id"), 1)
+	xy := get(t, tb, chromedp.Evaluate[[]float64](`(() => {
+		const r = document.querySelector('[data-test="approve"]').getBoundingClientRect();
+		return [r.left + r.width / 2, r.top + r.height / 2];
+	})()`))
+	tb.do(t, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, xy[0], xy[1]), chromedp.Evaluate[chromedp.Void](markFetches))
+	tb.eventually(t, 15*time.Second, `document.querySelector('[data-test="updated-ago"]').textContent.includes("paused while the pointer is on a control")`,
+		"the refresh waits while the pointer is on Approve")
+	tb.eventually(t, 30*time.Second, `(() => {
+		const m = /Updated (\d+) s ago/.exec(document.querySelector('[data-test="updated-ago"]').textContent);
+		return m !== null && Number(m[1]) >= 11;
+	})()`, "two periods pass")
+	require.False(t, get(t, tb, chromedp.Evaluate[bool](`performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch" && e.startTime >= window.dlqSince)`)),
+		"nothing was fetched while the pointer rested there")
+
+	tb.do(t, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 1, 1))
+	tb.eventually(t, 15*time.Second, `performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch" && e.startTime >= window.dlqSince)`,
+		"refreshes once the pointer moved away")
+	tb.quiet(t)
 }

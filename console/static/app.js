@@ -156,6 +156,11 @@
         return "while rows are selected";
       }
       if (unsent()) { return "while a form has unsent changes"; }
+      // A row moved under the pointer between aiming and clicking would
+      // take the click: Approve or Cancel on another request or task.
+      if (document.querySelector("[data-refresh] :is(button, input[type=submit]):hover")) {
+        return "while the pointer is on a control";
+      }
       return "";
     }
     function show() {
