@@ -48,8 +48,10 @@ var ErrClosed = errors.New("broker: connection closed")
 // Conn is dlq's single reconnect layer: it keeps one AMQP connection alive,
 // redialling with backoff whenever it drops, and hands out channels on
 // whatever connection is current. Everything that talks to RabbitMQ goes
-// through one Conn, so there is exactly one place that decides when the
-// broker is gone and when it is back.
+// through a Conn, so for each connection there is exactly one place that
+// decides when the broker is gone and when it is back. (dlq serve keeps
+// two: one for ingest and the control queue, one for replay's publishes,
+// which an alarm in RabbitMQ may block.)
 //
 // A channel belongs to the connection it was opened on. Users watch their
 // channel (NotifyClose, or a closed deliveries channel) and, when it dies,

@@ -124,7 +124,8 @@ func readSettings(ctx context.Context, cfg config.Config, log *slog.Logger) (set
 //  3. stop cron jobs and the text indexer (a batch in flight rolls back:
 //     its rows stay queued for the next start);
 //  4. stop HTTP (readiness fails from step 1 on, so load balancers move away);
-//  5. close the AMQP connection (after every ack and publish above);
+//  5. close the AMQP connections, replay's and ingest's (after every ack
+//     and publish above);
 //  6. close the PostgreSQL pool last: every step above may still write.
 //
 // A start-up that fails after ingest began takes step 1 before 5 and 6.
@@ -152,6 +153,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer conn.Close() // 5.
+	// Replay publishes on a connection of its own. During a memory or disk
+	// alarm RabbitMQ stops reading every connection that publishes; on a
+	// shared one, a replay's publish also stopped ingest's acknowledgements,
+	// and with them the one thing that drains dlq's queue while the alarm
+	// lasts.
+	replayConn, err := broker.NewConn(broker.ConnConfig{URL: cfg.AMQPURL, Name: "dlq-replay", Logger: log, TLS: s.amqpTLS})
+	if err != nil {
+		return err
+	}
+	defer replayConn.Close() // 5.
 
 	declared := make(chan error, 1)
 	go func() { declared <- startBrokerWatch(ctx, cfg, conn, log, reg) }()
@@ -172,7 +183,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return <-consumeDone
 	}
 
-	if err := p.build(cfg, st, conn, s, log, reg); err != nil {
+	if err := p.build(cfg, st, conn, replayConn, s, log, reg); err != nil {
 		p.stopIngest(log)
 		return err
 	}
@@ -212,13 +223,13 @@ func prepareDatabase(ctx context.Context, cfg config.Config, st *store.Store, ri
 }
 
 // build makes every part but ingest, which already runs.
-func (p *parts) build(cfg config.Config, st *store.Store, conn *broker.Conn, s settings, log *slog.Logger, reg *prometheus.Registry) error {
+func (p *parts) build(cfg config.Config, st *store.Store, conn, replayConn *broker.Conn, s settings, log *slog.Logger, reg *prometheus.Registry) error {
 	authn, ring := s.authn, s.ring
 	var err error
 	if p.cron, err = newCron(cfg, st, p.consumer, s.categories, log, reg); err != nil {
 		return err
 	}
-	if p.replays, err = newReplay(cfg, st, conn, ring, log, reg); err != nil {
+	if p.replays, err = newReplay(cfg, st, replayConn, ring, log, reg); err != nil {
 		return err
 	}
 	// The text indexer writes q's word documents off the ingest path

@@ -20,9 +20,11 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proctest"
 )
 
 // ensurePostgres starts PostgreSQL if it is down, whatever the test did.
@@ -191,4 +193,90 @@ func TestFaultBrokerRestart(t *testing.T) {
 	h.stopGracefully(p)
 	h.requireQueuesEmpty()
 	h.requireExact(h.check())
+}
+
+// TestFaultReplayUnderMemoryAlarm: a replay that publishes during a
+// RabbitMQ memory alarm gets its connection blocked (RabbitMQ stops
+// reading it), and ingest goes on: its acknowledgements travel on another
+// connection. On one shared connection they stopped with the replay's
+// publish, and nothing drained dlq's queue while the alarm lasted.
+func TestFaultReplayUnderMemoryAlarm(t *testing.T) {
+	h := newHarness(t)
+	h.env["DLQ_ADMIN_TOKEN"] = testAdminToken
+	h.env["DLQ_REPLAY_POLL_INTERVAL"] = "50ms"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, conn)
+	held, target := dlqtest.Name(t, "held"), dlqtest.Name(t, "target")
+	_, err := ch.QueueDeclare(held, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": h.exchange})
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(target, true, false, false, false, nil)
+	require.NoError(t, err)
+	dlqtest.DeleteQueues(t, conn, held, target)
+	require.NoError(t, ch.Confirm(false))
+	publish := func(exchange, key string, n int) {
+		for i := range n {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
+				DeliveryMode: amqp.Persistent, MessageId: fmt.Sprintf("%s-%s-%d", key, h.runID, i), Body: []byte("alarm " + h.runID)})
+			require.NoError(t, err)
+			ok, err := dc.WaitContext(ctx)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+	}
+	p := h.start()
+	h.waitReady(p, 30*time.Second)
+	publish(h.exchange, "orders", 3) // stored: what the replay sends
+	dlqtest.Eventually(t, 30*time.Second, func() bool { return h.rowCount() == 3 }, "the replay's messages were not stored")
+	publish("", held, 400) // dead-lettered once the alarm is on
+
+	dlqtest.RunRabbitmqctl(t, 60*time.Second, "set_vm_memory_high_watermark", "0.0000001")
+	t.Cleanup(func() { dlqtest.RunRabbitmqctl(t, 60*time.Second, "set_vm_memory_high_watermark", "0.4") })
+	var ids []int64
+	require.NoError(t, h.db.QueryRow(ctx, `SELECT array_agg(id) FROM dead_messages`).Scan(&ids))
+	_, err = h.apiCall(http.MethodPost, "/api/v1/replays", map[string]any{
+		"ids": ids, "target": map[string]string{"exchange": "", "routing_key": target},
+	}, nil)
+	require.NoError(t, err)
+	var states string
+	blocked := func() bool {
+		// RabbitMQ 3.10 shows the client's connection name among its
+		// properties only.
+		out, err := dlqtest.Rabbitmqctl(ctx, "list_connections", "client_properties", "state").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		states = string(out)
+		for _, line := range strings.Split(states, "\n") {
+			if strings.Contains(line, `"dlq-replay"`) && strings.HasSuffix(strings.TrimSpace(line), "\tblocked") {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); !blocked(); {
+		if time.Now().After(deadline) {
+			h.dumpLog(40)
+			t.Fatalf("the replay's connection was never blocked (the test did not test): %s", states)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	proctest.Rejecter(ctx, dlqtest.AMQPURL(), held)
+	dlqtest.Eventually(t, 60*time.Second, func() bool { return h.rowCount() == 403 },
+		"ingest stopped while the replay's connection was blocked: %d of 403 rows", h.rowCount())
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		out, err := dlqtest.Rabbitmqctl(ctx, "list_queues", "name", "messages").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == h.queue {
+				return f[1] == "0"
+			}
+		}
+		return false
+	}, "dlq's queue still holds unacknowledged dead letters")
+
+	dlqtest.RunRabbitmqctl(t, 60*time.Second, "set_vm_memory_high_watermark", "0.4")
+	dlqtest.Eventually(t, 60*time.Second, func() bool { return dlqtest.QueueDepth(t, conn, target) == 3 },
+		"the replay did not finish once the alarm cleared")
+	h.stopGracefully(p)
 }
