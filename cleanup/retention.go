@@ -84,7 +84,7 @@ func (c *Cleaner) DeleteExpired(ctx context.Context, lease store.Lease, log *slo
 				if err != nil || d < store.ItemChunk {
 					return n, err
 				}
-				if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*time.Since(start)+time.Second {
+				if !store.RoomForAnother(ctx, time.Since(start)) {
 					return n, nil // the next run goes on
 				}
 			}

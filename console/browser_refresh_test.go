@@ -12,24 +12,33 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestBrowserRefreshKeepsTypedReason: on the approvals page (refreshed by
-// default), a reject reason typed and left (the field no longer focused)
-// holds the refresh off past two periods, and the text stays; put back
-// to empty, the page refreshes again.
-func TestBrowserRefreshKeepsTypedReason(t *testing.T) {
-	t.Parallel()
+// approvalsWithOneRequest opens, as the admin, the approvals page
+// (refreshed by default) with one request an operator made, and returns
+// the tab and the request's row id.
+func approvalsWithOneRequest(t *testing.T) (*tab, string) {
+	t.Helper()
 	b := setup(t, func(o *setupOpts) { o.approvalAbove = 1 })
 	ids := b.seed(t, many(2, "orders")...)
 	op := b.signIn(t, tokOp)
 	r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
 		"max_id": {strconv.FormatInt(ids[1], 10)}, "back": {"/ui/messages"}})
 	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
-
 	tb := newTab(t, b)
 	tb.signIn(t, tokAdmin)
 	tb.open(t, "/ui/approvals")
 	rows := tb.attrs(t, `[data-test="approval-row"]`, "data-id")
 	require.Len(t, rows, 1)
+	return tb, rows[0]
+}
+
+// TestBrowserRefreshKeepsTypedReason: on the approvals page (refreshed by
+// default), a reject reason typed and left (the field no longer focused)
+// holds the refresh off past two periods, and the text stays; put back
+// to empty, the page refreshes again.
+func TestBrowserRefreshKeepsTypedReason(t *testing.T) {
+	t.Parallel()
+	tb, row := approvalsWithOneRequest(t)
+	rows := []string{row}
 	reason := `document.getElementById("reason-` + rows[0] + `")`
 	require.Equal(t, "Pause auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0], "on by default")
 	tb.do(t, chromedp.Click(chromedp.CSS(`#reason-`+rows[0])), chromedp.SendKeys(chromedp.CSS(`#reason-`+rows[0]), "wrong queue"),
@@ -93,17 +102,7 @@ func TestBrowserGroupsAutoRefresh(t *testing.T) {
 // between aiming and clicking. Moved away, the page refreshes again.
 func TestBrowserRefreshWaitsForThePointer(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *setupOpts) { o.approvalAbove = 1 })
-	ids := b.seed(t, many(2, "orders")...)
-	op := b.signIn(t, tokOp)
-	r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
-		"max_id": {strconv.FormatInt(ids[1], 10)}, "back": {"/ui/messages"}})
-	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
-
-	tb := newTab(t, b)
-	tb.signIn(t, tokAdmin)
-	tb.open(t, "/ui/approvals")
-	require.Len(t, tb.attrs(t, `[data-test="approval-row"]`, "data-id"), 1)
+	tb, _ := approvalsWithOneRequest(t)
 	xy := get(t, tb, chromedp.Evaluate[[]float64](`(() => {
 		const r = document.querySelector('[data-test="approve"]').getBoundingClientRect();
 		return [r.left + r.width / 2, r.top + r.height / 2];

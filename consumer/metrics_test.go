@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -68,6 +69,20 @@ type pipeline struct {
 	metrics *httptest.Server
 	stop    func()
 	ready   func() error
+}
+
+// ownPipelineFixture is a test's own schema (its store and a pool on it),
+// a broker connection and a channel of the test's, and dlq's exchange and
+// queue, declared as dlq declares them.
+func ownPipelineFixture(t *testing.T) (*store.Store, *pgxpool.Pool, *amqp.Connection, *amqp.Channel, string, string) {
+	t.Helper()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	app := dlqtest.Dial(t)
+	ch := dlqtest.Channel(t, app)
+	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
+	declareOwn(t, app, nil, exchange, queue)
+	return st, db, app, ch, exchange, queue
 }
 
 func startPipeline(t *testing.T, fs consumer.Ingester, exchange, queue string, batch, prefetch int, linger time.Duration) *pipeline {
@@ -151,12 +166,7 @@ func publishDead(t *testing.T, ch *amqp.Channel, exchange, tag string, n int) {
 // duplicates as stored, and the store must hold fifteen rows.
 func TestIngestMetrics(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
-	app := dlqtest.Dial(t)
-	ch := dlqtest.Channel(t, app)
-	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
-	declareOwn(t, app, nil, exchange, queue)
+	st, db, app, ch, exchange, queue := ownPipelineFixture(t)
 
 	// First consumer: one full batch of ten, committed, never acknowledged.
 	publishDead(t, ch, exchange, "first", 10)

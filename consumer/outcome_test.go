@@ -61,12 +61,7 @@ func (u *unansweringStore) CommittedRows(ctx context.Context, id int64) (int, bo
 // answer never reached dlq.
 func TestUnknownCommitIsResolvedBeforeWritingAgain(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
-	app := dlqtest.Dial(t)
-	ch := dlqtest.Channel(t, app)
-	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
-	declareOwn(t, app, nil, exchange, queue)
+	st, db, _, ch, exchange, queue := ownPipelineFixture(t)
 	u := &unansweringStore{Store: st, unanswers: 3}
 	p := startPipeline(t, u, exchange, queue, 20, 40, 20*time.Millisecond)
 	// Published once the consumer is ready: while it resolves the lost
@@ -96,12 +91,7 @@ func TestUnknownCommitIsResolvedBeforeWritingAgain(t *testing.T) {
 // until its next batch, which on a quiet dead-letter queue may never come.
 func TestReadyAgainWhenTheLostCommitIsFound(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
-	app := dlqtest.Dial(t)
-	ch := dlqtest.Channel(t, app)
-	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
-	declareOwn(t, app, nil, exchange, queue)
+	st, db, _, ch, exchange, queue := ownPipelineFixture(t)
 	// Queued before the consumer starts, so that they make one full batch:
 	// after it nothing more is written that could clear the failure.
 	publishDead(t, ch, exchange, "ready", 20)

@@ -152,12 +152,7 @@ func (s *refusingStore) IngestBatch(ctx context.Context, b store.IngestBatch) (s
 // flagged with the refusal, never retried forever, never dropped.
 func TestRefusedMessageIsStoredRaw(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
-	app := dlqtest.Dial(t)
-	ch := dlqtest.Channel(t, app)
-	exchange, queue := dlqtest.Name(t, "dlx"), dlqtest.Name(t, "dlq")
-	declareOwn(t, app, nil, exchange, queue)
+	st, db, app, ch, exchange, queue := ownPipelineFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -222,6 +222,15 @@ const finishedTaskSQL = `
           AND coalesce(finished_at, updated_at) < $1
         ORDER BY created_at, id LIMIT $2`
 
+// RoomForAnother reports whether ctx leaves time for another step like
+// one that just took took (twice that, and a second): a chunked deletion
+// stops before its batch's timeout rather than fail it, keeping what it
+// deleted, and the next run goes on.
+func RoomForAnother(ctx context.Context, took time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= 2*took+time.Second
+}
+
 // ItemChunk is how many snapshot rows (a replay task's items, an expired
 // approval's selection) one transaction of the cleanup deletes.
 const ItemChunk = 20_000
@@ -251,7 +260,7 @@ DELETE FROM replay_task_items WHERE ctid = ANY(ARRAY(
 		if items < ItemChunk {
 			break
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*time.Since(start)+time.Second {
+		if !RoomForAnother(ctx, time.Since(start)) {
 			return 0, nil // the next run goes on
 		}
 	}

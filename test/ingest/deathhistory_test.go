@@ -76,6 +76,26 @@ type apiMessage struct {
 	} `json:"death_history"`
 }
 
+// storeRejected publishes pub (which names its MessageId) to the test's
+// reject queue, whose rejecter dead-letters it, and returns the id dlq
+// stored it under.
+func (h *harness) storeRejected(ctx context.Context, pub amqp.Publishing) int64 {
+	t := h.t
+	t.Helper()
+	ch := dlqtest.Channel(t, dlqtest.Dial(t))
+	require.NoError(t, ch.Confirm(false))
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", h.rejectQueue, false, false, pub)
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "publish confirmed")
+	var id int64
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		return h.db.QueryRow(ctx, `SELECT id FROM dead_messages WHERE message_id = $1`, pub.MessageId).Scan(&id) == nil
+	}, "the rejected message was never stored")
+	return id
+}
+
 // TestDeathHistoryEndToEnd: a message rejected by its consumer is stored;
 // replayed through the API it goes back to its queue, is rejected again and
 // returns to its own record — pending, replay_count kept, the earlier death
@@ -91,24 +111,11 @@ func TestDeathHistoryEndToEnd(t *testing.T) {
 	h.waitReady(p, 30*time.Second)
 	h.rejecter(ctx)
 
-	conn := dlqtest.Dial(t)
-	ch := dlqtest.Channel(t, conn)
-	require.NoError(t, ch.Confirm(false))
 	body := []byte("death history \x00\xff " + h.runID)
-	msgID := "death-history-" + h.runID
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", h.rejectQueue, false, false, amqp.Publishing{
-		DeliveryMode: amqp.Persistent, MessageId: msgID, Body: body,
+	id := h.storeRejected(ctx, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: "death-history-" + h.runID, Body: body,
 		Headers: amqp.Table{"x-exception-message": "first failure"},
 	})
-	require.NoError(t, err)
-	ok, err := dc.WaitContext(ctx)
-	require.NoError(t, err)
-	require.True(t, ok, "publish confirmed")
-
-	var id int64
-	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		return h.db.QueryRow(ctx, `SELECT id FROM dead_messages WHERE message_id = $1`, msgID).Scan(&id) == nil
-	}, "the rejected message was never stored")
 
 	get := func() apiMessage {
 		t.Helper()
@@ -189,21 +196,11 @@ func TestReplayThatDiesInTwoQueues(t *testing.T) {
 	proctest.Rejecter(ctx, dlqtest.AMQPURL(), qa)
 	proctest.Rejecter(ctx, dlqtest.AMQPURL(), qb)
 
-	require.NoError(t, ch.Confirm(false))
-	msgID := "two-queues-" + h.runID
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", h.rejectQueue, false, false, amqp.Publishing{
-		DeliveryMode: amqp.Persistent, MessageId: msgID, Body: []byte("fan out " + h.runID),
+	id := h.storeRejected(ctx, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, MessageId: "two-queues-" + h.runID, Body: []byte("fan out " + h.runID),
 	})
-	require.NoError(t, err)
-	ok, err := dc.WaitContext(ctx)
-	require.NoError(t, err)
-	require.True(t, ok, "publish confirmed")
-	var id int64
-	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		return h.db.QueryRow(ctx, `SELECT id FROM dead_messages WHERE message_id = $1`, msgID).Scan(&id) == nil
-	}, "the rejected message was never stored")
 
-	_, err = h.apiCall(http.MethodPost, "/api/v1/replays", map[string]any{
+	_, err := h.apiCall(http.MethodPost, "/api/v1/replays", map[string]any{
 		"ids": []int64{id}, "target": map[string]string{"exchange": fanout, "routing_key": ""},
 	}, nil)
 	require.NoError(t, err)
