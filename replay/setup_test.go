@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -54,6 +56,11 @@ type setupOpts struct {
 	connName string
 	// onUnknown is replay.on_unknown; "" takes the default (retry).
 	onUnknown string
+	// channelMax, when set, caps the channels of dlq's AMQP connection
+	// (the URL's channel_max), so that a test can use them all up.
+	channelMax int
+	// logger is the replay service's; nil takes slog.Default().
+	logger *slog.Logger
 }
 
 var operator = store.Actor{Name: "test", Role: "operator", Via: "test"}
@@ -76,7 +83,11 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 	dlqtest.DeleteQueues(t, b.app, b.queue)
 	dlqtest.DeleteExchanges(t, b.app, b.exchange)
 
-	conn, err := broker.NewConn(broker.ConnConfig{URL: dlqtest.AMQPURL(), Name: cmp.Or(o.connName, "dlq-replay-test")})
+	amqpURL := dlqtest.AMQPURL()
+	if o.channelMax > 0 {
+		amqpURL = withQuery(t, amqpURL, "channel_max", strconv.Itoa(o.channelMax))
+	}
+	conn, err := broker.NewConn(broker.ConnConfig{URL: amqpURL, Name: cmp.Or(o.connName, "dlq-replay-test")})
 	require.NoError(t, err)
 	t.Cleanup(conn.Close)
 	b.conn = conn
@@ -111,10 +122,21 @@ func (b *bundle) newService(t *testing.T, o setupOpts, reg prometheus.Registerer
 		Store: b.st, Conn: b.conn, Lease: o.lease, BatchSize: o.batchSize, PollInterval: 50 * time.Millisecond,
 		MaxReplays: o.maxReplays, Window: o.window, MaxTaskMessages: o.maxMessages,
 		ShutdownTimeout: 10 * time.Second, Registerer: reg, KeepUserID: o.keepUserID, ProgressRetention: o.retention,
-		ConfirmTimeout: o.confirmTimeout, OnUnknown: o.onUnknown,
+		ConfirmTimeout: o.confirmTimeout, OnUnknown: o.onUnknown, Logger: o.logger,
 	})
 	require.NoError(t, err)
 	return svc
+}
+
+// withQuery returns rawURL with the query parameter key set to value.
+func withQuery(t *testing.T, rawURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // run runs svc until the returned stop is called (or the test ends).

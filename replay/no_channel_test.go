@@ -1,0 +1,106 @@
+package replay_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// lockedBuffer is a log sink a test reads while the service writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The replay publisher cannot open a channel: every channel its connection
+// may have (channel_max, negotiated with RabbitMQ) is in use. The messages
+// it was about to publish never left, so none of them is failed or
+// unknown, none is counted as sent again (the unknown-outcome bound is not
+// spent on them), and the task does not finish: it waits, running, and
+// publishes each of them once, when a channel can be opened again.
+func TestReplayWaitsForAChannel(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	b := setup(t, func(o *setupOpts) {
+		o.noConsumer, o.channelMax = true, 3
+		o.logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	q := b.targetQueue(t)
+	const n = 50
+	b.seed(t, q, n)
+	ctx := context.Background()
+
+	// Take every channel dlq's connection may open.
+	var held []*amqp.Channel
+	for {
+		ch, err := b.conn.Channel(ctx)
+		if err != nil {
+			require.ErrorIs(t, err, amqp.ErrChannelMax)
+			break
+		}
+		held = append(held, ch)
+	}
+	require.NotEmpty(t, held)
+	release := func() {
+		for _, ch := range held {
+			_ = ch.Close()
+		}
+		held = nil
+	}
+	t.Cleanup(release)
+
+	task, err := b.svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
+	require.NoError(t, err)
+	var cur replay.Task
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		cur, err = b.svc.Get(ctx, task.ID)
+		require.NoError(t, err)
+		return strings.Contains(logs.String(), "cannot open a channel") || cur.Failed+cur.Unknown > 0 || store.TaskFinished(cur.Status)
+	}, "the publisher never tried to open its channel: %+v", &cur)
+	require.Zero(t, cur.Failed, "a message never sent is not failed: %+v", &cur)
+	require.Zero(t, cur.Unknown)
+	require.Zero(t, cur.Republished)
+	require.Equal(t, replay.StatusRunning, cur.Status, "the task waits for a channel")
+	require.Equal(t, int64(n), cur.Remaining)
+	require.Zero(t, b.count(t, "last_replay_error IS NOT NULL"))
+
+	release()
+	final := b.waitTask(t, task.ID, 60*time.Second, replay.StatusCompleted)
+	require.Equal(t, int64(n), final.Published)
+	require.Zero(t, final.Failed+final.Unknown+final.Republished+final.Remaining, "%+v", &final)
+	require.Equal(t, replay.OutcomeAllPublished, final.Outcome)
+	var unknowns int64
+	require.NoError(t, b.db.QueryRow(ctx,
+		`SELECT coalesce(sum(unknown_count), 0) FROM replay_task_items WHERE task_id = $1`, task.ID).Scan(&unknowns))
+	require.Zero(t, unknowns, "the retry bound is for unknown outcomes: none was spent")
+	require.Equal(t, n, b.count(t, "status = 'replayed' AND replay_count = 1 AND last_replay_error IS NULL"))
+	per := b.countAtTarget(t, q)
+	require.Len(t, per, n)
+	for id, k := range per {
+		require.Equal(t, 1, k, "message %d arrived %d times", id, k)
+	}
+	b.requireSummaryExact(t)
+}
