@@ -89,6 +89,14 @@ type Result struct {
 // correlation header.
 var ErrNoCorrelation = errors.New("broker: message lacks its correlation header")
 
+// ErrNoChannel is returned (wrapped, with the cause) by Publish when it
+// could not open a channel to publish on: the connection's channel_max is
+// reached, or the connection went down while the channel was being opened
+// or put in confirm mode. The message was not sent; it may be published
+// again as it is once a channel can be opened. (A Conn closed for good is
+// ErrClosed instead: no channel will open on it.)
+var ErrNoChannel = errors.New("broker: no channel to publish on")
+
 // Publisher publishes with publisher confirms and the mandatory flag on one
 // channel of the shared Conn, and tells each caller what became of its
 // message: only a confirm that was not preceded by a return means the
@@ -171,8 +179,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 //
 // Publish blocks while the window is full and while the connection is
 // blocked by an alarm. It returns an error, without calling done, only
-// when ctx ends before the message was handed to the broker, or when msg
-// has no correlation header.
+// when the message was not sent: ctx ended before it was handed to the
+// broker, no channel could be opened (ErrNoChannel), the publisher is
+// closed, or msg has no correlation header (or one already in flight).
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing, done func(Result)) error {
 	corr, _ := msg.Headers[p.cfg.CorrelationHeader].(string)
 	if corr == "" {
@@ -316,11 +325,14 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 	}
 	ch, err := p.cfg.Conn.Channel(ctx)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrNoChannel, err)
 	}
 	if err := ch.Confirm(false); err != nil {
 		_ = ch.Close()
-		return nil, fmt.Errorf("broker: put channel in confirm mode: %w", err)
+		return nil, fmt.Errorf("%w: put channel in confirm mode: %w", ErrNoChannel, err)
 	}
 	pc = &pubChannel{
 		ch: ch,

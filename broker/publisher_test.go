@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -193,4 +194,49 @@ func publishThroughConnectionLoss(t *testing.T, round int) map[broker.Outcome]in
 		return (<-ok).Outcome == broker.Acked
 	}, "publishing did not resume after the reconnect")
 	return counts
+}
+
+// A publisher that cannot open a channel (every channel its connection may
+// have, channel_max, is in use) sends nothing and says so with
+// ErrNoChannel, without calling done; the same message goes out once a
+// channel is free.
+func TestPublisherNoChannel(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(dlqtest.AMQPURL())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("channel_max", "2")
+	u.RawQuery = q.Encode()
+	conn, err := broker.NewConn(broker.ConnConfig{URL: u.String(), Name: dlqtest.Name(t, "conn")})
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	p, err := broker.NewPublisher(broker.PublisherConfig{Conn: conn, Window: 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	ctx := context.Background()
+	var held []*amqp.Channel
+	for {
+		ch, err := conn.Channel(ctx)
+		if err != nil {
+			require.ErrorIs(t, err, amqp.ErrChannelMax)
+			break
+		}
+		held = append(held, ch)
+	}
+	require.NotEmpty(t, held)
+
+	o := &outcomes{got: map[string][]broker.Result{}}
+	nowhere := dlqtest.Name(t, "nowhere")
+	err = p.Publish(ctx, "", nowhere, msg("m"), o.done("m"))
+	require.ErrorIs(t, err, broker.ErrNoChannel)
+	require.ErrorIs(t, err, amqp.ErrChannelMax, "the cause is kept")
+	require.Zero(t, p.InFlight())
+	require.Empty(t, o.of("m"), "done is not called for a message not sent")
+
+	require.NoError(t, held[0].Close())
+	require.NoError(t, p.Publish(ctx, "", nowhere, msg("m"), o.done("m")))
+	require.NoError(t, p.Wait(ctx))
+	r := o.of("m")
+	require.Len(t, r, 1)
+	require.Equal(t, broker.Returned, r[0].Outcome, "sent this time: unroutable, as it was addressed")
 }

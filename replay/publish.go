@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,9 +117,8 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 			return
 		}
 		sent := sentMessage{id: m.ID, replayID: rid, attempt: m.Unknowns, copyReplayCount: m.ReplayCount + 1}
-		err = r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, sent, res) })
-		if err != nil {
-			if ctx.Err() != nil {
+		if err := r.send(ctx, b, exchange, key, msg, sent); err != nil {
+			if errors.Is(err, errHandBack) {
 				r.release(b, b.msgs[i:])
 				return
 			}
@@ -128,6 +128,61 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 		r.s.metrics.inFlight.Inc()
 		// The body is no longer needed here; let it go.
 		m.Body, m.Headers, m.Properties = nil, nil, nil
+	}
+}
+
+// errHandBack says that a message was not sent and the rest of its batch
+// goes back to the task: the run is stopping, its claim was lost, or the
+// connection is closed for good.
+var errHandBack = errors.New("not sent: handed back to the task")
+
+// channelWaitMax bounds the wait between attempts to open a channel, and
+// channelWaitLog how often a wait that goes on is logged again.
+const (
+	channelWaitMax = 5 * time.Second
+	channelWaitLog = time.Minute
+)
+
+// send publishes msg. While the publisher cannot open a channel (the
+// connection's channel_max is reached, or the connection dropped as the
+// channel opened) the message has not left: it is not failed, nor is its
+// outcome unknown, and the bound on sending again is not spent on it. It
+// is tried again, with a backoff, for as long as the claim is held (the
+// heartbeat renews it; a cancel or a shutdown ends the wait), so the task
+// waits for the channel rather than finishing. Any other error is the
+// message's own (it was not sent either): the caller records it failed.
+func (r *taskRun) send(ctx context.Context, b *claimBatch, exchange, key string, msg amqp.Publishing, sent sentMessage) error {
+	wait := 100 * time.Millisecond
+	var since, logged time.Time
+	for {
+		err := r.pub.Publish(ctx, exchange, key, msg, func(res broker.Result) { r.onResult(b, sent, res) })
+		switch {
+		case err == nil:
+			if !since.IsZero() {
+				r.log.Info("a channel opened again; publishing", "waited", time.Since(since).Round(time.Millisecond))
+			}
+			return nil
+		case ctx.Err() != nil, errors.Is(err, broker.ErrClosed):
+			return errHandBack
+		case !errors.Is(err, broker.ErrNoChannel):
+			return err
+		}
+		if now := time.Now(); now.Sub(logged) >= channelWaitLog {
+			if since.IsZero() {
+				since = now
+			}
+			logged = now
+			r.log.Warn("cannot open a channel to publish on; the message was not sent, and is tried again (not failed)",
+				"message_id", sent.id, "error", err, "waiting", now.Sub(since).Round(time.Second))
+		}
+		if sleep(ctx, wait) != nil {
+			return errHandBack
+		}
+		wait = min(wait*2, channelWaitMax)
+		if !r.stillHeld(ctx, b) {
+			r.log.Warn("claim lost while waiting for a channel; handing the rest of the batch back")
+			return errHandBack
+		}
 	}
 }
 
