@@ -94,8 +94,11 @@
 // (403, which names it), or an error put it back to pending with the
 // reason: not delivered. A publish that reached a channel already closed
 // under it never left: it goes back to the task unsettled, and is
-// published like any message not sent yet. Publishing waits while an
-// alarm blocks the connection. A publish unconfirmed after
+// published like any message not sent yet. One that could not be sent
+// because no channel would open (broker.ErrNoChannel: channel_max reached,
+// the connection dropping as it opened) is neither failed nor unknown: the
+// publisher keeps it and tries again, backing off, while its claim is held
+// (taskRun.send). Publishing waits while an alarm blocks the connection. A publish unconfirmed after
 // Config.ConfirmTimeout (time blocked by an alarm not counted) ends
 // unknown, and its channel is closed with it, since a late confirm could
 // not be told apart. A refusal that closes the channel without naming an
