@@ -75,4 +75,19 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	require.True(t, a.deadline.After(time.Now()), "a is still held")
 	require.Equal(t, past, lost.deadline, "b stays past its deadline")
 	require.False(t, r.stillHeld(ctx, lost), "and is lost: nothing of it is published")
+
+	// The runner hands the lost batch back, as publishBatch does, and the
+	// release is settled: recovery already took those rows out of the
+	// task's claimed count, and they are not taken out twice.
+	r.release(lost, lost.msgs)
+	r.mu.Lock()
+	outs := r.outcomes
+	r.outcomes = nil
+	r.mu.Unlock()
+	r.settle(ctx, outs)
+	got2, err := st.GetReplayTask(ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), got2.Claimed, "a's two rows, still claimed")
+	require.Zero(t, got2.Published+got2.Failed+got2.Unknown+got2.Skipped)
+	require.Equal(t, got2.Requested, got2.Remaining())
 }

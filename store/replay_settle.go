@@ -42,7 +42,11 @@ type ReplayOutcome struct {
 }
 
 // SettleResult counts what SettleReplayOutcomes recorded for the task.
+// Each counts only what the call changed: an outcome fenced off (its row
+// or item moved on) counts in none of them.
 type SettleResult struct {
+	// Released rows were handed back to their task, still replaying under
+	// the outcome's token until then.
 	Published, Failed, Unknown, Released int64
 	// Retried items await being sent again; Republished outcomes were of
 	// publishes sent again.
@@ -101,7 +105,6 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 			e := cleanText(o.Error)
 			errs[i] = &e
 		case OutcomeReleased:
-			res.Released++
 		default:
 			return SettleResult{}, fmt.Errorf("store: settle replay task %d: message %d: unknown outcome %q", taskID, o.ID, o.Result)
 		}
@@ -123,13 +126,18 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 	if err != nil {
 		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
 	}
-	moves, err := statusMovesSQL(rows)
+	moves, released, err := settleMoves(rows)
 	if err != nil {
 		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
 	}
 	for _, m := range moves {
 		res.Marked += m.Messages
 	}
+	// Only the rows handed back here leave the claimed count: a row whose
+	// claim was taken back after its lease left it then
+	// (RecoverExpiredReplayClaims), and its holder's late release must not
+	// take it out twice.
+	res.Released = released
 	err = tx.QueryRow(ctx, `
 WITH s AS (
     -- message_id = ANY bounds the rows the planner expects to a batch's
@@ -186,7 +194,8 @@ RETURNING c.p, c.f, c.u, c.r, c.rp`, taskID, nonNilIDs(itemIDs), nonNilStrings(i
 
 // settleRowsSQL moves the rows of a settlement ($1 ids in id order, $2
 // their claim tokens, $3 outcomes, $4 errors) out of replaying and returns
-// the status moves, for the counters. TestSettlementReachesRowsByKey holds
+// the status moves, for the counters, each with how many of its rows were
+// released. TestSettlementReachesRowsByKey holds
 // its plan to primary-key probes.
 const settleRowsSQL = `
 WITH o AS (
@@ -223,7 +232,28 @@ WITH o AS (
                                  ELSE l.err END,
         claim_owner = NULL, claim_expires_at = NULL, status_changed_at = now()
     FROM l WHERE m.id = l.id AND (m.status || '') = 'replaying' AND (m.claim_owner || '') = l.tok
-    RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size
+    RETURNING m.source_queue, coalesce(m.group_id, 0) AS group_id, m.status, m.body_size, l.kind
 )
-SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint
+SELECT source_queue, group_id, 'replaying', status, count(*), coalesce(sum(body_size), 0)::bigint,
+    count(*) FILTER (WHERE kind = 'released')
 FROM u GROUP BY 1, 2, 4`
+
+// settleMoves reads settleRowsSQL's rows: the status moves, and how many
+// of the rows moved were released (handed back unpublished).
+func settleMoves(rows pgx.Rows) ([]StatusMove, int64, error) {
+	defer rows.Close()
+	var (
+		out      []StatusMove
+		released int64
+	)
+	for rows.Next() {
+		m := StatusMove{}
+		var n int64
+		if err := rows.Scan(&m.Queue, &m.Group, &m.From, &m.To, &m.Messages, &m.Bytes, &n); err != nil {
+			return nil, 0, err
+		}
+		out = append(out, m)
+		released += n
+	}
+	return out, released, rows.Err()
+}
