@@ -132,8 +132,7 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 }
 
 // errHandBack says that a message was not sent and the rest of its batch
-// goes back to the task: the run is stopping, its claim was lost, or the
-// connection is closed for good.
+// goes back to the task: the run is stopping, or its claim was lost.
 var errHandBack = errors.New("not sent: handed back to the task")
 
 // channelWaitMax bounds the wait between attempts to open a channel, and
@@ -162,9 +161,12 @@ func (r *taskRun) send(ctx context.Context, b *claimBatch, exchange, key string,
 				r.log.Info("a channel opened again; publishing", "waited", time.Since(since).Round(time.Millisecond))
 			}
 			return nil
-		case ctx.Err() != nil, errors.Is(err, broker.ErrClosed):
+		case ctx.Err() != nil:
 			return errHandBack
-		case !errors.Is(err, broker.ErrNoChannel):
+		// A Conn closed for good (dlq is stopping: the run's context ends
+		// next) waits like one that cannot open a channel, rather than
+		// handing the batch back to be claimed again at once.
+		case !errors.Is(err, broker.ErrNoChannel) && !errors.Is(err, broker.ErrClosed):
 			return err
 		}
 		if now := time.Now(); now.Sub(logged) >= channelWaitLog {
