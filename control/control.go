@@ -89,7 +89,9 @@ type Config struct {
 	// command runs. A delivery of the same command_id waits while the
 	// reservation is held (a live handler: it then answers with that
 	// handler's answer) and runs the command once it lapses (the handler
-	// died). Optional; default CommandLeaseDefault.
+	// died). It waits off its consumer, which goes on with other commands
+	// meanwhile (up to 32 such waits at once: maxWaiting). Optional; default
+	// CommandLeaseDefault.
 	CommandLease time.Duration
 	// Logger is optional; default slog.Default().
 	Logger *slog.Logger
@@ -151,55 +153,89 @@ func New(cfg Config) (*Control, error) {
 
 // Run handles commands until ctx ends. Commands go through a Watermill
 // router: one handler per consumer on the control queue, each fed by a
-// Subscriber on the program's broker.Conn.
+// Subscriber on the program's broker.Conn. A repeat of a command still
+// running waits for it off its consumer (waiters).
 func (c *Control) Run(ctx context.Context) error {
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second},
 		watermill.NewSlogLoggerWithLevelMapping(c.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}))
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
+	wctx, stopWaiters := context.WithCancel(ctx)
+	w := c.newWaiters(wctx)
 	sub := NewSubscriber(c.cfg.Conn, c.log)
 	for i := range c.cfg.Consumers {
-		router.AddConsumerHandler(fmt.Sprintf("control-%d", i), c.cfg.Queue, sub, c.handleMessage)
+		router.AddConsumerHandler(fmt.Sprintf("control-%d", i), c.cfg.Queue, sub, func(msg *message.Message) error {
+			return c.handleMessage(w, msg)
+		})
 	}
 	defer c.reply.close()
 	c.log.Info("control queue listening", "consumers", c.cfg.Consumers)
-	if err := router.Run(ctx); err != nil {
+	err = router.Run(ctx)
+	stopWaiters()
+	w.wait()
+	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
 	return sub.Close()
 }
 
+// outcome is a command's answer, the command's name ("" if unreadable)
+// and the result label (ok, duplicate, or an error code).
+type outcome struct{ answer, command, result string }
+
 // handleMessage answers one command and always returns nil: every
 // command, however malformed, is answered and acknowledged, never retried.
-func (c *Control) handleMessage(msg *message.Message) (err error) {
+// A repeat of a command still running is handed to w, with its delivery,
+// which it answers and acknowledges once the first is answered.
+func (c *Control) handleMessage(w *waiters, msg *message.Message) error {
 	ctx := msg.Context()
-	replyTo := msg.Metadata.Get(MetaReplyTo)
-	corr := msg.Metadata.Get(MetaCorrelationID)
-	var answer, command, result string
+	var out outcome
+	handedOff := false
 	defer func() {
 		if r := recover(); r != nil {
-			// Handle recovers the commands it runs; this is for a bug in
-			// reading one. The answer names the command_id if it can.
-			c.log.Error("control command handler panicked", "panic", r, "stack", string(debug.Stack()))
-			salvaged := salvage(msg.Payload)
-			command = salvaged.Command
-			answer, result = errAnswer(salvaged.CommandID, cmdErr(CodeInternal, "internal error; retry with the same command_id")), CodeInternal
+			out = c.panicked(r, msg.Payload)
 		}
-		c.commands.WithLabelValues(cmp.Or(command, "invalid"), result).Inc()
-		if replyTo == "" {
-			c.log.Debug("control command has no reply_to; answer dropped", "result", result)
-			return
+		if !handedOff {
+			c.respond(ctx, msg.Metadata.Get(MetaReplyTo), msg.Metadata.Get(MetaCorrelationID), out)
 		}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := c.reply.send(sctx, replyTo, corr, []byte(answer)); err != nil {
-			c.log.Warn("cannot send control answer; the client may retry with the same command_id", "reply_to", replyTo, "error", err)
-		}
-		err = nil
 	}()
-	answer, command, result = c.Handle(ctx, msg.Payload, tokenOf(msg))
+	p, done := c.admit(ctx, msg.Payload, tokenOf(msg))
+	switch {
+	case done != nil:
+		out = *done
+	case p.running() && w.take(msg, p):
+		handedOff = true
+	default:
+		out = c.finish(ctx, p)
+	}
 	return nil
+}
+
+// panicked is the answer of a command whose handling panicked outside of
+// its execution (safeExecute recovers that): a bug in reading one. The
+// answer names the command_id if it can.
+func (c *Control) panicked(r any, body []byte) outcome {
+	c.log.Error("control command handler panicked", "panic", r, "stack", string(debug.Stack()))
+	salvaged := salvage(body)
+	return outcome{
+		answer:  errAnswer(salvaged.CommandID, cmdErr(CodeInternal, "internal error; retry with the same command_id")),
+		command: salvaged.Command, result: CodeInternal,
+	}
+}
+
+// respond counts a command's outcome and sends its answer to replyTo.
+func (c *Control) respond(ctx context.Context, replyTo, corr string, out outcome) {
+	c.commands.WithLabelValues(cmp.Or(out.command, "invalid"), out.result).Inc()
+	if replyTo == "" {
+		c.log.Debug("control command has no reply_to; answer dropped", "result", out.result)
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := c.reply.send(sctx, replyTo, corr, []byte(out.answer)); err != nil {
+		c.log.Warn("cannot send control answer; the client may retry with the same command_id", "reply_to", replyTo, "error", err)
+	}
 }
 
 // tokenOf reads the token header from the lossless header JSON: a token
@@ -219,14 +255,40 @@ func tokenOf(msg *message.Message) string {
 }
 
 // Handle runs one command and returns its answer, the command's name ("" if
-// unreadable) and the result label (ok, duplicate, or an error code).
+// unreadable) and the result label (ok, duplicate, or an error code). A
+// repeat of a command still running waits for it (Config.CommandLease).
 func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer, command, result string) {
+	p, done := c.admit(ctx, body, token)
+	if done == nil {
+		out := c.finish(ctx, p)
+		done = &out
+	}
+	return done.answer, done.command, done.result
+}
+
+// pending is a mutating command admitted and looked up by its command_id,
+// not answered yet.
+type pending struct {
+	cmd    Command
+	caller ops.Caller
+	res    store.CommandReservation
+	err    error // of the look-up
+}
+
+// running reports whether another handler holds the command right now.
+func (p pending) running() bool { return p.err == nil && p.res.Running }
+
+// admit reads, authenticates and authorizes a command and answers it if it
+// changes nothing (a read, a refusal). Otherwise it looks the command up by
+// its command_id, reserving it when new, and returns it pending (nil
+// outcome) for finish.
+func (c *Control) admit(ctx context.Context, body []byte, token string) (pending, *outcome) {
 	cmd, perr := ParseCommand(body, c.cfg.MaxBytes)
 	if perr != nil {
-		return errAnswer(cmd.CommandID, perr), cmd.Command, perr.Code
+		return pending{}, &outcome{errAnswer(cmd.CommandID, perr), cmd.Command, perr.Code}
 	}
-	fail := func(e *CommandError) (string, string, string) {
-		return errAnswer(cmd.CommandID, e), cmd.Command, e.Code
+	fail := func(e *CommandError) (pending, *outcome) {
+		return pending{}, &outcome{errAnswer(cmd.CommandID, e), cmd.Command, e.Code}
 	}
 	p, aerr := c.authenticate(token)
 	if aerr != nil {
@@ -239,28 +301,49 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 		return fail(cmdErr(CodeForbidden, "%s", err.Error()))
 	}
 	caller := ops.Caller{Principal: p, Via: ops.ViaControl, RequestID: cmd.CommandID}
+	if out, ok := c.read(ctx, cmd, caller); ok {
+		return pending{}, &out
+	}
+	res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, p.Name, c.cfg.CommandLease)
+	return pending{cmd: cmd, caller: caller, res: res, err: err}, nil
+}
 
-	// Reads change nothing: no need to remember them.
+// read answers the commands that only read. They change nothing: no need
+// to remember them.
+func (c *Control) read(ctx context.Context, cmd Command, caller ops.Caller) (outcome, bool) {
+	var out outcome
 	switch cmd.Command {
 	case CmdReplayStatus:
 		t, err := c.cfg.Ops.GetReplay(ctx, caller, cmd.ID)
-		return c.answer(cmd, t, err)
+		out.answer, out.command, out.result = c.answer(cmd, t, err)
 	case CmdListReplays:
 		ts, err := c.cfg.Ops.ListReplays(ctx, caller, cmd.Limit)
-		return c.answer(cmd, map[string]any{"replays": ts}, err)
+		out.answer, out.command, out.result = c.answer(cmd, map[string]any{"replays": ts}, err)
 	case CmdListApprovals:
 		as, err := c.cfg.Ops.ListApprovals(ctx, caller, cmd.Limit)
-		return c.answer(cmd, map[string]any{"approvals": as}, err)
+		out.answer, out.command, out.result = c.answer(cmd, map[string]any{"approvals": as}, err)
 	case CmdListPolicies:
 		v, err := c.cfg.Ops.Policies(ctx, caller)
-		return c.answer(cmd, v, err)
+		out.answer, out.command, out.result = c.answer(cmd, v, err)
+	default:
+		return outcome{}, false
 	}
+	return out, true
+}
 
-	res, err := c.reserve(ctx, cmd, p.Name)
+// finish answers a pending command: once another handler running it
+// answered or died (reserve), with the first answer, or by running it.
+func (c *Control) finish(ctx context.Context, p pending) outcome {
+	cmd, caller := p.cmd, p.caller
+	if p.running() {
+		p.res, p.err = c.reserve(ctx, cmd, caller.Principal.Name)
+	}
+	fail := func(e *CommandError) outcome { return outcome{errAnswer(cmd.CommandID, e), cmd.Command, e.Code} }
+	res := p.res
 	switch {
-	case err != nil:
+	case p.err != nil:
 		return fail(cmdErr(CodeUnavailable, "cannot record the command (database unavailable); retry with the same command_id"))
-	case !res.Reserved && (res.Principal != p.Name || res.Command != cmd.Command):
+	case !res.Reserved && (res.Principal != caller.Principal.Name || res.Command != cmd.Command):
 		return fail(cmdErr(CodeConflict, "command_id %q was already used for another command; use a new id per command", cmd.CommandID))
 	case !res.Reserved:
 		answer, err := c.cfg.Ops.OpenAnswer(cmd.CommandID, res.Answer)
@@ -268,22 +351,27 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 			c.log.Error("cannot open the remembered answer of a repeated command", "command_id", cmd.CommandID, "error", err)
 			return fail(cmdErr(CodeInternal, "the first answer of command %q cannot be read: %v", cmd.CommandID, err))
 		}
-		return answer, cmd.Command, "duplicate"
+		return outcome{answer, cmd.Command, "duplicate"}
 	}
+	return c.run(ctx, cmd, caller)
+}
 
+// run runs a command reserved here and records its answer.
+func (c *Control) run(ctx context.Context, cmd Command, caller ops.Caller) outcome {
 	stopRenewing := c.renew(ctx, cmd.CommandID)
-	answer, command, result = c.safeExecute(ctx, cmd, caller)
+	answer, command, result := c.safeExecute(ctx, cmd, caller)
 	stopRenewing()
+	out := outcome{answer, command, result}
 	if result == CodeUnavailable || result == CodeInternal || result == CodeConfirmRequired {
 		// Nothing was done: let a retry run it again (a refusal asking for
 		// confirm: true is retried with it, often under the same id).
 		if err := c.cfg.Commands.ForgetCommand(context.WithoutCancel(ctx), cmd.CommandID); err != nil {
 			c.log.Warn("cannot forget a failed command; a retry will run it once its reservation expires", "command_id", cmd.CommandID, "error", err)
 		}
-		return answer, command, result
+		return out
 	}
 	if result == "ok" && cmd.Command == CmdReplay && !cmd.DryRun {
-		return answer, command, result // recorded with the task
+		return out // recorded with the task
 	}
 	stored, err := c.cfg.Ops.SealAnswer(cmd.CommandID, answer)
 	if err == nil {
@@ -293,7 +381,7 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 		c.log.Warn("cannot record a command's answer; a repeat will run it again after its reservation expires",
 			"command_id", cmd.CommandID, "error", err)
 	}
-	return answer, command, result
+	return out
 }
 
 // reserve reserves cmd's command_id for principal, or returns its first
@@ -304,7 +392,8 @@ func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer
 // lapses (its handler died, or could not reach the database) is taken
 // over, and the command runs here. Answering "still running" instead
 // acknowledged the delivery, and a command whose handler had died was
-// lost.
+// lost. A consumer hands this wait to its waiters, so that it goes on
+// with other commands meanwhile.
 func (c *Control) reserve(ctx context.Context, cmd Command, principal string) (store.CommandReservation, error) {
 	for {
 		res, err := c.cfg.Commands.ReserveCommand(ctx, cmd.CommandID, cmd.Command, principal, c.cfg.CommandLease)

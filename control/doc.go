@@ -22,7 +22,10 @@
 // reserved by command_id before it runs (control_commands) and its answer
 // stored after; a replay's answer is stored in the task's own transaction,
 // so a redelivered command can never start a second task. A repeated
-// command_id returns the stored first answer and does nothing again.
+// command_id returns the stored first answer and does nothing again; a
+// repeat of a command still running waits for its answer (or, should its
+// handler die, runs it) in a goroutine of its own that holds its delivery,
+// so that the consumer goes on with other commands.
 // Commands whose only failure was the database being unavailable, a panic
 // (answered internal; the consumer goes on), or a missing confirm: true
 // are forgotten, so that a retry with the same id runs them. Audit rows

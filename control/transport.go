@@ -77,7 +77,9 @@ func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 // follows the connection as broker.Conn reconnects. It exists so that the
 // control queue rides the program's one reconnect layer rather than
 // watermill-amqp's own. Ack acknowledges the delivery; Nack rejects it
-// without requeue, so a message that fails can never loop.
+// without requeue, so a message that fails can never loop. A handler may
+// instead take the delivery (takeDelivery) to settle it later, off the
+// consumer, which then goes on with the next message.
 type Subscriber struct {
 	conn   *broker.Conn
 	log    *slog.Logger
@@ -129,6 +131,11 @@ func (s *Subscriber) consume(ctx context.Context, queue string, out chan<- *mess
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errTaken) {
+			// Its channel is the taker's now; go on on a new one.
+			backoff = 100 * time.Millisecond
+			continue
+		}
 		s.log.Warn("control queue consumer stopped; starting again", "queue", queue, "error", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
@@ -139,22 +146,33 @@ func (s *Subscriber) consume(ctx context.Context, queue string, out chan<- *mess
 	}
 }
 
+// errTaken ends a consumption whose last delivery a handler took, with
+// the channel it must be settled on.
+var errTaken = errors.New("delivery taken by its handler")
+
 func (s *Subscriber) consumeOnce(ctx context.Context, queue string, out chan<- *message.Message) error {
 	ch, err := s.conn.Channel(ctx)
 	if err != nil {
 		return err
 	}
-	defer ch.Close()
+	var h *held // the last delivery handed out
+	defer func() {
+		if h == nil || !h.isTaken() {
+			_ = ch.Close()
+		}
+	}()
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return fmt.Errorf("declare control queue %q: %w", queue, err)
 	}
 	// One command at a time per subscription: a handler never waits behind
 	// deliveries it has not asked for, and a crash leaves at most one
-	// command unacknowledged.
+	// command unacknowledged on it (and one on each channel taken by a
+	// handler: takeDelivery).
 	if err := ch.Qos(1, 0, false); err != nil {
 		return err
 	}
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	tag := "dlq-control-" + watermill.NewShortUUID()
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume control queue %q: %w", queue, err)
 	}
@@ -177,7 +195,8 @@ func (s *Subscriber) consumeOnce(ctx context.Context, queue string, out chan<- *
 			msg.Metadata.Set(MetaReplyTo, d.ReplyTo)
 			msg.Metadata.Set(MetaCorrelationID, d.CorrelationId)
 		}
-		mctx, cancel := context.WithCancel(ctx)
+		h = &held{d: d, ch: ch, tag: tag}
+		mctx, cancel := context.WithCancel(context.WithValue(ctx, heldKey{}, h))
 		msg.SetContext(mctx)
 		select {
 		case out <- msg:
@@ -187,9 +206,9 @@ func (s *Subscriber) consumeOnce(ctx context.Context, queue string, out chan<- *
 		}
 		select {
 		case <-msg.Acked():
-			err = d.Ack(false)
+			err = h.settle(d.Ack)
 		case <-msg.Nacked():
-			err = d.Reject(false)
+			err = h.settle(d.Reject)
 		case <-ctx.Done():
 			// Unacknowledged: RabbitMQ gives it to another consumer, and
 			// its command_id makes the repeat harmless.
@@ -201,6 +220,92 @@ func (s *Subscriber) consumeOnce(ctx context.Context, queue string, out chan<- *
 			return err
 		}
 	}
+}
+
+// heldKey is the context key of a message's *held.
+type heldKey struct{}
+
+// held is the delivery behind a message the Subscriber handed out.
+type held struct {
+	d     amqp.Delivery
+	ch    *amqp.Channel
+	tag   string
+	mu    sync.Mutex
+	taken bool
+}
+
+func (h *held) isTaken() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.taken
+}
+
+// settle settles the delivery the router acknowledged or rejected with
+// f, unless its handler took it: then it returns errTaken, and the
+// consumer leaves the channel to the taker.
+func (h *held) settle(f func(multiple bool) error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.taken {
+		return errTaken
+	}
+	return f(false)
+}
+
+// taken is a delivery its handler took off the consumer, to answer it
+// later without holding the consumer meanwhile. It keeps the channel the
+// delivery came on, with no consumer left on it: a delivery can only be
+// settled there, and a channel closed by a lost connection (RabbitMQ then
+// gives the delivery to a consumer again) refuses to settle it, so a
+// delivery from before a reconnect is never acknowledged. Exactly one of
+// Ack and Release settles it.
+type taken struct {
+	d    amqp.Delivery
+	ch   *amqp.Channel
+	lost chan *amqp.Error
+	once sync.Once
+}
+
+// takeDelivery takes msg's delivery from the Subscriber that handed it
+// out: its consumer stops (so that the channel takes no other message)
+// and, once the router settles msg, goes on on a new channel. It fails
+// for a message of another subscriber, one already settled, or when the
+// channel is gone (the delivery is then redelivered).
+func takeDelivery(msg *message.Message) (*taken, error) {
+	h, ok := msg.Context().Value(heldKey{}).(*held)
+	if !ok {
+		return nil, errors.New("control: message not from a control Subscriber")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.taken {
+		return nil, errors.New("control: delivery already taken")
+	}
+	if err := h.ch.Cancel(h.tag, false); err != nil {
+		return nil, fmt.Errorf("control: stop consumer %s to take its delivery: %w", h.tag, err)
+	}
+	h.taken = true
+	return &taken{d: h.d, ch: h.ch, lost: h.ch.NotifyClose(make(chan *amqp.Error, 1))}, nil
+}
+
+// Lost is closed when the delivery's channel closes: it went back to the
+// queue and will be delivered again.
+func (t *taken) Lost() <-chan *amqp.Error { return t.lost }
+
+// Ack acknowledges the delivery and closes its channel.
+func (t *taken) Ack() error {
+	err := errors.New("control: delivery already settled")
+	t.once.Do(func() {
+		err = t.d.Ack(false)
+		_ = t.ch.Close()
+	})
+	return err
+}
+
+// Release closes the delivery's channel without settling it: RabbitMQ
+// delivers it again.
+func (t *taken) Release() {
+	t.once.Do(func() { _ = t.ch.Close() })
 }
 
 // Close ends every subscription and waits for them.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,15 @@ func (b *bundle) control(t *testing.T, scopedQueues ...string) string {
 // unless the tweak sets the Control's Ops itself.
 func (b *bundle) controlWith(t *testing.T, tweak func(*control.Config, *oplayer.Config), scopedQueues ...string) string {
 	t.Helper()
+	queue, stop := b.startControl(t, tweak, scopedQueues...)
+	t.Cleanup(stop)
+	return queue
+}
+
+// startControl is controlWith, returning the func that stops the Control
+// (and waits for it) for a test that looks at the queue after it.
+func (b *bundle) startControl(t *testing.T, tweak func(*control.Config, *oplayer.Config), scopedQueues ...string) (string, func()) {
+	t.Helper()
 	tokens := []auth.Token{
 		{Name: "ops", Token: operatorToken, Role: auth.RoleOperator},
 		{Name: "watcher", Token: viewerToken, Role: auth.RoleViewer},
@@ -68,7 +78,8 @@ func (b *bundle) controlWith(t *testing.T, tweak func(*control.Config, *oplayer.
 		defer close(done)
 		require.NoError(t, c.Run(ctx))
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
 	// The subscribers declare the queue and consume it; wait for all of
 	// them before sending. Declared is not enough: RabbitMQ 3.10 can
 	// answer a quorum queue's declaration before the queue runs, and a
@@ -85,7 +96,7 @@ func (b *bundle) controlWith(t *testing.T, tweak func(*control.Config, *oplayer.
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 		return err == nil && q.Consumers >= want
 	}, "control queue %s not declared and consumed by %d", queue, want)
-	return queue
+	return queue, stop
 }
 
 // newOps is the operations layer of cfg.
@@ -450,4 +461,76 @@ FROM control_commands WHERE command_id = 'long-1'`).Scan(&held))
 	var audits int
 	require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE request_id = 'long-1'`).Scan(&audits))
 	require.Equal(t, 1, audits, "the command ran once")
+}
+
+// TestControlRepeatOfARunningCommandDoesNotBlock: a repeat of a command
+// still running (a client's retry, RabbitMQ's redelivery after a lost
+// channel) waits for the first's answer off its consumer, which goes on
+// with other commands meanwhile. The consumer waited itself: one long
+// command repeated once held every other command of the instance until
+// it finished.
+func TestControlRepeatOfARunningCommandDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, ids := b.deadLetter(t, 2)
+	// Two consumers: one runs the long command, the other takes its repeat.
+	queue, stop := b.startControl(t, func(c *control.Config, _ *oplayer.Config) { c.Consumers = 2 })
+	first, again, other := b.client(t, queue, operatorToken), b.client(t, queue, operatorToken), b.client(t, queue, operatorToken)
+
+	// Hold the row, so that the acknowledgement waits for it.
+	ctx := context.Background()
+	lock, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(ctx) //nolint:errcheck // released below
+	_, err = lock.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, ids[0])
+	require.NoError(t, err)
+
+	body := []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"slow-1","ids":[%d]}`, ids[0]))
+	answers := make(chan control.Answer, 2)
+	send := func(c *control.Client) {
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		a, err := c.CallRaw(cctx, body)
+		if err != nil {
+			a = control.Answer{Error: &control.CommandError{Code: "client", Message: err.Error()}}
+		}
+		answers <- a
+	}
+	go send(first)
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM control_commands WHERE command_id = 'slow-1'`).Scan(&n))
+		return n == 1
+	}, "the first delivery did not reserve the command")
+	go send(again)
+	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, b.app, queue) == 0 },
+		"the repeat was not taken by a consumer")
+
+	// Another command, while the first waits for the row and its repeat
+	// for the first's answer: answered at once (its deadline is the
+	// poll's).
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a, err := other.CallRaw(octx, []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"other-1","ids":[%d]}`, ids[1])))
+	require.NoError(t, err, "another command waited behind the repeat of a running one")
+	requireOK(t, a)
+	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[1]))
+	select {
+	case a := <-answers:
+		t.Fatalf("a copy of the held command was answered before it ran: %+v", a)
+	default:
+	}
+
+	require.NoError(t, lock.Rollback(ctx))
+	a1, a2 := <-answers, <-answers
+	requireOK(t, a1)
+	require.Equal(t, a1, a2, "the repeat returns the first answer")
+	var audits int
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE request_id = 'slow-1'`).Scan(&audits))
+	require.Equal(t, 1, audits, "the command ran once")
+	// Every delivery was acknowledged: none goes back to the queue when
+	// the Control's channels and connection close.
+	stop()
+	b.conn.Close()
+	require.Zero(t, dlqtest.QueueDepth(t, b.app, queue), "a delivery was left unsettled")
 }

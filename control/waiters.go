@@ -1,0 +1,109 @@
+package control
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// maxWaiting bounds the repeats of running commands that wait off their
+// consumers at once, per Control: each holds a goroutine, an AMQP channel
+// with its one unacknowledged delivery and, should the first's handler
+// die, runs the command. Past it, a consumer waits for a repeat itself,
+// as every consumer once did, rather than take more without bound.
+const maxWaiting = 32
+
+// waiters wait for running commands on behalf of the consumers. A repeat
+// of a command still running (a client's retry, RabbitMQ's redelivery
+// after a lost channel) waits for the first's answer, or for its
+// reservation to lapse, which can take as long as the command: a replay
+// of a million, an export. Its consumer waited itself, and took no other
+// command meanwhile.
+type waiters struct {
+	c     *Control
+	ctx   context.Context
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+// newWaiters returns the waiters of a Run; they stop when ctx ends.
+func (c *Control) newWaiters(ctx context.Context) *waiters {
+	return &waiters{c: c, ctx: ctx, slots: make(chan struct{}, maxWaiting)}
+}
+
+// wait waits for every waiter to end, after their context ended.
+func (w *waiters) wait() { w.wg.Wait() }
+
+// take hands p, a repeat of a running command, to a waiter, with msg's
+// delivery, and reports whether it did: then the waiter answers msg and
+// settles its delivery, and the consumer goes on. When every waiter is
+// busy, or the delivery cannot be taken, the consumer waits itself.
+func (w *waiters) take(msg *message.Message, p pending) bool {
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		w.c.log.Warn("too many repeats of running commands waiting; this consumer waits for this one itself",
+			"command_id", p.cmd.CommandID, "waiting", maxWaiting)
+		return false
+	}
+	d, err := takeDelivery(msg)
+	if err != nil {
+		<-w.slots
+		w.c.log.Warn("cannot take a repeated command off its consumer; the consumer waits for it", "command_id", p.cmd.CommandID, "error", err)
+		return false
+	}
+	replyTo, corr := msg.Metadata.Get(MetaReplyTo), msg.Metadata.Get(MetaCorrelationID)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.slots }()
+		w.await(d, p, replyTo, corr, msg.Payload)
+	}()
+	return true
+}
+
+// await answers p once its first handler answered it, or runs it once that
+// handler's reservation lapsed, then acknowledges its delivery. When the
+// delivery's channel closes meanwhile (RabbitMQ gives the delivery to a
+// consumer again, and that one answers it) or the Control stops, it gives
+// up without answering; the delivery goes back to the queue.
+func (w *waiters) await(d *taken, p pending, replyTo, corr string, body []byte) {
+	wctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.Lost():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	p.res, p.err = w.c.reserve(wctx, p.cmd, p.caller.Principal.Name)
+	if wctx.Err() != nil {
+		d.Release()
+		return
+	}
+	out := w.finish(p, body)
+	if w.ctx.Err() != nil {
+		// Stopping: the command was interrupted, or it finished and its
+		// redelivery gets its recorded answer.
+		d.Release()
+		return
+	}
+	w.c.respond(w.ctx, replyTo, corr, out)
+	if err := d.Ack(); err != nil {
+		w.c.log.Warn("cannot acknowledge a repeated command; RabbitMQ delivers it again and it is answered again",
+			"command_id", p.cmd.CommandID, "error", err)
+	}
+}
+
+// finish is Control.finish with a panic turned into an internal error
+// answer, as on the consumer.
+func (w *waiters) finish(p pending, body []byte) (out outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = w.c.panicked(r, body)
+		}
+	}()
+	return w.c.finish(w.ctx, p)
+}
