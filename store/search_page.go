@@ -70,41 +70,15 @@ func searchIDs(f Filter, sq searchQuery, opt ListOptions, limit int, keyIDs []in
 // restingSearchArms renders searchIDs' parts over the statuses the
 // listing and search indexes hold (resting, never replaying). n is the
 // placeholder of the page's row limit, before the keyset condition.
+//
+// The parts render in a fixed order, each adding its arguments as it
+// goes: a placeholder no statement uses is an error, so a part adds its
+// arguments only when it is in the page.
 func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOptions, n, before string, keyIDs []int64, args *sqlArgs) ([]string, error) {
-	// The filter with its status written so that no index can serve it,
-	// so the planner never ANDs the GIN bitmap with millions of (status,
-	// id) entries; status <> 'replaying' is what lets the planner use the
-	// GIN index, whose predicate it is, and no B-tree can use it.
-	// Rendered when first used: a placeholder no statement uses is an
-	// error.
-	var keyWhereSQL string
-	keyWhere := func() (string, error) {
-		if keyWhereSQL != "" {
-			return keyWhereSQL, nil
-		}
-		statusFree := base
-		statusFree.Status = "all"
-		w, err := statusFree.where(args)
-		if err != nil {
-			return "", err
-		}
-		w += " AND m.status <> 'replaying' AND (m.status || '') = ANY(" + args.add(resting) + "::text[])" + before
-		keyWhereSQL = w
-		return w, nil
-	}
-	// A rare key (a message id, a trace id) is read through the GIN index;
-	// a key thousands of messages share was walked to already (keyIDs, see
-	// walkKey).
-	var keyArm string
-	if keyIDs != nil {
-		keyArm = `(SELECT unnest(` + args.add(keyIDs) + `::bigint[]) AS id)`
-	} else {
-		kw, err := keyWhere()
-		if err != nil {
-			return nil, err
-		}
-		keyArm = `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND ` + sq.hasKeys(args, "m", sq.key) + `
-		  ORDER BY m.id DESC LIMIT ` + n + `)`
+	r := &restingArms{base: base, resting: resting, sq: sq, opt: opt, n: n, before: before, args: args}
+	keyArm, err := r.keyArm(keyIDs)
+	if err != nil {
+		return nil, err
 	}
 	if sq.index != nil {
 		// Failure text and bodies are sealed: q matches keys only. (Before
@@ -112,102 +86,196 @@ func restingSearchArms(base Filter, resting []string, sq searchQuery, opt ListOp
 		// error.)
 		return []string{keyArm}, nil
 	}
-	// Row conditions a failure group does not already decide.
-	rowConds := []string{"m.group_id = gid"}
-	if before != "" {
-		rowConds = append(rowConds, strings.TrimPrefix(before, " AND "))
-	}
-	rowConds, err := base.appendRowConds(rowConds, args)
-	if err != nil {
+	if err := r.groupConds(); err != nil {
 		return nil, err
-	}
-	// Conditions on the group: its key holds the queue and the reason.
-	groupConds := base.appendKeyConds([]string{"TRUE"}, "g", args)
-	if base.Group != "" {
-		id, err := ParseGroupID(base.Group)
-		if err != nil {
-			return nil, err
-		}
-		groupConds = append(groupConds, "g.id = "+args.add(id))
-	}
-	gWhere := strings.Join(groupConds, " AND ")
-	// The group conditions are searchQuery's, which matches (the same
-	// search as a condition on one row) uses too.
-	whole := sq.wholeGroups(args)
-	// One newest-first range of (group_id, status, id) per group and
-	// status, each status a literal so that the partial index serves it.
-	perGroup := func(groups string) string {
-		per := make([]string, 0, len(resting))
-		for _, st := range resting {
-			per = append(per, `(SELECT m.id FROM dead_messages m WHERE `+statusIn("m", []string{st})+` AND `+strings.Join(rowConds, " AND ")+`
-		      ORDER BY m.id DESC LIMIT `+n+`)`)
-		}
-		return `(SELECT x.id FROM unnest(ARRAY(` + groups + `)) AS gid
-		  CROSS JOIN LATERAL (` + strings.Join(per, " UNION ALL ") + `) x)`
-	}
-	// keyed reads the messages having keys through the GIN index alone:
-	// OFFSET 0 fences the subquery, so the planner cannot AND the bitmap
-	// with (group_id, status, id), whose millions of entries cost far more
-	// than checking the few rows with q's values.
-	keyed := func(keys []string) string {
-		return `(SELECT * FROM dead_messages k WHERE k.status <> 'replaying' AND ` + sq.hasKeys(args, "k", keys...) + ` OFFSET 0) m`
 	}
 	arms := []string{
 		keyArm,
-		perGroup(`SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND ` + whole),
+		r.perGroup(`SELECT g.id FROM failure_groups g WHERE ` + r.gWhere + ` AND ` + r.whole),
 	}
 	if sq.hasText {
-		// Words, across every queue: the documents' GIN index
-		// (message_text), then the newest rows still waiting for theirs
-		// (textindex.go), read one by one through the primary key.
-		kw, err := keyWhere()
+		a, err := r.textArms(keyIDs == nil)
 		if err != nil {
 			return nil, err
 		}
-		tsq := sq.text.sql(args)
-		arms = append(arms, textDocArm(tsq, kw, before, n, sq.walk, keyIDs == nil, !opt.NoBodySearch),
-			`(SELECT m.id FROM dead_messages m WHERE m.id = ANY(`+textTailSQL()+`) AND `+kw+
-				` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND `+bodyTextSQL("m")+` @@ `+tsq+sq.bodyless("m", tsq, !opt.NoBodySearch)+`
-		  ORDER BY m.id DESC LIMIT `+n+`)`)
+		arms = append(arms, a...)
 	}
 	if len(sq.values) > 0 {
-		// The EXISTS is a one-time filter: with no such group, the keyed
-		// rows are not even read.
-		kw, err := keyWhere()
+		a, err := r.partialArm()
 		if err != nil {
 			return nil, err
 		}
-		partial := `SELECT g.id FROM failure_groups g WHERE ` + gWhere + ` AND ` + sq.partialGroups(args, whole)
-		arms = append(arms, `(SELECT m.id FROM `+keyed(sq.values)+`
-		  WHERE EXISTS (`+partial+`) AND m.group_id = ANY(ARRAY(`+partial+`)) AND `+kw+` AND `+sq.failureText(args, "m")+`
-		  ORDER BY m.id DESC LIMIT `+n+`)`)
+		arms = append(arms, a)
 	}
 	if base.SourceQueue != "" && !opt.NoBodySearch {
-		// With a time bound, "m.id + 0" keeps the planner from walking the
-		// queue's id index (which ignores the bound and may read the whole
-		// queue looking for a rare phrase): it reads the rows in the time
-		// range through (source_queue, status, failed_at) instead, one
-		// range per status (every status is spelled out), then sorts them.
-		//
-		// One query per status: a condition equal to the index's own
-		// predicate (all three resting statuses) is dropped from its index
-		// conditions, and the time range, behind the status column, would
-		// then bound nothing: the queue's whole span would be read.
-		order := "m.id"
-		if base.FailedAfter != nil {
-			order = "m.id + 0"
+		a, err := r.bodyArms()
+		if err != nil {
+			return nil, err
 		}
-		body := args.add(sq.body)
-		for _, st := range resting {
-			one := base
-			one.Status = st
-			where, err := one.where(args)
-			if err != nil {
-				return nil, err
-			}
-			arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+before+` AND position(`+body+`::bytea IN m.body) > 0
-		  ORDER BY `+order+` DESC LIMIT `+n+`)`)
+		arms = append(arms, a...)
+	}
+	return arms, nil
+}
+
+// restingArms is what restingSearchArms' parts share while they render.
+type restingArms struct {
+	base      Filter
+	resting   []string
+	sq        searchQuery
+	opt       ListOptions
+	n, before string
+	args      *sqlArgs
+
+	keyWhereSQL string   // keyWhere, once rendered
+	rowConds    []string // groupConds': on a row of a failure group
+	gWhere      string   // groupConds': on the failure group g
+	whole       string   // sq.wholeGroups, rendered by groupConds
+}
+
+// keyWhere renders the filter with its status written so that no index
+// can serve it, so the planner never ANDs the GIN bitmap with millions of
+// (status, id) entries; status <> 'replaying' is what lets the planner
+// use the GIN index, whose predicate it is, and no B-tree can use it.
+// Rendered when first used: a placeholder no statement uses is an error.
+func (r *restingArms) keyWhere() (string, error) {
+	if r.keyWhereSQL != "" {
+		return r.keyWhereSQL, nil
+	}
+	statusFree := r.base
+	statusFree.Status = "all"
+	w, err := statusFree.where(r.args)
+	if err != nil {
+		return "", err
+	}
+	w += " AND m.status <> 'replaying' AND (m.status || '') = ANY(" + r.args.add(r.resting) + "::text[])" + r.before
+	r.keyWhereSQL = w
+	return w, nil
+}
+
+// keyArm renders the keys' part. A rare key (a message id, a trace id) is
+// read through the GIN index; a key thousands of messages share was walked
+// to already (keyIDs, see walkKey).
+func (r *restingArms) keyArm(keyIDs []int64) (string, error) {
+	if keyIDs != nil {
+		return `(SELECT unnest(` + r.args.add(keyIDs) + `::bigint[]) AS id)`, nil
+	}
+	kw, err := r.keyWhere()
+	if err != nil {
+		return "", err
+	}
+	return `(SELECT m.id FROM dead_messages m WHERE ` + kw + ` AND ` + r.sq.hasKeys(r.args, "m", r.sq.key) + `
+		  ORDER BY m.id DESC LIMIT ` + r.n + `)`, nil
+}
+
+// groupConds renders the conditions the failure groups' parts share: on a
+// row, those a failure group does not already decide (rowConds); on the
+// group, whose key holds the queue and the reason (gWhere); and the
+// groups every message of which matches q (whole: searchQuery's, which
+// matches, the same search as a condition on one row, uses too).
+func (r *restingArms) groupConds() error {
+	rowConds := []string{"m.group_id = gid"}
+	if r.before != "" {
+		rowConds = append(rowConds, strings.TrimPrefix(r.before, " AND "))
+	}
+	rowConds, err := r.base.appendRowConds(rowConds, r.args)
+	if err != nil {
+		return err
+	}
+	r.rowConds = rowConds
+	groupConds := r.base.appendKeyConds([]string{"TRUE"}, "g", r.args)
+	if r.base.Group != "" {
+		id, err := ParseGroupID(r.base.Group)
+		if err != nil {
+			return err
 		}
+		groupConds = append(groupConds, "g.id = "+r.args.add(id))
+	}
+	r.gWhere = strings.Join(groupConds, " AND ")
+	r.whole = r.sq.wholeGroups(r.args)
+	return nil
+}
+
+// perGroup renders one newest-first range of (group_id, status, id) per
+// group of groups (a query of their ids) and status, each status a
+// literal so that the partial index serves it.
+func (r *restingArms) perGroup(groups string) string {
+	per := make([]string, 0, len(r.resting))
+	for _, st := range r.resting {
+		per = append(per, `(SELECT m.id FROM dead_messages m WHERE `+statusIn("m", []string{st})+` AND `+strings.Join(r.rowConds, " AND ")+`
+		      ORDER BY m.id DESC LIMIT `+r.n+`)`)
+	}
+	return `(SELECT x.id FROM unnest(ARRAY(` + groups + `)) AS gid
+		  CROSS JOIN LATERAL (` + strings.Join(per, " UNION ALL ") + `) x)`
+}
+
+// textArms renders the words' parts, across every queue: the documents'
+// GIN index (message_text), then the newest rows still waiting for theirs
+// (textindex.go), read one by one through the primary key. askIndex is
+// textDocArm's.
+func (r *restingArms) textArms(askIndex bool) ([]string, error) {
+	kw, err := r.keyWhere()
+	if err != nil {
+		return nil, err
+	}
+	sq, opt, n := r.sq, r.opt, r.n
+	tsq := sq.text.sql(r.args)
+	return []string{textDocArm(tsq, kw, r.before, n, sq.walk, askIndex, !opt.NoBodySearch),
+		`(SELECT m.id FROM dead_messages m WHERE m.id = ANY(` + textTailSQL() + `) AND ` + kw +
+			` AND m.enc_key_id IS NULL AND m.body_text_bytes IS NOT NULL AND ` + bodyTextSQL("m") + ` @@ ` + tsq + sq.bodyless("m", tsq, !opt.NoBodySearch) + `
+		  ORDER BY m.id DESC LIMIT ` + n + `)`}, nil
+}
+
+// partialArm renders the part of the groups q matches only once its
+// variable parts are masked: their messages having q's values among their
+// keys, read through the GIN index alone, then checked. The EXISTS is a
+// one-time filter: with no such group, the keyed rows are not even read.
+func (r *restingArms) partialArm() (string, error) {
+	kw, err := r.keyWhere()
+	if err != nil {
+		return "", err
+	}
+	partial := `SELECT g.id FROM failure_groups g WHERE ` + r.gWhere + ` AND ` + r.sq.partialGroups(r.args, r.whole)
+	return `(SELECT m.id FROM ` + r.keyed(r.sq.values) + `
+		  WHERE EXISTS (` + partial + `) AND m.group_id = ANY(ARRAY(` + partial + `)) AND ` + kw + ` AND ` + r.sq.failureText(r.args, "m") + `
+		  ORDER BY m.id DESC LIMIT ` + r.n + `)`, nil
+}
+
+// keyed reads the messages having keys through the GIN index alone:
+// OFFSET 0 fences the subquery, so the planner cannot AND the bitmap with
+// (group_id, status, id), whose millions of entries cost far more than
+// checking the few rows with q's values.
+func (r *restingArms) keyed(keys []string) string {
+	return `(SELECT * FROM dead_messages k WHERE k.status <> 'replaying' AND ` + r.sq.hasKeys(r.args, "k", keys...) + ` OFFSET 0) m`
+}
+
+// bodyArms renders the body's parts, a scan of the filter's source queue.
+//
+// With a time bound, "m.id + 0" keeps the planner from walking the
+// queue's id index (which ignores the bound and may read the whole queue
+// looking for a rare phrase): it reads the rows in the time range through
+// (source_queue, status, failed_at) instead, one range per status (every
+// status is spelled out), then sorts them.
+//
+// One query per status: a condition equal to the index's own predicate
+// (all three resting statuses) is dropped from its index conditions, and
+// the time range, behind the status column, would then bound nothing: the
+// queue's whole span would be read.
+func (r *restingArms) bodyArms() ([]string, error) {
+	order := "m.id"
+	if r.base.FailedAfter != nil {
+		order = "m.id + 0"
+	}
+	body := r.args.add(r.sq.body)
+	arms := make([]string, 0, len(r.resting))
+	for _, st := range r.resting {
+		one := r.base
+		one.Status = st
+		where, err := one.where(r.args)
+		if err != nil {
+			return nil, err
+		}
+		arms = append(arms, `(SELECT m.id FROM dead_messages m WHERE `+where+r.before+` AND position(`+body+`::bytea IN m.body) > 0
+		  ORDER BY `+order+` DESC LIMIT `+r.n+`)`)
 	}
 	return arms, nil
 }
