@@ -215,112 +215,12 @@ func (s *Store) RekeyMessages(ctx context.Context, l Lease, after int64, limit i
 	var res RekeyResult
 	err = s.fenced(ctx, l, func(tx pgx.Tx) error {
 		res = RekeyResult{}
-		rows, err := tx.Query(ctx, `
-SELECT id, enc_key_id, enc_dek, enc_nonce,
-    CASE WHEN enc_key_id IS NULL THEN body END, CASE WHEN enc_key_id IS NULL THEN properties::text END,
-    CASE WHEN enc_key_id IS NULL THEN headers::text END, CASE WHEN enc_key_id IS NULL THEN failure::text END,
-    search_keys, fingerprint
-FROM dead_messages WHERE id > $1 AND enc_key_id IS DISTINCT FROM $2
-ORDER BY id LIMIT $3
-FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
+		batch, err := readRekeyBatch(ctx, tx, enc, after, limit, &res)
 		if err != nil {
 			return err
 		}
-		type plainRow struct {
-			id          int64
-			m           NewMessage
-			keys        []string
-			fingerprint int64
-		}
-		var (
-			rewrap []int64
-			envs   []crypt.Envelope
-			plains []plainRow
-			n      int
-		)
-		for rows.Next() {
-			var (
-				id                      int64
-				keyID                   *string
-				env                     crypt.Envelope
-				body                    []byte
-				props, headers, failure *string
-				keys                    []string
-				fp                      int64
-			)
-			if err := rows.Scan(&id, &keyID, &env.DEK, &env.Nonce, &body, &props, &headers, &failure, &keys, &fp); err != nil {
-				rows.Close()
-				return err
-			}
-			n++
-			res.Last = id
-			if keyID != nil {
-				env.KeyID = *keyID
-				re, err := enc.ring.Rewrap(env)
-				if err != nil {
-					res.Skipped = append(res.Skipped, RekeySkip{Table: tableMessages, ID: id, Err: err})
-					continue
-				}
-				rewrap = append(rewrap, id)
-				envs = append(envs, re)
-				continue
-			}
-			p := plainRow{id: id, keys: keys, fingerprint: fp}
-			p.m.Body = nonNilBytes(body)
-			p.m.Properties = rawOr(props, emptyObject)
-			// Sealed as stored: an x-death header ingest left to the
-			// death record stays there (the operations layer puts it back
-			// when it opens the row).
-			p.m.Headers = rawOr(headers, emptyObject)
-			if failure != nil {
-				p.m.Failure = json.RawMessage(*failure)
-			}
-			plains = append(plains, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		res.Done = n < limit
-		var (
-			b         pgx.Batch
-			sealedIDs []int64
-		)
-		for i, id := range rewrap {
-			b.Queue(`UPDATE dead_messages SET enc_key_id = $2, enc_dek = $3 WHERE id = $1`, id, envs[i].KeyID, envs[i].DEK)
-		}
-		for _, p := range plains {
-			r, err := enc.sealMessage(index, p.id, &p.m)
-			if err != nil {
-				res.Skipped = append(res.Skipped, RekeySkip{Table: tableMessages, ID: p.id, Err: err})
-				continue
-			}
-			// The keys were computed from the plain values at ingest; the
-			// death history loses its failure messages, which are sealed
-			// in new entries too. A row without a death record (x_death
-			// NULL: stored before migration 00070 or by an older dlq, not
-			// yet reached by backfill older_rows) gets it now, derived from
-			// its plain headers as reads and that backfill derive it
-			// (dlq_x_death; SET reads the old headers): once they are
-			// sealed, the derivation would find none and the backfill would
-			// write [] for good.
-			b.Queue(`
-UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = NULL, failure_message = NULL,
-    x_death = coalesce(x_death, dlq_x_death(headers)),
-    message_id = NULL, search_keys = NULL, search_hashes = $4, fingerprint = $5, search_text = NULL, body_text_bytes = NULL,
-    death_history = (SELECT jsonb_agg(e - 'failure_message' ORDER BY i) FROM jsonb_array_elements(death_history) WITH ORDINALITY AS h(e, i)),
-    enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9
-WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p.fingerprint), r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
-			res.Sealed++
-			sealedIDs = append(sealedIDs, p.id)
-		}
-		if len(sealedIDs) > 0 {
-			// A sealed row's text must not stay in plain in the text
-			// index (textindex.go locks rows while it writes documents, so
-			// none is written behind this).
-			b.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, sealedIDs)
-		}
-		res.Rewrapped = len(rewrap)
+		var b pgx.Batch
+		batch.queue(&b, enc, index, &res)
 		if b.Len() == 0 {
 			return nil
 		}
@@ -330,6 +230,130 @@ WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p
 		return RekeyResult{}, fmt.Errorf("store: rekey messages after %d: %w", after, err)
 	}
 	return res, nil
+}
+
+// rekeyBatch is one RekeyMessages batch as read: the sealed rows whose
+// data keys are re-wrapped already (rewrap, with their new envelopes),
+// and the plain rows still to seal.
+type rekeyBatch struct {
+	rewrap []int64
+	envs   []crypt.Envelope
+	plains []rekeyPlainRow
+}
+
+// rekeyPlainRow is a plain row RekeyMessages seals, as stored.
+type rekeyPlainRow struct {
+	id          int64
+	m           NewMessage
+	keys        []string
+	fingerprint int64
+}
+
+// readRekeyBatch locks and reads at most limit messages after the id
+// after that are not under the active key, and re-wraps the data keys of
+// the sealed ones. It records in res the last id read, whether the batch
+// was the last, and the rows whose key it cannot re-wrap.
+func readRekeyBatch(ctx context.Context, tx pgx.Tx, enc *encState, after int64, limit int, res *RekeyResult) (rekeyBatch, error) {
+	var batch rekeyBatch
+	rows, err := tx.Query(ctx, `
+SELECT id, enc_key_id, enc_dek, enc_nonce,
+    CASE WHEN enc_key_id IS NULL THEN body END, CASE WHEN enc_key_id IS NULL THEN properties::text END,
+    CASE WHEN enc_key_id IS NULL THEN headers::text END, CASE WHEN enc_key_id IS NULL THEN failure::text END,
+    search_keys, fingerprint
+FROM dead_messages WHERE id > $1 AND enc_key_id IS DISTINCT FROM $2
+ORDER BY id LIMIT $3
+FOR UPDATE SKIP LOCKED`, after, enc.ring.Active(), limit)
+	if err != nil {
+		return batch, err
+	}
+	n := 0
+	for rows.Next() {
+		var (
+			id                      int64
+			keyID                   *string
+			env                     crypt.Envelope
+			body                    []byte
+			props, headers, failure *string
+			keys                    []string
+			fp                      int64
+		)
+		if err := rows.Scan(&id, &keyID, &env.DEK, &env.Nonce, &body, &props, &headers, &failure, &keys, &fp); err != nil {
+			rows.Close()
+			return batch, err
+		}
+		n++
+		res.Last = id
+		if keyID != nil {
+			env.KeyID = *keyID
+			re, err := enc.ring.Rewrap(env)
+			if err != nil {
+				res.Skipped = append(res.Skipped, RekeySkip{Table: tableMessages, ID: id, Err: err})
+				continue
+			}
+			batch.rewrap = append(batch.rewrap, id)
+			batch.envs = append(batch.envs, re)
+			continue
+		}
+		p := rekeyPlainRow{id: id, keys: keys, fingerprint: fp}
+		p.m.Body = nonNilBytes(body)
+		p.m.Properties = rawOr(props, emptyObject)
+		// Sealed as stored: an x-death header ingest left to the death
+		// record stays there (the operations layer puts it back when it
+		// opens the row).
+		p.m.Headers = rawOr(headers, emptyObject)
+		if failure != nil {
+			p.m.Failure = json.RawMessage(*failure)
+		}
+		batch.plains = append(batch.plains, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return batch, err
+	}
+	res.Done = n < limit
+	return batch, nil
+}
+
+// queue queues into b the writes of the batch: the re-wrapped data keys,
+// the plain rows sealed, and their text documents dropped. It counts them
+// in res, and records there the rows it cannot seal.
+func (batch rekeyBatch) queue(b *pgx.Batch, enc *encState, index *crypt.Index, res *RekeyResult) {
+	for i, id := range batch.rewrap {
+		b.Queue(`UPDATE dead_messages SET enc_key_id = $2, enc_dek = $3 WHERE id = $1`, id, batch.envs[i].KeyID, batch.envs[i].DEK)
+	}
+	var sealedIDs []int64
+	for _, p := range batch.plains {
+		r, err := enc.sealMessage(index, p.id, &p.m)
+		if err != nil {
+			res.Skipped = append(res.Skipped, RekeySkip{Table: tableMessages, ID: p.id, Err: err})
+			continue
+		}
+		// The keys were computed from the plain values at ingest; the
+		// death history loses its failure messages, which are sealed in
+		// new entries too. A row without a death record (x_death NULL:
+		// stored before migration 00070 or by an older dlq, not yet
+		// reached by backfill older_rows) gets it now, derived from its
+		// plain headers as reads and that backfill derive it
+		// (dlq_x_death; SET reads the old headers): once they are sealed,
+		// the derivation would find none and the backfill would write []
+		// for good.
+		b.Queue(`
+UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = NULL, failure_message = NULL,
+    x_death = coalesce(x_death, dlq_x_death(headers)),
+    message_id = NULL, search_keys = NULL, search_hashes = $4, fingerprint = $5, search_text = NULL, body_text_bytes = NULL,
+    death_history = (SELECT jsonb_agg(e - 'failure_message' ORDER BY i) FROM jsonb_array_elements(death_history) WITH ORDINALITY AS h(e, i)),
+    enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9
+WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p.fingerprint), r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
+		res.Sealed++
+		sealedIDs = append(sealedIDs, p.id)
+	}
+	if len(sealedIDs) > 0 {
+		// A sealed row's text must not stay in plain in the text index
+		// (textindex.go locks rows while it writes documents, so none is
+		// written behind this).
+		b.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, sealedIDs)
+	}
+	res.Rewrapped = len(batch.rewrap)
 }
 
 func rawOr(s *string, def json.RawMessage) json.RawMessage {
