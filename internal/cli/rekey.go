@@ -100,108 +100,134 @@ func rekey(ctx context.Context, st *store.Store, ring *crypt.Ring, batch int, ou
 	lease := run.Lease
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go func() {
-		t := time.NewTicker(rekeyLeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				if err := st.RenewLease(rctx, lease, rekeyLeaseTTL); errors.Is(err, store.ErrLeaseLost) {
-					cancel(err)
-					return
-				}
-			}
-		}
-	}()
+	go renewRekeyLease(rctx, cancel, st, lease)
 	total, err := remaining(rctx, st, ring.Active())
 	if err != nil {
 		return finishRekey(st, run.RunID, 0, err)
 	}
 	fmt.Fprintf(out, "rekey: %d messages to re-encrypt under key %s (batches of %d)\n", total, ring.Active(), batch)
-	var (
-		done     int64
-		skipped  = map[int64]error{}
-		start    = time.Now()
-		lastShow time.Time
-	)
-	show := func(force bool) {
-		if !force && time.Since(lastShow) < time.Second {
-			return
-		}
-		lastShow = time.Now()
-		rate := float64(done) / max(time.Since(start).Seconds(), 0.001)
-		eta := "-"
-		if rate > 0 && total > done {
-			eta = (time.Duration(float64(total-done)/rate) * time.Second).String()
-		}
-		pct := 100.0
-		if total > 0 {
-			pct = 100 * float64(done) / float64(total)
-		}
-		fmt.Fprintf(out, "rekey: %d/%d messages (%.1f%%), %.0f/s, eta %s, %d unreadable\n", done, total, pct, rate, eta, len(skipped))
+	p := &rekeyProgress{out: out, total: total, skipped: map[int64]error{}, start: time.Now()}
+	if err := rekeyMessages(rctx, st, ring.Active(), lease, batch, p); err != nil {
+		return finishRekey(st, run.RunID, p.done, err)
 	}
-	// Passes from the lowest id: rows another transaction held (SKIP
-	// LOCKED) are found by the next pass.
+	n, rest, err := st.RekeyRest(rctx, lease)
+	if err != nil {
+		return finishRekey(st, run.RunID, p.done, err)
+	}
+	p.show(true)
+	if n > 0 {
+		fmt.Fprintf(out, "rekey: %d failure groups, edits and index key re-encrypted\n", n)
+	}
+	p.printSkipped(rest)
+	if err := finishRekey(st, run.RunID, p.done, nil); err != nil {
+		return err
+	}
+	return printKeyUsage(ctx, out, st, ring)
+}
+
+// renewRekeyLease renews the job's lease until ctx ends, and cancels ctx
+// with store.ErrLeaseLost when another holder has it.
+func renewRekeyLease(ctx context.Context, cancel context.CancelCauseFunc, st *store.Store, lease store.Lease) {
+	t := time.NewTicker(rekeyLeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := st.RenewLease(ctx, lease, rekeyLeaseTTL); errors.Is(err, store.ErrLeaseLost) {
+				cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// rekeyMessages re-encrypts the messages in batches, in passes from the
+// lowest id: rows another transaction held (SKIP LOCKED) are found by the
+// next pass. It stops when only rows it cannot read are left, when a pass
+// changed nothing, or after 20 passes. An error from a batch is ctx's
+// cause when ctx ended (the lease lost).
+func rekeyMessages(ctx context.Context, st *store.Store, active string, lease store.Lease, batch int, p *rekeyProgress) error {
 	for pass := 1; ; pass++ {
 		var after int64
 		changed := 0
 		for {
-			res, err := st.RekeyMessages(rctx, lease, after, batch)
+			res, err := st.RekeyMessages(ctx, lease, after, batch)
 			if err != nil {
-				if cause := context.Cause(rctx); cause != nil {
+				if cause := context.Cause(ctx); cause != nil {
 					err = cause
 				}
-				return finishRekey(st, run.RunID, done, err)
+				return err
 			}
 			n := res.Rewrapped + res.Sealed
-			done += int64(n)
+			p.done += int64(n)
 			changed += n
 			for _, s := range res.Skipped {
-				skipped[s.ID] = s.Err
+				p.skipped[s.ID] = s.Err
 			}
 			after = res.Last
-			show(false)
+			p.show(false)
 			if res.Done {
 				break
 			}
 		}
-		left, err := remaining(rctx, st, ring.Active())
+		left, err := remaining(ctx, st, active)
 		if err != nil {
-			return finishRekey(st, run.RunID, done, err)
+			return err
 		}
-		if left <= int64(len(skipped)) || changed == 0 || pass >= 20 {
-			break
+		if left <= int64(len(p.skipped)) || changed == 0 || pass >= 20 {
+			return nil
 		}
 	}
-	n, rest, err := st.RekeyRest(rctx, lease)
-	if err != nil {
-		return finishRekey(st, run.RunID, done, err)
+}
+
+// rekeyProgress is what a rekey has done so far, shown on out.
+type rekeyProgress struct {
+	out         io.Writer
+	total, done int64
+	// skipped are the messages left as they are, and why.
+	skipped  map[int64]error
+	start    time.Time
+	lastShow time.Time
+}
+
+// show prints the progress, at most once a second unless forced.
+func (p *rekeyProgress) show(force bool) {
+	if !force && time.Since(p.lastShow) < time.Second {
+		return
 	}
-	show(true)
-	if n > 0 {
-		fmt.Fprintf(out, "rekey: %d failure groups, edits and index key re-encrypted\n", n)
+	p.lastShow = time.Now()
+	rate := float64(p.done) / max(time.Since(p.start).Seconds(), 0.001)
+	eta := "-"
+	if rate > 0 && p.total > p.done {
+		eta = (time.Duration(float64(p.total-p.done)/rate) * time.Second).String()
 	}
-	ids := make([]int64, 0, len(skipped))
-	for id := range skipped {
+	pct := 100.0
+	if p.total > 0 {
+		pct = 100 * float64(p.done) / float64(p.total)
+	}
+	fmt.Fprintf(p.out, "rekey: %d/%d messages (%.1f%%), %.0f/s, eta %s, %d unreadable\n", p.done, p.total, pct, rate, eta, len(p.skipped))
+}
+
+// printSkipped prints the first 20 messages left as they are, in id
+// order, and then rest: what RekeyRest left.
+func (p *rekeyProgress) printSkipped(rest []store.RekeySkip) {
+	ids := make([]int64, 0, len(p.skipped))
+	for id := range p.skipped {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for i, id := range ids {
 		if i == 20 {
-			fmt.Fprintf(out, "rekey: ... and %d more\n", len(ids)-20)
+			fmt.Fprintf(p.out, "rekey: ... and %d more\n", len(ids)-20)
 			break
 		}
-		fmt.Fprintf(out, "rekey: message %d left as it is: %v\n", id, skipped[id])
+		fmt.Fprintf(p.out, "rekey: message %d left as it is: %v\n", id, p.skipped[id])
 	}
 	for _, s := range rest {
-		fmt.Fprintf(out, "rekey: %s %d left as it is: %v\n", s.Table, s.ID, s.Err)
+		fmt.Fprintf(p.out, "rekey: %s %d left as it is: %v\n", s.Table, s.ID, s.Err)
 	}
-	if err := finishRekey(st, run.RunID, done, nil); err != nil {
-		return err
-	}
-	return printKeyUsage(ctx, out, st, ring)
 }
 
 // takeRekeyLease takes the job, waiting while another rekey holds it (a
