@@ -271,9 +271,7 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 	var (
 		args  sqlArgs
 		query string
-		db    interface {
-			Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-		} = s.pool
+		db    pageQueryer = s.pool
 	)
 	if f.Query != "" {
 		sq, err := parseQuery(f.Query)
@@ -282,60 +280,96 @@ func (s *Store) EachMessage(ctx context.Context, f Filter, opt ListOptions, fn f
 		}
 		sq.index = f.index
 		sq.walk = s.textWalk
-		// A search's estimated cost can pass PostgreSQL's JIT threshold,
-		// and compiling takes longer (hundreds of ms) than running these
-		// short queries; the transaction switches JIT off for itself.
-		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-		if err != nil {
-			return false, 0, fmt.Errorf("store: list messages: %w", err)
-		}
-		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
-			return false, 0, fmt.Errorf("store: list messages: %w", err)
-		}
-		db = tx
-		// Is q a key thousands of messages share? Counting up to the
-		// threshold reads the GIN index and the visibility map, not rows.
-		var shared int
-		err = tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
-WHERE k.status <> 'replaying' AND k.search_hashes && $1::bigint[] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, sq.keyHashes(sq.key)).Scan(&shared)
-		if err != nil {
-			return false, 0, fmt.Errorf("store: list messages: %w", err)
-		}
-		var keyIDs []int64
-		if shared >= sharedKeyThreshold {
-			if keyIDs, err = walkKey(ctx, tx, f, sq, opt, limit); err != nil {
-				return false, 0, err
-			}
-		}
-		ids, err := searchIDs(f, sq, opt, limit, keyIDs, &args)
+		tx, err := s.beginSearch(ctx)
 		if err != nil {
 			return false, 0, err
 		}
-		query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
-	} else {
-		statuses, _ := f.Statuses()
-		resting, replaying := restingStatuses(statuses)
-		if replaying && len(resting) > 0 {
-			// The listing indexes leave replaying rows out (migration
-			// 00061): the other statuses and the replaying rows are read
-			// apart, each newest first, and merged.
-			ids, err := splitListIDs(f, resting, opt, limit, &args)
-			if err != nil {
-				return false, 0, err
-			}
-			query = `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`
-		} else {
-			where, err := f.where(&args)
-			if err != nil {
-				return false, 0, err
-			}
-			if opt.Before > 0 {
-				where += " AND m.id < " + args.add(opt.Before)
-			}
-			query = `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1)
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+		db = tx
+		if query, err = searchPageSQL(ctx, tx, f, sq, opt, limit, cols, &args); err != nil {
+			return false, 0, err
+		}
+	} else if query, err = listPageSQL(f, opt, limit, cols, &args); err != nil {
+		return false, 0, err
+	}
+	return eachPageRow(ctx, db, query, args, limit, opt.IncludeBody, fn)
+}
+
+// pageQueryer is what EachMessage reads a page through: the pool, or a
+// search's transaction (beginSearch).
+type pageQueryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// beginSearch begins the read-only transaction a search reads in. A
+// search's estimated cost can pass PostgreSQL's JIT threshold, and
+// compiling takes longer (hundreds of ms) than running these short
+// queries; the transaction switches JIT off for itself.
+func (s *Store) beginSearch(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("store: list messages: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+		return nil, fmt.Errorf("store: list messages: %w", err)
+	}
+	return tx, nil
+}
+
+// searchPageSQL renders the query of one page of the search sq (f's q)
+// with the columns cols, reading in tx: when q is a key thousands of
+// messages share, it walks to the page's ids first (walkKey).
+func searchPageSQL(ctx context.Context, tx pgx.Tx, f Filter, sq searchQuery, opt ListOptions, limit int, cols string, args *sqlArgs) (string, error) {
+	// Is q a key thousands of messages share? Counting up to the
+	// threshold reads the GIN index and the visibility map, not rows.
+	var shared int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages k
+WHERE k.status <> 'replaying' AND k.search_hashes && $1::bigint[] LIMIT `+strconv.Itoa(sharedKeyThreshold)+`) c`, sq.keyHashes(sq.key)).Scan(&shared)
+	if err != nil {
+		return "", fmt.Errorf("store: list messages: %w", err)
+	}
+	var keyIDs []int64
+	if shared >= sharedKeyThreshold {
+		if keyIDs, err = walkKey(ctx, tx, f, sq, opt, limit); err != nil {
+			return "", err
 		}
 	}
+	ids, err := searchIDs(f, sq, opt, limit, keyIDs, args)
+	if err != nil {
+		return "", err
+	}
+	return `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`, nil
+}
+
+// listPageSQL renders the query of one page of a listing without q, with
+// the columns cols.
+func listPageSQL(f Filter, opt ListOptions, limit int, cols string, args *sqlArgs) (string, error) {
+	statuses, _ := f.Statuses()
+	resting, replaying := restingStatuses(statuses)
+	if replaying && len(resting) > 0 {
+		// The listing indexes leave replaying rows out (migration 00061):
+		// the other statuses and the replaying rows are read apart, each
+		// newest first, and merged.
+		ids, err := splitListIDs(f, resting, opt, limit, args)
+		if err != nil {
+			return "", err
+		}
+		return `SELECT ` + cols + ` FROM dead_messages m WHERE m.id IN (` + ids + `) ORDER BY m.id DESC`, nil
+	}
+	where, err := f.where(args)
+	if err != nil {
+		return "", err
+	}
+	if opt.Before > 0 {
+		where += " AND m.id < " + args.add(opt.Before)
+	}
+	return `SELECT ` + cols + ` FROM dead_messages m WHERE ` + where + ` ORDER BY m.id DESC LIMIT ` + args.add(limit+1), nil
+}
+
+// eachPageRow runs query, a page of at most limit messages and one more
+// (which only says that there are more), and hands each message to fn.
+func eachPageRow(ctx context.Context, db pageQueryer, query string, args sqlArgs, limit int, includeBody bool, fn func(Message) error) (more bool, last int64, err error) {
 	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return false, 0, fmt.Errorf("store: list messages: %w", err)
@@ -347,7 +381,7 @@ WHERE k.status <> 'replaying' AND k.search_hashes && $1::bigint[] LIMIT `+strcon
 			more = true
 			break
 		}
-		m, err := scanMessage(rows, opt.IncludeBody)
+		m, err := scanMessage(rows, includeBody)
 		if err != nil {
 			return false, 0, fmt.Errorf("store: list messages: read row: %w", err)
 		}
