@@ -116,75 +116,93 @@ func (t Topology) Validate() error {
 		if own[s.Name] || s.Name == t.ControlQueue {
 			bad("source queue %q is one of dlq's own queues: a queue cannot be its own dead-letter queue", s.Name)
 		}
-		switch s.typ() {
-		case "quorum", "classic":
-		default:
-			bad("source queue %q: type %q must be quorum or classic", s.Name, s.Type)
-		}
-		if s.typ() == "classic" && s.DeliveryLimit != 0 {
-			bad("source queue %q: delivery_limit needs a quorum queue (classic queues do not count deliveries)", s.Name)
-		}
-		if s.typ() == "classic" && s.DeadLetterStrategy != "" {
-			bad("source queue %q: dead_letter_strategy applies to quorum queues only", s.Name)
-		}
-		switch s.DeadLetterStrategy {
-		case "", "at-least-once", "at-most-once":
-		default:
-			bad("source queue %q: dead_letter_strategy %q must be at-least-once or at-most-once", s.Name, s.DeadLetterStrategy)
-		}
-		switch s.Overflow {
-		case "", "drop-head", "reject-publish", "reject-publish-dlx":
-		default:
-			bad("source queue %q: overflow %q must be drop-head, reject-publish or reject-publish-dlx", s.Name, s.Overflow)
-		}
-		if s.typ() == "quorum" && s.DeadLetterStrategy != "at-most-once" && s.Overflow != "" && s.Overflow != "reject-publish" {
-			bad("source queue %q: at-least-once dead-lettering needs overflow reject-publish; set dead_letter_strategy: at-most-once to accept overflow %s", s.Name, s.Overflow)
-		}
-		for _, n := range []struct {
-			key string
-			v   any
-			neg bool
-		}{
-			{"delivery_limit", s.DeliveryLimit, s.DeliveryLimit < 0},
-			{"message_ttl", s.MessageTTL, s.MessageTTL < 0},
-			{"max_length", s.MaxLength, s.MaxLength < 0},
-			{"max_length_bytes", s.MaxLengthBytes, s.MaxLengthBytes < 0},
-		} {
-			if n.neg {
-				bad("source queue %q: %s %v must not be negative (0 or unset: no limit)", s.Name, n.key, n.v)
-			}
-		}
-		if s.MessageTTL > 0 && s.MessageTTL < time.Millisecond {
-			bad("source queue %q: message_ttl %s is below RabbitMQ's resolution of 1ms", s.Name, s.MessageTTL)
-		}
-		if len(s.Name) > 255 {
-			bad("source queue %q is %d bytes long; RabbitMQ allows at most 255", s.Name, len(s.Name))
-		}
-		for j, b := range s.Bindings {
-			if b.Exchange == "" {
-				bad("source queue %q: bindings[%d].exchange is empty (every queue is bound to the default exchange already)", s.Name, j)
-			}
-		}
-		dlx := s.dlx(t.Exchange)
-		if dlx != "" {
-			continue
-		}
-		// The default exchange routes straight to the queue named by the
-		// routing key: follow the edge.
-		target := s.DeadLetterRoutingKey
-		switch {
-		case target == "" || target == s.Name:
-			bad("source queue %q dead-letters through the default exchange to itself: a queue cannot be its own dead-letter queue", s.Name)
-		case own[target]:
-			// Straight into one of dlq's queues: fine.
-		default:
-			if next, ok := sources[target]; ok {
-				bad("source queue %q dead-letters into %q, which itself dead-letters to %q: dead-letter chains are not allowed (point both at %q)",
-					s.Name, target, cmp.Or(next.dlx(t.Exchange), "(default exchange)"), t.Exchange)
-			}
-		}
+		s.validateArgs(bad)
+		s.validateLimits(bad)
+		t.validateDeadLetterEdge(s, own, sources, bad)
 	}
 	return errors.Join(errs...)
+}
+
+// validateArgs reports through bad what is wrong with the queue's type,
+// dead-letter strategy and overflow, alone and together.
+func (s SourceQueue) validateArgs(bad func(format string, a ...any)) {
+	switch s.typ() {
+	case "quorum", "classic":
+	default:
+		bad("source queue %q: type %q must be quorum or classic", s.Name, s.Type)
+	}
+	if s.typ() == "classic" && s.DeliveryLimit != 0 {
+		bad("source queue %q: delivery_limit needs a quorum queue (classic queues do not count deliveries)", s.Name)
+	}
+	if s.typ() == "classic" && s.DeadLetterStrategy != "" {
+		bad("source queue %q: dead_letter_strategy applies to quorum queues only", s.Name)
+	}
+	switch s.DeadLetterStrategy {
+	case "", "at-least-once", "at-most-once":
+	default:
+		bad("source queue %q: dead_letter_strategy %q must be at-least-once or at-most-once", s.Name, s.DeadLetterStrategy)
+	}
+	switch s.Overflow {
+	case "", "drop-head", "reject-publish", "reject-publish-dlx":
+	default:
+		bad("source queue %q: overflow %q must be drop-head, reject-publish or reject-publish-dlx", s.Name, s.Overflow)
+	}
+	if s.typ() == "quorum" && s.DeadLetterStrategy != "at-most-once" && s.Overflow != "" && s.Overflow != "reject-publish" {
+		bad("source queue %q: at-least-once dead-lettering needs overflow reject-publish; set dead_letter_strategy: at-most-once to accept overflow %s", s.Name, s.Overflow)
+	}
+}
+
+// validateLimits reports through bad what is wrong with the queue's
+// limits, its name's length and its bindings.
+func (s SourceQueue) validateLimits(bad func(format string, a ...any)) {
+	for _, n := range []struct {
+		key string
+		v   any
+		neg bool
+	}{
+		{"delivery_limit", s.DeliveryLimit, s.DeliveryLimit < 0},
+		{"message_ttl", s.MessageTTL, s.MessageTTL < 0},
+		{"max_length", s.MaxLength, s.MaxLength < 0},
+		{"max_length_bytes", s.MaxLengthBytes, s.MaxLengthBytes < 0},
+	} {
+		if n.neg {
+			bad("source queue %q: %s %v must not be negative (0 or unset: no limit)", s.Name, n.key, n.v)
+		}
+	}
+	if s.MessageTTL > 0 && s.MessageTTL < time.Millisecond {
+		bad("source queue %q: message_ttl %s is below RabbitMQ's resolution of 1ms", s.Name, s.MessageTTL)
+	}
+	if len(s.Name) > 255 {
+		bad("source queue %q is %d bytes long; RabbitMQ allows at most 255", s.Name, len(s.Name))
+	}
+	for j, b := range s.Bindings {
+		if b.Exchange == "" {
+			bad("source queue %q: bindings[%d].exchange is empty (every queue is bound to the default exchange already)", s.Name, j)
+		}
+	}
+}
+
+// validateDeadLetterEdge reports through bad a source queue s that
+// dead-letters through the default exchange to itself or into another
+// source queue (sources, by name) rather than one of dlq's own queues.
+func (t Topology) validateDeadLetterEdge(s SourceQueue, own map[string]bool, sources map[string]SourceQueue, bad func(format string, a ...any)) {
+	if s.dlx(t.Exchange) != "" {
+		return
+	}
+	// The default exchange routes straight to the queue named by the
+	// routing key: follow the edge.
+	target := s.DeadLetterRoutingKey
+	switch {
+	case target == "" || target == s.Name:
+		bad("source queue %q dead-letters through the default exchange to itself: a queue cannot be its own dead-letter queue", s.Name)
+	case own[target]:
+		// Straight into one of dlq's queues: fine.
+	default:
+		if next, ok := sources[target]; ok {
+			bad("source queue %q dead-letters into %q, which itself dead-letters to %q: dead-letter chains are not allowed (point both at %q)",
+				s.Name, target, cmp.Or(next.dlx(t.Exchange), "(default exchange)"), t.Exchange)
+		}
+	}
 }
 
 // OwnQueueArgs are the arguments of dlq's own dead-letter queues: durable
