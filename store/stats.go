@@ -148,15 +148,37 @@ func (s *Store) Stats(ctx context.Context, scope []string) (Stats, error) {
 			st.OldestPending = &OldestPendingStat{SourceQueue: q.SourceQueue, FailedAt: *q.OldestPendingAt, AgeSeconds: q.OldestPendingAgeSeconds}
 		}
 	}
+	if err := s.statsRepeatFailures(ctx, &st, scope); err != nil {
+		return Stats{}, err
+	}
+	if err := s.statsByReason(ctx, &st, scope); err != nil {
+		return Stats{}, err
+	}
+	if st.TopGroups, err = s.Groups(ctx, GroupQuery{Limit: TopGroupsLimit, Scope: scope}); err != nil {
+		return Stats{}, err
+	}
+	if err := s.statsLast24h(ctx, &st, scope); err != nil {
+		return Stats{}, err
+	}
+	cs, err := s.ReadCategoryState(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	st.Categorisation = &cs
+	return st, nil
+}
 
-	// Repeat failures: one probe of the partial index dead_messages_repeat
-	// per queue (its predicate is written out so the planner can use it).
+// statsRepeatFailures counts the repeat failures, in all and per queue
+// of st.BySourceQueue: one probe of the partial index
+// dead_messages_repeat per queue (its predicate is written out so the
+// planner can use it).
+func (s *Store) statsRepeatFailures(ctx context.Context, st *Stats, scope []string) error {
 	rows, err := s.pool.Query(ctx, `
 SELECT m.source_queue, count(*) FROM dead_messages m
 WHERE m.replay_count > 0 AND m.status = 'pending' AND ($1::text[] IS NULL OR m.source_queue = ANY($1))
 GROUP BY 1`, scope)
 	if err != nil {
-		return Stats{}, fmt.Errorf("store: stats: repeat failures: %w", err)
+		return fmt.Errorf("store: stats: repeat failures: %w", err)
 	}
 	repeat := map[string]int64{}
 	for rows.Next() {
@@ -166,26 +188,31 @@ GROUP BY 1`, scope)
 		)
 		if err := rows.Scan(&q, &n); err != nil {
 			rows.Close()
-			return Stats{}, fmt.Errorf("store: stats: repeat failures: %w", err)
+			return fmt.Errorf("store: stats: repeat failures: %w", err)
 		}
 		repeat[q] = n
 		st.RepeatFailures += n
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return Stats{}, fmt.Errorf("store: stats: repeat failures: %w", err)
+		return fmt.Errorf("store: stats: repeat failures: %w", err)
 	}
 	for i := range st.BySourceQueue {
 		st.BySourceQueue[i].RepeatFailures = repeat[st.BySourceQueue[i].SourceQueue]
 	}
+	return nil
+}
 
-	rows, err = s.pool.Query(ctx, `
+// statsByReason adds the failure groups' counts to st.ByReason and
+// st.ByCategory.
+func (s *Store) statsByReason(ctx context.Context, st *Stats, scope []string) error {
+	rows, err := s.pool.Query(ctx, `
 SELECT g.reason, g.category, sum(g.pending)::bigint, sum(g.replaying)::bigint, sum(g.replayed)::bigint, sum(g.acknowledged)::bigint
 FROM failure_groups g
 WHERE $1::text[] IS NULL OR g.source_queue = ANY($1)
 GROUP BY 1, 2`, scope)
 	if err != nil {
-		return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
+		return fmt.Errorf("store: stats: by reason: %w", err)
 	}
 	for rows.Next() {
 		var (
@@ -194,7 +221,7 @@ GROUP BY 1, 2`, scope)
 		)
 		if err := rows.Scan(&reason, &cat, &c.Pending, &c.Replaying, &c.Replayed, &c.Acknowledged); err != nil {
 			rows.Close()
-			return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
+			return fmt.Errorf("store: stats: by reason: %w", err)
 		}
 		if c != (Counts{}) {
 			st.ByReason[reason] = st.ByReason[reason].plus(c)
@@ -203,30 +230,26 @@ GROUP BY 1, 2`, scope)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return Stats{}, fmt.Errorf("store: stats: by reason: %w", err)
+		return fmt.Errorf("store: stats: by reason: %w", err)
 	}
+	return nil
+}
 
-	if st.TopGroups, err = s.Groups(ctx, GroupQuery{Limit: TopGroupsLimit, Scope: scope}); err != nil {
-		return Stats{}, err
-	}
-
+// statsLast24h reads st.Last24h: the activity since the start of the hour
+// 23 hours before st.At.
+func (s *Store) statsLast24h(ctx context.Context, st *Stats, scope []string) error {
 	since := st.At.UTC().Truncate(time.Hour).Add(-23 * time.Hour)
 	st.Last24h.Since = since
-	err = s.pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 SELECT coalesce(sum(new), 0)::bigint, coalesce(sum(returned), 0)::bigint, coalesce(sum(replayed), 0)::bigint,
        coalesce(sum(acknowledged), 0)::bigint, coalesce(sum(deleted), 0)::bigint
 FROM queue_activity
 WHERE hour >= $1 AND ($2::text[] IS NULL OR source_queue = ANY($2))`, since, scope).
 		Scan(&st.Last24h.New, &st.Last24h.Returned, &st.Last24h.Replayed, &st.Last24h.Acknowledged, &st.Last24h.Deleted)
 	if err != nil {
-		return Stats{}, fmt.Errorf("store: stats: last 24 hours: %w", err)
+		return fmt.Errorf("store: stats: last 24 hours: %w", err)
 	}
-	cs, err := s.ReadCategoryState(ctx)
-	if err != nil {
-		return Stats{}, err
-	}
-	st.Categorisation = &cs
-	return st, nil
+	return nil
 }
 
 // CategoryCount is the number of pending messages of one source queue and
