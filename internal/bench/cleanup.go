@@ -176,21 +176,11 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		return res, err
 	}
 	defer st.Close()
-	if _, err := st.Migrate(ctx, nil); err != nil {
+	stopIndexer, err := loadCleanupStore(ctx, o, st)
+	if err != nil {
 		return res, err
 	}
-	t := time.Now()
-	if err := loadExpired(ctx, st, o.eligible); err != nil {
-		return res, fmt.Errorf("load expired messages: %w", err)
-	}
-	fmt.Printf("loaded %d expired resolved messages in %s\n", o.eligible, time.Since(t).Round(time.Second))
-	if o.textSearch {
-		stopIndexer, err := indexExpired(ctx, st)
-		if err != nil {
-			return res, err
-		}
-		defer stopIndexer()
-	}
+	defer stopIndexer()
 
 	conn, err := amqp.Dial(o.amqpURL)
 	if err != nil {
@@ -206,26 +196,10 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
 		return res, err
 	}
-	defer func() {
-		if c, err := amqp.Dial(o.amqpURL); err == nil {
-			if ch, err := c.Channel(); err == nil {
-				_, _ = ch.QueueDelete(queue, false, false, false)
-				_ = ch.ExchangeDelete(exchange, false, false)
-			}
-			_ = c.Close()
-		}
-	}()
-	t = time.Now()
-	if err := prefill(ctx, conn, exchange, "orders.created", true, o.ingestN, o.size, suffix); err != nil {
-		return res, fmt.Errorf("prefill: %w", err)
-	}
-	if err := waitReady(conn, queue, o.ingestN, 10*time.Minute); err != nil {
+	defer deleteCleanupQueue(o.amqpURL, exchange, queue)
+	if err := prefillCleanupQueue(ctx, o, st, conn, exchange, queue, suffix); err != nil {
 		return res, err
 	}
-	if err := st.Bench().Checkpoint(ctx); err != nil {
-		return res, err
-	}
-	fmt.Printf("prefilled %d dead letters in %s\n", o.ingestN, time.Since(t).Round(time.Second))
 
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	bc, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench cleanup", Logger: quiet})
@@ -248,35 +222,103 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	consDone := make(chan error, 1)
 	go func() { consDone <- cons.Run(cctx) }()
 	ingested := func() float64 { return metricSum(creg, "dlq_messages_ingested_total") }
-	startJob := func() (func() float64, error) {
-		reg := prometheus.NewRegistry()
-		svc, err := cron.New(cron.Config{
-			Store: st, Logger: quiet, Registerer: reg, Instance: "bench",
-			Schedules: cron.Only(cron.Schedules{Cleanup: "@every 100ms"}),
-			Cleanup:   cleanup.Config{BatchSize: o.batch, Pause: pause}, LeaseTTL: 30 * time.Second,
-		})
-		if err != nil {
-			return nil, err
-		}
-		svc.Start()
-		return func() float64 {
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = svc.Stop(sctx)
-			return metricSum(reg, "dlq_cleanup_deleted_total")
-		}, nil
+	startJob := func() (func() float64, error) { return startCleanupJob(st, quiet, o.batch, pause) }
+	windows, err := cleanupWindows(ctx, o, st, ingested, startJob)
+	if err != nil {
+		return res, err
 	}
+	cancel()
+	if err := <-consDone; err != nil {
+		return res, err
+	}
+	return summarizeCleanupWindows(ctx, o, st, pause, res, windows)
+}
 
-	// Windows: off, on, off, on, ... after a warm-up, until the expired
-	// messages are gone or ingest is nearly done.
-	time.Sleep(time.Second)
-	type window struct {
-		on      bool
-		rate    float64
-		deleted float64
-		secs    float64
+// loadCleanupStore migrates st's schema and loads o.eligible expired
+// messages into it; with o.textSearch it starts the text indexer over
+// them, and returns what stops it.
+func loadCleanupStore(ctx context.Context, o cleanupOptions, st *store.Store) (stopIndexer func(), err error) {
+	if _, err := st.Migrate(ctx, nil); err != nil {
+		return nil, err
 	}
-	var windows []window
+	t := time.Now()
+	if err := loadExpired(ctx, st, o.eligible); err != nil {
+		return nil, fmt.Errorf("load expired messages: %w", err)
+	}
+	fmt.Printf("loaded %d expired resolved messages in %s\n", o.eligible, time.Since(t).Round(time.Second))
+	if !o.textSearch {
+		return func() {}, nil
+	}
+	return indexExpired(ctx, st)
+}
+
+// deleteCleanupQueue deletes the run's queue and exchange, on a
+// connection of its own.
+func deleteCleanupQueue(amqpURL, exchange, queue string) {
+	if c, err := amqp.Dial(amqpURL); err == nil {
+		if ch, err := c.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_ = ch.ExchangeDelete(exchange, false, false)
+		}
+		_ = c.Close()
+	}
+}
+
+// prefillCleanupQueue publishes o.ingestN dead letters to exchange and
+// waits until queue holds them all, then checkpoints st's database.
+func prefillCleanupQueue(ctx context.Context, o cleanupOptions, st *store.Store, conn *amqp.Connection, exchange, queue, suffix string) error {
+	t := time.Now()
+	if err := prefill(ctx, conn, exchange, "orders.created", true, o.ingestN, o.size, suffix); err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	if err := waitReady(conn, queue, o.ingestN, 10*time.Minute); err != nil {
+		return err
+	}
+	if err := st.Bench().Checkpoint(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("prefilled %d dead letters in %s\n", o.ingestN, time.Since(t).Round(time.Second))
+	return nil
+}
+
+// startCleanupJob starts a cron.Service that runs only the cleanup job,
+// as dlq serve does, with batch and pause. The function it returns stops
+// the service and returns the rows the job deleted.
+func startCleanupJob(st *store.Store, log *slog.Logger, batch int, pause time.Duration) (func() float64, error) {
+	reg := prometheus.NewRegistry()
+	svc, err := cron.New(cron.Config{
+		Store: st, Logger: log, Registerer: reg, Instance: "bench",
+		Schedules: cron.Only(cron.Schedules{Cleanup: "@every 100ms"}),
+		Cleanup:   cleanup.Config{BatchSize: batch, Pause: pause}, LeaseTTL: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc.Start()
+	return func() float64 {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = svc.Stop(sctx)
+		return metricSum(reg, "dlq_cleanup_deleted_total")
+	}, nil
+}
+
+// cleanupWindow is one window of deleteUnderIngest: whether the cleanup
+// job ran in it, ingest's rate, what the job deleted, and its length.
+type cleanupWindow struct {
+	on      bool
+	rate    float64
+	deleted float64
+	secs    float64
+}
+
+// cleanupWindows runs the windows: off, on, off, on, ... after a warm-up,
+// until the expired messages are gone or ingest is nearly done. ingested
+// reads how many messages were ingested so far; startJob starts the
+// cleanup job for an on window.
+func cleanupWindows(ctx context.Context, o cleanupOptions, st *store.Store, ingested func() float64, startJob func() (func() float64, error)) ([]cleanupWindow, error) {
+	time.Sleep(time.Second)
+	var windows []cleanupWindow
 	total := float64(o.ingestN)
 	for on := false; ; on = !on {
 		n0, t0 := ingested(), time.Now()
@@ -285,13 +327,14 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		}
 		var stop func() float64
 		if on {
+			var err error
 			if stop, err = startJob(); err != nil {
-				return res, err
+				return windows, err
 			}
 		}
 		time.Sleep(o.window)
 		n1, t1 := ingested(), time.Now()
-		w := window{on: on, rate: (n1 - n0) / t1.Sub(t0).Seconds(), secs: t1.Sub(t0).Seconds()}
+		w := cleanupWindow{on: on, rate: (n1 - n0) / t1.Sub(t0).Seconds(), secs: t1.Sub(t0).Seconds()}
 		if stop != nil {
 			w.deleted = stop()
 		}
@@ -307,31 +350,63 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 		if on {
 			left, err := st.Bench().AnyResolved(ctx)
 			if err != nil {
-				return res, err
+				return windows, err
 			}
 			if !left {
 				break
 			}
 		}
 	}
-	cancel()
-	if err := <-consDone; err != nil {
+	return windows, nil
+}
+
+// summarizeCleanupWindows fills res from the windows and prints it.
+func summarizeCleanupWindows(ctx context.Context, o cleanupOptions, st *store.Store, pause time.Duration, res cleanupResult, windows []cleanupWindow) (cleanupResult, error) {
+	c := compareCleanupWindows(windows)
+	if len(c.drops) == 0 {
+		return res, errors.New("no complete on window: raise -ingest or lower -window")
+	}
+	slices.Sort(c.drops)
+	res.IngestBaseline = mean(c.offRates)
+	res.IngestDuring = mean(c.onRates)
+	res.DropPct = c.drops[len(c.drops)/2]
+	res.CleanupSecs = c.onSecs
+	res.DeleteRate = c.deleted / c.onSecs
+	res.OverlapSecs = c.onSecs
+	res.LoadAvg = loadAvg()
+	left, err := st.Bench().CountResolved(ctx)
+	if err != nil {
 		return res, err
 	}
-	// Each on window against the mean of the off windows on either side.
-	var drops, offRates, onRates []float64
-	var onSecs, deleted float64
+	fmt.Printf("ingest %.0f msgs/s with cleanup stopped, %.0f with it running: median drop %.1f%% over %d window pairs (each: %.1f); "+
+		"cleanup deleted %.0f in %.1fs of running = %.0f rows/s (%d expired left); batch %d, pause %s; load average %.1f\n",
+		res.IngestBaseline, res.IngestDuring, res.DropPct, len(c.drops), c.drops, c.deleted, c.onSecs, res.DeleteRate, left, o.batch, pause, res.LoadAvg)
+	return res, nil
+}
+
+// cleanupComparison is the windows compared: ingest's drop in each on
+// window that deleted something, against the mean of the off windows on
+// either side; the rates of the off and of those on windows; and those on
+// windows' length and deletions.
+type cleanupComparison struct {
+	drops, offRates, onRates []float64
+	onSecs, deleted          float64
+}
+
+// compareCleanupWindows compares each on window with its neighbours.
+func compareCleanupWindows(windows []cleanupWindow) cleanupComparison {
+	var c cleanupComparison
 	for i, w := range windows {
 		if !w.on {
-			offRates = append(offRates, w.rate)
+			c.offRates = append(c.offRates, w.rate)
 			continue
 		}
 		if w.deleted == 0 {
 			continue // nothing was left to delete: not a cleanup window
 		}
-		onRates = append(onRates, w.rate)
-		onSecs += w.secs
-		deleted += w.deleted
+		c.onRates = append(c.onRates, w.rate)
+		c.onSecs += w.secs
+		c.deleted += w.deleted
 		var ref []float64
 		if i > 0 {
 			ref = append(ref, windows[i-1].rate)
@@ -344,28 +419,10 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 			for _, r := range ref {
 				sum += r
 			}
-			drops = append(drops, (1-w.rate/(sum/float64(len(ref))))*100)
+			c.drops = append(c.drops, (1-w.rate/(sum/float64(len(ref))))*100)
 		}
 	}
-	if len(drops) == 0 {
-		return res, errors.New("no complete on window: raise -ingest or lower -window")
-	}
-	slices.Sort(drops)
-	res.IngestBaseline = mean(offRates)
-	res.IngestDuring = mean(onRates)
-	res.DropPct = drops[len(drops)/2]
-	res.CleanupSecs = onSecs
-	res.DeleteRate = deleted / onSecs
-	res.OverlapSecs = onSecs
-	res.LoadAvg = loadAvg()
-	left, err := st.Bench().CountResolved(ctx)
-	if err != nil {
-		return res, err
-	}
-	fmt.Printf("ingest %.0f msgs/s with cleanup stopped, %.0f with it running: median drop %.1f%% over %d window pairs (each: %.1f); "+
-		"cleanup deleted %.0f in %.1fs of running = %.0f rows/s (%d expired left); batch %d, pause %s; load average %.1f\n",
-		res.IngestBaseline, res.IngestDuring, res.DropPct, len(drops), drops, deleted, onSecs, res.DeleteRate, left, o.batch, pause, res.LoadAvg)
-	return res, nil
+	return c
 }
 
 // loadExpired COPYs n messages resolved 40 days ago (half replayed, half
