@@ -259,11 +259,40 @@ type JobRun struct {
 
 // JobRuns returns the most recent runs, newest first: of one job, or of
 // every job when job is "".
+//
+// A run still marked running is shown as lease_lost (abandoned) when
+// nothing holds it any more: its job's lease expired, moved to a later
+// token, or is gone. Its finished_at is then when that was last known to
+// change: the lease's expiry, or when the later token took it. The
+// stored row is left as it is; it is closed for good by the next take of
+// the lease (takeLeaseAndClaim), which may never come when the job was
+// switched off or every instance stopped. Not writing it here keeps a read
+// a read (it may be served by a read-only role), and keeps it honest the
+// other way too: a holder that was only paused past its expiry, with
+// nobody taking the job meanwhile, may still renew its lease and finish
+// the run (RenewLease checks the token, not the expiry), and the run reads
+// as running again.
 func (s *Store) JobRuns(ctx context.Context, job string, limit int) ([]JobRun, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT id, job, tick, instance, token, started_at, finished_at, outcome, rows_affected, coalesce(error, '')
-FROM job_runs WHERE $1 = '' OR job = $1
-ORDER BY started_at DESC, id DESC LIMIT $2`, job, limit)
+SELECT r.id, r.job, r.tick, r.instance, r.token, r.started_at,
+       CASE WHEN a.why IS NULL THEN r.finished_at ELSE a.since END,
+       CASE WHEN a.why IS NULL THEN r.outcome ELSE 'lease_lost' END,
+       r.rows_affected, coalesce(a.why, r.error, '')
+FROM job_runs r
+LEFT JOIN job_leases l ON l.job = r.job
+LEFT JOIN LATERAL (
+    SELECT CASE
+        WHEN l.job IS NULL THEN 'abandoned: the job has no lease any more, so nothing runs it'
+        WHEN l.token > r.token THEN format('abandoned: its holder lost the lease, which %s took with token %s at %s',
+            l.holder, l.token, to_char(l.acquired_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+        ELSE format('abandoned: its holder stopped renewing the lease (it died, restarted or the job was switched off), which expired at %s and was not taken again',
+            to_char(l.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+        END AS why,
+        CASE WHEN l.token > r.token THEN l.acquired_at ELSE l.expires_at END AS since
+    WHERE r.outcome = 'running' AND (l.job IS NULL OR l.token > r.token OR l.expires_at <= now())
+) a ON true
+WHERE $1 = '' OR r.job = $1
+ORDER BY r.started_at DESC, r.id DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: list runs of job %q: %w", job, err)
 	}

@@ -135,3 +135,93 @@ func TestSameHolderClosesItsAbandonedRun(t *testing.T) {
 		require.False(t, ok)
 	})
 }
+
+// TestAbandonedRunReadsAsLeaseLost: a run still marked running whose
+// holder stopped renewing its lease, with no instance taking the job again
+// (it was switched off, or every instance stopped), reads as lease_lost
+// with the reason, though its row is not touched; so does one whose token
+// is older than the lease's. A holder that was only paused and renews in
+// time reads as running again, and the next take of the lease closes the
+// row for good.
+func TestAbandonedRunReadsAsLeaseLost(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := jobsCtx(t)
+	read := func(job string, id int64) store.JobRun {
+		t.Helper()
+		runs, err := st.JobRuns(ctx, job, 100)
+		require.NoError(t, err)
+		for _, r := range runs {
+			if r.ID == id {
+				return r
+			}
+		}
+		t.Fatalf("run %d of %s not found", id, job)
+		return store.JobRun{}
+	}
+	stored := func(id int64) string {
+		t.Helper()
+		var outcome string
+		require.NoError(t, db.QueryRow(ctx, `SELECT outcome FROM job_runs WHERE id = $1`, id).Scan(&outcome))
+		return outcome
+	}
+	tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	t.Run("lease expired, never taken again", func(t *testing.T) {
+		run, ok, err := st.BeginJobRun(ctx, "off", "H", tick, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, store.JobRunning, read("off", run.RunID).Outcome, "a live lease: running")
+		require.Nil(t, read("off", run.RunID).FinishedAt)
+
+		// H dies: its lease runs out (backdated rather than waited for),
+		// and no instance runs the job any more.
+		var expiredAt time.Time
+		require.NoError(t, db.QueryRow(ctx, `
+UPDATE job_leases SET expires_at = now() - interval '1 minute' WHERE job = 'off' RETURNING expires_at`).Scan(&expiredAt))
+		r := read("off", run.RunID)
+		require.Equal(t, store.JobLeaseLost, r.Outcome, "nothing holds the run any more")
+		require.Contains(t, r.Error, "abandoned")
+		require.Contains(t, r.Error, "not taken again")
+		require.NotNil(t, r.FinishedAt)
+		require.WithinDuration(t, expiredAt, *r.FinishedAt, time.Millisecond, "it ended, as far as anyone knows, when its lease expired")
+		require.Equal(t, store.JobRunning, stored(run.RunID), "the read does not write")
+		all, err := st.JobRuns(ctx, "", 1000)
+		require.NoError(t, err)
+		for _, a := range all {
+			if a.ID == run.RunID {
+				require.Equal(t, store.JobLeaseLost, a.Outcome, "the read of every job says the same")
+			}
+		}
+
+		// Only paused: it renews under its token, nobody having taken the
+		// job, and its run is running again.
+		require.NoError(t, st.RenewLease(ctx, run.Lease, time.Minute))
+		require.Equal(t, store.JobRunning, read("off", run.RunID).Outcome)
+
+		// Dies for good; the next take closes the row itself.
+		_, err = db.Exec(ctx, `UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job = 'off'`)
+		require.NoError(t, err)
+		_, ok, err = st.BeginJobRun(ctx, "off", "other", tick.Add(time.Minute), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, store.JobLeaseLost, stored(run.RunID))
+		require.Contains(t, read("off", run.RunID).Error, "other took the job")
+	})
+
+	t.Run("older token than the lease", func(t *testing.T) {
+		run, ok, err := st.BeginJobRun(ctx, "moved", "H", tick, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		var old int64
+		require.NoError(t, db.QueryRow(ctx, `
+INSERT INTO job_runs (job, tick, instance, token) VALUES ('moved', $1, 'gone', $2 - 1) RETURNING id`,
+			tick.Add(-time.Minute), run.Lease.Token).Scan(&old))
+		r := read("moved", old)
+		require.Equal(t, store.JobLeaseLost, r.Outcome, "the lease moved on to a later token")
+		require.Contains(t, r.Error, "H took with token")
+		require.NotNil(t, r.FinishedAt)
+		require.Equal(t, store.JobRunning, read("moved", run.RunID).Outcome, "the current holder's run is running")
+	})
+}
