@@ -45,6 +45,11 @@ type CheckerConfig struct {
 	// Now is the clock used when the snapshot has no time. Optional,
 	// default time.Now.
 	Now func() time.Time
+	// Schedule is when this evaluator runs the check; each saved State
+	// carries the StaleAfter it implies, so that readers on any instance
+	// (whatever their own configuration) can tell once evaluations have
+	// stopped. Optional: without it the State has no StaleAfter.
+	Schedule Schedule
 }
 
 func (c *CheckerConfig) validate() error {
@@ -104,6 +109,9 @@ func (c *Checker) Check(ctx context.Context) (int, error) {
 		snap.At = c.cfg.Now()
 	}
 	next, notes := Evaluate(prev, snap, c.cfg.Rules)
+	if c.cfg.Schedule != nil {
+		next.StaleAfter = StaleBound(c.cfg.Schedule, next.EvaluatedAt)
+	}
 	if err := c.cfg.States.SaveAlertState(ctx, next); err != nil {
 		return 0, fmt.Errorf("alerts: save state evaluated at %s: %w", snap.At.Format(time.RFC3339), err)
 	}

@@ -31,18 +31,25 @@ const (
 // instead, read from the store (one row) unless this instance evaluated or
 // read it within firingRefresh, so every instance, with or without the job,
 // reports the same numbers.
+//
+// A stale state (State.Stale: nobody has evaluated alerts for several
+// ticks) reports 0 for every rule, and dlq_alerts_stale 1: its alerts are
+// not known to fire any more, and a firing series that never changes would
+// say they are. Staleness is judged at each scrape on this host's clock,
+// so it shows even while the store cannot be read.
 type firingGauge struct {
 	*prometheus.GaugeVec
+	stale prometheus.Gauge
 
 	mu        sync.Mutex
 	ruleNames map[string]bool // every rule ever given a series
-	// evaluatedAt is the State.EvaluatedAt shown; freshAt when it was
-	// evaluated here or read.
-	evaluatedAt time.Time
-	freshAt     time.Time
-	loader      StateLoader
-	logger      *slog.Logger
-	lastWarn    time.Time
+	// shown is the state reported; freshAt when it was evaluated here or
+	// read.
+	shown    State
+	freshAt  time.Time
+	loader   StateLoader
+	logger   *slog.Logger
+	lastWarn time.Time
 
 	// loading makes concurrent scrapes share one read.
 	loading sync.Mutex
@@ -54,6 +61,10 @@ func newFiringGauge() *firingGauge {
 			Name: "dlq_alerts_firing",
 			Help: "Alerts currently firing, by rule (one per source queue, policy or approval request, one for global rules).",
 		}, []string{"rule"}),
+		stale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dlq_alerts_stale",
+			Help: "1 when the saved alert state is stale: no instance has evaluated alerts for several ticks of the alerts job's schedule (job off or not running), so no alert is reported firing.",
+		}),
 		ruleNames: map[string]bool{},
 	}
 }
@@ -79,11 +90,24 @@ func (g *firingGauge) set(s State, loaded bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.freshAt = time.Now()
-	if loaded && s.EvaluatedAt.Before(g.evaluatedAt) {
+	if loaded && s.EvaluatedAt.Before(g.shown.EvaluatedAt) {
 		return
 	}
-	g.evaluatedAt = s.EvaluatedAt
-	counts := s.FiringCount()
+	g.shown = s
+	g.apply(time.Now())
+}
+
+// apply sets the series from the state shown, as it stands at now. g.mu
+// must be held.
+func (g *firingGauge) apply(now time.Time) {
+	counts := map[string]int{}
+	stale := g.shown.Stale(now)
+	if stale {
+		g.stale.Set(1)
+	} else {
+		g.stale.Set(0)
+		counts = g.shown.FiringCount()
+	}
 	for name := range counts {
 		g.ruleNames[name] = true
 	}
@@ -92,12 +116,23 @@ func (g *firingGauge) set(s State, loaded bool) {
 	}
 }
 
-// Collect refreshes the gauge from the saved state when it is stale, then
-// reports it. When the store cannot be read, the last values stay (and a
-// warning is logged, at most once a minute).
+// Describe describes both gauges.
+func (g *firingGauge) Describe(ch chan<- *prometheus.Desc) {
+	g.GaugeVec.Describe(ch)
+	g.stale.Describe(ch)
+}
+
+// Collect refreshes the gauge from the saved state when it is not fresh,
+// then reports it as it stands now (stale or not). When the store cannot
+// be read, the last state read stays (and a warning is logged, at most
+// once a minute).
 func (g *firingGauge) Collect(ch chan<- prometheus.Metric) {
 	g.refresh()
+	g.mu.Lock()
+	g.apply(time.Now())
+	g.mu.Unlock()
 	g.GaugeVec.Collect(ch)
+	g.stale.Collect(ch)
 }
 
 func (g *firingGauge) refresh() {

@@ -26,6 +26,10 @@ const (
 	// told once. The next evaluation drops the entry (back to inactive) or,
 	// if the condition is true again, starts a new pending cycle.
 	PhaseResolved Phase = "resolved"
+	// PhaseUnknown: the state is stale (State.Stale): alerts are no longer
+	// evaluated, so what the pair's phase is now is not known. Never
+	// stored; used in views, which keep the last known phase beside it.
+	PhaseUnknown Phase = "unknown"
 )
 
 // State is the alert state carried from one evaluation to the next. It is
@@ -35,6 +39,13 @@ const (
 type State struct {
 	Version     int       `json:"version"`
 	EvaluatedAt time.Time `json:"evaluated_at,omitzero"`
+	// StaleAfter is when this state stops being current unless a later
+	// evaluation replaces it: StaleAfterTicks activations of the
+	// evaluating instance's schedule after EvaluatedAt, plus StaleGrace
+	// (StaleBound). Zero when the evaluator gave no schedule: then the
+	// state is never judged stale by itself (a reader may fill it in; see
+	// package cron).
+	StaleAfter time.Time `json:"stale_after,omitzero"`
 	// Alerts holds the non-inactive pairs sorted by rule, then source queue.
 	Alerts []AlertState `json:"alerts"`
 }
@@ -71,6 +82,45 @@ type AlertState struct {
 	// LastNotifiedAt is the last time a notification was produced for this
 	// pair; the repeat interval counts from it.
 	LastNotifiedAt time.Time `json:"last_notified_at,omitzero"`
+}
+
+// Schedule is when alerts are evaluated: a cron schedule (robfig/cron's
+// Schedule is one).
+type Schedule interface {
+	Next(time.Time) time.Time
+}
+
+// How long a saved state stays current: until StaleAfterTicks evaluations
+// in a row were due and none saved, plus StaleGrace for the last one's run
+// (reading the snapshot, saving) and for the lease to pass to another
+// instance. One missed tick is ordinary (a slow run, a handover); three
+// mean nobody evaluates: the job was switched off on every instance, or no
+// instance runs at all.
+const (
+	StaleAfterTicks = 3
+	StaleGrace      = time.Minute
+)
+
+// StaleBound is when a state evaluated at evaluatedAt under schedule sch
+// becomes stale (State.StaleAfter).
+func StaleBound(sch Schedule, evaluatedAt time.Time) time.Time {
+	t := evaluatedAt
+	for range StaleAfterTicks {
+		next := sch.Next(t)
+		if next.IsZero() {
+			break // a schedule that stops firing: the grace only
+		}
+		t = next
+	}
+	return t.Add(StaleGrace)
+}
+
+// Stale says whether s is past its StaleAfter at now: alerts are no longer
+// evaluated, and its phases are not known to hold any more. A state
+// without StaleAfter (never evaluated, or saved without a schedule) is not
+// stale.
+func (s State) Stale(now time.Time) bool {
+	return !s.StaleAfter.IsZero() && !now.Before(s.StaleAfter)
 }
 
 // Since is when the pair entered its current phase.
@@ -132,6 +182,11 @@ type AlertView struct {
 	LastNotified time.Time `json:"last_notified,omitzero"`
 	// RunbookURL is the alert's runbook_url ("" without a runbook).
 	RunbookURL string `json:"runbook_url,omitempty"`
+	// LastState and LastSince are set when the state is stale (State is
+	// then unknown, since the last evaluation): the phase the last
+	// evaluation left the pair in, and since when.
+	LastState Phase     `json:"last_state,omitempty"`
+	LastSince time.Time `json:"last_since,omitzero"`
 }
 
 // View returns every non-inactive pair for the API, in the state's order.
@@ -142,6 +197,21 @@ func (s State) View() []AlertView {
 			Rule: a.Rule, Kind: a.Kind, SourceQueue: a.SourceQueue, Subject: a.Subject, State: a.Phase, Since: a.Since(),
 			Severity: a.Severity, Value: a.Value, Threshold: a.Threshold, LastNotified: a.LastNotifiedAt, RunbookURL: a.RunbookURL,
 		})
+	}
+	return out
+}
+
+// ViewAt is View as read at now. When s is stale, no pair is shown as
+// firing, pending or resolved: each is unknown since the last evaluation,
+// with its last known phase in LastState and LastSince.
+func (s State) ViewAt(now time.Time) []AlertView {
+	out := s.View()
+	if !s.Stale(now) {
+		return out
+	}
+	for i := range out {
+		out[i].LastState, out[i].LastSince = out[i].State, out[i].Since
+		out[i].State, out[i].Since = PhaseUnknown, s.EvaluatedAt
 	}
 	return out
 }

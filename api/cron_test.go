@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/alerts"
@@ -154,4 +156,103 @@ func TestJobsAndAlertsRoutes(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, cronGet(t, bare+path, tokAdmin, &env), path)
 		require.Equal(t, "unavailable", env.Error.Code, fmt.Sprint(path))
 	}
+}
+
+// TestAlertsWhenEvaluationStopped: the instance that evaluated alerts
+// stops and the one left has the alerts job off. While the saved state is
+// current, GET /api/v1/alerts and dlq_alerts_firing on the one left show
+// the alert firing; once it is stale (its evaluation backdated rather than
+// waited for), the API says stale, with its age, and shows the alert as
+// unknown (firing when last evaluated), and the metric reports no alert
+// firing and dlq_alerts_stale 1.
+func TestAlertsWhenEvaluationStopped(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	authn, err := auth.New(auth.Config{AdminToken: tokAdmin,
+		Tokens: []auth.Token{{Name: "viewer", Token: tokViewer, Role: auth.RoleViewer}}, RatePerSecond: -1})
+	require.NoError(t, err)
+	rules := cron.AlertsConfig{Rules: alerts.RuleSet{Rules: []alerts.Rule{
+		{Name: "pending_count", Kind: alerts.KindPendingCount, Threshold: 10, Severity: "warning"}}}}
+	evaluator, err := cron.New(cron.Config{
+		Store: st, Logger: log, Registerer: prometheus.NewRegistry(), Instance: "evaluator",
+		Schedules: cron.Only(cron.Schedules{Alerts: "@every 200ms"}), Alerts: rules,
+	})
+	require.NoError(t, err)
+	evaluator.Start()
+	reg := prometheus.NewRegistry()
+	left, err := cron.New(cron.Config{
+		Store: st, Logger: log, Registerer: reg, Instance: "left", Schedules: cron.Only(cron.Schedules{}), Alerts: rules,
+	})
+	require.NoError(t, err)
+	s, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: newOps(t, st, nil, left, 0), Auth: authn, Logger: log})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+
+	b := store.IngestBatch{ID: store.NewBatchID(), Consumer: "test"}
+	for i := range 12 {
+		b.Messages = append(b.Messages, store.NewMessage{
+			SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", Properties: []byte(`{}`), Headers: []byte(`{}`),
+			Body: []byte("x"), FirstFailedAt: time.Now(), FailedAt: time.Now(), Fingerprint: int64(i),
+		})
+	}
+	_, err = st.IngestBatch(ctx, b)
+	require.NoError(t, err)
+
+	gauges := func(reg prometheus.Gatherer, firing, stale int) error {
+		return testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP dlq_alerts_firing Alerts currently firing, by rule (one per source queue, policy or approval request, one for global rules).
+# TYPE dlq_alerts_firing gauge
+dlq_alerts_firing{rule="pending_count"} %d
+# HELP dlq_alerts_stale 1 when the saved alert state is stale: no instance has evaluated alerts for several ticks of the alerts job's schedule (job off or not running), so no alert is reported firing.
+# TYPE dlq_alerts_stale gauge
+dlq_alerts_stale %d
+`, firing, stale)), "dlq_alerts_firing", "dlq_alerts_stale")
+	}
+	var view cron.AlertsView
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		require.Equal(t, http.StatusOK, cronGet(t, srv.URL+"/api/v1/alerts", tokViewer, &view))
+		return len(view.Alerts) == 1 && view.Alerts[0].State == alerts.PhaseFiring
+	}, "the alert never fired")
+	require.False(t, view.Stale)
+	require.Equal(t, cron.ScheduleOff, view.Schedule, "off on the instance that answered")
+	require.NotNil(t, view.EvaluatedAt)
+	require.NotNil(t, view.StaleAfter)
+	require.True(t, view.StaleAfter.After(*view.EvaluatedAt))
+	require.NotNil(t, view.AgeSeconds)
+	require.Empty(t, view.Alerts[0].LastState)
+	dlqtest.Eventually(t, 10*time.Second, func() bool { return gauges(reg, 1, 0) == nil }, "the firing alert is not in the metric")
+
+	// The evaluator stops; nobody evaluates any more. Its last state is
+	// made ten minutes old.
+	require.NoError(t, evaluator.Stop(ctx))
+	_, err = db.Exec(ctx, `
+UPDATE alert_state SET state = state || jsonb_build_object(
+    'evaluated_at', now() - interval '10 minutes', 'stale_after', now() - interval '10 minutes' + interval '1 minute 0.6 seconds')`)
+	require.NoError(t, err)
+
+	require.Equal(t, http.StatusOK, cronGet(t, srv.URL+"/api/v1/alerts", tokViewer, &view))
+	require.True(t, view.Stale)
+	require.NotNil(t, view.AgeSeconds)
+	require.GreaterOrEqual(t, *view.AgeSeconds, 600.0)
+	require.Less(t, *view.AgeSeconds, 660.0)
+	require.Len(t, view.Alerts, 1)
+	a := view.Alerts[0]
+	require.Equal(t, alerts.PhaseUnknown, a.State, "not known to be firing")
+	require.Equal(t, alerts.PhaseFiring, a.LastState)
+	require.Equal(t, *view.EvaluatedAt, a.Since, "unknown since the last evaluation")
+	require.False(t, a.LastSince.IsZero(), "since when it was firing")
+
+	// An instance started now, with the job off too, reads that state for
+	// its metric. (The one left keeps the newer state it had read, and
+	// reports it stale once its own stale_after passes: TestFiringGaugeDropsStaleState.)
+	reg = prometheus.NewRegistry()
+	_, err = cron.New(cron.Config{
+		Store: st, Logger: log, Registerer: reg, Instance: "next", Schedules: cron.Only(cron.Schedules{}), Alerts: rules,
+	})
+	require.NoError(t, err)
+	require.NoError(t, gauges(reg, 0, 1), "the stale alert is reported firing")
 }

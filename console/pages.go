@@ -23,10 +23,21 @@ type overviewData struct {
 	Queues []queueRow
 	Alerts []alerts.AlertView
 	// AlertsErr says why alerts are not shown (no cron on this instance).
-	AlertsErr  string
-	Replays    []replay.Task
-	ReplaysErr string
-	Groups     []store.Group
+	AlertsErr string
+	// AlertsStale is set when alert evaluation has stopped: Alerts is
+	// then empty, since no alert is known to be firing.
+	AlertsStale *staleAlerts
+	Replays     []replay.Task
+	ReplaysErr  string
+	Groups      []store.Group
+}
+
+// staleAlerts says since when alerts have not been evaluated, and which
+// were firing when they last were.
+type staleAlerts struct {
+	EvaluatedAt time.Time
+	StaleAfter  time.Time
+	WasFiring   []alerts.AlertView
 }
 
 // queueRow is one source queue of the overview.
@@ -57,11 +68,9 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if av, err := c.cfg.Ops.Alerts(ctx, caller); err != nil {
 		_, d.AlertsErr = failure(err)
 	} else {
-		for _, a := range av.Alerts {
-			if a.State == alerts.PhaseFiring {
-				d.Alerts = append(d.Alerts, a)
-				firing[a.SourceQueue] = true
-			}
+		d.Alerts, d.AlertsStale = overviewAlerts(av)
+		for _, a := range d.Alerts {
+			firing[a.SourceQueue] = true
 		}
 	}
 	for _, q := range st.Queues {
@@ -79,6 +88,27 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "overview", sessionFrom(ctx), "Overview", d)
+}
+
+// overviewAlerts returns the firing alerts of av, or, when its state is
+// stale, none and what was firing when alerts were last evaluated.
+func overviewAlerts(av cron.AlertsView) ([]alerts.AlertView, *staleAlerts) {
+	if av.Stale && av.EvaluatedAt != nil && av.StaleAfter != nil {
+		s := &staleAlerts{EvaluatedAt: *av.EvaluatedAt, StaleAfter: *av.StaleAfter}
+		for _, a := range av.Alerts {
+			if a.LastState == alerts.PhaseFiring {
+				s.WasFiring = append(s.WasFiring, a)
+			}
+		}
+		return nil, s
+	}
+	var firing []alerts.AlertView
+	for _, a := range av.Alerts {
+		if a.State == alerts.PhaseFiring {
+			firing = append(firing, a)
+		}
+	}
+	return firing, nil
 }
 
 // sortQueues puts the queues in trouble first: those with a firing

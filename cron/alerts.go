@@ -54,11 +54,33 @@ type alertJob struct {
 	dispatcher *alerts.Dispatcher
 	capacity   cleanup.Capacity
 	policies   []string
+	// schedule is this instance's alerts schedule, nil when off: each
+	// state it saves says when it turns stale (alerts.StaleBound).
+	schedule alerts.Schedule
+	// fallback judges states saved without stale_after (by a dlq before
+	// it): this instance's schedule, or the default one when off here.
+	fallback alerts.Schedule
 }
 
-func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, cfg AlertsConfig, capacity cleanup.Capacity, policies []string) (*alertJob, error) {
+func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, cfg AlertsConfig, spec string, capacity cleanup.Capacity, policies []string) (*alertJob, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // the dispatcher insists on one
+	}
+	var schedule alerts.Schedule
+	if spec != ScheduleOff {
+		s, err := ParseSchedule(spec)
+		if err != nil {
+			return nil, fmt.Errorf("cron: alerts schedule: %w", err)
+		}
+		schedule = s
+	}
+	fallback := schedule
+	if fallback == nil {
+		s, err := ParseSchedule(AlertsScheduleDefault)
+		if err != nil {
+			return nil, fmt.Errorf("cron: default alerts schedule: %w", err)
+		}
+		fallback = s
 	}
 	var ruleNames []string
 	for _, r := range cfg.Rules.Rules {
@@ -71,12 +93,13 @@ func newAlertJob(st *store.Store, log *slog.Logger, reg prometheus.Registerer, c
 		// Every instance builds this job, with or without its ticks (cron
 		// disabled, or the lease elsewhere): dlq_alerts_firing reports the
 		// saved state on each, not what this one evaluated last.
-		States: stateStore{st: st},
+		States: stateStore{st: st, fallback: fallback},
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &alertJob{st: st, rules: cfg.Rules, dispatcher: disp, capacity: capacity, policies: policies}, nil
+	return &alertJob{st: st, rules: cfg.Rules, dispatcher: disp, capacity: capacity, policies: policies,
+		schedule: schedule, fallback: fallback}, nil
 }
 
 func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
@@ -84,9 +107,10 @@ func (j *alertJob) run(ctx context.Context, r *Run) (int64, error) {
 		Logger: r.Logger,
 		Source: snapshotSource{st: j.st, capacity: j.capacity, policies: j.policies,
 			newLimit: j.rules.CountLimit(alerts.KindIngestSpike)},
-		States:     stateStore{st: j.st, lease: r.Lease},
+		States:     stateStore{st: j.st, lease: r.Lease, fallback: j.fallback},
 		Dispatcher: j.dispatcher,
 		Rules:      j.rules,
+		Schedule:   j.schedule,
 	})
 	if err != nil {
 		return 0, err
@@ -163,12 +187,14 @@ func toSnapshot(n store.AlertNumbers, c cleanup.Capacity) alerts.Snapshot {
 
 // stateStore keeps alerts.State in alert_state, saving under one run's lease.
 type stateStore struct {
-	st    *store.Store
-	lease store.Lease
+	st       *store.Store
+	lease    store.Lease
+	fallback alerts.Schedule
 }
 
 func (s stateStore) LoadAlertState(ctx context.Context) (alerts.State, error) {
-	return loadAlertState(ctx, s.st)
+	state, _, err := loadAlertState(ctx, s.st, s.fallback)
+	return state, err
 }
 
 func (s stateStore) SaveAlertState(ctx context.Context, state alerts.State) error {
@@ -179,16 +205,23 @@ func (s stateStore) SaveAlertState(ctx context.Context, state alerts.State) erro
 	return s.st.SaveAlertState(ctx, s.lease, b)
 }
 
-func loadAlertState(ctx context.Context, st *store.Store) (alerts.State, error) {
+// loadAlertState returns the saved state and the database's clock at the
+// read. A state saved without stale_after (by a dlq from before it) gets
+// the one fallback implies, so that it too turns stale once nobody
+// evaluates.
+func loadAlertState(ctx context.Context, st *store.Store, fallback alerts.Schedule) (alerts.State, time.Time, error) {
 	rec, err := st.LoadAlertState(ctx)
 	if err != nil || rec.State == nil {
-		return alerts.State{}, err
+		return alerts.State{}, rec.ReadAt, err
 	}
 	var state alerts.State
 	if err := json.Unmarshal(rec.State, &state); err != nil {
-		return alerts.State{}, fmt.Errorf("decode alert state saved at %s: %w", rec.UpdatedAt.Format(time.RFC3339), err)
+		return alerts.State{}, rec.ReadAt, fmt.Errorf("decode alert state saved at %s: %w", rec.UpdatedAt.Format(time.RFC3339), err)
 	}
-	return state, nil
+	if state.StaleAfter.IsZero() && !state.EvaluatedAt.IsZero() && fallback != nil {
+		state.StaleAfter = alerts.StaleBound(fallback, state.EvaluatedAt)
+	}
+	return state, rec.ReadAt, nil
 }
 
 // AlertsView is what GET /api/v1/alerts shows.
@@ -197,25 +230,40 @@ type AlertsView struct {
 	Rules []alerts.RuleView `json:"rules"`
 	// Alerts are the (rule, source queue) pairs that are pending, firing or
 	// just resolved, each with the time it entered that state (since).
-	// Pairs not listed are inactive.
+	// Pairs not listed are inactive. While Stale, each is unknown since
+	// the last evaluation, with its last known state in last_state.
 	Alerts []alerts.AlertView `json:"alerts"`
 	// EvaluatedAt is the time of the last evaluation, null before the
 	// first.
 	EvaluatedAt *time.Time `json:"evaluated_at"`
-	// Schedule is the alert job's schedule ("off" when disabled).
+	// AgeSeconds is how long ago that was, on the database's clock; null
+	// before the first evaluation.
+	AgeSeconds *float64 `json:"age_seconds"`
+	// StaleAfter is when the saved state turns stale unless alerts are
+	// evaluated again (alerts.StaleBound); null before the first
+	// evaluation.
+	StaleAfter *time.Time `json:"stale_after"`
+	// Stale is true once StaleAfter has passed: no instance evaluates
+	// alerts any more (the job is off everywhere, or nothing runs it), so
+	// no alert is known to be firing.
+	Stale bool `json:"stale"`
+	// Schedule is the alert job's schedule on the instance that answered
+	// ("off" when disabled there; another instance may still run it).
 	Schedule string `json:"schedule"`
 }
 
-// Alerts returns the rules and the saved alert state.
+// Alerts returns the rules and the saved alert state, as it stands now:
+// a stale state shows its alerts as unknown, not firing.
 func (s *Service) Alerts(ctx context.Context) (AlertsView, error) {
-	state, err := loadAlertState(ctx, s.cfg.Store)
+	state, now, err := loadAlertState(ctx, s.cfg.Store, s.alerts.fallback)
 	if err != nil {
 		return AlertsView{}, fmt.Errorf("cron: read alert state: %w", err)
 	}
-	v := AlertsView{Rules: s.cfg.Alerts.Rules.View(), Alerts: state.View(), Schedule: s.schedule(s.cfg.Schedules.Alerts)}
+	v := AlertsView{Rules: s.cfg.Alerts.Rules.View(), Alerts: state.ViewAt(now), Schedule: s.schedule(s.cfg.Schedules.Alerts)}
 	if !state.EvaluatedAt.IsZero() {
-		t := state.EvaluatedAt
-		v.EvaluatedAt = &t
+		evaluated, staleAfter, age := state.EvaluatedAt, state.StaleAfter, max(now.Sub(state.EvaluatedAt).Seconds(), 0)
+		v.EvaluatedAt, v.StaleAfter, v.AgeSeconds = &evaluated, &staleAfter, &age
+		v.Stale = state.Stale(now)
 	}
 	return v, nil
 }

@@ -394,7 +394,7 @@ func TestAlertsFiringOnEveryInstance(t *testing.T) {
 	b.Start()
 	ackIDs(t, st, ids)
 	dlqtest.Eventually(t, 30*time.Second, func() bool {
-		state, err := loadAlertState(ctx, st)
+		state, _, err := loadAlertState(ctx, st, nil)
 		require.NoError(t, err)
 		return state.FiringCount()["pending_count"] == 0
 	}, "B never resolved the alert")

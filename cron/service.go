@@ -189,8 +189,9 @@ func (c *Config) validate() error {
 // capacity and alert jobs, the summary metrics, and the views the HTTP API
 // shows.
 type Service struct {
-	cfg   Config
-	sched *Scheduler
+	cfg    Config
+	sched  *Scheduler
+	alerts *alertJob
 }
 
 // New checks cfg, registers the metrics and prepares the jobs; Start runs
@@ -213,7 +214,7 @@ func New(cfg Config) (*Service, error) {
 	for _, p := range cfg.Policies.Policies {
 		policyNames = append(policyNames, p.Name)
 	}
-	alertj, err := newAlertJob(cfg.Store, log, cfg.Registerer, cfg.Alerts, cleaner.Capacity(), policyNames)
+	alertj, err := newAlertJob(cfg.Store, log, cfg.Registerer, cfg.Alerts, cfg.Schedules.Alerts, cleaner.Capacity(), policyNames)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +265,7 @@ func New(cfg Config) (*Service, error) {
 	if _, err := promreg.Register(cfg.Registerer, newBackfillCollector(cfg.Store, log)); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, sched: sched}, nil
+	return &Service{cfg: cfg, sched: sched, alerts: alertj}, nil
 }
 
 // Start runs the jobs on their schedules. It returns at once.

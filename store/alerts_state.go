@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -17,15 +16,22 @@ type AlertStateRecord struct {
 	Holder    string
 	Token     int64
 	UpdatedAt time.Time
+	// ReadAt is the database's clock at the read: the state's times come
+	// from that clock (the evaluation's snapshot), so its age and whether
+	// it is stale are measured on it, not on the reader's host.
+	ReadAt time.Time
 }
 
 // LoadAlertState returns the last saved alert state (State nil if none).
 func (s *Store) LoadAlertState(ctx context.Context) (AlertStateRecord, error) {
 	var r AlertStateRecord
-	err := s.pool.QueryRow(ctx, `SELECT state, holder, token, updated_at FROM alert_state`).
-		Scan(&r.State, &r.Holder, &r.Token, &r.UpdatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return AlertStateRecord{}, nil
+	var updatedAt *time.Time
+	err := s.pool.QueryRow(ctx, `
+SELECT a.state, coalesce(a.holder, ''), coalesce(a.token, 0), a.updated_at, now()
+FROM (SELECT) AS one LEFT JOIN alert_state a ON true`).
+		Scan(&r.State, &r.Holder, &r.Token, &updatedAt, &r.ReadAt)
+	if updatedAt != nil {
+		r.UpdatedAt = *updatedAt
 	}
 	if err != nil {
 		return AlertStateRecord{}, fmt.Errorf("store: load alert state: %w", err)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"text/tabwriter"
@@ -46,9 +47,22 @@ func runAlerts(args []string, env cliEnv) int {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
 	w := env.stdout
-	if v.EvaluatedAt == nil {
+	switch {
+	case v.EvaluatedAt == nil:
 		fmt.Fprintf(w, "not evaluated yet (schedule %s)\n", v.Schedule)
-	} else {
+	case v.Stale:
+		fmt.Fprintf(w, "STALE: alert evaluation is not running (the alerts job is off, or no instance runs it)\n")
+		age, since := "?", "?"
+		if v.AgeSeconds != nil {
+			age = seconds(math.Round(*v.AgeSeconds))
+		}
+		if v.StaleAfter != nil {
+			since = v.StaleAfter.Local().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "last evaluated %s, %s ago; stale since %s (schedule %s)\n", v.EvaluatedAt.Local().Format(time.RFC3339),
+			age, since, v.Schedule)
+		fmt.Fprintln(w, "no alert is known to be firing; the states below are the last known")
+	default:
 		fmt.Fprintf(w, "evaluated %s (schedule %s)\n", v.EvaluatedAt.Local().Format(time.RFC3339), v.Schedule)
 	}
 	fmt.Fprintln(w)
@@ -62,7 +76,11 @@ func runAlerts(args []string, env cliEnv) int {
 			if queue == "" {
 				queue = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, a.State, a.Since.Local().Format("2006-01-02 15:04:05"),
+			state := string(a.State)
+			if a.LastState != "" {
+				state += " (was " + string(a.LastState) + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, state, a.Since.Local().Format("2006-01-02 15:04:05"),
 				a.Severity, number(a.Value), number(a.Threshold))
 		}
 		tw.Flush()

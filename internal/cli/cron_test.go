@@ -134,3 +134,42 @@ func TestJobsAndAlertsWithoutCron(t *testing.T) {
 		require.Contains(t, errOut, "unavailable (HTTP 503)")
 	}
 }
+
+// TestAlertsSaysStale: with the alerts job off on the instance answering
+// and the last evaluation an hour old, dlq alerts says that evaluation is
+// not running and since when, and shows the alert unknown, not firing.
+func TestAlertsSaysStale(t *testing.T) {
+	t.Parallel()
+	st, _, _ := clitest.Seeded(t)
+	rs := alerts.RuleSet{Rules: []alerts.Rule{{Name: "pending_count", Kind: alerts.KindPendingCount, Threshold: 0}}}
+	require.NoError(t, rs.Validate())
+	svc, err := cron.New(cron.Config{
+		Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(), Instance: "cli-test",
+		Schedules: cron.Only(cron.Schedules{}), Alerts: cron.AlertsConfig{Rules: rs},
+	})
+	require.NoError(t, err)
+	at := time.Now().Add(-time.Hour)
+	state, _ := alerts.Evaluate(alerts.State{}, alerts.Snapshot{At: at, Queues: []alerts.QueueStats{{SourceQueue: "billing", Pending: 3}}}, rs)
+	state.StaleAfter = alerts.StaleBound(everyMinute{}, at)
+	raw, err := json.Marshal(state)
+	require.NoError(t, err)
+	require.NoError(t, st.SaveAlertState(context.Background(), dlqtest.Lease(t, st, cron.JobAlerts), raw))
+	url := clitest.Serve(t, st, svc)
+
+	code, out, errOut := cli(t, url, clitest.ViewerToken, runAlerts)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "STALE: alert evaluation is not running")
+	require.Contains(t, out, "last evaluated "+at.Local().Format(time.RFC3339))
+	require.Contains(t, out, "stale since "+state.StaleAfter.Local().Format(time.RFC3339))
+	require.Contains(t, out, "unknown (was firing)")
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "pending_count" && f[1] == "billing" {
+			require.Equal(t, "unknown", f[2], l)
+		}
+	}
+}
+
+// everyMinute fires on each minute.
+type everyMinute struct{}
+
+func (everyMinute) Next(t time.Time) time.Time { return t.Truncate(time.Minute).Add(time.Minute) }
