@@ -62,7 +62,11 @@
 // rule so dashboards see "nothing firing" rather than "no data". Given a
 // StateLoader (DispatcherConfig.States), it reports the saved State on each
 // scrape instead of only the one this instance evaluated: the evaluation
-// moves between instances, and every one must show the same numbers.
+// moves between instances, and every one must show the same numbers. A
+// State past its StaleAfter (CheckerConfig.Schedule sets it: StaleBound)
+// is reported as nothing firing, with dlq_alerts_stale at 1: once nobody
+// evaluates, its alerts are not known to fire, and views show them as
+// PhaseUnknown (State.ViewAt).
 //
 // Alertmanager is the one receiver that forgets: an alert whose endsAt passes
 // is resolved. The AlertmanagerNotifier sends firing alerts with an endsAt a

@@ -136,5 +136,15 @@
 // same on every instance (status.go). dlq_alerts_firing{rule} comes from
 // the saved alert state (one row, read at most once a second), so an
 // instance that does not run the alert job, or no longer does, reports what
-// the last evaluation found, not what it last saw itself.
+// the last evaluation found, not what it last saw itself. A state past its
+// stale_after (alerts.StaleBound of the evaluating instance's schedule: no
+// evaluation for three ticks) reports nothing firing and dlq_alerts_stale
+// 1, and GET /api/v1/alerts shows it stale, its alerts unknown.
+//
+// # Reads that must not outlive their writer
+//
+// A job run marked running whose lease expired or moved on (its holder
+// died, and perhaps nobody runs the job any more) is read as lease_lost
+// (store.JobRuns); the alert state is read as stale once evaluations stop.
+// Neither read waits for the job to run again, which may never happen.
 package cron
