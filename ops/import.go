@@ -15,6 +15,7 @@ import (
 	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/category"
+	"github.com/dlq/dlq/internal/exportline"
 	"github.com/dlq/dlq/store"
 )
 
@@ -36,10 +37,6 @@ import (
 // Lines may carry fields this version does not know (a newer dlq's
 // export): they are ignored. A line that is no exported message at all is
 // refused, naming what it lacks and what it has that a message does not.
-
-// maxImportLine bounds one line: a message of RabbitMQ's largest size
-// (128 MiB by default), base64-encoded, with room for its headers.
-const maxImportLine = 256 << 20
 
 // importLine is what an import reads of a line.
 type importLine struct {
@@ -96,13 +93,13 @@ func (s *Service) ImportMessages(ctx context.Context, c Caller, r io.Reader) (st
 	next := func() (store.ImportMessage, error) {
 		for {
 			var err error
-			buf, err = readLine(lines, buf[:0])
+			buf, err = exportline.Read(lines, buf[:0])
 			if errors.Is(err, io.EOF) && len(buf) == 0 {
 				return store.ImportMessage{}, io.EOF
 			}
 			n++
-			if errors.Is(err, errLineTooLong) {
-				return store.ImportMessage{}, invalid("line %d: longer than %d bytes", n, maxImportLine)
+			if errors.Is(err, exportline.ErrTooLong) {
+				return store.ImportMessage{}, invalid("line %d: longer than %d bytes", n, exportline.Max)
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				return store.ImportMessage{}, fmt.Errorf("import: read line %d: %w", n, err)
@@ -124,28 +121,6 @@ func (s *Service) ImportMessages(ctx context.Context, c Caller, r io.Reader) (st
 		}
 	}
 	return s.st.ImportMessages(ctx, next, c.actor())
-}
-
-var errLineTooLong = errors.New("line too long")
-
-// readLine appends the next line of r (without its newline) to buf. At the
-// end of r it returns io.EOF, with the last line in buf if it had no
-// newline.
-func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if len(buf)+len(chunk) > maxImportLine {
-			return buf, errLineTooLong
-		}
-		buf = append(buf, chunk...)
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case err != nil:
-			return buf, err
-		}
-		return buf[:len(buf)-1], nil
-	}
 }
 
 // parseImportLine reads one line: a message to import, or skip for the

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlq/dlq/internal/exportline"
 )
 
 // Export runs `dlq export`: every message a filter selects, as JSON Lines.
@@ -24,9 +26,6 @@ func Export(args []string) int { return runExport(args, osEnv()) }
 
 // Import runs `dlq import`: an export's lines into this dlq.
 func Import(args []string) int { return runImport(args, osEnv()) }
-
-// maxLine bounds one line of an export: the API's own bound.
-const maxLine = 256 << 20
 
 // transferTimeout is how long export and import wait for an answer to
 // begin, unless --timeout says otherwise: an import answers once its
@@ -253,7 +252,7 @@ func copyExport(out io.Writer, r io.Reader) (n, last int64, done bool, err error
 	br := bufio.NewReaderSize(r, 256<<10)
 	var buf []byte
 	for !done {
-		buf, err = readLine(br, buf[:0])
+		buf, err = exportline.Read(br, buf[:0])
 		if len(buf) > 0 && (err == nil || errors.Is(err, io.EOF) && json.Valid(buf)) {
 			var l struct {
 				ID     int64           `json:"id"`
@@ -308,7 +307,7 @@ func exportTail(path string) (last int64, done bool, size int64, err error) {
 		pos int64
 	)
 	for {
-		buf, err = readLine(r, buf[:0])
+		buf, err = exportline.Read(r, buf[:0])
 		if errors.Is(err, io.EOF) {
 			// A last line without its newline was cut short.
 			return last, done, pos, nil
@@ -329,28 +328,6 @@ func exportTail(path string) (last int64, done bool, size int64, err error) {
 		} else if l.ID > 0 {
 			last = l.ID
 		}
-	}
-}
-
-var errLineTooLong = fmt.Errorf("a line is longer than %d bytes", maxLine)
-
-// readLine appends the next line of r, without its newline, to buf. At
-// the end of r it returns io.EOF, with a last line that had no newline in
-// buf.
-func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if len(buf)+len(chunk) > maxLine {
-			return buf, errLineTooLong
-		}
-		buf = append(buf, chunk...)
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case err != nil:
-			return buf, err
-		}
-		return buf[:len(buf)-1], nil
 	}
 }
 
@@ -502,8 +479,8 @@ func (c *apiClient) importFile(name string, in io.Reader, batch int, maxBytes in
 	}
 	for {
 		var err error
-		buf, err = readLine(r, buf[:0])
-		if errors.Is(err, errLineTooLong) {
+		buf, err = exportline.Read(r, buf[:0])
+		if errors.Is(err, exportline.ErrTooLong) {
 			fmt.Fprintf(c.env.stderr, "dlq import: %s:%d: %v\n", name, first+lines, err)
 			return ExitUsage
 		}
