@@ -91,13 +91,9 @@ func (s *Store) CreateApproval(ctx context.Context, n NewApproval) (Approval, er
 	if n.TTL <= 0 || len(n.Request) == 0 {
 		return Approval{}, errors.New("store: create approval: TTL and Request are required")
 	}
-	var err error
-	if n.Selection, err = s.withIndex(ctx, n.Selection); err != nil {
-		return Approval{}, err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.beginSnapshot(ctx, &n.Selection, "approval")
 	if err != nil {
-		return Approval{}, fmt.Errorf("store: begin approval: %w", err)
+		return Approval{}, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	var id int64

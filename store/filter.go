@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/crypt"
+	"github.com/jackc/pgx/v5"
 )
 
 // Filter selects dead messages. It is shared by listing, bulk actions and
@@ -76,6 +77,21 @@ func (s *Store) withIndex(ctx context.Context, f Filter) (Filter, error) {
 	_, x, err := s.sealing(ctx)
 	f.index = x
 	return f, err
+}
+
+// beginSnapshot readies f for a snapshot of what it selects (withIndex,
+// read before the transaction, not in it) and begins the transaction the
+// snapshot is taken in. what names the write in the error.
+func (s *Store) beginSnapshot(ctx context.Context, f *Filter, what string) (pgx.Tx, error) {
+	var err error
+	if *f, err = s.withIndex(ctx, *f); err != nil {
+		return nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: begin %s: %w", what, err)
+	}
+	return tx, nil
 }
 
 // ErrInvalidFilter wraps every filter validation error; the message names

@@ -87,13 +87,9 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	if n.MaxItems <= 0 || len(n.Request) == 0 {
 		return ReplayTask{}, errors.New("store: create replay task: MaxItems and Request are required")
 	}
-	var err error
-	if n.Selection, err = s.withIndex(ctx, n.Selection); err != nil {
-		return ReplayTask{}, err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.beginSnapshot(ctx, &n.Selection, "replay task")
 	if err != nil {
-		return ReplayTask{}, fmt.Errorf("store: begin replay task: %w", err)
+		return ReplayTask{}, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
