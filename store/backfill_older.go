@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -105,33 +104,27 @@ FROM dead_messages m WHERE m.id = ANY($1) AND m.x_death IS NULL ORDER BY m.id FO
 	)
 	for rows.Next() {
 		var (
-			id          int64
-			in          CategoryInput
-			cat, status string
-			group       *int64
-			failed      time.Time
-			sealed      bool
+			r      recategorizeRow
+			sealed bool
 		)
-		if err := rows.Scan(&id, &in.SourceQueue, &in.Reason, &in.FailureType, &in.FailureMessage, &cat,
-			&in.Headers, &status, &group, &failed, &sealed); err != nil {
+		if err := r.scan(rows, &sealed); err != nil {
 			return 0, err
 		}
-		locked = append(locked, id)
+		locked = append(locked, r.id)
 		if categorize == nil || sealed {
 			cats, groups = append(cats, nil), append(groups, nil)
 			continue
 		}
-		next := categoryOf(categorize(in))
-		k := newGroupKey(in.SourceQueue, in.Reason, in.FailureType, in.FailureMessage, next)
+		next := categoryOf(categorize(r.in))
+		k := newGroupKey(r.in.SourceQueue, r.in.Reason, r.in.FailureType, r.in.FailureMessage, next)
 		switch {
-		case group == nil:
+		case r.group == nil:
 			// Stored before failure groups existed: no group to move.
 			cats, groups = append(cats, &next), append(groups, nil)
-		case next != cat || *group != groupID(k):
+		case next != r.cat || *r.group != groupID(k):
 			// A new category, or a group an older dlq chose without
 			// categories for a death it replaced: the group of this one.
-			groupMove(moves, *group, status, "", 1)
-			g := groupEnter(moves, k, in.FailureMessage, status, failed, nil)
+			g := r.regroup(moves, k)
 			cats, groups = append(cats, &next), append(groups, &g)
 		default:
 			cats, groups = append(cats, nil), append(groups, nil)

@@ -190,6 +190,33 @@ WHERE m.id > $1 AND m.id <= $2 AND m.x_death IS NOT NULL ORDER BY m.id LIMIT $3`
 	return res, nil
 }
 
+// recategorizeRow is a message's row as recategorizing reads it under its
+// lock: what its category is computed from, and the category and failure
+// group it is counted in now.
+type recategorizeRow struct {
+	id          int64
+	in          CategoryInput
+	cat, status string
+	group       *int64
+	failed      time.Time
+}
+
+// scan reads the row of rows selected as m.id, the CategoryInput columns
+// (source_queue, reason, failure_type, failure_message), m.category, the
+// headers, m.status, m.group_id and m.failed_at, then into extra the
+// columns after those.
+func (r *recategorizeRow) scan(rows pgx.Rows, extra ...any) error {
+	return rows.Scan(append([]any{&r.id, &r.in.SourceQueue, &r.in.Reason, &r.in.FailureType, &r.in.FailureMessage, &r.cat,
+		&r.in.Headers, &r.status, &r.group, &r.failed}, extra...)...)
+}
+
+// regroup moves the row (which has a group) from its failure group to k's
+// in moves, and returns k's group id.
+func (r *recategorizeRow) regroup(moves map[int64]*groupChange, k groupKey) int64 {
+	groupMove(moves, *r.group, r.status, "", 1)
+	return groupEnter(moves, k, r.in.FailureMessage, r.status, r.failed, nil)
+}
+
 // recategorizeLocked locks the rows of ids, computes their categories
 // again from what they hold now, and moves those that change to their new
 // category and failure group, counters included, in tx. cols are the
@@ -208,30 +235,21 @@ WHERE m.id = ANY($1) ORDER BY m.id FOR UPDATE`, ids)
 		moves   = map[int64]*groupChange{}
 	)
 	for rows.Next() {
-		var (
-			id          int64
-			in          CategoryInput
-			cat, status string
-			group       *int64
-			failed      time.Time
-		)
-		if err := rows.Scan(&id, &in.SourceQueue, &in.Reason, &in.FailureType, &in.FailureMessage, &cat,
-			&in.Headers, &status, &group, &failed); err != nil {
+		var r recategorizeRow
+		if err := r.scan(rows); err != nil {
 			return 0, err
 		}
-		next := categoryOf(categorize(in))
-		if next == cat {
+		next := categoryOf(categorize(r.in))
+		if next == r.cat {
 			continue
 		}
-		changed, cats = append(changed, id), append(cats, next)
-		if group == nil {
+		changed, cats = append(changed, r.id), append(cats, next)
+		if r.group == nil {
 			// Stored before failure groups existed: it has none to move.
 			groups = append(groups, nil)
 			continue
 		}
-		groupMove(moves, *group, status, "", 1)
-		k := groupKey{in.SourceQueue, in.Reason, in.FailureType, NormalizeFailure(in.FailureMessage), next}
-		g := groupEnter(moves, k, in.FailureMessage, status, failed, nil)
+		g := r.regroup(moves, groupKey{r.in.SourceQueue, r.in.Reason, r.in.FailureType, NormalizeFailure(r.in.FailureMessage), next})
 		groups = append(groups, &g)
 	}
 	rows.Close()
