@@ -91,10 +91,8 @@ func (p Properties) Publishing() amqp.Publishing {
 func (p Properties) AppendJSON(dst []byte) []byte {
 	dst = append(dst, '{')
 	first := true
-	str := func(name, v string) {
-		if v == "" {
-			return
-		}
+	// key writes a field's name and colon, after a comma unless first.
+	key := func(name string) {
 		if !first {
 			dst = append(dst, ',')
 		}
@@ -102,6 +100,12 @@ func (p Properties) AppendJSON(dst []byte) []byte {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, '"', ':')
+	}
+	str := func(name, v string) {
+		if v == "" {
+			return
+		}
+		key(name)
 		if isSafeText(v) {
 			dst = appendEscaped(dst, v)
 			return
@@ -117,13 +121,7 @@ func (p Properties) AppendJSON(dst []byte) []byte {
 		if v == 0 {
 			return
 		}
-		if !first {
-			dst = append(dst, ',')
-		}
-		first = false
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
+		key(name)
 		dst = strconv.AppendUint(dst, uint64(v), 10)
 	}
 	str("content_type", p.ContentType)
@@ -135,11 +133,7 @@ func (p Properties) AppendJSON(dst []byte) []byte {
 	str("expiration", p.Expiration)
 	str("message_id", p.MessageID)
 	if p.Timestamp != nil {
-		if !first {
-			dst = append(dst, ',')
-		}
-		first = false
-		dst = append(dst, `"timestamp":`...)
+		key("timestamp")
 		if y := p.Timestamp.Year(); y < 0 || y > 9999 {
 			dst = strconv.AppendInt(dst, p.Timestamp.Unix(), 10)
 		} else {
