@@ -220,28 +220,29 @@ func (c *Console) handleConfirmPost(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the selection", err)
 		return
 	}
-	if s.All && s.MaxID == 0 {
-		newest, ok := c.snapshotBound(w, r, s)
-		if !ok {
-			return
-		}
-		s.MaxID = newest
+	if !c.bindSnapshot(w, r, &s) {
+		return
 	}
 	http.Redirect(w, r, "/ui/confirm?"+s.values().Encode(), http.StatusSeeOther)
 }
 
-// snapshotBound is the id of the newest message an All selection's filter
-// matches; when none does, it has sent the browser back with the news.
-func (c *Console) snapshotBound(w http.ResponseWriter, r *http.Request, s selection) (int64, bool) {
+// bindSnapshot gives an All selection that has no snapshot bound yet its
+// bound (MaxID): the id of the newest message its filter matches. It
+// reports false when it has answered the browser instead: an error, or
+// the news that nothing matches.
+func (c *Console) bindSnapshot(w http.ResponseWriter, r *http.Request, s *selection) bool {
+	if !s.All || s.MaxID != 0 {
+		return true
+	}
 	f, err := s.Form.filter()
 	if err != nil {
 		c.renderFailure(w, r, "read the filter", err)
-		return 0, false
+		return false
 	}
 	newest, err := c.cfg.Ops.ListMessages(r.Context(), c.caller(r), ops.ListRequest{Filter: f, Limit: 1})
 	if err != nil {
 		c.renderFailure(w, r, "read the selection", err)
-		return 0, false
+		return false
 	}
 	if len(newest.Messages) == 0 {
 		if r.Method == http.MethodGet {
@@ -249,9 +250,10 @@ func (c *Console) snapshotBound(w http.ResponseWriter, r *http.Request, s select
 		} else {
 			c.redirectWithFlash(w, r, s.Back, say(flashError, "Nothing matches this filter: nothing to do."))
 		}
-		return 0, false
+		return false
 	}
-	return newest.Messages[0].ID, true
+	s.MaxID = newest.Messages[0].ID
+	return true
 }
 
 // handleConfirm counts what an action would do (a dry run through the
@@ -264,12 +266,8 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the selection", err)
 		return
 	}
-	if s.All && s.MaxID == 0 {
-		newest, ok := c.snapshotBound(w, r, s)
-		if !ok {
-			return
-		}
-		s.MaxID = newest
+	if !c.bindSnapshot(w, r, &s) {
+		return
 	}
 	d := confirmData{S: s}
 	// selected is what the layer's approval threshold counts (a replay's
