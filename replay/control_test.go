@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -408,6 +409,61 @@ func TestControlCommandOfADeadHandlerRuns(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[0]), "the command ran")
 }
 
+// heldCommand is an acknowledge command of a message whose row a
+// transaction holds, so that the command runs until release.
+type heldCommand struct {
+	lock    pgx.Tx
+	body    []byte
+	timeout time.Duration
+	// answers receives the answer of each send.
+	answers chan control.Answer
+}
+
+// holdCommand locks the row of message id and sends an acknowledge of it,
+// with commandID, through first; it returns once that delivery reserved
+// the command. Each send waits up to timeout for its answer.
+func (b *bundle) holdCommand(t *testing.T, id int64, commandID string, first *control.Client, timeout time.Duration) *heldCommand {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { lock.Rollback(ctx) }) //nolint:errcheck // a no-op after release
+	_, err = lock.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+	h := &heldCommand{
+		lock:    lock,
+		body:    []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":%q,"ids":[%d]}`, commandID, id)),
+		timeout: timeout,
+		answers: make(chan control.Answer, 2),
+	}
+	h.send(first)
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM control_commands WHERE command_id = $1`, commandID).Scan(&n))
+		return n == 1
+	}, "the first delivery did not reserve the command")
+	return h
+}
+
+// send sends the command again through c, in the background.
+func (h *heldCommand) send(c *control.Client) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+		defer cancel()
+		a, err := c.CallRaw(ctx, h.body)
+		if err != nil {
+			a = control.Answer{Error: &control.CommandError{Code: "client", Message: err.Error()}}
+		}
+		h.answers <- a
+	}()
+}
+
+// release lets the row go, so that the command runs.
+func (h *heldCommand) release(t *testing.T) {
+	t.Helper()
+	require.NoError(t, h.lock.Rollback(context.Background()))
+}
+
 // TestControlLongCommandRunsOnce: a command that runs longer than its
 // reservation's lease keeps it (its handler renews it), so a repeat of
 // its command_id meanwhile, on another consumer, waits and returns the
@@ -419,32 +475,10 @@ func TestControlLongCommandRunsOnce(t *testing.T) {
 	queue := b.controlWith(t, func(c *control.Config, _ *oplayer.Config) { c.CommandLease = time.Second })
 	first, again := b.client(t, queue, operatorToken), b.client(t, queue, operatorToken)
 
-	// Hold the row, so that the acknowledgement waits for it.
+	// The row held, so that the acknowledgement waits for it.
 	ctx := context.Background()
-	lock, err := b.db.Begin(ctx)
-	require.NoError(t, err)
-	defer lock.Rollback(ctx) //nolint:errcheck // released below
-	_, err = lock.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, ids[0])
-	require.NoError(t, err)
-
-	body := []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"long-1","ids":[%d]}`, ids[0]))
-	answers := make(chan control.Answer, 2)
-	send := func(c *control.Client) {
-		cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
-		defer cancel()
-		a, err := c.CallRaw(cctx, body)
-		if err != nil {
-			a = control.Answer{Error: &control.CommandError{Code: "client", Message: err.Error()}}
-		}
-		answers <- a
-	}
-	go send(first)
-	dlqtest.Eventually(t, 10*time.Second, func() bool {
-		var n int
-		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM control_commands WHERE command_id = 'long-1'`).Scan(&n))
-		return n == 1
-	}, "the first delivery did not reserve the command")
-	go send(again)
+	held := b.holdCommand(t, ids[0], "long-1", first, 40*time.Second)
+	held.send(again)
 	// Past three leases, while both wait: the first for the row, the
 	// repeat for the first's answer.
 	dlqtest.Eventually(t, 10*time.Second, func() bool {
@@ -453,9 +487,9 @@ func TestControlLongCommandRunsOnce(t *testing.T) {
 FROM control_commands WHERE command_id = 'long-1'`).Scan(&held))
 		return held
 	}, "the reservation was not renewed past its lease")
-	require.NoError(t, lock.Rollback(ctx))
+	held.release(t)
 
-	a1, a2 := <-answers, <-answers
+	a1, a2 := <-held.answers, <-held.answers
 	requireOK(t, a1)
 	require.Equal(t, a1, a2, "the repeat returns the first answer")
 	var audits int
@@ -477,32 +511,10 @@ func TestControlRepeatOfARunningCommandDoesNotBlock(t *testing.T) {
 	queue, stop := b.startControl(t, func(c *control.Config, _ *oplayer.Config) { c.Consumers = 2 })
 	first, again, other := b.client(t, queue, operatorToken), b.client(t, queue, operatorToken), b.client(t, queue, operatorToken)
 
-	// Hold the row, so that the acknowledgement waits for it.
+	// The row held, so that the acknowledgement waits for it.
 	ctx := context.Background()
-	lock, err := b.db.Begin(ctx)
-	require.NoError(t, err)
-	defer lock.Rollback(ctx) //nolint:errcheck // released below
-	_, err = lock.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, ids[0])
-	require.NoError(t, err)
-
-	body := []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"slow-1","ids":[%d]}`, ids[0]))
-	answers := make(chan control.Answer, 2)
-	send := func(c *control.Client) {
-		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		a, err := c.CallRaw(cctx, body)
-		if err != nil {
-			a = control.Answer{Error: &control.CommandError{Code: "client", Message: err.Error()}}
-		}
-		answers <- a
-	}
-	go send(first)
-	dlqtest.Eventually(t, 10*time.Second, func() bool {
-		var n int
-		require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM control_commands WHERE command_id = 'slow-1'`).Scan(&n))
-		return n == 1
-	}, "the first delivery did not reserve the command")
-	go send(again)
+	held := b.holdCommand(t, ids[0], "slow-1", first, 60*time.Second)
+	held.send(again)
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, b.app, queue) == 0 },
 		"the repeat was not taken by a consumer")
 
@@ -516,13 +528,13 @@ func TestControlRepeatOfARunningCommandDoesNotBlock(t *testing.T) {
 	requireOK(t, a)
 	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[1]))
 	select {
-	case a := <-answers:
+	case a := <-held.answers:
 		t.Fatalf("a copy of the held command was answered before it ran: %+v", a)
 	default:
 	}
 
-	require.NoError(t, lock.Rollback(ctx))
-	a1, a2 := <-answers, <-answers
+	held.release(t)
+	a1, a2 := <-held.answers, <-held.answers
 	requireOK(t, a1)
 	require.Equal(t, a1, a2, "the repeat returns the first answer")
 	var audits int
