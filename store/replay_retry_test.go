@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
 
@@ -61,10 +60,8 @@ func claimAll(t *testing.T, st *store.Store, c store.ReplayClaim) store.ClaimRes
 // outcome of a publish sent again counts as republished.
 func TestReplayRetryOutcomeSendsItAgain(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 1)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 1)
 	id := ids[0]
 	task := retryTask(t, st, db, "orders", 2)
 
@@ -120,10 +117,8 @@ func TestReplayRetryOutcomeSendsItAgain(t *testing.T) {
 // change nothing.
 func TestReplayRecoveryRetriesWithinTheBound(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 3)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 3)
 	task := retryTask(t, st, db, "orders", 1)
 	expire := func(token string) {
 		t.Helper()
@@ -181,10 +176,8 @@ func TestReplayClaimLeavesACopyThatCameBack(t *testing.T) {
 	for _, canary := range []bool{false, true} {
 		t.Run(map[bool]string{false: "task", true: "canary"}[canary], func(t *testing.T) {
 			t.Parallel()
-			st, dsn := dlqtest.Store(t)
-			db := dlqtest.DB(t, dsn)
+			st, db, ids := seededStore(t, 2)
 			ctx := context.Background()
-			ids := seedPending(t, st, db, "orders", 2)
 			task := retryTask(t, st, db, "orders", 3)
 			res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok", Canary: canary})
 			require.Len(t, res.Messages, 2)
@@ -254,10 +247,8 @@ func TestReplayClaimLeavesACopyThatCameBack(t *testing.T) {
 // messages as unknown: pending ones only, and only once it is finished.
 func TestReplaySettleStoppedRetries(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 3)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 3)
 	task := retryTask(t, st, db, "orders", 3)
 	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok"})
 	require.Len(t, res.Messages, 3)
@@ -294,10 +285,8 @@ func TestReplaySettleStoppedRetries(t *testing.T) {
 // doubled for each further one, before the task's next items include it.
 func TestReplayItemsAfterWaitsToSendAgain(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 2)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 2)
 	task := retryTask(t, st, db, "orders", 3)
 	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok", IDs: ids[:1]})
 	require.Len(t, res.Messages, 1)

@@ -34,6 +34,15 @@ func seedPending(t *testing.T, st *store.Store, db *pgxpool.Pool, queue string, 
 	return ids
 }
 
+// seededStore is a test's own store, a pool on its schema, and the ids of
+// n pending messages of the queue "orders" stored in it.
+func seededStore(t *testing.T, n int) (*store.Store, *pgxpool.Pool, []int64) {
+	t.Helper()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	return st, db, seedPending(t, st, db, "orders", n)
+}
+
 func newTask(t *testing.T, st *store.Store, f store.Filter) store.ReplayTask {
 	t.Helper()
 	task, err := st.CreateReplayTask(context.Background(), store.NewReplayTask{
@@ -120,10 +129,8 @@ func TestReplayClaimsAreExclusive(t *testing.T) {
 // never claims an unknown one again.
 func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 4)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 4)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "old", Lease: 50 * time.Millisecond, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
@@ -178,10 +185,8 @@ func TestReplayLeaseRecoveryFencesTheFormerHolder(t *testing.T) {
 // replay count of the header.
 func TestReplaySettleKeepsAMessageThatDiedAgainFirst(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 1)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 1)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "tok", Lease: time.Minute, Limit: 10, MaxReplays: 5})
 	require.NoError(t, err)
@@ -253,10 +258,8 @@ func TestReplayClaimKeepsRedeliveryMatching(t *testing.T) {
 // settled in one transaction.
 func TestReplaySettlementKeepsItemsOnTheirPages(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 500)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 500)
 	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
 	blocks := func() map[int64]string {
 		rows, err := db.Query(ctx, `SELECT message_id, (ctid::text::point)[0]::text FROM replay_task_items WHERE task_id = $1`, task.ID)
@@ -298,10 +301,8 @@ func TestReplaySettlementKeepsItemsOnTheirPages(t *testing.T) {
 // in it. The loop guard and non-pending messages are skipped with reasons.
 func TestReplaySnapshotAndSkips(t *testing.T) {
 	t.Parallel()
-	st, dsn := dlqtest.Store(t)
-	db := dlqtest.DB(t, dsn)
+	st, db, ids := seededStore(t, 4)
 	ctx := context.Background()
-	ids := seedPending(t, st, db, "orders", 4)
 	_, err := db.Exec(ctx, `UPDATE dead_messages SET replay_count = 5 WHERE id = $1`, ids[1])
 	require.NoError(t, err)
 	_, err = st.Acknowledge(ctx, store.Filter{IDs: []int64{ids[2]}}, replayActor, store.ActionOptions{})
