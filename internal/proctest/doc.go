@@ -11,5 +11,6 @@
 //
 // test/ingest (one dlq at a time, killed, stopped and cut off from the
 // shared servers) and test/cluster (several dlq instances, a RabbitMQ
-// cluster, a PostgreSQL failover) share it.
+// cluster, a PostgreSQL failover) share it; test/security and test/tls
+// take its TestMain body (RunWithDLQ) and broker cleanup (DeleteTopology).
 package proctest

@@ -38,6 +38,21 @@ func BuildDLQ() (bin string, cleanup func(), err error) {
 	return bin, func() { _ = os.RemoveAll(dir) }, nil
 }
 
+// RunWithDLQ is the body of a TestMain: it builds the dlq binary under
+// test (BuildDLQ), sets *bin to it, runs m's tests and removes the binary.
+// It returns the tests' exit code, or 1 when the build failed (said on
+// stderr), for the caller to stop its own servers and os.Exit with.
+func RunWithDLQ(m *testing.M, bin *string) int {
+	b, cleanup, err := BuildDLQ()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
+	*bin = b
+	return m.Run()
+}
+
 // Options start one dlq process.
 type Options struct {
 	// Bin is the dlq binary. Required.

@@ -291,3 +291,21 @@ func Rejecter(ctx context.Context, url, queue string) {
 		}
 	}()
 }
+
+// DeleteTopology deletes queues, then exchanges, on conn, each on a
+// channel of its own: a test's cleanup, which goes on past what is
+// already gone (a refusal closes only that channel).
+func DeleteTopology(conn *amqp.Connection, queues, exchanges []string) {
+	for _, q := range queues {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.Close()
+		}
+	}
+	for _, x := range exchanges {
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(x, false, false)
+			_ = ch.Close()
+		}
+	}
+}

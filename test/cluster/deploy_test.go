@@ -177,16 +177,7 @@ func (d *deployment) cleanupBroker() {
 		return
 	}
 	defer conn.Close()
-	for _, q := range []string{d.queue, d.control, d.ttlQueue, d.rejectQueue} {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			_ = ch.Close()
-		}
-	}
-	if ch, err := conn.Channel(); err == nil {
-		_ = ch.ExchangeDelete(d.exchange, false, false)
-		_ = ch.Close()
-	}
+	proctest.DeleteTopology(conn, []string{d.queue, d.control, d.ttlQueue, d.rejectQueue}, []string{d.exchange})
 }
 
 // keepLogs shows the end of every instance's output when the test failed,

@@ -23,20 +23,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	bin, cleanup, err := proctest.BuildDLQ()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	dlqBin = bin
-	code := m.Run()
+	code := proctest.RunWithDLQ(m, &dlqBin)
 	if rabbit != nil {
 		if err := rabbit.stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop the RabbitMQ cluster:", err)
 			code = max(code, 1)
 		}
 	}
-	cleanup()
 	os.Exit(code)
 }
 

@@ -29,15 +29,7 @@ import (
 var dlqBin string
 
 func TestMain(m *testing.M) {
-	bin, cleanup, err := proctest.BuildDLQ()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	dlqBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	os.Exit(proctest.RunWithDLQ(m, &dlqBin))
 }
 
 // harness is one isolated dlq deployment: its own schema, dead-letter
@@ -136,16 +128,7 @@ func (h *harness) cleanupBroker() {
 		return
 	}
 	defer conn.Close()
-	for _, q := range []string{h.queue, h.control, h.ttlQueue, h.rejectQueue} {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			_ = ch.Close()
-		}
-	}
-	if ch, err := conn.Channel(); err == nil {
-		_ = ch.ExchangeDelete(h.exchange, false, false)
-		_ = ch.Close()
-	}
+	proctest.DeleteTopology(conn, []string{h.queue, h.control, h.ttlQueue, h.rejectQueue}, []string{h.exchange})
 }
 
 func dialRetry(timeout time.Duration) (*amqp.Connection, error) {

@@ -35,16 +35,7 @@ func newNames(t *testing.T) names {
 			return
 		}
 		defer conn.Close()
-		for _, q := range []string{n.queue, n.control} {
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false)
-				_ = ch.Close()
-			}
-		}
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(n.exchange, false, false)
-			_ = ch.Close()
-		}
+		proctest.DeleteTopology(conn, []string{n.queue, n.control}, []string{n.exchange})
 	})
 	return n
 }

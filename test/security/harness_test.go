@@ -34,15 +34,7 @@ var dlqBin string
 func TestMain(m *testing.M) {
 	// DLQ_TEST_DLQ_BIN runs the tests against a binary built elsewhere
 	// (make test's), as test/ingest does.
-	bin, cleanup, err := proctest.BuildDLQ()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	dlqBin = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	os.Exit(proctest.RunWithDLQ(m, &dlqBin))
 }
 
 // Tokens of every deployment (api.tokens in its YAML file).
@@ -114,18 +106,7 @@ api:
 			return
 		}
 		defer c.Close()
-		for _, q := range []string{d.queue, d.control, d.source, d.sink} {
-			if ch, err := c.Channel(); err == nil {
-				_, _ = ch.QueueDelete(q, false, false, false)
-				_ = ch.Close()
-			}
-		}
-		for _, x := range []string{d.exchange, d.sinkX} {
-			if ch, err := c.Channel(); err == nil {
-				_ = ch.ExchangeDelete(x, false, false)
-				_ = ch.Close()
-			}
-		}
+		proctest.DeleteTopology(c, []string{d.queue, d.control, d.source, d.sink}, []string{d.exchange, d.sinkX})
 	})
 	t.Cleanup(func() {
 		if t.Failed() {

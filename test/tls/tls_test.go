@@ -47,15 +47,7 @@ func TestMain(m *testing.M) {
 		srv.stop()
 		os.Exit(1)
 	}
-	bin, cleanup, err := proctest.BuildDLQ()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		srv.stop()
-		os.Exit(1)
-	}
-	dlqBin = bin
-	code := m.Run()
-	cleanup()
+	code := proctest.RunWithDLQ(m, &dlqBin)
 	srv.stop()
 	os.Exit(code)
 }
