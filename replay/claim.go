@@ -50,52 +50,32 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 	if limit < 0 && r.limiter == nil {
 		parallel = claimers
 	}
-	var (
-		cursor   int64
-		backoff  = 100 * time.Millisecond
-		sem      = make(chan struct{}, parallel)
-		wg       sync.WaitGroup
-		mu       sync.Mutex // guards progress and total
-		progress bool
-		total    int64
-	)
-	// done waits for the claims under way and returns what was claimed.
-	done := func(err error) (int64, error) {
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return total, err
-	}
+	f := &feeder{r: r, out: out, sem: make(chan struct{}, parallel)}
+	var cursor int64
+	backoff := 100 * time.Millisecond
 	for {
 		if err := context.Cause(ctx); err != nil {
-			return done(err)
+			return f.done(err)
 		}
 		select {
-		case sem <- struct{}{}:
+		case f.sem <- struct{}{}:
 		case <-ctx.Done():
-			return done(context.Cause(ctx))
+			return f.done(context.Cause(ctx))
 		}
-		n := r.claimSize()
-		if limit >= 0 {
-			// One claimer: the previous claim is done, total is exact.
-			mu.Lock()
-			left := limit - total
-			mu.Unlock()
-			if left <= 0 {
-				<-sem
-				return done(nil)
-			}
-			n = min(n, int(left))
+		n, ok := f.batchSize(limit)
+		if !ok {
+			<-f.sem
+			return f.done(nil)
 		}
 		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes, retryDelay)
 		if err != nil {
-			<-sem
+			<-f.sem
 			if ctx.Err() != nil {
-				return done(context.Cause(ctx))
+				return f.done(context.Cause(ctx))
 			}
 			r.log.Warn("cannot read the task's next messages; retrying", "error", err, "retry_in", backoff)
 			if err := sleep(ctx, backoff); err != nil {
-				return done(err)
+				return f.done(err)
 			}
 			backoff = min(backoff*2, 10*time.Second)
 			continue
@@ -103,53 +83,108 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 		backoff = 100 * time.Millisecond
 		if len(ids) > 0 {
 			cursor = ids[len(ids)-1]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				claimed, skipped := r.claim(ctx, ids, out)
-				mu.Lock()
-				total += int64(claimed)
-				progress = progress || claimed+skipped > 0
-				mu.Unlock()
-			}()
+			f.start(ctx, ids)
 		} else {
-			<-sem
+			<-f.sem
 		}
 		if more {
 			continue
 		}
-		// End of a pass: let the claims under way finish first.
-		wg.Wait()
-		mu.Lock()
-		moved := progress
-		progress = false
-		mu.Unlock()
 		cursor = 0
-		if moved {
-			continue
-		}
-		if err := r.waitSettled(ctx); err != nil {
-			return done(err)
-		}
-		if n, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
-			r.log.Warn("cannot settle items of deleted messages", "error", err)
-		} else if n > 0 {
-			// Skipped like those the claim skips, and counted alike.
-			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(n))
-		}
-		left, inFlight, err := r.s.st.ReplayItemsLeft(ctx, r.task.ID)
-		if err != nil {
-			r.log.Warn("cannot count what is left", "error", err)
-		} else if left == 0 {
-			return done(nil)
-		} else {
-			r.log.Debug("items held by other claims; waiting for them", "left", left, "in_flight", inFlight)
-		}
-		if err := sleep(ctx, min(r.s.cfg.PollInterval, max(r.s.cfg.Lease/4, 10*time.Millisecond))); err != nil {
-			return done(err)
+		if finished, err := f.endOfPass(ctx); finished || err != nil {
+			return f.done(err)
 		}
 	}
+}
+
+// feeder is one feed's state: the claims under way (at most cap(sem) at
+// once) and what they claimed.
+type feeder struct {
+	r        *taskRun
+	out      chan<- *claimBatch
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex // guards progress and total
+	progress bool
+	total    int64
+}
+
+// done waits for the claims under way and returns what was claimed.
+func (f *feeder) done(err error) (int64, error) {
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.total, err
+}
+
+// batchSize is how many items the next claim asks for; false once a
+// limited run has claimed its limit.
+func (f *feeder) batchSize(limit int64) (int, bool) {
+	n := f.r.claimSize()
+	if limit < 0 {
+		return n, true
+	}
+	// One claimer: the previous claim is done, total is exact.
+	f.mu.Lock()
+	left := limit - f.total
+	f.mu.Unlock()
+	if left <= 0 {
+		return 0, false
+	}
+	return min(n, int(left)), true
+}
+
+// start claims ids in the background; the caller holds a slot of sem,
+// which the claim gives back when it ends.
+func (f *feeder) start(ctx context.Context, ids []int64) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer func() { <-f.sem }()
+		claimed, skipped := f.r.claim(ctx, ids, f.out)
+		f.mu.Lock()
+		f.total += int64(claimed)
+		f.progress = f.progress || claimed+skipped > 0
+		f.mu.Unlock()
+	}()
+}
+
+// endOfPass runs when a pass over the task's items reached the end. It
+// returns at once when the pass moved anything (the next pass starts from
+// the beginning); otherwise it waits for what is in flight, settles the
+// items of deleted messages, and reports finished once no item is left.
+func (f *feeder) endOfPass(ctx context.Context) (finished bool, err error) {
+	r := f.r
+	// Let the claims under way finish first.
+	f.wg.Wait()
+	f.mu.Lock()
+	moved := f.progress
+	f.progress = false
+	f.mu.Unlock()
+	if moved {
+		return false, nil
+	}
+	if err := r.waitSettled(ctx); err != nil {
+		return false, err
+	}
+	if n, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
+		r.log.Warn("cannot settle items of deleted messages", "error", err)
+	} else if n > 0 {
+		// Skipped like those the claim skips, and counted alike.
+		r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(n))
+	}
+	left, inFlight, err := r.s.st.ReplayItemsLeft(ctx, r.task.ID)
+	if err != nil {
+		r.log.Warn("cannot count what is left", "error", err)
+	} else if left == 0 {
+		return true, nil
+	} else {
+		r.log.Debug("items held by other claims; waiting for them", "left", left, "in_flight", inFlight)
+	}
+	if err := sleep(ctx, min(r.s.cfg.PollInterval, max(r.s.cfg.Lease/4, 10*time.Millisecond))); err != nil {
+		return false, err
+	}
+	return false, nil
 }
 
 // claim claims the given items and hands the batch to the publisher loop.
