@@ -93,18 +93,8 @@ func (r *taskRun) run(parent context.Context) {
 	defer cancel(nil)
 	r.ctx = ctx
 	r.stop = func(cause error) { cancel(cause) }
-	s.mu.Lock()
-	s.running[r.task.ID] = r
-	s.mu.Unlock()
-	s.metrics.running.Inc()
-	defer func() {
-		s.mu.Lock()
-		delete(s.running, r.task.ID)
-		s.mu.Unlock()
-		s.metrics.running.Dec()
-		r.retireProgress(context.WithoutCancel(parent))
-		s.poke() // a slot is free
-	}()
+	r.register()
+	defer r.unregister(parent)
 
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Conn: s.cfg.Conn, Window: s.cfg.Window,
 		ConfirmTimeout: s.cfg.ConfirmTimeout, Logger: r.log})
@@ -116,8 +106,44 @@ func (r *taskRun) run(parent context.Context) {
 	r.log.Info("replay task running", "status", r.task.Status, "requested", r.task.Requested,
 		"remaining", r.task.Remaining(), "rate_per_second", r.task.RatePerSecond)
 
-	// The heartbeat and the settler outlive the publishing: claims must stay
-	// renewed, and outcomes recorded, until the last confirm is in.
+	stopBackground := r.startBackground(parent)
+
+	workErr := r.work(ctx)
+
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.ShutdownTimeout)
+	defer dcancel()
+	r.drain(dctx, pub, stopBackground)
+	r.dropMarks(context.WithoutCancel(parent))
+
+	r.finish(context.WithoutCancel(parent), parent, workErr)
+}
+
+// register lists the run among the service's running tasks.
+func (r *taskRun) register() {
+	s := r.s
+	s.mu.Lock()
+	s.running[r.task.ID] = r
+	s.mu.Unlock()
+	s.metrics.running.Inc()
+}
+
+// unregister undoes register once the run is over, and frees its slot.
+func (r *taskRun) unregister(parent context.Context) {
+	s := r.s
+	s.mu.Lock()
+	delete(s.running, r.task.ID)
+	s.mu.Unlock()
+	s.metrics.running.Dec()
+	r.retireProgress(context.WithoutCancel(parent))
+	s.poke() // a slot is free
+}
+
+// startBackground starts the heartbeat and the settlers, and returns the
+// function that stops them and waits for them to end.
+//
+// The heartbeat and the settler outlive the publishing: claims must stay
+// renewed, and outcomes recorded, until the last confirm is in.
+func (r *taskRun) startBackground(parent context.Context) (stop func()) {
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(parent))
 	var bg sync.WaitGroup
 	// Several settlers: a settlement costs about as much database time as
@@ -128,24 +154,29 @@ func (r *taskRun) run(parent context.Context) {
 	for range settlers {
 		go func() { defer bg.Done(); r.settler(bgCtx) }()
 	}
+	return func() {
+		bgCancel()
+		bg.Wait()
+	}
+}
 
-	workErr := r.work(ctx)
-
-	// Drain: confirms in flight end (acked, or unknown at the timeout), and
-	// every outcome is recorded before the claims' renewals stop.
-	dctx, dcancel := context.WithTimeout(context.WithoutCancel(parent), s.cfg.ShutdownTimeout)
-	defer dcancel()
+// drain lets the confirms in flight end (acked, or unknown at the
+// timeout), and records every outcome before the claims' renewals stop
+// (stopBackground).
+func (r *taskRun) drain(dctx context.Context, pub *broker.Publisher, stopBackground func()) {
 	if err := pub.Close(dctx); err != nil {
 		r.log.Warn("confirms still missing after the shutdown timeout; those messages end as unknown", "error", err)
 	}
 	if err := r.waitSettled(dctx); err != nil {
 		r.log.Error("could not record every outcome; the claims left will be taken back after the lease as unknown", "error", err)
 	}
-	bgCancel()
-	bg.Wait()
-	r.dropMarks(context.WithoutCancel(parent))
+	stopBackground()
+}
 
-	final := context.WithoutCancel(parent)
+// finish records how the run ended (workErr) once every outcome is in:
+// the task completed, let go, or handed back to be resumed.
+func (r *taskRun) finish(final, parent context.Context, workErr error) {
+	s := r.s
 	if errors.Is(workErr, errCancelled) || errors.Is(workErr, errCanaryFailed) {
 		// Every outcome is in: what waited to be sent again never will be.
 		s.settleStoppedRetries(final, r.task.ID)
