@@ -75,18 +75,61 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 	}
 	outs = slices.Clone(outs)
 	slices.SortFunc(outs, func(a, b ReplayOutcome) int { return cmp.Compare(a.ID, b.ID) })
-	n := len(outs)
-	ids, toks, kinds, errs := make([]int64, n), make([]string, n), make([]string, n), make([]*string, n)
+	a, err := settleArgsOf(taskID, outs)
+	if err != nil {
+		return SettleResult{}, err
+	}
 	var res SettleResult
-	var (
-		itemIDs      []int64
-		itemKinds    []string
-		itemDetails  []*string
-		itemAttempts []int32
-		itemCopies   []int64
-	)
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return SettleResult{}, fmt.Errorf("store: begin settling replay task %d: %w", taskID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	moves, err := settleRows(ctx, tx, taskID, a, &res)
+	if err != nil {
+		return SettleResult{}, err
+	}
+	if err := settleItems(ctx, tx, taskID, a, canary, &res); err != nil {
+		return SettleResult{}, err
+	}
+	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
+		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
+	}
+	if len(finished) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM replay_claims WHERE token = ANY($1)`, finished); err != nil {
+			return SettleResult{}, fmt.Errorf("store: drop claim marks of replay task %d: %w", taskID, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return SettleResult{}, fmt.Errorf("store: commit settling replay task %d: %w", taskID, err)
+	}
+	return res, nil
+}
+
+// settleArgs are a settlement's query arguments: one entry per outcome
+// for the rows (settleRowsSQL), and one per outcome other than released
+// for the task's items (settleItemsSQL).
+type settleArgs struct {
+	ids   []int64
+	toks  []string
+	kinds []string
+	errs  []*string
+
+	itemIDs      []int64
+	itemKinds    []string
+	itemDetails  []*string
+	itemAttempts []int32
+	itemCopies   []int64
+}
+
+// settleArgsOf builds the arguments of settling outs (sorted by id), and
+// fails on an outcome it does not know.
+func settleArgsOf(taskID int64, outs []ReplayOutcome) (settleArgs, error) {
+	n := len(outs)
+	a := settleArgs{ids: make([]int64, n), toks: make([]string, n), kinds: make([]string, n), errs: make([]*string, n)}
 	for i, o := range outs {
-		ids[i], toks[i], kinds[i] = o.ID, o.Token, o.Result
+		a.ids[i], a.toks[i], a.kinds[i] = o.ID, o.Token, o.Result
 		var detail *string
 		if o.ReplayID != "" {
 			id := cleanText(o.ReplayID)
@@ -98,37 +141,38 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 			// cleared on publish.
 		case OutcomeFailed, OutcomeUnknown:
 			e := cleanText(o.Error)
-			errs[i], detail = &e, &e
+			a.errs[i], detail = &e, &e
 		case OutcomeRetry:
 			// The row's error says why; the item keeps the copy's replay id
 			// for the canary, nothing otherwise.
 			e := cleanText(o.Error)
-			errs[i] = &e
+			a.errs[i] = &e
 		case OutcomeReleased:
 		default:
-			return SettleResult{}, fmt.Errorf("store: settle replay task %d: message %d: unknown outcome %q", taskID, o.ID, o.Result)
+			return settleArgs{}, fmt.Errorf("store: settle replay task %d: message %d: unknown outcome %q", taskID, o.ID, o.Result)
 		}
 		if o.Result != OutcomeReleased {
-			itemIDs = append(itemIDs, o.ID)
-			itemKinds = append(itemKinds, o.Result)
-			itemDetails = append(itemDetails, detail)
-			itemAttempts = append(itemAttempts, int32(max(o.Attempt, 0)))
-			itemCopies = append(itemCopies, o.CopyReplayCount)
+			a.itemIDs = append(a.itemIDs, o.ID)
+			a.itemKinds = append(a.itemKinds, o.Result)
+			a.itemDetails = append(a.itemDetails, detail)
+			a.itemAttempts = append(a.itemAttempts, int32(max(o.Attempt, 0)))
+			a.itemCopies = append(a.itemCopies, o.CopyReplayCount)
 		}
 	}
+	return a, nil
+}
 
-	tx, err := s.pool.Begin(ctx)
+// settleRows moves a settlement's rows out of replaying (settleRowsSQL),
+// counts them into res (Marked, Released), and returns the status moves
+// for the counters.
+func settleRows(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, res *SettleResult) ([]StatusMove, error) {
+	rows, err := tx.Query(ctx, settleRowsSQL, a.ids, a.toks, a.kinds, a.errs)
 	if err != nil {
-		return SettleResult{}, fmt.Errorf("store: begin settling replay task %d: %w", taskID, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, settleRowsSQL, ids, toks, kinds, errs)
-	if err != nil {
-		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
+		return nil, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
 	}
 	moves, released, err := settleMoves(rows)
 	if err != nil {
-		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
+		return nil, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
 	}
 	for _, m := range moves {
 		res.Marked += m.Messages
@@ -138,7 +182,28 @@ func (s *Store) SettleReplayOutcomes(ctx context.Context, taskID int64, outs []R
 	// (RecoverExpiredReplayClaims), and its holder's late release must not
 	// take it out twice.
 	res.Released = released
-	err = tx.QueryRow(ctx, `
+	return moves, nil
+}
+
+// settleItems records a settlement's outcomes on the task's items and
+// counters (settleItemsSQL), and counts them into res. It runs after
+// settleRows, whose res.Released it takes out of the claimed count.
+func settleItems(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, canary bool, res *SettleResult) error {
+	err := tx.QueryRow(ctx, settleItemsSQL, taskID, nonNilIDs(a.itemIDs), nonNilStrings(a.itemKinds), a.itemDetails, res.Released, canary,
+		nonNilInt32s(a.itemAttempts), nonNilIDs(a.itemCopies)).
+		Scan(&res.Published, &res.Failed, &res.Unknown, &res.Retried, &res.Republished)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("store: count outcomes of replay task %d: %w", taskID, err)
+	}
+	return nil
+}
+
+// settleItemsSQL records outcomes on the items of task $1 ($2 message ids,
+// $3 outcomes, $4 details, $7 the unknown counts the claims read, $8 the
+// copies' replay counts) and adds them to the task's counters, $5 the rows
+// released and $6 whether the published ids join the canary set. It
+// returns the counts it added.
+const settleItemsSQL = `
 WITH s AS (
     -- message_id = ANY bounds the rows the planner expects to a batch's
     -- worth: joined only, the items' statistics (every item of the task
@@ -172,25 +237,7 @@ UPDATE replay_tasks t SET published = t.published + c.p, failed = t.failed + c.f
     canary_ids = CASE WHEN $6 THEN t.canary_ids || c.pub ELSE t.canary_ids END,
     updated_at = now()
 FROM c WHERE t.id = $1
-RETURNING c.p, c.f, c.u, c.r, c.rp`, taskID, nonNilIDs(itemIDs), nonNilStrings(itemKinds), itemDetails, res.Released, canary,
-		nonNilInt32s(itemAttempts), nonNilIDs(itemCopies)).
-		Scan(&res.Published, &res.Failed, &res.Unknown, &res.Retried, &res.Republished)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return SettleResult{}, fmt.Errorf("store: count outcomes of replay task %d: %w", taskID, err)
-	}
-	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
-		return SettleResult{}, fmt.Errorf("store: settle replay task %d: %w", taskID, err)
-	}
-	if len(finished) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM replay_claims WHERE token = ANY($1)`, finished); err != nil {
-			return SettleResult{}, fmt.Errorf("store: drop claim marks of replay task %d: %w", taskID, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return SettleResult{}, fmt.Errorf("store: commit settling replay task %d: %w", taskID, err)
-	}
-	return res, nil
-}
+RETURNING c.p, c.f, c.u, c.r, c.rp`
 
 // settleRowsSQL moves the rows of a settlement ($1 ids in id order, $2
 // their claim tokens, $3 outcomes, $4 errors) out of replaying and returns
