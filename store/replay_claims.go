@@ -260,7 +260,22 @@ func claimRows(ctx context.Context, tx pgx.Tx, c ReplayClaim, claimable []int64)
 	if len(claimable) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := tx.Query(ctx, `
+	rows, err := tx.Query(ctx, claimRowsSQL, claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+	}
+	claimed, moves, err := readClaimedRows(rows, c.TaskID)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Published in id order (the write-ahead mark relies on it).
+	slices.SortFunc(claimed, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
+	return claimed, moves, nil
+}
+
+// claimRowsSQL claims the rows of ids $1 for task $2 under token $3, for
+// a lease of $4 milliseconds, and returns them as ClaimedMessage columns.
+const claimRowsSQL = `
 WITH x AS MATERIALIZED (
     -- Driving from the ids keeps the plan to index probes whatever the
     -- tables' statistics say (a task's items are often minutes old).
@@ -284,11 +299,12 @@ CROSS JOIN LATERAL (
 WHERE m.id = x.id AND (i.copy_replay_count IS NULL OR m.replay_count < i.copy_replay_count)
 RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.source_exchange,
     m.source_routing_key, m.properties::text, m.headers::text, m.body, m.body_size,
-    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta, coalesce(i.unknown_count, 0)`,
-		claimable, c.TaskID, c.Token, c.Lease.Milliseconds())
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
-	}
+    m.enc_key_id, m.enc_dek, m.enc_nonce, m.enc_meta, coalesce(i.unknown_count, 0)`
+
+// readClaimedRows reads claimRowsSQL's rows (and closes them): the
+// messages claimed, in the order read, and the moves of the status
+// counters, by queue and group in the order first seen.
+func readClaimedRows(rows pgx.Rows, taskID int64) ([]ClaimedMessage, []StatusMove, error) {
 	var claimed []ClaimedMessage
 	moves := map[moveKey]*StatusMove{}
 	var moveToKeys []moveKey
@@ -301,7 +317,7 @@ RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.sourc
 		if err := rows.Scan(&m.ID, &m.ReplayCount, &m.SourceQueue, &m.Group, &m.SourceExchange, &m.SourceRoutingKey,
 			&m.Properties, &m.Headers, &m.Body, &m.BodySize, &keyID, &sl.Envelope.DEK, &sl.Envelope.Nonce, &sl.Meta, &m.Unknowns); err != nil {
 			rows.Close()
-			return nil, nil, fmt.Errorf("store: read claim for replay task %d: %w", c.TaskID, err)
+			return nil, nil, fmt.Errorf("store: read claim for replay task %d: %w", taskID, err)
 		}
 		if keyID != nil {
 			sl.Envelope.KeyID, sl.Body, m.Body = *keyID, m.Body, nil
@@ -320,10 +336,8 @@ RETURNING m.id, m.replay_count, m.source_queue, coalesce(m.group_id, 0), m.sourc
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("store: claim for replay task %d: %w", c.TaskID, err)
+		return nil, nil, fmt.Errorf("store: claim for replay task %d: %w", taskID, err)
 	}
-	// Published in id order (the write-ahead mark relies on it).
-	slices.SortFunc(claimed, func(a, b ClaimedMessage) int { return cmp.Compare(a.ID, b.ID) })
 	list := make([]StatusMove, 0, len(moveToKeys))
 	for _, k := range moveToKeys {
 		list = append(list, *moves[k])
