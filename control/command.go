@@ -166,99 +166,146 @@ func checkCommandID(id string) *CommandError {
 // checkFields refuses fields that mean nothing for the command, so that a
 // misplaced field is an error rather than silently ignored.
 func (c Command) checkFields() *CommandError {
-	r := c.Request
-	var extra []string
-	add := func(cond bool, name string) {
-		if cond {
-			extra = append(extra, name)
-		}
-	}
-	replayOnly := func() {
-		add(r.RatePerSecond != 0, "rate_per_second")
-		add(r.DelaySeconds != 0, "delay_seconds")
-		add(r.StartAt != nil, "start_at")
-		add(r.Target != nil, "target")
-		add(r.Canary != nil, "canary")
-		add(r.Force, "force")
-		add(r.OnUnknown != "", "on_unknown")
-	}
+	var u unexpected
+	var e *CommandError
 	switch c.Command {
 	case CmdReplay:
-		add(c.ID != 0, "id")
+		u.add(c.ID != 0, "id")
 	case CmdAcknowledge, CmdDelete:
-		replayOnly()
-		add(c.ID != 0, "id")
+		u.replayOnly(c.Request)
+		u.add(c.ID != 0, "id")
 		// Which ids and filters are acceptable is the operations layer's
 		// rule (ops.Selection), the same for every door.
 	case CmdCancelReplay, CmdReplayStatus:
-		replayOnly()
-		add(len(r.IDs) > 0, "ids")
-		add(r.Filter != nil, "filter")
-		add(r.Limit != 0, "limit")
-		add(r.DryRun, "dry_run")
-		add(c.Confirm, "confirm")
-		if c.ID <= 0 {
-			return cmdErr(CodeInvalidRequest, "%s needs id, the replay task's id (a positive number)", c.Command)
-		}
+		e = c.taskFields(&u)
 	case CmdListReplays, CmdListApprovals:
-		replayOnly()
-		add(len(r.IDs) > 0, "ids")
-		add(r.Filter != nil, "filter")
-		add(r.DryRun, "dry_run")
-		add(c.ID != 0, "id")
-		add(c.Confirm, "confirm")
+		c.listFields(&u)
 	case CmdEditReplay:
-		add(r.StartAt != nil, "start_at")
-		add(r.OnUnknown != "", "on_unknown")
-		add(r.RatePerSecond != 0, "rate_per_second")
-		add(r.DelaySeconds != 0, "delay_seconds")
-		add(r.Target != nil, "target")
-		add(r.Canary != nil, "canary")
-		add(len(r.IDs) > 0, "ids")
-		add(r.Filter != nil, "filter")
-		add(r.Limit != 0, "limit")
-		add(c.Confirm, "confirm")
-		if c.ID <= 0 {
-			return cmdErr(CodeInvalidRequest, "%s needs id, the message's id (a positive number)", c.Command)
-		}
+		e = c.editFields(&u)
 	case CmdListPolicies, CmdPausePolicy, CmdResumePolicy:
-		replayOnly()
-		add(len(r.IDs) > 0, "ids")
-		add(r.Filter != nil, "filter")
-		add(r.Limit != 0, "limit")
-		add(r.DryRun, "dry_run")
-		add(c.ID != 0, "id")
-		add(c.Confirm, "confirm")
-		add(c.Command == CmdResumePolicy && c.Reason != "", "reason")
-		if c.Command != CmdListPolicies && c.Name == "" {
-			return cmdErr(CodeInvalidRequest, "%s needs name, the policy's name", c.Command)
-		}
+		e = c.policyFields(&u)
 	case CmdApprove, CmdReject, CmdWithdraw:
-		replayOnly()
-		add(len(r.IDs) > 0, "ids")
-		add(r.Filter != nil, "filter")
-		add(r.Limit != 0, "limit")
-		add(r.DryRun, "dry_run")
-		add(c.Confirm, "confirm")
-		add(c.Command != CmdReject && c.Reason != "", "reason")
-		if c.ID <= 0 {
-			return cmdErr(CodeInvalidRequest, "%s needs id, the approval request's id (a positive number)", c.Command)
-		}
+		e = c.approvalFields(&u)
 	}
-	if c.Command != CmdReject && c.Command != CmdPausePolicy && c.Reason != "" && !slices.Contains(extra, "reason") {
-		extra = append(extra, "reason")
+	if e != nil {
+		return e
+	}
+	if c.Command != CmdReject && c.Command != CmdPausePolicy && c.Reason != "" && !slices.Contains(u, "reason") {
+		u = append(u, "reason")
 	}
 	if c.Command != CmdPausePolicy && c.Command != CmdResumePolicy {
-		add(c.Name != "", "name")
+		u.add(c.Name != "", "name")
 	}
 	if c.Command != CmdEditReplay {
-		add(c.BodyBase64 != nil, "body_base64")
-		add(c.Body != nil, "body")
-		add(len(c.SetHeaders) > 0, "set_headers")
-		add(len(c.RemoveHeaders) > 0, "remove_headers")
+		u.add(c.BodyBase64 != nil, "body_base64")
+		u.add(c.Body != nil, "body")
+		u.add(len(c.SetHeaders) > 0, "set_headers")
+		u.add(len(c.RemoveHeaders) > 0, "remove_headers")
 	}
-	if len(extra) > 0 {
-		return cmdErr(CodeInvalidRequest, "%s does not take %s", c.Command, strings.Join(extra, ", "))
+	if len(u) > 0 {
+		return cmdErr(CodeInvalidRequest, "%s does not take %s", c.Command, strings.Join(u, ", "))
+	}
+	return nil
+}
+
+// unexpected collects the names of the fields a command does not take,
+// in the order they are checked: the order its refusal names them.
+type unexpected []string
+
+func (u *unexpected) add(cond bool, name string) {
+	if cond {
+		*u = append(*u, name)
+	}
+}
+
+// replayOnly adds the fields only replay takes.
+func (u *unexpected) replayOnly(r replay.Request) {
+	u.add(r.RatePerSecond != 0, "rate_per_second")
+	u.add(r.DelaySeconds != 0, "delay_seconds")
+	u.add(r.StartAt != nil, "start_at")
+	u.add(r.Target != nil, "target")
+	u.add(r.Canary != nil, "canary")
+	u.add(r.Force, "force")
+	u.add(r.OnUnknown != "", "on_unknown")
+}
+
+// taskFields checks cancel_replay and replay_status: a task's id.
+func (c Command) taskFields(u *unexpected) *CommandError {
+	r := c.Request
+	u.replayOnly(r)
+	u.add(len(r.IDs) > 0, "ids")
+	u.add(r.Filter != nil, "filter")
+	u.add(r.Limit != 0, "limit")
+	u.add(r.DryRun, "dry_run")
+	u.add(c.Confirm, "confirm")
+	if c.ID <= 0 {
+		return cmdErr(CodeInvalidRequest, "%s needs id, the replay task's id (a positive number)", c.Command)
+	}
+	return nil
+}
+
+// listFields checks list_replays and list_approvals: a limit at most.
+func (c Command) listFields(u *unexpected) {
+	r := c.Request
+	u.replayOnly(r)
+	u.add(len(r.IDs) > 0, "ids")
+	u.add(r.Filter != nil, "filter")
+	u.add(r.DryRun, "dry_run")
+	u.add(c.ID != 0, "id")
+	u.add(c.Confirm, "confirm")
+}
+
+// editFields checks edit_replay: a message's id and its edit, with
+// dry_run and force.
+func (c Command) editFields(u *unexpected) *CommandError {
+	r := c.Request
+	u.add(r.StartAt != nil, "start_at")
+	u.add(r.OnUnknown != "", "on_unknown")
+	u.add(r.RatePerSecond != 0, "rate_per_second")
+	u.add(r.DelaySeconds != 0, "delay_seconds")
+	u.add(r.Target != nil, "target")
+	u.add(r.Canary != nil, "canary")
+	u.add(len(r.IDs) > 0, "ids")
+	u.add(r.Filter != nil, "filter")
+	u.add(r.Limit != 0, "limit")
+	u.add(c.Confirm, "confirm")
+	if c.ID <= 0 {
+		return cmdErr(CodeInvalidRequest, "%s needs id, the message's id (a positive number)", c.Command)
+	}
+	return nil
+}
+
+// policyFields checks list_policies, pause_policy and resume_policy: a
+// policy's name, and a reason to pause it.
+func (c Command) policyFields(u *unexpected) *CommandError {
+	r := c.Request
+	u.replayOnly(r)
+	u.add(len(r.IDs) > 0, "ids")
+	u.add(r.Filter != nil, "filter")
+	u.add(r.Limit != 0, "limit")
+	u.add(r.DryRun, "dry_run")
+	u.add(c.ID != 0, "id")
+	u.add(c.Confirm, "confirm")
+	u.add(c.Command == CmdResumePolicy && c.Reason != "", "reason")
+	if c.Command != CmdListPolicies && c.Name == "" {
+		return cmdErr(CodeInvalidRequest, "%s needs name, the policy's name", c.Command)
+	}
+	return nil
+}
+
+// approvalFields checks approve, reject and withdraw: an approval
+// request's id, and a reason to reject it.
+func (c Command) approvalFields(u *unexpected) *CommandError {
+	r := c.Request
+	u.replayOnly(r)
+	u.add(len(r.IDs) > 0, "ids")
+	u.add(r.Filter != nil, "filter")
+	u.add(r.Limit != 0, "limit")
+	u.add(r.DryRun, "dry_run")
+	u.add(c.Confirm, "confirm")
+	u.add(c.Command != CmdReject && c.Reason != "", "reason")
+	if c.ID <= 0 {
+		return cmdErr(CodeInvalidRequest, "%s needs id, the approval request's id (a positive number)", c.Command)
 	}
 	return nil
 }
