@@ -21,94 +21,126 @@ import (
 // or whose source queue is missing from snap counts as "condition false": a
 // firing alert resolves (and is notified), a pending one is dropped.
 func Evaluate(prev State, snap Snapshot, rs RuleSet) (next State, notifications []Alert) {
+	e := newEvaluation(prev, snap, rs)
+	for _, r := range rs.Rules {
+		e.rule(r)
+	}
+	e.resolveRemoved()
+	sortAlertStates(e.next.Alerts)
+	sortAlerts(e.notifications)
+	return e.next, e.notifications
+}
+
+// evaluation is one Evaluate call under way: the previous state by pair,
+// the pairs evaluated so far, and what it returns.
+type evaluation struct {
+	prev State
+	snap Snapshot
+	rs   RuleSet
+	now  time.Time
+	old  map[stateKey]AlertState
+	seen map[stateKey]bool
+
+	next          State
+	notifications []Alert
+}
+
+func newEvaluation(prev State, snap Snapshot, rs RuleSet) *evaluation {
 	now := snap.At
 	old := make(map[stateKey]AlertState, len(prev.Alerts))
 	for _, a := range prev.Alerts {
 		old[a.key()] = a
 	}
-	next = State{Version: StateVersion, EvaluatedAt: now}
-	seen := make(map[stateKey]bool, len(prev.Alerts))
-
-	step := func(r Rule, queue, subj string, value float64, detail string) {
-		k := stateKey{r.Name, queue, subj}
-		if seen[k] {
-			return // a duplicated rule name, queue or subject: first one wins
-		}
-		seen[k] = true
-		p, existed := old[k]
-		if !existed {
-			p = AlertState{Rule: r.Name, SourceQueue: queue, Subject: subj}
-		}
-		if !r.Disabled {
-			// Keep what receivers see in sync with the configuration.
-			p.Kind, p.Severity, p.Threshold = r.Kind, severityOf(r), r.Threshold
-			p.Labels = maps.Clone(r.Labels)
-			p.RunbookURL = rs.runbookOf(r)
-		}
-		if detail != "" {
-			p.Detail = detail
-		}
-		active := !r.Disabled && value > r.Threshold
-		n, keep, notify := transition(p, existed, active, value, now, r.For, rs.RepeatInterval)
-		if keep {
-			next.Alerts = append(next.Alerts, n)
-		}
-		if notify {
-			notifications = append(notifications, newAlert(n))
-		}
+	return &evaluation{
+		prev: prev, snap: snap, rs: rs, now: now, old: old,
+		seen: make(map[stateKey]bool, len(prev.Alerts)),
+		next: State{Version: StateVersion, EvaluatedAt: now},
 	}
+}
 
-	for _, r := range rs.Rules {
-		if r.Name == "" || !r.Kind.Valid() {
-			continue
+// rule evaluates rule r: once for a global rule, per subject, or per
+// source queue, those of the previous state included.
+func (e *evaluation) rule(r Rule) {
+	snap, rs, prev := e.snap, e.rs, e.prev
+	if r.Name == "" || !r.Kind.Valid() {
+		return
+	}
+	if r.Kind.Global() {
+		e.step(r, "", "", snap.Capacity.UsedPercent(), "")
+		return
+	}
+	if r.Kind.PerSubject() {
+		for _, s := range subjects(r.Kind, snap) {
+			e.step(r, "", s.name, s.value, s.detail)
 		}
-		if r.Kind.Global() {
-			step(r, "", "", snap.Capacity.UsedPercent(), "")
-			continue
-		}
-		if r.Kind.PerSubject() {
-			for _, s := range subjects(r.Kind, snap) {
-				step(r, "", s.name, s.value, s.detail)
-			}
-			// Subjects gone from the snapshot (a request decided or
-			// expired, a policy removed) resolve.
-			for _, a := range prev.Alerts {
-				if a.Rule == r.Name && a.Subject != "" {
-					step(r, "", a.Subject, 0, "")
-				}
-			}
-			continue
-		}
-		for _, q := range snap.Queues {
-			step(rs.effective(r, q.SourceQueue), q.SourceQueue, "", measure(r.Kind, q), "")
-		}
-		// Queues that vanished from the snapshot (everything dealt with) are
-		// measured as zero so their alerts resolve instead of hanging.
+		// Subjects gone from the snapshot (a request decided or
+		// expired, a policy removed) resolve.
 		for _, a := range prev.Alerts {
-			if a.Rule == r.Name && a.SourceQueue != "" {
-				step(rs.effective(r, a.SourceQueue), a.SourceQueue, "", 0, "")
+			if a.Rule == r.Name && a.Subject != "" {
+				e.step(r, "", a.Subject, 0, "")
 			}
 		}
+		return
 	}
-	// Pairs whose rule left the configuration: resolve them with what the
-	// state remembers, so no receiver is left with an alert nobody will end.
+	for _, q := range snap.Queues {
+		e.step(rs.effective(r, q.SourceQueue), q.SourceQueue, "", measure(r.Kind, q), "")
+	}
+	// Queues that vanished from the snapshot (everything dealt with) are
+	// measured as zero so their alerts resolve instead of hanging.
 	for _, a := range prev.Alerts {
-		if k := a.key(); !seen[k] {
-			seen[k] = true
-			if n, keep, notify := transition(a, true, false, 0, now, 0, 0); notify || keep {
+		if a.Rule == r.Name && a.SourceQueue != "" {
+			e.step(rs.effective(r, a.SourceQueue), a.SourceQueue, "", 0, "")
+		}
+	}
+}
+
+// step evaluates one pair (rule, queue or subject) measured at value.
+func (e *evaluation) step(r Rule, queue, subj string, value float64, detail string) {
+	k := stateKey{r.Name, queue, subj}
+	if e.seen[k] {
+		return // a duplicated rule name, queue or subject: first one wins
+	}
+	e.seen[k] = true
+	p, existed := e.old[k]
+	if !existed {
+		p = AlertState{Rule: r.Name, SourceQueue: queue, Subject: subj}
+	}
+	if !r.Disabled {
+		// Keep what receivers see in sync with the configuration.
+		p.Kind, p.Severity, p.Threshold = r.Kind, severityOf(r), r.Threshold
+		p.Labels = maps.Clone(r.Labels)
+		p.RunbookURL = e.rs.runbookOf(r)
+	}
+	if detail != "" {
+		p.Detail = detail
+	}
+	active := !r.Disabled && value > r.Threshold
+	n, keep, notify := transition(p, existed, active, value, e.now, r.For, e.rs.RepeatInterval)
+	if keep {
+		e.next.Alerts = append(e.next.Alerts, n)
+	}
+	if notify {
+		e.notifications = append(e.notifications, newAlert(n))
+	}
+}
+
+// resolveRemoved resolves the pairs whose rule left the configuration,
+// with what the state remembers, so no receiver is left with an alert
+// nobody will end.
+func (e *evaluation) resolveRemoved() {
+	for _, a := range e.prev.Alerts {
+		if k := a.key(); !e.seen[k] {
+			e.seen[k] = true
+			if n, keep, notify := transition(a, true, false, 0, e.now, 0, 0); notify || keep {
 				if keep {
-					next.Alerts = append(next.Alerts, n)
+					e.next.Alerts = append(e.next.Alerts, n)
 				}
 				if notify {
-					notifications = append(notifications, newAlert(n))
+					e.notifications = append(e.notifications, newAlert(n))
 				}
 			}
 		}
 	}
-
-	sortAlertStates(next.Alerts)
-	sortAlerts(notifications)
-	return next, notifications
 }
 
 // transition is the state machine for one pair. existed says whether p came
