@@ -56,56 +56,15 @@ type MessagePage struct {
 // either: a search would reveal what a body contains.
 func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (MessagePage, error) {
 	p := c.Principal
-	if err := Authorize(p, ActListMessages); err != nil {
+	limit, err := s.checkList(ctx, c, r)
+	if err != nil {
 		return MessagePage{}, err
 	}
-	f := r.Filter
-	if err := CheckFilter(f); err != nil {
+	opt, key, err := listOptions(p, r, limit)
+	if err != nil {
 		return MessagePage{}, err
 	}
-	if err := s.mayFilterBodies(p, f); err != nil {
-		return MessagePage{}, err
-	}
-	if err := s.checkSearch(f); err != nil {
-		return MessagePage{}, err
-	}
-	if err := s.checkRefs(ctx, c, f); err != nil {
-		return MessagePage{}, err
-	}
-	limit := r.Limit
-	if limit == 0 {
-		limit = store.ListLimitDefault
-	}
-	if limit < 1 || limit > store.ListLimitMax {
-		return MessagePage{}, invalid("limit: %d must be a whole number from 1 to %d", r.Limit, store.ListLimitMax)
-	}
-	if r.IncludeBody && !p.Bodies {
-		return MessagePage{}, forbidden("include_body: token %s may not see message bodies", p.Name)
-	}
-	if !store.ValidSort(r.Sort) {
-		return MessagePage{}, invalid("sort: %q must be %q (latest death first) or %q (by source queue), or empty (newest first)",
-			r.Sort, store.SortFailed, store.SortQueue)
-	}
-	opt := store.ListOptions{Limit: limit, IncludeBody: r.IncludeBody, NoBodySearch: !p.Bodies, Sort: r.Sort}
-	if r.BodyPrefix > 0 && !r.IncludeBody && p.Bodies {
-		opt.IncludeBody, opt.BodyPrefix = true, r.BodyPrefix
-	}
-	key := canonical(f)
-	if r.Sort != store.SortNewest {
-		key += "\x00sort=" + r.Sort
-	}
-	if r.Cursor != "" {
-		var err error
-		if r.Sort != store.SortNewest {
-			opt.After, err = decodeSortCursor(r.Cursor, key)
-		} else {
-			opt.Before, err = decodeCursor(r.Cursor, key)
-		}
-		if err != nil {
-			return MessagePage{}, invalid("cursor: %v", err)
-		}
-	}
-	f, err := scoped(p, f)
+	f, err := scoped(p, r.Filter)
 	if err != nil {
 		return MessagePage{}, err
 	}
@@ -113,6 +72,81 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	if err != nil {
 		return MessagePage{}, err
 	}
+	out := s.messagePage(p, page, opt, r.Sort, key)
+	if r.Total {
+		if out.Total, err = s.countListed(ctx, p, f, out.TextIncomplete); err != nil {
+			return MessagePage{}, err
+		}
+	}
+	return out, nil
+}
+
+// checkList checks a listing request against the caller's rights and the
+// listing's bounds, and returns its page size.
+func (s *Service) checkList(ctx context.Context, c Caller, r ListRequest) (limit int, err error) {
+	p := c.Principal
+	if err := Authorize(p, ActListMessages); err != nil {
+		return 0, err
+	}
+	f := r.Filter
+	if err := CheckFilter(f); err != nil {
+		return 0, err
+	}
+	if err := s.mayFilterBodies(p, f); err != nil {
+		return 0, err
+	}
+	if err := s.checkSearch(f); err != nil {
+		return 0, err
+	}
+	if err := s.checkRefs(ctx, c, f); err != nil {
+		return 0, err
+	}
+	limit = r.Limit
+	if limit == 0 {
+		limit = store.ListLimitDefault
+	}
+	if limit < 1 || limit > store.ListLimitMax {
+		return 0, invalid("limit: %d must be a whole number from 1 to %d", r.Limit, store.ListLimitMax)
+	}
+	if r.IncludeBody && !p.Bodies {
+		return 0, forbidden("include_body: token %s may not see message bodies", p.Name)
+	}
+	if !store.ValidSort(r.Sort) {
+		return 0, invalid("sort: %q must be %q (latest death first) or %q (by source queue), or empty (newest first)",
+			r.Sort, store.SortFailed, store.SortQueue)
+	}
+	return limit, nil
+}
+
+// listOptions are the store's options for a checked listing request, with
+// its cursor decoded, and key: what a cursor is bound to (the filter and
+// the order), so that it serves only the listing that gave it.
+func listOptions(p auth.Principal, r ListRequest, limit int) (opt store.ListOptions, key string, err error) {
+	opt = store.ListOptions{Limit: limit, IncludeBody: r.IncludeBody, NoBodySearch: !p.Bodies, Sort: r.Sort}
+	if r.BodyPrefix > 0 && !r.IncludeBody && p.Bodies {
+		opt.IncludeBody, opt.BodyPrefix = true, r.BodyPrefix
+	}
+	key = canonical(r.Filter)
+	if r.Sort != store.SortNewest {
+		key += "\x00sort=" + r.Sort
+	}
+	if r.Cursor != "" {
+		if r.Sort != store.SortNewest {
+			opt.After, err = decodeSortCursor(r.Cursor, key)
+		} else {
+			opt.Before, err = decodeCursor(r.Cursor, key)
+		}
+		if err != nil {
+			return store.ListOptions{}, "", invalid("cursor: %v", err)
+		}
+	}
+	return opt, key, nil
+}
+
+// messagePage presents a page the store listed to the caller: its
+// messages as the caller may see them, body prefixes cut, and the cursor
+// of the next page.
+func (s *Service) messagePage(p auth.Principal, page store.MessagePage, opt store.ListOptions, sort, key string) MessagePage {
 	out := MessagePage{Messages: page.Messages, HasMore: page.HasMore, TextIncomplete: page.TextIncomplete}
 	if out.Messages == nil {
 		out.Messages = []store.Message{}
@@ -127,24 +161,27 @@ func (s *Service) ListMessages(ctx context.Context, c Caller, r ListRequest) (Me
 	}
 	if page.HasMore {
 		next := encodeCursor(page.LastID, key)
-		if r.Sort != store.SortNewest {
+		if sort != store.SortNewest {
 			next = encodeSortCursor(page.Last, key)
 		}
 		out.NextCursor = &next
 	}
-	if r.Total {
-		total, err := s.st.CountMessages(ctx, f, store.CountOptions{
-			NoBodySearch: !p.Bodies, Budget: s.cfg.CountBudget, Cap: s.cfg.CountCap,
-		})
-		if err != nil {
-			return MessagePage{}, err
-		}
-		// A count of a search that may miss matches (their documents
-		// not written yet) is a lower bound, however it was counted.
-		total.Exact = total.Exact && !out.TextIncomplete
-		out.Total = &total
+	return out
+}
+
+// countListed counts the messages the (scoped) filter selects over every
+// page, for a listing that asked for its total.
+func (s *Service) countListed(ctx context.Context, p auth.Principal, f store.Filter, textIncomplete bool) (*store.Total, error) {
+	total, err := s.st.CountMessages(ctx, f, store.CountOptions{
+		NoBodySearch: !p.Bodies, Budget: s.cfg.CountBudget, Cap: s.cfg.CountCap,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	// A count of a search that may miss matches (their documents
+	// not written yet) is a lower bound, however it was counted.
+	total.Exact = total.Exact && !textIncomplete
+	return &total, nil
 }
 
 // GetMessage returns one message within the caller's scope (outside it is
