@@ -111,56 +111,9 @@ func New(rules []Rule, defaults bool) (*Rules, error) {
 		if i >= len(rules) {
 			field = fmt.Sprintf("default rule %q", r.Name)
 		}
-		bad := func(f, format string, a ...any) {
-			errs = append(errs, fmt.Errorf("%s%s: %s", field, f, fmt.Sprintf(format, a...)))
-		}
-		switch {
-		case r.Name == "":
-			bad(".name", "required")
-		case names[r.Name]:
-			bad(".name", "%q is used by an earlier rule; names must be unique (a rule of yours named like a default rule replaces nothing: give it another name)", r.Name)
-		}
-		names[r.Name] = true
-		if !Valid(r.Category) {
-			bad(".category", "%q must be one of transient, permanent, unknown", r.Category)
-		}
-		c := compiled{category: r.Category, reasons: r.Reasons, queues: r.Queues}
-		for j, s := range r.Reasons {
-			if s == "" {
-				bad(fmt.Sprintf(".reasons[%d]", j), "must not be empty")
-			}
-		}
-		for j, s := range r.Queues {
-			if s == "" {
-				bad(fmt.Sprintf(".queues[%d]", j), "must not be empty")
-			}
-		}
-		for _, re := range []struct {
-			name string
-			expr string
-			dst  **matcher
-		}{{"failure", r.Failure, &c.failure}, {"failure_type", r.FailureType, &c.typ}, {"failure_message", r.FailureMessage, &c.message}} {
-			if re.expr == "" {
-				continue
-			}
-			m, err := compileMatcher(re.expr)
-			if err != nil {
-				bad("."+re.name, "not a regular expression: %v", err)
-				continue
-			}
-			*re.dst = m
-		}
-		for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
-			if name == "" {
-				bad(".headers", "a header name must not be empty")
-				continue
-			}
-			m, err := compileMatcher(r.Headers[name])
-			if err != nil {
-				bad(".headers."+name, "not a regular expression: %v", err)
-				continue
-			}
-			c.headers = append(c.headers, headerCond{name: name, m: m})
+		c, bad := compileRule(r, field, names)
+		errs = append(errs, bad...)
+		if len(c.headers) > 0 {
 			out.headers = true
 		}
 		out.compact = append(out.compact, c)
@@ -168,9 +121,81 @@ func New(rules []Rule, defaults bool) (*Rules, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	out.ac = foldedWordLists(out.compact)
+	hash, err := rulesHash(all)
+	if err != nil {
+		return nil, err
+	}
+	out.hash = hash
+	return out, nil
+}
+
+// compileRule compiles rule r, named field in errors, and returns every
+// problem it finds. names holds the names of the rules before it; r's
+// name joins them.
+func compileRule(r Rule, field string, names map[string]bool) (compiled, []error) {
+	var errs []error
+	bad := func(f, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s%s: %s", field, f, fmt.Sprintf(format, a...)))
+	}
+	switch {
+	case r.Name == "":
+		bad(".name", "required")
+	case names[r.Name]:
+		bad(".name", "%q is used by an earlier rule; names must be unique (a rule of yours named like a default rule replaces nothing: give it another name)", r.Name)
+	}
+	names[r.Name] = true
+	if !Valid(r.Category) {
+		bad(".category", "%q must be one of transient, permanent, unknown", r.Category)
+	}
+	c := compiled{category: r.Category, reasons: r.Reasons, queues: r.Queues}
+	for j, s := range r.Reasons {
+		if s == "" {
+			bad(fmt.Sprintf(".reasons[%d]", j), "must not be empty")
+		}
+	}
+	for j, s := range r.Queues {
+		if s == "" {
+			bad(fmt.Sprintf(".queues[%d]", j), "must not be empty")
+		}
+	}
+	for _, re := range []struct {
+		name string
+		expr string
+		dst  **matcher
+	}{{"failure", r.Failure, &c.failure}, {"failure_type", r.FailureType, &c.typ}, {"failure_message", r.FailureMessage, &c.message}} {
+		if re.expr == "" {
+			continue
+		}
+		m, err := compileMatcher(re.expr)
+		if err != nil {
+			bad("."+re.name, "not a regular expression: %v", err)
+			continue
+		}
+		*re.dst = m
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
+		if name == "" {
+			bad(".headers", "a header name must not be empty")
+			continue
+		}
+		m, err := compileMatcher(r.Headers[name])
+		if err != nil {
+			bad(".headers."+name, "not a regular expression: %v", err)
+			continue
+		}
+		c.headers = append(c.headers, headerCond{name: name, m: m})
+	}
+	return c, errs
+}
+
+// foldedWordLists gathers the case-insensitive word lists of the failure
+// conditions into one automaton, each matcher numbered with its list; nil
+// when there are none.
+func foldedWordLists(compact []compiled) *automaton {
 	var lists [][]string
-	for i := range out.compact {
-		c := &out.compact[i]
+	for i := range compact {
+		c := &compact[i]
 		for _, m := range []*matcher{c.failure, c.typ, c.message} {
 			if m != nil && m.lits != nil && m.fold {
 				m.ac = len(lists)
@@ -179,15 +204,20 @@ func New(rules []Rule, defaults bool) (*Rules, error) {
 		}
 	}
 	if len(lists) > 0 {
-		out.ac = newAutomaton(lists)
+		return newAutomaton(lists)
 	}
+	return nil
+}
+
+// rulesHash identifies a rule set: the first 8 bytes of the SHA-256 of
+// its JSON form, in hex.
+func rulesHash(all []Rule) (string, error) {
 	b, err := json.Marshal(all)
 	if err != nil {
-		return nil, fmt.Errorf("category: encode rules: %w", err)
+		return "", fmt.Errorf("category: encode rules: %w", err)
 	}
 	sum := sha256.Sum256(b)
-	out.hash = hex.EncodeToString(sum[:8])
-	return out, nil
+	return hex.EncodeToString(sum[:8]), nil
 }
 
 // Of returns the category of the first rule f meets, Unknown when none.
