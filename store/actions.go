@@ -122,27 +122,9 @@ func actionEligible(action string) string {
 // change them, adjust the counters, write the audit row.
 func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, opt ActionOptions) (ActionResult, error) {
 	res := ActionResult{Action: action, DryRun: opt.DryRun}
-	f, err := s.withIndex(ctx, f)
+	f, sel, err := s.actionSelection(ctx, action, f, opt)
 	if err != nil {
 		return res, err
-	}
-	byIDs := len(f.IDs) > 0
-	if byIDs && strings.TrimSpace(f.Status) == "" {
-		// Ids name messages whatever their status.
-		f.Status = "all"
-	}
-	var args sqlArgs
-	where, err := f.where(&args)
-	if err != nil {
-		return res, err
-	}
-	if opt.Limit < 0 {
-		return res, fmt.Errorf("%w: limit %d must be >= 0", ErrInvalidFilter, opt.Limit)
-	}
-	eligible := actionEligible(action)
-	limit := ""
-	if opt.Limit > 0 && !byIDs {
-		limit = fmt.Sprintf(" LIMIT %d", opt.Limit)
 	}
 
 	tx, err := s.pool.Begin(ctx)
@@ -156,8 +138,8 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 			return res, err
 		}
 	}
-	if byIDs {
-		found, err := s.checkIDs(ctx, tx, action, f, where, args, &res)
+	if sel.byIDs {
+		found, err := s.checkIDs(ctx, tx, action, f, sel.where, sel.args, &res)
 		if err != nil {
 			return res, err
 		}
@@ -166,11 +148,9 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 			return res, nil
 		}
 	} else if !opt.DryRun && opt.ConfirmAbove > 0 && !opt.Confirm {
-		var n int64
-		err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages m WHERE `+where+` AND `+eligible+
-			fmt.Sprintf(" LIMIT %d", capLimit(opt.Limit, opt.ConfirmAbove+1))+`) c`, args...).Scan(&n)
+		n, err := countSelected(ctx, tx, action, sel, fmt.Sprintf(" LIMIT %d", capLimit(opt.Limit, opt.ConfirmAbove+1)))
 		if err != nil {
-			return res, fmt.Errorf("store: %s: count selection: %w", action, err)
+			return res, err
 		}
 		if n > opt.ConfirmAbove {
 			return res, &ConfirmError{Matched: n, Threshold: opt.ConfirmAbove}
@@ -178,36 +158,88 @@ func (s *Store) act(ctx context.Context, action string, f Filter, actor Actor, o
 	}
 
 	if opt.DryRun {
-		var n int64
-		err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages m WHERE `+where+` AND `+eligible+limit+`) c`, args...).Scan(&n)
+		n, err := countSelected(ctx, tx, action, sel, sel.limit)
 		if err != nil {
-			return res, fmt.Errorf("store: %s: count selection: %w", action, err)
+			return res, err
 		}
 		res.Matched += n
 		return res, nil
 	}
 
-	moves, err := changeSelected(ctx, tx, action, where+` AND `+eligible, limit, args)
-	if err != nil {
-		return res, err
-	}
-	for _, m := range moves {
-		res.Changed += m.Messages
-	}
-	res.Matched += res.Changed
-	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
-		return res, fmt.Errorf("store: %s: %w", action, err)
-	}
-	if err := auditAct(ctx, tx, action, f, actor, opt, res); err != nil {
-		return res, err
-	}
-	if err := approvalResult(ctx, tx, opt.Approval, res); err != nil {
+	if err := changeAndRecord(ctx, tx, action, f, actor, opt, sel, &res); err != nil {
 		return res, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("store: %s: commit: %w", action, err)
 	}
 	return res, nil
+}
+
+// actSelection is the part of a bulk action's statements that selects
+// its rows.
+type actSelection struct {
+	byIDs    bool   // the filter names ids
+	where    string // the filter's condition on m, with args
+	args     sqlArgs
+	eligible string // actionEligible
+	limit    string // a LIMIT clause, or ""
+}
+
+// actionSelection checks a bulk action's filter and limit, and returns the
+// filter as the action reads it (ids name messages whatever their status)
+// with its selection.
+func (s *Store) actionSelection(ctx context.Context, action string, f Filter, opt ActionOptions) (Filter, actSelection, error) {
+	f, err := s.withIndex(ctx, f)
+	if err != nil {
+		return f, actSelection{}, err
+	}
+	sel := actSelection{byIDs: len(f.IDs) > 0}
+	if sel.byIDs && strings.TrimSpace(f.Status) == "" {
+		// Ids name messages whatever their status.
+		f.Status = "all"
+	}
+	if sel.where, err = f.where(&sel.args); err != nil {
+		return f, actSelection{}, err
+	}
+	if opt.Limit < 0 {
+		return f, actSelection{}, fmt.Errorf("%w: limit %d must be >= 0", ErrInvalidFilter, opt.Limit)
+	}
+	sel.eligible = actionEligible(action)
+	if opt.Limit > 0 && !sel.byIDs {
+		sel.limit = fmt.Sprintf(" LIMIT %d", opt.Limit)
+	}
+	return f, sel, nil
+}
+
+// countSelected counts the eligible rows sel selects, up to limit (a
+// LIMIT clause, or "").
+func countSelected(ctx context.Context, tx pgx.Tx, action string, sel actSelection, limit string) (int64, error) {
+	var n int64
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM dead_messages m WHERE `+sel.where+` AND `+sel.eligible+limit+`) c`, sel.args...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("store: %s: count selection: %w", action, err)
+	}
+	return n, nil
+}
+
+// changeAndRecord changes the rows sel selects, and records it: the
+// counters, res, the audit row and the approval's result.
+func changeAndRecord(ctx context.Context, tx pgx.Tx, action string, f Filter, actor Actor, opt ActionOptions, sel actSelection, res *ActionResult) error {
+	moves, err := changeSelected(ctx, tx, action, sel.where+` AND `+sel.eligible, sel.limit, sel.args)
+	if err != nil {
+		return err
+	}
+	for _, m := range moves {
+		res.Changed += m.Messages
+	}
+	res.Matched += res.Changed
+	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
+		return fmt.Errorf("store: %s: %w", action, err)
+	}
+	if err := auditAct(ctx, tx, action, f, actor, opt, *res); err != nil {
+		return err
+	}
+	return approvalResult(ctx, tx, opt.Approval, *res)
 }
 
 // changeSelected acknowledges or deletes, in id order, the rows where
