@@ -181,6 +181,19 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 	if im.seen == nil {
 		im.seen = map[string]bool{}
 	}
+	if err := im.stage(ctx, batch); err != nil {
+		return err
+	}
+	stored, err := im.insertStaged(ctx, len(batch))
+	if err != nil {
+		return err
+	}
+	im.count(batch, stored)
+	return nil
+}
+
+// stage replaces the staging table's rows with batch.
+func (im *importer) stage(ctx context.Context, batch []ImportMessage) error {
 	if _, err := im.tx.Exec(ctx, `DELETE FROM dlq_import`); err != nil {
 		return fmt.Errorf("store: import: empty the staging table: %w", err)
 	}
@@ -202,6 +215,12 @@ func (im *importer) store(ctx context.Context, batch []ImportMessage) error {
 	if _, err := im.tx.CopyFrom(ctx, pgx.Identifier{"dlq_import"}, importColumns, src); err != nil {
 		return fmt.Errorf("store: import: stage %d messages: %w", len(batch), err)
 	}
+	return nil
+}
+
+// insertStaged inserts the staged rows (n of them) not stored before into
+// dead_messages, and returns the origins of those it inserted.
+func (im *importer) insertStaged(ctx context.Context, n int) (map[ImportOrigin]bool, error) {
 	cols := "message_id, source_queue, source_exchange, source_routing_key, dead_letter_queue, reason, death_count, " +
 		"failure, failure_type, failure_message, properties, headers, body, body_size, first_failed_at, failed_at, " +
 		"conversion_error, group_id, search_keys, search_hashes, death_history, imported_origin, imported_id, x_death, category, " +
@@ -217,7 +236,7 @@ ORDER BY i.seq
 ON CONFLICT (imported_origin, imported_id) WHERE imported_origin IS NOT NULL DO NOTHING
 RETURNING id, imported_origin::text, imported_id`, im.self)
 	if err != nil {
-		return fmt.Errorf("store: import: insert %d messages: %w", len(batch), err)
+		return nil, fmt.Errorf("store: import: insert %d messages: %w", n, err)
 	}
 	stored := map[ImportOrigin]bool{}
 	for rows.Next() {
@@ -227,14 +246,21 @@ RETURNING id, imported_origin::text, imported_id`, im.self)
 		)
 		if err := rows.Scan(&id, &o.Origin, &o.ID); err != nil {
 			rows.Close()
-			return fmt.Errorf("store: import: read inserted rows: %w", err)
+			return nil, fmt.Errorf("store: import: read inserted rows: %w", err)
 		}
 		stored[o] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("store: import: insert %d messages: %w", len(batch), err)
+		return nil, fmt.Errorf("store: import: insert %d messages: %w", n, err)
 	}
+	return stored, nil
+}
+
+// count adds batch, of which insertStaged inserted the messages in
+// stored, to the import's counts: imported and skipped, the status
+// counters, the groups and the activity.
+func (im *importer) count(batch []ImportMessage, stored map[ImportOrigin]bool) {
 	// The imported rows wait above the text indexer's mark (textindex.go).
 	msgs := make([]NewMessage, len(batch))
 	outcomes := make([]Outcome, len(batch))
@@ -259,5 +285,4 @@ RETURNING id, imported_origin::text, imported_id`, im.self)
 		im.deltas[k] = d
 	}
 	ingestActivity(im.activity, msgs, outcomes)
-	return nil
 }
