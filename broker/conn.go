@@ -279,6 +279,13 @@ func (c *Conn) ServerVersion() string {
 	return v
 }
 
+// Closed reports whether Close was called: the Conn never connects again.
+func (c *Conn) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Close closes the connection and stops reconnecting. Channels opened from
 // it close too, so callers finish their acknowledgements first.
 func (c *Conn) Close() {

@@ -98,7 +98,8 @@
 // because no channel would open (broker.ErrNoChannel: channel_max reached,
 // the connection dropping as it opened) is neither failed nor unknown: the
 // publisher keeps it and tries again, backing off, while its claim is held
-// (taskRun.send). Publishing waits while an alarm blocks the connection. A publish unconfirmed after
+// (taskRun.send). A Conn closed for good ends the run, which hands the
+// task back, and Run takes no task again. Publishing waits while an alarm blocks the connection. A publish unconfirmed after
 // Config.ConfirmTimeout (time blocked by an alarm not counted) ends
 // unknown, and its channel is closed with it, since a late confirm could
 // not be told apart. A refusal that closes the channel without naming an

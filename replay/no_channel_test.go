@@ -104,3 +104,56 @@ func TestReplayWaitsForAChannel(t *testing.T) {
 	}
 	b.requireSummaryExact(t)
 }
+
+// The replay's Conn is closed for good while a task waits for a channel
+// (its owner is stopping, or failed): the run ends and hands the task back,
+// unsent messages neither failed nor unknown, and the instance takes no
+// task again, rather than renew its claims and wait for ever on a Conn
+// that never reopens, or take the task back at once, again and again.
+func TestReplayHandsBackOnAClosedConn(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	b := setup(t, func(o *setupOpts) {
+		o.noConsumer, o.channelMax = true, 3
+		o.logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	q := b.targetQueue(t)
+	const n = 20
+	b.seed(t, q, n)
+	ctx := context.Background()
+	for {
+		if _, err := b.conn.Channel(ctx); err != nil {
+			require.ErrorIs(t, err, amqp.ErrChannelMax)
+			break
+		}
+	}
+
+	task, err := b.svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
+	require.NoError(t, err)
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(logs.String(), "cannot open a channel")
+	}, "the task never waited for a channel")
+
+	b.conn.Close()
+	var row store.ReplayTask
+	dlqtest.Eventually(t, 30*time.Second, func() bool {
+		row, err = b.st.GetReplayTask(ctx, task.ID)
+		require.NoError(t, err)
+		return row.RunnerOwner == ""
+	}, "the task was not handed back after its connection closed: %+v", &row)
+	require.Equal(t, store.TaskRunning, row.Status, "handed back to be resumed, not finished")
+	require.Contains(t, logs.String(), "takes no more replay tasks")
+	cur, err := b.svc.Get(ctx, task.ID)
+	require.NoError(t, err)
+	require.Zero(t, cur.Failed+cur.Unknown+cur.Republished+cur.Published, "nothing was sent: %+v", &cur)
+	require.Equal(t, int64(n), cur.Remaining)
+	require.Zero(t, b.count(t, "status = 'replaying' OR last_replay_error IS NOT NULL"), "every message pending again, with no error")
+
+	// Not taken again: the runner stays empty.
+	acquired := strings.Count(logs.String(), "replay task running")
+	require.Never(t, func() bool {
+		row, err = b.st.GetReplayTask(ctx, task.ID)
+		return err == nil && row.RunnerOwner != ""
+	}, 2*time.Second, 100*time.Millisecond, "the instance took the task again on a closed connection")
+	require.Equal(t, acquired, strings.Count(logs.String(), "replay task running"))
+}

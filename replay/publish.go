@@ -163,10 +163,15 @@ func (r *taskRun) send(ctx context.Context, b *claimBatch, exchange, key string,
 			return nil
 		case ctx.Err() != nil:
 			return errHandBack
-		// A Conn closed for good (dlq is stopping: the run's context ends
-		// next) waits like one that cannot open a channel, rather than
-		// handing the batch back to be claimed again at once.
-		case !errors.Is(err, broker.ErrNoChannel) && !errors.Is(err, broker.ErrClosed):
+		case errors.Is(err, broker.ErrClosed):
+			// The Conn (or the publisher) is closed for good: nothing this
+			// run holds can be sent any more. End the run, which hands the
+			// task back to be resumed (on a Conn that is open), rather than
+			// claim the batch again at once or wait on a Conn that never
+			// reopens with the claims renewed, the task running for ever.
+			r.stop(errConnClosed)
+			return errHandBack
+		case !errors.Is(err, broker.ErrNoChannel):
 			return err
 		}
 		if now := time.Now(); now.Sub(logged) >= channelWaitLog {

@@ -21,6 +21,7 @@ var (
 	errLeaseLost    = errors.New("replay task taken over by another runner")
 	errCanaryFailed = errors.New("canary failed")
 	errShutdown     = errors.New("dlq is shutting down")
+	errConnClosed   = errors.New("the replay's broker connection is closed")
 )
 
 // taskRun executes one task on this instance, from the moment its lease

@@ -55,6 +55,15 @@ func (s *Service) Run(ctx context.Context) error {
 	backoff := s.cfg.PollInterval
 	for ctx.Err() == nil {
 		wait := s.cfg.PollInterval
+		if s.cfg.Conn.Closed() {
+			// Closed for good (its owner is stopping): a task taken now
+			// could send nothing, and would be handed back at once, again
+			// and again. Take none; the tasks running end and are handed
+			// back to be resumed by an instance whose connection is open.
+			s.log.Warn("the replay's broker connection is closed; this instance takes no more replay tasks")
+			<-ctx.Done()
+			break
+		}
 		if n := s.runningCount(); n < s.cfg.MaxTasks {
 			t, ok, err := s.st.AcquireReplayTask(ctx, s.newOwner(), s.cfg.Lease, s.runningIDs())
 			switch {
