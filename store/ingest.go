@@ -86,10 +86,11 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 
 	w := &ingestTx{
 		s: s, tx: tx, b: &b, enc: enc, index: index,
-		res:    IngestResult{Outcomes: make([]Outcome, len(b.Messages))},
-		deltas: make(map[summaryKey]summaryDelta),
-		groups: make(map[int64]*groupChange),
-		plain:  make([]int, 0, len(b.Messages)),
+		res:       IngestResult{Outcomes: make([]Outcome, len(b.Messages))},
+		deltas:    make(map[summaryKey]summaryDelta),
+		groups:    make(map[int64]*groupChange),
+		plain:     make([]int, 0, len(b.Messages)),
+		unclaimed: make(map[int64]int64),
 	}
 	if err := w.sortMessages(ctx); err != nil {
 		return IngestResult{}, err
@@ -130,6 +131,9 @@ type ingestTx struct {
 	// (groups.go).
 	deltas map[summaryKey]summaryDelta
 	groups map[int64]*groupChange
+	// unclaimed counts, per replay task, the returned rows that were
+	// being replayed for it (claimReturned).
+	unclaimed map[int64]int64
 	// plain lists the messages (indexes into b.Messages) stored as new rows.
 	plain []int
 	// Rows returned to their records: a plain one's text document
@@ -147,7 +151,10 @@ func (w *ingestTx) sortMessages(ctx context.Context) error {
 		m := &b.Messages[i]
 		switch {
 		case m.DLQID > 0:
-			out, err := returnToRecord(ctx, w.tx, m, w.deltas, w.groups, w.enc, w.index)
+			if w.unclaimed == nil {
+				w.unclaimed = make(map[int64]int64) // only a batch with a return needs it
+			}
+			out, err := returnToRecord(ctx, w.tx, m, w.deltas, w.groups, w.unclaimed, w.enc, w.index)
 			if err != nil {
 				return fmt.Errorf("store: batch %d: return message to record %d: %w", b.ID, m.DLQID, err)
 			}
@@ -282,6 +289,7 @@ func (w *ingestTx) register(ctx context.Context) error {
 	if len(w.resealed) > 0 {
 		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, w.resealed)
 	}
+	claimReturned(&batch, w.unclaimed)
 	queueSummaryDeltas(&batch, w.deltas)
 	activity := make(map[activityKey]*activityDelta)
 	ingestActivity(activity, b.Messages, w.res.Outcomes)

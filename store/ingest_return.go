@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,11 +22,14 @@ import (
 // A sealed row's body is compared without being read (RowKey.Matches), and
 // the row is sealed again under a new data key with its new death; a row
 // sealed while this store has no keys is never taken for the same body.
+// A row being replayed leaves its claim: unclaimed counts it for its task
+// (claimReturned).
 func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange,
-	enc *encState, index *crypt.Index) (Outcome, error) {
+	unclaimed map[int64]int64, enc *encState, index *crypt.Index) (Outcome, error) {
 	var (
 		status, queue string
 		size          int64
+		taskID        *int64 // the task whose claim took the row last
 		lastReplayID  *string
 		sameBody      *bool
 		oldGroup      *int64
@@ -35,9 +40,9 @@ func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[su
 	)
 	err := tx.QueryRow(ctx, `
 SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
-    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END
+    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END, replay_task_id
 FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes(m.Body)).
-		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody)
+		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody, &taskID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -112,6 +117,9 @@ WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
 	if err := keepDeathRecord(ctx, tx, m, cleared); err != nil {
 		return 0, err
 	}
+	if status == StatusReplaying && taskID != nil {
+		unclaimed[*taskID]++
+	}
 	old := summaryKey{queue, status}
 	d := deltas[old]
 	d.messages--
@@ -123,6 +131,27 @@ WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
 	d.bytes += size
 	deltas[cur] = d
 	return OutcomeReturned, nil
+}
+
+// claimReturned takes the rows returned out of replaying (unclaimed, per
+// task) out of their tasks' claimed counts, as claim recovery does
+// (handBackTaken): the claim that held each lost it, and its holder's
+// release of it is fenced off, while the item stays to be claimed again.
+// An outcome its holder records for the item (a confirm, a nack) counts it
+// back in (settleItemsSQL). Queued on the batch that ends the ingest
+// transaction: replay_tasks after the rows, the claims' lock order.
+func claimReturned(b *pgx.Batch, unclaimed map[int64]int64) {
+	if len(unclaimed) == 0 {
+		return
+	}
+	ids := slices.Sorted(maps.Keys(unclaimed))
+	counts := make([]int64, len(ids))
+	for i, id := range ids {
+		counts[i] = unclaimed[id]
+	}
+	b.Queue(`
+UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
+FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)
 }
 
 // DeathHistoryMax bounds dead_messages.death_history: a message that keeps

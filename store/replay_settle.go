@@ -177,19 +177,19 @@ func settleRows(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, res 
 	for _, m := range moves {
 		res.Marked += m.Messages
 	}
-	// Only the rows handed back here leave the claimed count: a row whose
-	// claim was taken back after its lease left it then
-	// (RecoverExpiredReplayClaims), and its holder's late release must not
-	// take it out twice.
+	// Only the rows handed back here are released: a row whose claim was
+	// taken back after its lease (RecoverExpiredReplayClaims), or that died
+	// again and came back to dlq (ingest), left its claim then.
 	res.Released = released
 	return moves, nil
 }
 
 // settleItems records a settlement's outcomes on the task's items and
 // counters (settleItemsSQL), and counts them into res. It runs after
-// settleRows, whose res.Released it takes out of the claimed count.
+// settleRows, whose res.Marked (the rows it moved out of replaying) it
+// takes out of the claimed count.
 func settleItems(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, canary bool, res *SettleResult) error {
-	err := tx.QueryRow(ctx, settleItemsSQL, taskID, nonNilIDs(a.itemIDs), nonNilStrings(a.itemKinds), a.itemDetails, res.Released, canary,
+	err := tx.QueryRow(ctx, settleItemsSQL, taskID, nonNilIDs(a.itemIDs), nonNilStrings(a.itemKinds), a.itemDetails, res.Marked, canary,
 		nonNilInt32s(a.itemAttempts), nonNilIDs(a.itemCopies)).
 		Scan(&res.Published, &res.Failed, &res.Unknown, &res.Retried, &res.Republished)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -201,7 +201,7 @@ func settleItems(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, can
 // settleItemsSQL records outcomes on the items of task $1 ($2 message ids,
 // $3 outcomes, $4 details, $7 the unknown counts the claims read, $8 the
 // copies' replay counts) and adds them to the task's counters, $5 the rows
-// released and $6 whether the published ids join the canary set. It
+// the settlement moved out of replaying and $6 whether the published ids join the canary set. It
 // returns the counts it added.
 const settleItemsSQL = `
 WITH s AS (
@@ -232,8 +232,14 @@ WITH s AS (
 )
 UPDATE replay_tasks t SET published = t.published + c.p, failed = t.failed + c.f, unknown = t.unknown + c.u,
     republished = t.republished + c.rp,
-    -- Released messages, and those to be sent again, are claimed again.
-    claimed = t.claimed - $5 - c.r,
+    -- claimed is the items claims settled and the rows being replayed:
+    -- a row leaves it as it leaves replaying, an item joins it as it is
+    -- settled (mostly the same message: no change). Released messages,
+    -- and those to be sent again, leave it, to be claimed again. A row
+    -- that died again and came back to dlq left it then (ingest,
+    -- claimReturned): its holder's confirm or nack settles its item, and
+    -- counts it back in, without moving it.
+    claimed = t.claimed - $5 + c.p + c.f + c.u,
     canary_ids = CASE WHEN $6 THEN t.canary_ids || c.pub ELSE t.canary_ids END,
     updated_at = now()
 FROM c WHERE t.id = $1
