@@ -25,6 +25,11 @@ type waiters struct {
 	ctx   context.Context
 	slots chan struct{}
 	wg    sync.WaitGroup
+	// mu orders wg.Add against wait: watermill's Router.Run returns after
+	// its CloseTimeout even while a handler still runs, and that handler
+	// may then hand a repeat over. closed, set by wait, turns it away.
+	mu     sync.Mutex
+	closed bool
 }
 
 // newWaiters returns the waiters of a Run; they stop when ctx ends.
@@ -32,17 +37,47 @@ func (c *Control) newWaiters(ctx context.Context) *waiters {
 	return &waiters{c: c, ctx: ctx, slots: make(chan struct{}, maxWaiting)}
 }
 
-// wait waits for every waiter to end, after their context ended.
-func (w *waiters) wait() { w.wg.Wait() }
+// wait refuses any further repeat (take returns false) and waits for
+// every waiter to end, after their context ended.
+func (w *waiters) wait() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// enter counts a new waiter, unless wait was called: no waiter starts
+// after it, so none outlives Run.
+func (w *waiters) enter() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.wg.Add(1)
+	return true
+}
 
 // take hands p, a repeat of a running command, to a waiter, with msg's
 // delivery, and reports whether it did: then the waiter answers msg and
 // settles its delivery, and the consumer goes on. When every waiter is
 // busy, or the delivery cannot be taken, the consumer waits itself.
+//
+// After wait (Run is returning, and a handler outlived the router's
+// CloseTimeout) it takes nothing: the consumer handles the repeat as it
+// would without waiters. Its context ended with the router's, so it
+// answers at once that dlq is stopping (retry with the same command_id),
+// and its delivery, never acknowledged (its subscription ended and closed
+// its channel), goes back to the queue. Releasing it unanswered instead
+// would take a delivery whose channel is most likely gone already.
 func (w *waiters) take(msg *message.Message, p pending) bool {
+	if !w.enter() {
+		return false
+	}
 	select {
 	case w.slots <- struct{}{}:
 	default:
+		w.wg.Done()
 		w.c.log.Warn("too many repeats of running commands waiting; this consumer waits for this one itself",
 			"command_id", p.cmd.CommandID, "waiting", maxWaiting)
 		return false
@@ -50,11 +85,11 @@ func (w *waiters) take(msg *message.Message, p pending) bool {
 	d, err := takeDelivery(msg)
 	if err != nil {
 		<-w.slots
+		w.wg.Done()
 		w.c.log.Warn("cannot take a repeated command off its consumer; the consumer waits for it", "command_id", p.cmd.CommandID, "error", err)
 		return false
 	}
 	replyTo, corr := msg.Metadata.Get(MetaReplyTo), msg.Metadata.Get(MetaCorrelationID)
-	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		defer func() { <-w.slots }()
