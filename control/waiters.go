@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -65,11 +66,12 @@ func (w *waiters) enter() bool {
 //
 // After wait (Run is returning, and a handler outlived the router's
 // CloseTimeout) it takes nothing: the consumer handles the repeat as it
-// would without waiters. Its context ended with the router's, so it
-// answers at once that dlq is stopping (retry with the same command_id),
-// and its delivery, never acknowledged (its subscription ended and closed
-// its channel), goes back to the queue. Releasing it unanswered instead
-// would take a delivery whose channel is most likely gone already.
+// would without waiters. Its context ended with the router's (the router
+// cancels it before it waits for its handlers), so it answers at once
+// unavailable (retry with the same command_id), and its delivery, never
+// acknowledged (its subscription ended and closed its channel), goes back
+// to the queue. Releasing it unanswered instead would take a delivery
+// whose channel is most likely gone already.
 func (w *waiters) take(msg *message.Message, p pending) bool {
 	if !w.enter() {
 		return false
@@ -115,6 +117,7 @@ func (w *waiters) await(d *taken, p pending, replyTo, corr string, body []byte) 
 	}()
 	p.res, p.err = w.c.reserve(wctx, p.cmd, p.caller.Principal.Name)
 	if wctx.Err() != nil {
+		w.abandon(p)
 		d.Release()
 		return
 	}
@@ -128,6 +131,22 @@ func (w *waiters) await(d *taken, p pending, replyTo, corr string, body []byte) 
 	w.c.respond(w.ctx, replyTo, corr, out)
 	if err := d.Ack(); err != nil {
 		w.c.log.Warn("cannot acknowledge a repeated command; RabbitMQ delivers it again and it is answered again",
+			"command_id", p.cmd.CommandID, "error", err)
+	}
+}
+
+// abandon lets go of p's reservation if reserve took it over (the first's
+// handler died) just as the channel closed or the Control stopped: p is
+// not run here, and its redelivery would otherwise wait a whole
+// CommandLease for this reservation to lapse before it runs.
+func (w *waiters) abandon(p pending) {
+	if p.err != nil || !p.res.Reserved {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
+	defer cancel()
+	if err := w.c.cfg.Commands.ForgetCommand(ctx, p.cmd.CommandID); err != nil {
+		w.c.log.Warn("cannot let go of a repeated command given up; its redelivery runs it once its reservation expires",
 			"command_id", p.cmd.CommandID, "error", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,6 +408,63 @@ func TestControlCommandOfADeadHandlerRuns(t *testing.T) {
 	require.NoError(t, err)
 	requireOK(t, a)
 	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[0]), "the command ran")
+}
+
+// TestControlTakeoverGivenUpRunsAtOnce: a repeat waiting for a dead
+// handler's command that takes its reservation over just as its channel
+// is lost gives the reservation up with the delivery, so that the
+// redelivery runs the command at once. It kept the reservation, and the
+// redelivery waited a whole CommandLease (30 s) for it to lapse.
+func TestControlTakeoverGivenUpRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	connName := dlqtest.Name(t, "conn")
+	b := setup(t, func(o *setupOpts) { o.connName = connName })
+	_, ids := b.deadLetter(t, 1)
+	cmds := &takeoverHook{CommandStore: b.st, hook: func(ctx context.Context) {
+		// The waiter's channel is lost as it takes the reservation over.
+		if err := dlqtest.CloseConnection(connName); err != nil {
+			t.Error(err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+			t.Error("the waiter went on after its channel was lost")
+		}
+	}}
+	// One consumer, and the default lease (30 s).
+	queue := b.controlWith(t, func(c *control.Config, _ *oplayer.Config) { c.Commands, c.Consumers = cmds, 1 })
+	ops := b.client(t, queue, operatorToken)
+	ctx := context.Background()
+	res, err := b.st.ReserveCommand(ctx, "lost-1", "acknowledge", "ops", 3*time.Second)
+	require.NoError(t, err)
+	require.True(t, res.Reserved)
+
+	// The dead handler's reservation lapses after 3 s; the redelivery
+	// needs a reconnect; the given-up reservation would lapse after 30 s.
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	a, err := ops.CallRaw(cctx, []byte(fmt.Sprintf(`{"command":"acknowledge","command_id":"lost-1","ids":[%d]}`, ids[0])))
+	require.True(t, cmds.fired.Load(), "the repeat never took the reservation over")
+	require.NoError(t, err, "the redelivery waited for the given-up reservation to lapse")
+	requireOK(t, a)
+	require.Equal(t, 1, b.count(t, "id = $1 AND status = 'acknowledged'", ids[0]), "the command ran")
+}
+
+// takeoverHook is a CommandStore that calls hook, once, with the caller's
+// context, when a ReserveCommand first reserves a command, before it
+// returns: the moment a waiter takes a lapsed reservation over.
+type takeoverHook struct {
+	control.CommandStore
+	hook  func(ctx context.Context)
+	fired atomic.Bool
+}
+
+func (h *takeoverHook) ReserveCommand(ctx context.Context, commandID, command, principal string, lease time.Duration) (store.CommandReservation, error) {
+	res, err := h.CommandStore.ReserveCommand(ctx, commandID, command, principal, lease)
+	if err == nil && res.Reserved && h.fired.CompareAndSwap(false, true) {
+		h.hook(ctx)
+	}
+	return res, err
 }
 
 // heldCommand is an acknowledge command of a message whose row a
