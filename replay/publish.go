@@ -164,11 +164,11 @@ func (r *taskRun) send(ctx context.Context, b *claimBatch, exchange, key string,
 		case ctx.Err() != nil:
 			return errHandBack
 		case errors.Is(err, broker.ErrClosed):
-			// The Conn (or the publisher) is closed for good: nothing this
-			// run holds can be sent any more. End the run, which hands the
-			// task back to be resumed (on a Conn that is open), rather than
-			// claim the batch again at once or wait on a Conn that never
-			// reopens with the claims renewed, the task running for ever.
+			// The Conn is closed for good: nothing this run holds can be
+			// sent any more. End the run, which hands the task back to be
+			// resumed (on a Conn that is open), rather than claim the batch
+			// again at once or wait on a Conn that never reopens with the
+			// claims renewed, the task running for ever.
 			r.stop(errConnClosed)
 			return errHandBack
 		case !errors.Is(err, broker.ErrNoChannel):
