@@ -86,11 +86,10 @@ func (s *Store) IngestBatch(ctx context.Context, b IngestBatch) (IngestResult, e
 
 	w := &ingestTx{
 		s: s, tx: tx, b: &b, enc: enc, index: index,
-		res:       IngestResult{Outcomes: make([]Outcome, len(b.Messages))},
-		deltas:    make(map[summaryKey]summaryDelta),
-		groups:    make(map[int64]*groupChange),
-		plain:     make([]int, 0, len(b.Messages)),
-		unclaimed: make(map[int64]int64),
+		res:    IngestResult{Outcomes: make([]Outcome, len(b.Messages))},
+		deltas: make(map[summaryKey]summaryDelta),
+		groups: make(map[int64]*groupChange),
+		plain:  make([]int, 0, len(b.Messages)),
 	}
 	if err := w.sortMessages(ctx); err != nil {
 		return IngestResult{}, err
@@ -132,7 +131,8 @@ type ingestTx struct {
 	deltas map[summaryKey]summaryDelta
 	groups map[int64]*groupChange
 	// unclaimed counts, per replay task, the returned rows that were
-	// being replayed for it (claimReturned).
+	// being replayed for it (claimReturned). Nil until the batch holds a
+	// replayed copy (sortMessages).
 	unclaimed map[int64]int64
 	// plain lists the messages (indexes into b.Messages) stored as new rows.
 	plain []int
@@ -152,7 +152,9 @@ func (w *ingestTx) sortMessages(ctx context.Context) error {
 		switch {
 		case m.DLQID > 0:
 			if w.unclaimed == nil {
-				w.unclaimed = make(map[int64]int64) // only a batch with a return needs it
+				// Made on the first replayed copy: an ordinary batch
+				// never returns a row, and allocates nothing for it.
+				w.unclaimed = make(map[int64]int64)
 			}
 			out, err := returnToRecord(ctx, w.tx, m, w.deltas, w.groups, w.unclaimed, w.enc, w.index)
 			if err != nil {
