@@ -360,7 +360,11 @@ WITH s AS (
     WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
     RETURNING 1
 ), n AS (SELECT count(*) AS n FROM s)
-UPDATE replay_tasks SET claimed = claimed + $2, skipped = skipped + n.n,
+-- claimed is the items claims settled and the rows being replayed: the
+-- rows claimed join it, and so do the items settled published as back
+-- from the dead ($5, settleReturned), which had left it when they were
+-- to be sent again.
+UPDATE replay_tasks SET claimed = claimed + $2 + cardinality($5::bigint[]), skipped = skipped + n.n,
     published = published + cardinality($5::bigint[]),
     canary_ids = CASE WHEN $6 THEN canary_ids || $5::bigint[] ELSE canary_ids END,
     updated_at = now()

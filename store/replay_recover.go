@@ -58,7 +58,7 @@ func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (Reco
 	if res.Unknown, res.Retried, res.Republished, err = settleTakenMaybePublished(ctx, tx, t); err != nil {
 		return res, err
 	}
-	if err := handBackTaken(ctx, tx, t.released); err != nil {
+	if err := handBackTaken(ctx, tx, t.left); err != nil {
 		return res, err
 	}
 	list := make([]StatusMove, 0, len(t.moves))
@@ -84,11 +84,12 @@ type takenClaims struct {
 	// name the rows whose copy may have been published: their items'
 	// outcome is unknown.
 	taskIDs, msgIDs, counts []int64
-	// released counts, per task, the rows taken back before any copy
-	// could be published: their items stay to be claimed again.
-	released map[int64]int64
-	tokens   map[string]bool // the claims the rows were under
-	moves    map[moveKey]*StatusMove
+	// left counts, per task, the rows taken back (all of them, whether a
+	// copy may have been published or not): each leaves its task's claimed
+	// count as it leaves replaying (handBackTaken).
+	left   map[int64]int64
+	tokens map[string]bool // the claims the rows were under
+	moves  map[moveKey]*StatusMove
 }
 
 // takeExpiredClaims sets the replaying rows of expired claims back to
@@ -116,7 +117,7 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 	if err != nil {
 		return takenClaims{}, fmt.Errorf("store: recover expired replay claims: %w", err)
 	}
-	t := takenClaims{released: map[int64]int64{}, tokens: map[string]bool{}, moves: map[moveKey]*StatusMove{}}
+	t := takenClaims{left: map[int64]int64{}, tokens: map[string]bool{}, moves: map[moveKey]*StatusMove{}}
 	for rows.Next() {
 		var id, task, group, size, replays int64
 		var queue string
@@ -130,16 +131,16 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 		if token != nil {
 			t.tokens[*token] = true
 		}
-		switch {
-		case task > 0 && maybe:
-			t.taskIDs = append(t.taskIDs, task)
-			t.msgIDs = append(t.msgIDs, id)
-			// Its copies carried replay_count + 1: the row is still as the
-			// claim left it (a copy that died and came back would have
-			// taken it out of replaying).
-			t.counts = append(t.counts, replays+1)
-		case task > 0:
-			t.released[task]++
+		if task > 0 {
+			t.left[task]++
+			if maybe {
+				t.taskIDs = append(t.taskIDs, task)
+				t.msgIDs = append(t.msgIDs, id)
+				// Its copies carried replay_count + 1: the row is still as
+				// the claim left it (a copy that died and came back would
+				// have taken it out of replaying).
+				t.counts = append(t.counts, replays+1)
+			}
 		}
 		k := moveKey{queue, group}
 		mv := t.moves[k]
@@ -160,7 +161,12 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 // settleTakenMaybePublished settles the items of the rows a copy of
 // which may have been published: a task still running sends the message
 // again while it has retries left for it (retried, republished: sent
-// more than once); otherwise the outcome is unknown.
+// more than once); otherwise the outcome is unknown. An item settled
+// unknown joins its task's claimed count, as a settlement's does
+// (settleItemsSQL); its row leaves it in handBackTaken, like every row
+// taken back. An item settled already (its publish confirmed by an
+// earlier claim's late outcome, the row claimed again since) is left
+// alone, and so its row only leaves claimed.
 func settleTakenMaybePublished(ctx context.Context, tx pgx.Tx, t takenClaims) (unknown, retried, republished int64, err error) {
 	if len(t.msgIDs) == 0 {
 		return 0, 0, 0, nil
@@ -186,7 +192,7 @@ WITH o AS (
     FROM s GROUP BY task_id ORDER BY task_id
 ), t AS (
     UPDATE replay_tasks t SET unknown = t.unknown + c.u, republished = t.republished + c.rp,
-        claimed = t.claimed - c.r, updated_at = now()
+        claimed = t.claimed + c.u, updated_at = now()
     FROM c WHERE t.id = c.task_id
     RETURNING c.u, c.r, c.rp
 )
@@ -198,16 +204,19 @@ SELECT coalesce(sum(u), 0)::bigint, coalesce(sum(r), 0)::bigint, coalesce(sum(rp
 	return unknown, retried, republished, nil
 }
 
-// handBackTaken takes the rows no copy of which was published out of
-// their tasks' claimed counts: they are claimed again.
-func handBackTaken(ctx context.Context, tx pgx.Tx, released map[int64]int64) error {
-	if len(released) == 0 {
+// handBackTaken takes the rows taken back (left, per task) out of their
+// tasks' claimed counts: claimed is the items claims settled and the rows
+// being replayed, and these rows are replayed no more. Their items that
+// are still unsettled are claimed again; those settled unknown joined
+// claimed in settleTakenMaybePublished.
+func handBackTaken(ctx context.Context, tx pgx.Tx, left map[int64]int64) error {
+	if len(left) == 0 {
 		return nil
 	}
-	ids := slices.Sorted(maps.Keys(released))
+	ids := slices.Sorted(maps.Keys(left))
 	counts := make([]int64, len(ids))
 	for i, id := range ids {
-		counts[i] = released[id]
+		counts[i] = left[id]
 	}
 	_, err := tx.Exec(ctx, `
 UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
@@ -278,7 +287,9 @@ WITH s AS (
     WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.outcome IS NULL
     RETURNING 1
 ), c AS (SELECT count(*) AS n FROM s)
-UPDATE replay_tasks t SET unknown = t.unknown + c.n, updated_at = now()
+-- Each joins claimed (the items claims settled and the rows being
+-- replayed), which it had left when it was to be sent again.
+UPDATE replay_tasks t SET unknown = t.unknown + c.n, claimed = t.claimed + c.n, updated_at = now()
 FROM c WHERE t.id = $1
 RETURNING c.n`, taskID, ids, UnknownOutcomeNotSentAgain).Scan(&n)
 	if err != nil {

@@ -258,6 +258,7 @@ func TestReplaySettleStoppedRetries(t *testing.T) {
 		{ID: ids[2], Token: "tok", Result: store.OutcomePublished},
 	}, false)
 	require.NoError(t, err)
+	requireTaskAddsUp(t, st, db, task.ID, "two wait to be sent again")
 	n, err := st.SettleStoppedRetries(ctx, task.ID)
 	require.NoError(t, err)
 	require.Zero(t, n, "a running task sends them again")
@@ -269,6 +270,7 @@ func TestReplaySettleStoppedRetries(t *testing.T) {
 	n, err = st.SettleStoppedRetries(ctx, task.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the one being sent is its holder's to settle")
+	requireTaskAddsUp(t, st, db, task.ID, "the stopped task settled one as unknown")
 	require.Equal(t, store.UnknownOutcomeNotSentAgain, *itemOf(t, db, task.ID, ids[0]).detail)
 	got, err := st.GetReplayTask(ctx, task.ID)
 	require.NoError(t, err)
@@ -278,6 +280,7 @@ func TestReplaySettleStoppedRetries(t *testing.T) {
 	n, err = st.SettleStoppedRetries(ctx, task.ID)
 	require.NoError(t, err)
 	require.Zero(t, n, "once")
+	requireTaskAddsUp(t, st, db, task.ID, "settled once")
 	requireCountersConsistent(t, db)
 }
 

@@ -17,10 +17,10 @@ import (
 // each of published, failed, unknown and skipped is the number of items
 // settled so, published + failed + unknown + skipped + remaining is
 // requested, and claimed is what its claims took and did not hand back:
-// the items a claim settled (published, failed, unknown) and the rows
-// being replayed for it now. (An item settled without a claim, a message
-// back from the dead before it was sent again or one a stopped task
-// settles as unknown, is not claimed: the callers have none.)
+// the items settled published, failed or unknown (each was claimed once,
+// whoever settled it: its holder, claim recovery, a later claim that
+// finds a copy back from the dead, the task stopping before it sent it
+// again) and the rows being replayed for it now.
 func requireTaskAddsUp(t *testing.T, st *store.Store, db *pgxpool.Pool, taskID int64, step string) store.ReplayTask {
 	t.Helper()
 	ctx := context.Background()
