@@ -59,9 +59,9 @@ type Operations interface {
 // CommandStore remembers commands by command_id. *store.Store implements it.
 type CommandStore interface {
 	ReserveCommand(ctx context.Context, commandID, command, principal string, lease time.Duration) (store.CommandReservation, error)
-	RenewCommand(ctx context.Context, commandID string, lease time.Duration) error
+	RenewCommand(ctx context.Context, commandID string, hold store.CommandHold, lease time.Duration) (store.CommandHold, bool, error)
 	SaveCommandAnswer(ctx context.Context, commandID, answer string) error
-	ForgetCommand(ctx context.Context, commandID string) error
+	ForgetCommand(ctx context.Context, commandID string, hold store.CommandHold) (bool, error)
 }
 
 // Config configures a Control.
@@ -353,21 +353,19 @@ func (c *Control) finish(ctx context.Context, p pending) outcome {
 		}
 		return outcome{answer, cmd.Command, "duplicate"}
 	}
-	return c.run(ctx, cmd, caller)
+	return c.run(ctx, cmd, caller, res.Hold)
 }
 
-// run runs a command reserved here and records its answer.
-func (c *Control) run(ctx context.Context, cmd Command, caller ops.Caller) outcome {
-	stopRenewing := c.renew(ctx, cmd.CommandID)
+// run runs a command reserved here, under hold, and records its answer.
+func (c *Control) run(ctx context.Context, cmd Command, caller ops.Caller, hold store.CommandHold) outcome {
+	stopRenewing := c.renew(ctx, cmd.CommandID, hold)
 	answer, command, result := c.safeExecute(ctx, cmd, caller)
-	stopRenewing()
+	hold = stopRenewing()
 	out := outcome{answer, command, result}
 	if result == CodeUnavailable || result == CodeInternal || result == CodeConfirmRequired {
 		// Nothing was done: let a retry run it again (a refusal asking for
 		// confirm: true is retried with it, often under the same id).
-		if err := c.cfg.Commands.ForgetCommand(context.WithoutCancel(ctx), cmd.CommandID); err != nil {
-			c.log.Warn("cannot forget a failed command; a retry will run it once its reservation expires", "command_id", cmd.CommandID, "error", err)
-		}
+		c.forget(context.WithoutCancel(ctx), cmd.CommandID, hold)
 		return out
 	}
 	if result == "ok" && cmd.Command == CmdReplay && !cmd.DryRun {
@@ -408,11 +406,11 @@ func (c *Control) reserve(ctx context.Context, cmd Command, principal string) (s
 	}
 }
 
-// renew keeps the reservation of commandID while its command runs, so
-// that a command running longer than the lease (a bulk delete, a large
-// replay's snapshot) is not taken over and run a second time by a
-// repeat. The returned func stops it.
-func (c *Control) renew(ctx context.Context, commandID string) (stop func()) {
+// renew keeps the reservation of commandID, hold, while its command runs,
+// so that a command running longer than the lease (a bulk delete, a large
+// replay's snapshot) is not taken over and run a second time by a repeat.
+// The returned func stops it and returns the hold as last renewed.
+func (c *Control) renew(ctx context.Context, commandID string, hold store.CommandHold) (stop func() store.CommandHold) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -424,14 +422,40 @@ func (c *Control) renew(ctx context.Context, commandID string) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if err := c.cfg.Commands.RenewCommand(context.WithoutCancel(ctx), commandID, c.cfg.CommandLease); err != nil {
+				next, held, err := c.cfg.Commands.RenewCommand(context.WithoutCancel(ctx), commandID, hold, c.cfg.CommandLease)
+				switch {
+				case err != nil:
 					c.log.Warn("cannot renew a running command's reservation; a repeat may run it again once it lapses",
 						"command_id", commandID, "error", err)
+				case !held:
+					// Lapsed (the database was out of reach longer than
+					// the lease) and taken over: renewing by command_id
+					// would extend the repeat's reservation as this one's.
+					c.log.Warn("a running command is no longer reserved here: its reservation lapsed, and a repeat took it over or answered it; it may run twice",
+						"command_id", commandID)
+					return
+				default:
+					hold = next
 				}
 			}
 		}
 	}()
-	return func() { close(done); <-finished }
+	return func() store.CommandHold { close(done); <-finished; return hold }
+}
+
+// forget drops the reservation hold of commandID, so that a retry runs the
+// command, unless a repeat took it over meanwhile: that repeat's
+// reservation stays, and a retry waits for it.
+func (c *Control) forget(ctx context.Context, commandID string, hold store.CommandHold) {
+	forgot, err := c.cfg.Commands.ForgetCommand(ctx, commandID, hold)
+	switch {
+	case err != nil:
+		c.log.Warn("cannot forget a command that did nothing; a retry will run it once its reservation expires",
+			"command_id", commandID, "error", err)
+	case !forgot:
+		c.log.Debug("a command that did nothing is no longer reserved here (taken over, or answered); nothing to forget",
+			"command_id", commandID)
+	}
 }
 
 func (c *Control) authenticate(token string) (auth.Principal, *CommandError) {

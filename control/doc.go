@@ -28,6 +28,8 @@
 // so that the consumer goes on with other commands.
 // Commands whose only failure was the database being unavailable, a panic
 // (answered internal; the consumer goes on), or a missing confirm: true
-// are forgotten, so that a retry with the same id runs them. Audit rows
+// are forgotten, so that a retry with the same id runs them; a handler
+// renews and forgets its own reservation only, never one a repeat took
+// over once its own lapsed. Audit rows
 // carry the token's scope and command_id.
 package control

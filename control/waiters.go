@@ -145,9 +145,16 @@ func (w *waiters) abandon(p pending) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
 	defer cancel()
-	if err := w.c.cfg.Commands.ForgetCommand(ctx, p.cmd.CommandID); err != nil {
+	// By its hold: a reservation another handler holds by now (one that
+	// an earlier dlq's stalled first handler forgot, then a redelivery
+	// took) stays theirs.
+	forgot, err := w.c.cfg.Commands.ForgetCommand(ctx, p.cmd.CommandID, p.res.Hold)
+	switch {
+	case err != nil:
 		w.c.log.Warn("cannot let go of a repeated command given up; its redelivery runs it once its reservation expires",
 			"command_id", p.cmd.CommandID, "error", err)
+	case !forgot:
+		w.c.log.Debug("a repeated command given up is no longer reserved here; nothing to let go", "command_id", p.cmd.CommandID)
 	}
 }
 

@@ -28,6 +28,22 @@ type CommandReservation struct {
 	Command   string
 	// Running is true when another handler holds the command right now.
 	Running bool
+	// Hold identifies this reservation, when Reserved: RenewCommand and
+	// ForgetCommand act on it only while it is still the caller's.
+	Hold CommandHold
+}
+
+// CommandHold identifies one reservation of a command_id: the row's
+// reserved_until as its holder last set it. A takeover needs the row's
+// reserved_until in the past and sets it to now() plus a lease, later
+// than any value the earlier holder set, so a holder whose reservation
+// lapsed and was taken over no longer matches the row, and its late
+// renewal or forget leaves the new holder's reservation alone. (Deleting
+// it let a third delivery run the command beside the new holder.) No
+// column was added, so an earlier dlq runs beside this one unchanged; its
+// handlers still renew and forget by command_id alone.
+type CommandHold struct {
+	until time.Time
 }
 
 // ReserveCommand reserves commandID for principal, for lease. When the id
@@ -37,6 +53,7 @@ func (s *Store) ReserveCommand(ctx context.Context, commandID, command, principa
 	var r CommandReservation
 	var answer *string
 	var reserved bool
+	var until *time.Time
 	err := s.pool.QueryRow(ctx, `
 WITH ins AS (
     INSERT INTO control_commands (command_id, command, principal, reserved_until)
@@ -44,13 +61,13 @@ WITH ins AS (
     ON CONFLICT (command_id) DO UPDATE SET reserved_until = EXCLUDED.reserved_until
         WHERE control_commands.answer IS NULL AND control_commands.reserved_until < now()
           AND control_commands.principal = EXCLUDED.principal AND control_commands.command = EXCLUDED.command
-    RETURNING true AS reserved
+    RETURNING reserved_until
 )
-SELECT true, NULL::text, $3, $2 FROM ins
+SELECT true, NULL::text, $3, $2, reserved_until FROM ins
 UNION ALL
-SELECT false, answer, principal, command FROM control_commands
+SELECT false, answer, principal, command, NULL FROM control_commands
 WHERE command_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
-		cleanText(commandID), command, cleanText(principal), lease.Milliseconds()).Scan(&reserved, &answer, &r.Principal, &r.Command)
+		cleanText(commandID), command, cleanText(principal), lease.Milliseconds()).Scan(&reserved, &answer, &r.Principal, &r.Command, &until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Inserted by someone else between the statement's snapshot and its
 		// insert attempt, and not visible yet: it is running.
@@ -62,6 +79,7 @@ WHERE command_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
 	r.Reserved = reserved
 	switch {
 	case reserved:
+		r.Hold = CommandHold{until: *until}
 	case answer != nil:
 		r.Answer = *answer
 	default:
@@ -70,19 +88,30 @@ WHERE command_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
 	return r, nil
 }
 
-// RenewCommand extends the reservation of a command its caller is still
-// running to lease from now.
-func (s *Store) RenewCommand(ctx context.Context, commandID string, lease time.Duration) error {
-	_, err := s.pool.Exec(ctx, `
-UPDATE control_commands SET reserved_until = now() + $2 * interval '1 millisecond'
-WHERE command_id = $1 AND answer IS NULL`, cleanText(commandID), lease.Milliseconds())
-	if err != nil {
-		return fmt.Errorf("store: renew control command %q: %w", commandID, err)
+// RenewCommand extends the reservation hold of a command its caller is
+// still running to lease from now, and returns the hold to renew next. held
+// is false, and nothing changed, when the reservation is no longer the
+// caller's: it lapsed and a repeat took it over, or it was answered or
+// forgotten.
+func (s *Store) RenewCommand(ctx context.Context, commandID string, hold CommandHold, lease time.Duration) (next CommandHold, held bool, err error) {
+	err = s.pool.QueryRow(ctx, `
+UPDATE control_commands SET reserved_until = now() + $3 * interval '1 millisecond'
+WHERE command_id = $1 AND reserved_until = $2 AND answer IS NULL
+RETURNING reserved_until`, cleanText(commandID), hold.until, lease.Milliseconds()).Scan(&next.until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return hold, false, nil
 	}
-	return nil
+	if err != nil {
+		return hold, false, fmt.Errorf("store: renew control command %q: %w", commandID, err)
+	}
+	return next, true, nil
 }
 
-// SaveCommandAnswer records the answer of a reserved command.
+// SaveCommandAnswer records the answer of a reserved command. It needs no
+// hold: a handler whose reservation lapsed and was taken over still ran
+// the command, so its answer is the command's first (a repeat then gets
+// it rather than run the command a third time); the taking-over handler's
+// own answer, later, changes nothing.
 func (s *Store) SaveCommandAnswer(ctx context.Context, commandID, answer string) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -105,15 +134,19 @@ UPDATE control_commands SET answer = $2, answered_at = now() WHERE command_id = 
 	return nil
 }
 
-// ForgetCommand drops an unanswered reservation, so that a retry of the
-// command runs it (used when it failed for a reason a retry can fix, such
-// as the database being unreachable).
-func (s *Store) ForgetCommand(ctx context.Context, commandID string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM control_commands WHERE command_id = $1 AND answer IS NULL`, cleanText(commandID))
+// ForgetCommand drops the unanswered reservation hold, so that a retry of
+// the command runs it (used when it failed for a reason a retry can fix,
+// such as the database being unreachable). It reports false, and deletes
+// nothing, when the reservation is no longer the caller's: a repeat that
+// took it over holds it now.
+func (s *Store) ForgetCommand(ctx context.Context, commandID string, hold CommandHold) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+DELETE FROM control_commands WHERE command_id = $1 AND reserved_until = $2 AND answer IS NULL`,
+		cleanText(commandID), hold.until)
 	if err != nil {
-		return fmt.Errorf("store: forget control command %q: %w", commandID, err)
+		return false, fmt.Errorf("store: forget control command %q: %w", commandID, err)
 	}
-	return nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // DeleteExpiredControlCommands deletes at most batch remembered commands

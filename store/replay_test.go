@@ -399,3 +399,70 @@ func TestControlCommandMemory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "only the answered command is old and done")
 }
+
+// TestControlCommandLateHolder: a handler whose reservation lapsed and was
+// taken over by a repeat can no longer renew or forget it. Its late
+// ForgetCommand deleted the repeat's reservation, and a third delivery
+// then ran the command beside the repeat; its late RenewCommand extended
+// it. Its late answer is still recorded: it ran the command.
+func TestControlCommandLateHolder(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	a, err := st.ReserveCommand(ctx, "late-1", "acknowledge", "ops", 10*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, a.Reserved)
+	var b store.CommandReservation
+	dlqtest.Eventually(t, 5*time.Second, func() bool {
+		b, err = st.ReserveCommand(ctx, "late-1", "acknowledge", "ops", time.Minute)
+		require.NoError(t, err)
+		return b.Reserved
+	}, "lapsed reservation not taken over")
+	reservedUntil := func() time.Time {
+		var until time.Time
+		require.NoError(t, db.QueryRow(ctx, `SELECT reserved_until FROM control_commands WHERE command_id = 'late-1'`).Scan(&until))
+		return until
+	}
+	taken := reservedUntil()
+
+	_, held, err := st.RenewCommand(ctx, "late-1", a.Hold, time.Hour)
+	require.NoError(t, err)
+	require.False(t, held, "the late holder renewed the repeat's reservation")
+	require.Equal(t, taken, reservedUntil(), "the late holder's renewal changed the repeat's reservation")
+	forgot, err := st.ForgetCommand(ctx, "late-1", a.Hold)
+	require.NoError(t, err)
+	require.False(t, forgot)
+	c, err := st.ReserveCommand(ctx, "late-1", "acknowledge", "ops", time.Minute)
+	require.NoError(t, err)
+	require.True(t, c.Running, "a third delivery reserved the command the repeat holds: %+v", c)
+
+	// The repeat renews and forgets its own, as last renewed.
+	next, held, err := st.RenewCommand(ctx, "late-1", b.Hold, time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	forgot, err = st.ForgetCommand(ctx, "late-1", b.Hold)
+	require.NoError(t, err)
+	require.False(t, forgot, "a hold renewed since is stale")
+	forgot, err = st.ForgetCommand(ctx, "late-1", next)
+	require.NoError(t, err)
+	require.True(t, forgot)
+
+	// A late answer is the command's first.
+	a, err = st.ReserveCommand(ctx, "late-2", "acknowledge", "ops", 10*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, a.Reserved)
+	dlqtest.Eventually(t, 5*time.Second, func() bool {
+		b, err = st.ReserveCommand(ctx, "late-2", "acknowledge", "ops", time.Minute)
+		require.NoError(t, err)
+		return b.Reserved
+	}, "lapsed reservation not taken over")
+	require.NoError(t, st.SaveCommandAnswer(ctx, "late-2", `{"first":true}`))
+	require.NoError(t, st.SaveCommandAnswer(ctx, "late-2", `{"second":true}`))
+	forgot, err = st.ForgetCommand(ctx, "late-2", b.Hold)
+	require.NoError(t, err)
+	require.False(t, forgot, "an answered command was forgotten")
+	c, err = st.ReserveCommand(ctx, "late-2", "acknowledge", "ops", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, `{"first":true}`, c.Answer)
+}
