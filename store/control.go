@@ -93,10 +93,18 @@ WHERE command_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
 // is false, and nothing changed, when the reservation is no longer the
 // caller's: it lapsed and a repeat took it over, or it was answered or
 // forgotten.
+//
+// The hold is the caller's while it matches the row, or while it has not
+// lapsed: a takeover needs the row's hold to have lapsed, and the row's
+// only grows until then, so a hold still in the future cannot have been
+// taken over. That keeps a holder whose last renewal committed without
+// its answer reaching it (a dropped connection: it kept the hold before),
+// or whose row an earlier release's handler renewed by command id alone
+// (during a rolling upgrade), renewing its own reservation.
 func (s *Store) RenewCommand(ctx context.Context, commandID string, hold CommandHold, lease time.Duration) (next CommandHold, held bool, err error) {
 	err = s.pool.QueryRow(ctx, `
 UPDATE control_commands SET reserved_until = now() + $3 * interval '1 millisecond'
-WHERE command_id = $1 AND reserved_until = $2 AND answer IS NULL
+WHERE command_id = $1 AND answer IS NULL AND (reserved_until = $2 OR $2 > now())
 RETURNING reserved_until`, cleanText(commandID), hold.until, lease.Milliseconds()).Scan(&next.until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return hold, false, nil
@@ -141,7 +149,7 @@ UPDATE control_commands SET answer = $2, answered_at = now() WHERE command_id = 
 // took it over holds it now.
 func (s *Store) ForgetCommand(ctx context.Context, commandID string, hold CommandHold) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
-DELETE FROM control_commands WHERE command_id = $1 AND reserved_until = $2 AND answer IS NULL`,
+DELETE FROM control_commands WHERE command_id = $1 AND answer IS NULL AND (reserved_until = $2 OR $2 > now())`,
 		cleanText(commandID), hold.until)
 	if err != nil {
 		return false, fmt.Errorf("store: forget control command %q: %w", commandID, err)

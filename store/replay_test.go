@@ -437,13 +437,22 @@ func TestControlCommandLateHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c.Running, "a third delivery reserved the command the repeat holds: %+v", c)
 
-	// The repeat renews and forgets its own, as last renewed.
+	// The repeat renews and forgets its own. A hold it renewed since, but
+	// has not lapsed, is still its own: a renewal that committed without
+	// its answer reaching the caller leaves it with that hold, and the
+	// row's cannot have been taken over before it lapses.
 	next, held, err := st.RenewCommand(ctx, "late-1", b.Hold, time.Minute)
 	require.NoError(t, err)
 	require.True(t, held)
-	forgot, err = st.ForgetCommand(ctx, "late-1", b.Hold)
+	_, held, err = st.RenewCommand(ctx, "late-1", b.Hold, time.Minute)
 	require.NoError(t, err)
-	require.False(t, forgot, "a hold renewed since is stale")
+	require.True(t, held, "a renewal whose answer was lost made the holder give up its own reservation")
+	// A handler of an earlier release renews by command id alone.
+	_, err = db.Exec(ctx, `UPDATE control_commands SET reserved_until = now() + interval '1 minute' WHERE command_id = 'late-1'`)
+	require.NoError(t, err)
+	_, held, err = st.RenewCommand(ctx, "late-1", next, time.Minute)
+	require.NoError(t, err)
+	require.True(t, held, "an earlier release's renewal made the holder give up its own reservation")
 	forgot, err = st.ForgetCommand(ctx, "late-1", next)
 	require.NoError(t, err)
 	require.True(t, forgot)
