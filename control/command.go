@@ -229,13 +229,19 @@ func (u *unexpected) replayOnly(r replay.Request) {
 	u.add(r.OnUnknown != "", "on_unknown")
 }
 
+// selection adds the fields that select messages (ids, filter, limit),
+// for the commands that act on no selection.
+func (u *unexpected) selection(r replay.Request) {
+	u.add(len(r.IDs) > 0, "ids")
+	u.add(r.Filter != nil, "filter")
+	u.add(r.Limit != 0, "limit")
+}
+
 // taskFields checks cancel_replay and replay_status: a task's id.
 func (c Command) taskFields(u *unexpected) *CommandError {
 	r := c.Request
 	u.replayOnly(r)
-	u.add(len(r.IDs) > 0, "ids")
-	u.add(r.Filter != nil, "filter")
-	u.add(r.Limit != 0, "limit")
+	u.selection(r)
 	u.add(r.DryRun, "dry_run")
 	u.add(c.Confirm, "confirm")
 	if c.ID <= 0 {
@@ -265,9 +271,7 @@ func (c Command) editFields(u *unexpected) *CommandError {
 	u.add(r.DelaySeconds != 0, "delay_seconds")
 	u.add(r.Target != nil, "target")
 	u.add(r.Canary != nil, "canary")
-	u.add(len(r.IDs) > 0, "ids")
-	u.add(r.Filter != nil, "filter")
-	u.add(r.Limit != 0, "limit")
+	u.selection(r)
 	u.add(c.Confirm, "confirm")
 	if c.ID <= 0 {
 		return cmdErr(CodeInvalidRequest, "%s needs id, the message's id (a positive number)", c.Command)
@@ -280,9 +284,7 @@ func (c Command) editFields(u *unexpected) *CommandError {
 func (c Command) policyFields(u *unexpected) *CommandError {
 	r := c.Request
 	u.replayOnly(r)
-	u.add(len(r.IDs) > 0, "ids")
-	u.add(r.Filter != nil, "filter")
-	u.add(r.Limit != 0, "limit")
+	u.selection(r)
 	u.add(r.DryRun, "dry_run")
 	u.add(c.ID != 0, "id")
 	u.add(c.Confirm, "confirm")
@@ -298,9 +300,7 @@ func (c Command) policyFields(u *unexpected) *CommandError {
 func (c Command) approvalFields(u *unexpected) *CommandError {
 	r := c.Request
 	u.replayOnly(r)
-	u.add(len(r.IDs) > 0, "ids")
-	u.add(r.Filter != nil, "filter")
-	u.add(r.Limit != 0, "limit")
+	u.selection(r)
 	u.add(r.DryRun, "dry_run")
 	u.add(c.Confirm, "confirm")
 	u.add(c.Command != CmdReject && c.Reason != "", "reason")

@@ -53,24 +53,7 @@ func TestReplayWaitsForAChannel(t *testing.T) {
 	b.seed(t, q, n)
 	ctx := context.Background()
 
-	// Take every channel dlq's connection may open.
-	var held []*amqp.Channel
-	for {
-		ch, err := b.conn.Channel(ctx)
-		if err != nil {
-			require.ErrorIs(t, err, amqp.ErrChannelMax)
-			break
-		}
-		held = append(held, ch)
-	}
-	require.NotEmpty(t, held)
-	release := func() {
-		for _, ch := range held {
-			_ = ch.Close()
-		}
-		held = nil
-	}
-	t.Cleanup(release)
+	release := b.holdEveryChannel(t)
 
 	task, err := b.svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
 	require.NoError(t, err)
@@ -121,12 +104,7 @@ func TestReplayHandsBackOnAClosedConn(t *testing.T) {
 	const n = 20
 	b.seed(t, q, n)
 	ctx := context.Background()
-	for {
-		if _, err := b.conn.Channel(ctx); err != nil {
-			require.ErrorIs(t, err, amqp.ErrChannelMax)
-			break
-		}
-	}
+	b.holdEveryChannel(t)
 
 	task, err := b.svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: q}}, operator)
 	require.NoError(t, err)
@@ -156,4 +134,31 @@ func TestReplayHandsBackOnAClosedConn(t *testing.T) {
 		return err == nil && row.RunnerOwner != ""
 	}, 2*time.Second, 100*time.Millisecond, "the instance took the task again on a closed connection")
 	require.Equal(t, acquired, strings.Count(logs.String(), "replay task running"))
+}
+
+// holdEveryChannel opens every channel dlq's connection may open (its
+// channel_max), so that its publisher can open none, and returns what
+// closes them again (the test's end does too).
+func (b *bundle) holdEveryChannel(t *testing.T) (release func()) {
+	t.Helper()
+	var held []*amqp.Channel
+	for {
+		ch, err := b.conn.Channel(context.Background())
+		if err != nil {
+			require.ErrorIs(t, err, amqp.ErrChannelMax)
+			break
+		}
+		held = append(held, ch)
+	}
+	require.NotEmpty(t, held)
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			for _, ch := range held {
+				_ = ch.Close()
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
 }

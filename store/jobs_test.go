@@ -70,18 +70,7 @@ func TestSameHolderClosesItsAbandonedRun(t *testing.T) {
 	st, _ := dlqtest.Store(t)
 	ctx := jobsCtx(t)
 	tick := func(i int) time.Time { return time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC) }
-	outcome := func(job string, id int64) store.JobRun {
-		t.Helper()
-		runs, err := st.JobRuns(ctx, job, 100)
-		require.NoError(t, err)
-		for _, r := range runs {
-			if r.ID == id {
-				return r
-			}
-		}
-		t.Fatalf("run %d of %s not found", id, job)
-		return store.JobRun{}
-	}
+	outcome := func(job string, id int64) store.JobRun { t.Helper(); return jobRun(ctx, t, st, job, id) }
 
 	t.Run("after the lease expired", func(t *testing.T) {
 		first, ok, err := st.BeginJobRun(ctx, "expired", "H", tick(1), 200*time.Millisecond)
@@ -148,18 +137,7 @@ func TestAbandonedRunReadsAsLeaseLost(t *testing.T) {
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := jobsCtx(t)
-	read := func(job string, id int64) store.JobRun {
-		t.Helper()
-		runs, err := st.JobRuns(ctx, job, 100)
-		require.NoError(t, err)
-		for _, r := range runs {
-			if r.ID == id {
-				return r
-			}
-		}
-		t.Fatalf("run %d of %s not found", id, job)
-		return store.JobRun{}
-	}
+	read := func(job string, id int64) store.JobRun { t.Helper(); return jobRun(ctx, t, st, job, id) }
 	stored := func(id int64) string {
 		t.Helper()
 		var outcome string
@@ -224,4 +202,18 @@ INSERT INTO job_runs (job, tick, instance, token) VALUES ('moved', $1, 'gone', $
 		require.NotNil(t, r.FinishedAt)
 		require.Equal(t, store.JobRunning, read("moved", run.RunID).Outcome, "the current holder's run is running")
 	})
+}
+
+// jobRun reads run id of job as every front door reads it (JobRuns).
+func jobRun(ctx context.Context, t *testing.T, st *store.Store, job string, id int64) store.JobRun {
+	t.Helper()
+	runs, err := st.JobRuns(ctx, job, 100)
+	require.NoError(t, err)
+	for _, r := range runs {
+		if r.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("run %d of %s not found", id, job)
+	return store.JobRun{}
 }

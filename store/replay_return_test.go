@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/store"
@@ -40,11 +41,7 @@ func TestReplayReturnDuringClaimKeepsClaimed(t *testing.T) {
 			require.Len(t, res.Messages, 3)
 			requireTaskAddsUp(t, st, db, task.ID, "b claimed")
 
-			back := msg("orders", "body 1", 999)
-			back.DLQID, back.ReplayID, back.ReplayCount, back.Redelivered = x, "rid-earlier", 1, false
-			back.Reason = "expired"
-			_, r := ingest(t, st, back)
-			require.Equal(t, 1, r.Returned)
+			returnEarlierCopy(t, st, x, "body 1", "rid-earlier")
 			requireTaskAddsUp(t, st, db, task.ID, "an earlier copy came back")
 
 			outs := []store.ReplayOutcome{
@@ -58,14 +55,7 @@ func TestReplayReturnDuringClaimKeepsClaimed(t *testing.T) {
 			requireTaskAddsUp(t, st, db, task.ID, "b1 settled")
 
 			if !c.settled {
-				res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "b2"})
-				require.Len(t, res.Messages, 1, "X is claimed again")
-				require.Equal(t, x, res.Messages[0].ID)
-				requireTaskAddsUp(t, st, db, task.ID, "b claimed X again")
-				_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
-					{ID: x, Token: "b2", Result: store.OutcomePublished, Attempt: res.Messages[0].Unknowns},
-				}, false, "b2")
-				require.NoError(t, err)
+				claimAndPublishOne(t, st, db, task.ID, "b2", x, "X is claimed again", "b claimed X again")
 			}
 			final := requireTaskAddsUp(t, st, db, task.ID, "done")
 			require.Zero(t, final.Remaining())
@@ -95,11 +85,7 @@ func TestReplayRecoveryOfASettledItemKeepsClaimed(t *testing.T) {
 			require.Len(t, res.Messages, 1)
 			requireTaskAddsUp(t, st, db, task.ID, "b1 claimed X")
 
-			back := msg("orders", "body 0", 999)
-			back.DLQID, back.ReplayID, back.ReplayCount, back.Redelivered = x, "rid-earlier", 1, false
-			back.Reason = "expired"
-			_, r := ingest(t, st, back)
-			require.Equal(t, 1, r.Returned)
+			returnEarlierCopy(t, st, x, "body 0", "rid-earlier")
 			requireTaskAddsUp(t, st, db, task.ID, "an earlier copy of X came back")
 
 			res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "b2", MarkFirst: 2})
@@ -125,14 +111,7 @@ func TestReplayRecoveryOfASettledItemKeepsClaimed(t *testing.T) {
 			requireTaskAddsUp(t, st, db, task.ID, "recovery")
 
 			if retries > 0 {
-				res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "b3"})
-				require.Len(t, res.Messages, 1, "Y is sent again")
-				require.Equal(t, y, res.Messages[0].ID)
-				requireTaskAddsUp(t, st, db, task.ID, "b3 claimed Y")
-				_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
-					{ID: y, Token: "b3", Result: store.OutcomePublished, Attempt: res.Messages[0].Unknowns},
-				}, false, "b3")
-				require.NoError(t, err)
+				claimAndPublishOne(t, st, db, task.ID, "b3", y, "Y is sent again", "b3 claimed Y")
 			}
 			final := requireTaskAddsUp(t, st, db, task.ID, "done")
 			require.Zero(t, final.Remaining())
@@ -162,11 +141,7 @@ func TestReplayClaimOfACopyThatCameBackCountsItClaimed(t *testing.T) {
 	require.NoError(t, err)
 	requireTaskAddsUp(t, st, db, task.ID, "both wait to be sent again")
 
-	back := msg("orders", "body 0", 999)
-	back.DLQID, back.ReplayID, back.ReplayCount, back.Redelivered = ids[0], "rid-a", 1, false
-	back.Reason = "expired"
-	_, r := ingest(t, st, back)
-	require.Equal(t, 1, r.Returned)
+	returnEarlierCopy(t, st, ids[0], "body 0", "rid-a")
 	requireTaskAddsUp(t, st, db, task.ID, "a copy of the first came back")
 
 	res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "b2"})
@@ -181,4 +156,30 @@ func TestReplayClaimOfACopyThatCameBackCountsItClaimed(t *testing.T) {
 	final := requireTaskAddsUp(t, st, db, task.ID, "done")
 	require.Equal(t, []int64{2, 2, 0}, []int64{final.Published, final.Claimed, final.Remaining()})
 	requireCountersConsistent(t, db)
+}
+
+// returnEarlierCopy ingests a copy of message id replayed earlier (replay
+// id rid, replay count 1) that died again, and checks that ingest
+// returned it to id's row.
+func returnEarlierCopy(t *testing.T, st *store.Store, id int64, body, rid string) {
+	t.Helper()
+	back := msg("orders", body, 999)
+	back.DLQID, back.ReplayID, back.ReplayCount, back.Redelivered = id, rid, 1, false
+	back.Reason = "expired"
+	_, r := ingest(t, st, back)
+	require.Equal(t, 1, r.Returned)
+}
+
+// claimAndPublishOne claims, under token, the one message left to send of
+// the task (id, says why), checks the counters, and settles it published.
+func claimAndPublishOne(t *testing.T, st *store.Store, db *pgxpool.Pool, taskID int64, token string, id int64, why, step string) {
+	t.Helper()
+	res := claimAll(t, st, store.ReplayClaim{TaskID: taskID, Token: token})
+	require.Len(t, res.Messages, 1, why)
+	require.Equal(t, id, res.Messages[0].ID)
+	requireTaskAddsUp(t, st, db, taskID, step)
+	_, err := st.SettleReplayOutcomes(context.Background(), taskID, []store.ReplayOutcome{
+		{ID: id, Token: token, Result: store.OutcomePublished, Attempt: res.Messages[0].Unknowns},
+	}, false, token)
+	require.NoError(t, err)
 }

@@ -389,11 +389,7 @@ func TestControlCommandMemory(t *testing.T) {
 	r, err = st.ReserveCommand(ctx, "c2", "delete", "ops", 10*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, r.Reserved)
-	dlqtest.Eventually(t, 5*time.Second, func() bool {
-		r, err = st.ReserveCommand(ctx, "c2", "delete", "ops", time.Minute)
-		require.NoError(t, err)
-		return r.Reserved
-	}, "expired reservation not taken over")
+	r = takeOverCommand(ctx, t, st, "c2", "delete")
 
 	n, err := st.DeleteExpiredControlCommands(ctx, time.Now().Add(time.Hour), 1)
 	require.NoError(t, err)
@@ -414,11 +410,7 @@ func TestControlCommandLateHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, a.Reserved)
 	var b store.CommandReservation
-	dlqtest.Eventually(t, 5*time.Second, func() bool {
-		b, err = st.ReserveCommand(ctx, "late-1", "acknowledge", "ops", time.Minute)
-		require.NoError(t, err)
-		return b.Reserved
-	}, "lapsed reservation not taken over")
+	b = takeOverCommand(ctx, t, st, "late-1", "acknowledge")
 	reservedUntil := func() time.Time {
 		var until time.Time
 		require.NoError(t, db.QueryRow(ctx, `SELECT reserved_until FROM control_commands WHERE command_id = 'late-1'`).Scan(&until))
@@ -461,11 +453,7 @@ func TestControlCommandLateHolder(t *testing.T) {
 	a, err = st.ReserveCommand(ctx, "late-2", "acknowledge", "ops", 10*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, a.Reserved)
-	dlqtest.Eventually(t, 5*time.Second, func() bool {
-		b, err = st.ReserveCommand(ctx, "late-2", "acknowledge", "ops", time.Minute)
-		require.NoError(t, err)
-		return b.Reserved
-	}, "lapsed reservation not taken over")
+	b = takeOverCommand(ctx, t, st, "late-2", "acknowledge")
 	require.NoError(t, st.SaveCommandAnswer(ctx, "late-2", `{"first":true}`))
 	require.NoError(t, st.SaveCommandAnswer(ctx, "late-2", `{"second":true}`))
 	forgot, err = st.ForgetCommand(ctx, "late-2", b.Hold)
@@ -474,4 +462,18 @@ func TestControlCommandLateHolder(t *testing.T) {
 	c, err = st.ReserveCommand(ctx, "late-2", "acknowledge", "ops", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, `{"first":true}`, c.Answer)
+}
+
+// takeOverCommand reserves command id once its lapsing reservation (a
+// lease of milliseconds) lets a repeat take it over, for a minute.
+func takeOverCommand(ctx context.Context, t *testing.T, st *store.Store, id, command string) store.CommandReservation {
+	t.Helper()
+	var r store.CommandReservation
+	dlqtest.Eventually(t, 5*time.Second, func() bool {
+		var err error
+		r, err = st.ReserveCommand(ctx, id, command, "ops", time.Minute)
+		require.NoError(t, err)
+		return r.Reserved
+	}, "the lapsed reservation of %s was not taken over", id)
+	return r
 }
