@@ -43,14 +43,8 @@ func (l *lockedBuffer) String() string {
 // publishes each of them once, when a channel can be opened again.
 func TestReplayWaitsForAChannel(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
-	b := setup(t, func(o *setupOpts) {
-		o.noConsumer, o.channelMax = true, 3
-		o.logger = slog.New(slog.NewTextHandler(logs, nil))
-	})
-	q := b.targetQueue(t)
 	const n = 50
-	b.seed(t, q, n)
+	b, q, logs := setupStarved(t, n)
 	ctx := context.Background()
 
 	release := b.holdEveryChannel(t)
@@ -95,14 +89,8 @@ func TestReplayWaitsForAChannel(t *testing.T) {
 // that never reopens, or take the task back at once, again and again.
 func TestReplayHandsBackOnAClosedConn(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
-	b := setup(t, func(o *setupOpts) {
-		o.noConsumer, o.channelMax = true, 3
-		o.logger = slog.New(slog.NewTextHandler(logs, nil))
-	})
-	q := b.targetQueue(t)
 	const n = 20
-	b.seed(t, q, n)
+	b, q, logs := setupStarved(t, n)
 	ctx := context.Background()
 	b.holdEveryChannel(t)
 
@@ -161,4 +149,18 @@ func (b *bundle) holdEveryChannel(t *testing.T) (release func()) {
 	}
 	t.Cleanup(release)
 	return release
+}
+
+// setupStarved sets up a replay service whose connection may open three
+// channels, logging into logs, with n messages stored from queue q.
+func setupStarved(t *testing.T, n int) (b *bundle, q string, logs *lockedBuffer) {
+	t.Helper()
+	logs = &lockedBuffer{}
+	b = setup(t, func(o *setupOpts) {
+		o.noConsumer, o.channelMax = true, 3
+		o.logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	q = b.targetQueue(t)
+	b.seed(t, q, n)
+	return b, q, logs
 }
