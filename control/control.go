@@ -424,6 +424,10 @@ func (c *Control) renew(ctx context.Context, commandID string, hold store.Comman
 			case <-t.C:
 				next, held, err := c.cfg.Commands.RenewCommand(context.WithoutCancel(ctx), commandID, hold, c.cfg.CommandLease)
 				switch {
+				case errors.Is(err, store.ErrCommandAnswered):
+					// The command saved its answer in its own
+					// transaction and is about to return.
+					return
 				case err != nil:
 					c.log.Warn("cannot renew a running command's reservation; a repeat may run it again once it lapses",
 						"command_id", commandID, "error", err)

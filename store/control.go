@@ -92,7 +92,8 @@ WHERE command_id = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
 // still running to lease from now, and returns the hold to renew next. held
 // is false, and nothing changed, when the reservation is no longer the
 // caller's: it lapsed and a repeat took it over, or it was answered or
-// forgotten.
+// forgotten; err is then ErrCommandAnswered when the answer came under the
+// caller's own hold.
 //
 // The hold is the caller's while it matches the row, or while it has not
 // lapsed: a takeover needs the row's hold to have lapsed, and the row's
@@ -107,12 +108,40 @@ UPDATE control_commands SET reserved_until = now() + $3 * interval '1 millisecon
 WHERE command_id = $1 AND answer IS NULL AND (reserved_until = $2 OR $2 > now())
 RETURNING reserved_until`, cleanText(commandID), hold.until, lease.Milliseconds()).Scan(&next.until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return hold, false, nil
+		return hold, false, s.whyNotRenewed(ctx, commandID, hold)
 	}
 	if err != nil {
 		return hold, false, fmt.Errorf("store: renew control command %q: %w", commandID, err)
 	}
 	return next, true, nil
+}
+
+// ErrCommandAnswered is RenewCommand's answer when the command was
+// answered while the caller's hold had not lapsed: nobody can have taken
+// an unlapsed hold over, so the answer is the caller's own (a replay
+// command saves it in the transaction that creates the task, before the
+// handler returns). There is nothing left to renew, and nothing ran twice.
+var ErrCommandAnswered = errors.New("store: control command answered under the caller's own reservation")
+
+// whyNotRenewed tells a renewal that matched no row because its command
+// was answered under the caller's hold (ErrCommandAnswered) from one whose
+// reservation is gone otherwise (nil). It reads again rather than in the
+// renewal's statement: an answer committed while the renewal waited for
+// the row is newer than that statement's snapshot.
+func (s *Store) whyNotRenewed(ctx context.Context, commandID string, hold CommandHold) error {
+	var answeredHere bool
+	err := s.pool.QueryRow(ctx, `
+SELECT answer IS NOT NULL AND $2 > now() FROM control_commands WHERE command_id = $1`,
+		cleanText(commandID), hold.until).Scan(&answeredHere)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("store: read why control command %q was not renewed: %w", commandID, err)
+	case answeredHere:
+		return ErrCommandAnswered
+	}
+	return nil
 }
 
 // SaveCommandAnswer records the answer of a reserved command. It needs no

@@ -464,6 +464,37 @@ func TestControlCommandLateHolder(t *testing.T) {
 	require.Equal(t, `{"first":true}`, c.Answer)
 }
 
+// TestControlRenewAfterOwnAnswer: a replay command saves its answer inside
+// the transaction that creates its task, before its handler returns, so a
+// renewal can find it answered. Under the caller's unlapsed hold the
+// answer is its own (ErrCommandAnswered: no warning that it may run
+// twice); once the hold lapsed, a repeat may have taken it over and
+// answered, and the renewal says only that it is not held.
+func TestControlRenewAfterOwnAnswer(t *testing.T) {
+	t.Parallel()
+	st, _ := dlqtest.Store(t)
+	ctx := context.Background()
+	a, err := st.ReserveCommand(ctx, "own-1", "replay", "ops", time.Minute)
+	require.NoError(t, err)
+	require.True(t, a.Reserved)
+	require.NoError(t, st.SaveCommandAnswer(ctx, "own-1", `{"task_id":1}`))
+	_, held, err := st.RenewCommand(ctx, "own-1", a.Hold, time.Minute)
+	require.ErrorIs(t, err, store.ErrCommandAnswered)
+	require.False(t, held)
+
+	l, err := st.ReserveCommand(ctx, "own-2", "replay", "ops", 10*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, l.Reserved)
+	b := takeOverCommand(ctx, t, st, "own-2", "replay")
+	require.NoError(t, st.SaveCommandAnswer(ctx, "own-2", `{"task_id":2}`))
+	_, held, err = st.RenewCommand(ctx, "own-2", l.Hold, time.Minute)
+	require.NoError(t, err, "a lapsed holder was told the answer was its own")
+	require.False(t, held)
+	_, held, err = st.RenewCommand(ctx, "own-2", b.Hold, time.Minute)
+	require.ErrorIs(t, err, store.ErrCommandAnswered)
+	require.False(t, held)
+}
+
 // takeOverCommand reserves command id once its lapsing reservation (a
 // lease of milliseconds) lets a repeat take it over, for a minute.
 func takeOverCommand(ctx context.Context, t *testing.T, st *store.Store, id, command string) store.CommandReservation {
