@@ -93,8 +93,7 @@ type pending struct {
 
 // session consumes on one channel until the channel dies or ctx ends.
 func (w *worker) session(ctx context.Context) error {
-	cfg := &w.c.cfg
-	ch, err := cfg.Conn.Channel(ctx)
+	ch, err := w.c.cfg.Conn.Channel(ctx)
 	if err != nil {
 		return err
 	}
@@ -105,71 +104,80 @@ func (w *worker) session(ctx context.Context) error {
 		return err
 	}
 	w.setSubscribed(true)
+	s := w.startSession(ch, closed)
+	defer s.stopTimers()
+	return s.consume(ctx, deliveries)
+}
 
-	// dead is closed when the channel is gone; the writer then stops
-	// acknowledging and abandons what it holds.
-	dead := make(chan struct{})
-	var deadErr error
+// channelSession is one session's state: the batch being filled, the
+// writer it hands batches to, and the signals that end both.
+type channelSession struct {
+	w  *worker
+	ch *amqp.Channel
+	// dead is closed when the channel is gone, with deadErr set first
+	// when the broker said why; the writer then stops acknowledging and
+	// abandons what it holds.
+	dead    chan struct{}
+	deadErr error
+	// ready hands batches to the writer. Unbuffered: a batch changes
+	// hands only when the writer is free, so while it writes, the next
+	// batch keeps filling instead of being cut at the linger (small
+	// batches cost a commit each).
+	ready      chan *pending
+	writerDone chan struct{}
+	stop       chan struct{} // closed when the writer must give up
+	stopOnce   sync.Once
+	// amqp091-go matches a synchronous method's reply to whichever call
+	// reads it first, so two at once on one channel (the writer's
+	// basic.qos, our basic.cancel) can swap replies and both fail: the
+	// writer then stops acknowledging, and its last batches go back to the
+	// queue although they were committed. One at a time.
+	rpc    sync.Mutex
+	cur    *pending
+	due    bool // cur's linger has passed
+	linger *time.Timer
+	grace  *time.Timer // set once the drain at shutdown began
+}
+
+// startSession starts the watch on ch's closing and the session's writer.
+func (w *worker) startSession(ch *amqp.Channel, closed <-chan *amqp.Error) *channelSession {
+	s := &channelSession{
+		w:          w,
+		ch:         ch,
+		dead:       make(chan struct{}),
+		ready:      make(chan *pending),
+		writerDone: make(chan struct{}),
+		stop:       make(chan struct{}),
+	}
 	go func() {
 		if e, ok := <-closed; ok && e != nil {
-			deadErr = e
+			s.deadErr = e
 		}
-		close(dead)
+		close(s.dead)
 	}()
-
-	// Unbuffered: a batch changes hands only when the writer is free, so
-	// while it writes, the next batch keeps filling instead of being cut
-	// at the linger (small batches cost a commit each).
-	ready := make(chan *pending)
-	// amqp091-go matches a synchronous method's reply to whichever call
-	// reads it first, so two at once on one channel (the writer's basic.qos,
-	// our basic.cancel) can swap replies and both fail: the writer then
-	// stops acknowledging, and its last batches go back to the queue
-	// although they were committed. One at a time.
-	var rpc sync.Mutex
-	wr := &writer{w: w, ch: ch, dead: dead, rpc: &rpc}
-	writerDone := make(chan struct{})
-	stop := make(chan struct{}) // closed when the writer must give up
-	var stopOnce sync.Once
-	stopNow := func() { stopOnce.Do(func() { close(stop) }) }
+	wr := &writer{w: w, ch: ch, dead: s.dead, rpc: &s.rpc}
 	go func() {
-		defer close(writerDone)
-		wr.run(ready, stop)
+		defer close(s.writerDone)
+		wr.run(s.ready, s.stop)
 	}()
+	s.cur = w.newPending()
+	s.linger = time.NewTimer(time.Hour)
+	s.linger.Stop()
+	return s
+}
 
-	cur := w.newPending()
-	due := false // cur's linger has passed
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	defer linger.Stop()
-	flush := func() {
-		if len(cur.batch.Messages) == 0 {
-			return
-		}
-		linger.Stop()
-		select {
-		case ready <- cur:
-		case <-dead:
-		case <-stop:
-		}
-		cur = w.newPending()
-		due = false
-	}
-	finish := func(graceful bool) error {
-		if graceful {
-			flush()
-		} else {
-			stopNow()
-		}
-		close(ready)
-		<-writerDone
-		return nil
-	}
-
+// consume fills batches from deliveries and hands them to the writer
+// until the channel dies, the broker cancels the subscription, or the
+// drain that ctx's end starts is over.
+func (s *channelSession) consume(ctx context.Context, deliveries <-chan amqp.Delivery) error {
+	cfg := &s.w.c.cfg
+	// done is the context's end until it came: the drain then runs to its
+	// own end, whatever the context does.
+	done := ctx.Done()
 	cancelled := false
 	for {
-		n := len(cur.batch.Messages)
-		full := n >= cfg.BatchSize || cur.bytes >= cfg.BatchBytes
+		n := len(s.cur.batch.Messages)
+		full := n >= cfg.BatchSize || s.cur.bytes >= cfg.BatchBytes
 		// A full batch stops the intake until the writer takes it; a
 		// lingered one goes as soon as the writer is free.
 		in := deliveries
@@ -177,64 +185,117 @@ func (w *worker) session(ctx context.Context) error {
 			in = nil
 		}
 		var handOver chan<- *pending
-		if n > 0 && (full || due) {
-			handOver = ready
+		if n > 0 && (full || s.due) {
+			handOver = s.ready
 		}
 		select {
-		case handOver <- cur:
-			linger.Stop()
-			due = false
-			cur = w.newPending()
+		case handOver <- s.cur:
+			s.linger.Stop()
+			s.due = false
+			s.cur = s.w.newPending()
 		case d, ok := <-in:
-			if !ok && cancelled {
-				// Every delivery of this subscription was read: finish the
-				// batches and acknowledge them on the live channel, and
-				// keep it open until RabbitMQ applied the acks (settle.go).
-				err := finish(true)
-				w.c.awaitSettled(w.queue, stop, dead)
-				return err
-			}
 			if !ok {
-				finish(false)
-				select {
-				case <-dead:
-					return fmt.Errorf("channel closed: %w", errOr(deadErr, "closed"))
-				default:
-					return errors.New("subscription cancelled by the broker (queue deleted?)")
-				}
+				return s.subscriptionEnded(cancelled)
 			}
-			m, rt := convert(&d, w.queue, cfg.Now(), cfg.Conn)
-			categorizeDelivery(cfg.Categories, &m, &d, rt)
-			if len(cur.batch.Messages) == 0 {
-				linger.Reset(cfg.Linger)
-				due = false
+			s.add(&d)
+		case <-s.linger.C:
+			s.due = true
+		case <-s.dead:
+			s.finish(false)
+			return fmt.Errorf("channel closed: %w", errOr(s.deadErr, "closed"))
+		case <-done:
+			cancelled, done = true, nil
+			if err := s.cancelSubscription(cfg.ShutdownTimeout); err != nil {
+				// The context has ended, so run stops without reading the
+				// error.
+				s.finish(true)
+				return nil
 			}
-			cur.batch.Messages = append(cur.batch.Messages, m)
-			cur.lastTag = d.DeliveryTag
-			cur.bytes += len(d.Body)
-		case <-linger.C:
-			due = true
-		case <-dead:
-			finish(false)
-			return fmt.Errorf("channel closed: %w", errOr(deadErr, "closed"))
-		case <-ctx.Done():
-			if cancelled {
-				// Already draining; ctx only fires once.
-				continue
-			}
-			cancelled = true
-			grace := time.AfterFunc(cfg.ShutdownTimeout, stopNow)
-			defer grace.Stop()
-			// Stop the flow; the deliveries channel closes once the
-			// broker confirms, after every delivery already sent.
-			rpc.Lock()
-			err := ch.Cancel(w.tag, false)
-			rpc.Unlock()
-			if err != nil {
-				return finish(true)
-			}
-			ctx = context.Background()
 		}
+	}
+}
+
+// add converts and categorises d and appends it to the batch being
+// filled, starting the batch's linger when it is the first.
+func (s *channelSession) add(d *amqp.Delivery) {
+	cfg := &s.w.c.cfg
+	m, rt := convert(d, s.w.queue, cfg.Now(), cfg.Conn)
+	categorizeDelivery(cfg.Categories, &m, d, rt)
+	if len(s.cur.batch.Messages) == 0 {
+		s.linger.Reset(cfg.Linger)
+		s.due = false
+	}
+	s.cur.batch.Messages = append(s.cur.batch.Messages, m)
+	s.cur.lastTag = d.DeliveryTag
+	s.cur.bytes += len(d.Body)
+}
+
+// subscriptionEnded ends the session once its deliveries channel closed:
+// at shutdown (cancelled) after every delivery of the subscription was
+// read, else because the channel died or the broker cancelled it.
+func (s *channelSession) subscriptionEnded(cancelled bool) error {
+	if cancelled {
+		// Finish the batches and acknowledge them on the live channel, and
+		// keep it open until RabbitMQ applied the acks (settle.go).
+		s.finish(true)
+		s.w.c.awaitSettled(s.w.queue, s.stop, s.dead)
+		return nil
+	}
+	s.finish(false)
+	select {
+	case <-s.dead:
+		return fmt.Errorf("channel closed: %w", errOr(s.deadErr, "closed"))
+	default:
+		return errors.New("subscription cancelled by the broker (queue deleted?)")
+	}
+}
+
+// cancelSubscription stops the flow at shutdown: the deliveries channel
+// closes once the broker confirms, after every delivery already sent. The
+// writer gives up what it still holds after grace.
+func (s *channelSession) cancelSubscription(grace time.Duration) error {
+	s.grace = time.AfterFunc(grace, s.stopWriter)
+	s.rpc.Lock()
+	err := s.ch.Cancel(s.w.tag, false)
+	s.rpc.Unlock()
+	return err
+}
+
+// stopWriter makes the writer give up what it holds.
+func (s *channelSession) stopWriter() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// flush hands the batch being filled, if any, to the writer.
+func (s *channelSession) flush() {
+	if len(s.cur.batch.Messages) == 0 {
+		return
+	}
+	s.linger.Stop()
+	select {
+	case s.ready <- s.cur:
+	case <-s.dead:
+	case <-s.stop:
+	}
+	s.cur = s.w.newPending()
+	s.due = false
+}
+
+// finish ends the writer: gracefully after the last batch, else at once,
+// abandoning what it holds.
+func (s *channelSession) finish(graceful bool) {
+	if graceful {
+		s.flush()
+	} else {
+		s.stopWriter()
+	}
+	close(s.ready)
+	<-s.writerDone
+}
+
+// stopTimers releases the session's timers when it ends.
+func (s *channelSession) stopTimers() {
+	s.linger.Stop()
+	if s.grace != nil {
+		s.grace.Stop()
 	}
 }
 
