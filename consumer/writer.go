@@ -138,18 +138,36 @@ func (wr *writer) handle(p *pending, stop <-chan struct{}) {
 // write commits p, splitting it when PostgreSQL refuses its data. It
 // returns the ids of the committed batches (empty when it gave up).
 func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids []int64, complete bool) {
-	c := wr.w.c
-	queue := [][]store.NewMessage{p.batch.Messages}
-	ids = []int64{p.batch.ID}
-	var done []int64
-	backoff := 100 * time.Millisecond
-	failing := false
-	// A write for a dead channel is pointless and harmful: its deliveries
-	// are already on their way to another consumer, which must find either
-	// this batch committed or nothing at all. So stop before each attempt,
-	// and cancel an attempt in progress, once the channel is gone.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := wr.attemptContext()
 	defer cancel()
+	q := writeQueue{msgs: [][]store.NewMessage{p.batch.Messages}, ids: []int64{p.batch.ID}}
+	r := writeRetry{wr: wr, log: log, stop: stop, backoff: 100 * time.Millisecond}
+	var done []int64
+	for len(q.msgs) > 0 {
+		if wr.gone(nil) {
+			return done, false
+		}
+		var out attemptOutcome
+		q, out = r.attempt(ctx, q)
+		switch out {
+		case attemptGaveUp:
+			return done, false
+		case attemptStored:
+			done = append(done, q.ids[0])
+			q.msgs, q.ids = q.msgs[1:], q.ids[1:]
+		}
+	}
+	return done, true
+}
+
+// attemptContext is the context of a write's attempts, cancelled when the
+// channel dies. A write for a dead channel is pointless and harmful: its
+// deliveries are already on their way to another consumer, which must
+// find either this batch committed or nothing at all. So the write stops
+// before each attempt, and cancels an attempt in progress, once the
+// channel is gone.
+func (wr *writer) attemptContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		select {
 		case <-wr.dead:
@@ -157,25 +175,27 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 		case <-ctx.Done():
 		}
 	}()
-	// pause records a failure and waits before the next attempt; false
-	// when the channel died or stop closed meanwhile.
-	pause := func(id int64, n int, err error) bool {
-		c.metrics.writeErrors.Inc()
-		wr.w.setWriteErr(err)
-		if !failing {
-			log.Warn("cannot write batch to PostgreSQL; holding it unacknowledged and retrying", "batch_id", id, "messages", n, "error", err)
-			failing = true
-		}
-		select {
-		case <-wr.dead:
-			return false
-		case <-stop:
-			return false
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-		return true
-	}
+	return ctx, cancel
+}
+
+// writeQueue is what a write still has to commit, in order: the pending
+// batch, or the parts PostgreSQL's refusals replaced it with, each with its
+// id. It is passed and returned by value, never stored behind a pointer, so
+// that its first arrays can stay on the write's stack.
+type writeQueue struct {
+	msgs [][]store.NewMessage
+	ids  []int64
+}
+
+// writeRetry is the state a write keeps across its attempts.
+type writeRetry struct {
+	wr   *writer
+	log  *slog.Logger
+	stop <-chan struct{}
+	// backoff is the wait before the next attempt after a failure; failing
+	// is set once the failure was logged.
+	backoff time.Duration
+	failing bool
 	// unsure is set when an attempt failed in a way that may have
 	// committed it, with the number of confirmed batches it carried. The
 	// batch is written again only once the store answers that it did not
@@ -183,90 +203,141 @@ func (wr *writer) write(p *pending, stop <-chan struct{}, log *slog.Logger) (ids
 	// COMMIT's answer lost, the server restarted or failed over) would
 	// meet its own id in ingest_inflight, and that refusal would be taken
 	// for one of its messages' data.
-	unsure, unsureDue := false, 0
-	// stored settles the head of the queue, committed with res; a commit
-	// learnt afterwards (CommittedRows) proves PostgreSQL works as much as
-	// one answered at once, so either ends a failure the worker reported.
-	stored := func(msgs []store.NewMessage, res store.IngestResult, start time.Time, confirmed int) {
-		c.metrics.observe(wr.w.queue, msgs, res, time.Since(start))
-		wr.forget(confirmed)
-		done = append(done, ids[0])
-		if failing {
-			log.Info("writing to PostgreSQL works again", "batch_id", ids[0])
-			failing = false
-		}
-		queue, ids = queue[1:], ids[1:]
-		wr.w.setWriteErr(nil)
-	}
-	for len(queue) > 0 {
-		if wr.gone(nil) {
-			return done, false
-		}
-		msgs, id := queue[0], ids[0]
-		start := time.Now()
-		if unsure {
-			rows, ok, err := c.cfg.Store.CommittedRows(ctx, id)
-			if err == nil && ok {
-				stored(msgs, reconstructResult(msgs, rows), start, unsureDue)
-				unsure = false
-				continue
-			}
-			if wr.gone(nil) {
-				return done, false
-			}
-			if err != nil {
-				if !pause(id, len(msgs), err) {
-					return done, false
-				}
-				continue
-			}
-			unsure = false
-		}
-		due := wr.due()
-		b := store.IngestBatch{ID: id, Consumer: wr.w.tag, Messages: msgs, Confirmed: due}
-		res, err := c.cfg.Store.IngestBatch(ctx, b)
-		if err == nil {
-			stored(msgs, res, start, len(due))
-			continue
-		}
-		if store.IsDataError(err) {
-			c.metrics.dataErrors.Inc()
-			if len(msgs) > 1 {
-				half := len(msgs) / 2
-				queue = append([][]store.NewMessage{msgs[:half], msgs[half:]}, queue[1:]...)
-				ids = append([]int64{store.NewBatchID(), store.NewBatchID()}, ids[1:]...)
-				continue
-			}
-			if r, ok := rawForm(msgs[0], err); ok {
-				log.Error("PostgreSQL refused a dead message; storing it raw with the error", "batch_id", id, "error", err, "conversion_error", r.ConversionError)
-				queue[0] = []store.NewMessage{r}
-				ids[0] = store.NewBatchID()
-				continue
-			}
-			// Even the body alone was refused: this is not about the data.
-		}
-		if wr.gone(nil) {
-			// We cancelled the attempt because the channel died: the error
-			// says nothing about PostgreSQL, and the deliveries are already
-			// going back to the queue. Recording it would leave the worker
-			// unready until its next write, which may never come if others
-			// take the redeliveries.
-			return done, false
-		}
-		// The commit may have succeeded before the error reached us: ask
-		// at once, and back off only if it did not.
-		rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id)
-		if cerr == nil && ok {
-			stored(msgs, reconstructResult(msgs, rows), start, len(due))
-			continue
-		}
-		// Unanswered, the question is asked again before the next write.
-		unsure, unsureDue = cerr != nil, len(due)
-		if !pause(id, len(msgs), err) {
-			return done, false
+	unsure    bool
+	unsureDue int
+}
+
+// attemptOutcome is what an attempt at the head of a write's queue came to.
+type attemptOutcome int
+
+const (
+	attemptRetry  attemptOutcome = iota // not committed: the head (perhaps reshaped) is tried again
+	attemptStored                       // the head committed
+	attemptGaveUp                       // the channel died or stop closed
+	// attemptUncommitted is askCommitted's answer that the head did not
+	// commit: it is written now.
+	attemptUncommitted
+)
+
+// attempt tries once to commit the head of q, and returns q with the head
+// reshaped when PostgreSQL refused its data.
+func (r *writeRetry) attempt(ctx context.Context, q writeQueue) (writeQueue, attemptOutcome) {
+	c := r.wr.w.c
+	msgs, id := q.msgs[0], q.ids[0]
+	start := time.Now()
+	if r.unsure {
+		if out := r.askCommitted(ctx, msgs, id, start); out != attemptUncommitted {
+			return q, out
 		}
 	}
-	return done, true
+	due := r.wr.due()
+	b := store.IngestBatch{ID: id, Consumer: r.wr.w.tag, Messages: msgs, Confirmed: due}
+	res, err := c.cfg.Store.IngestBatch(ctx, b)
+	if err == nil {
+		r.stored(id, msgs, res, start, len(due))
+		return q, attemptStored
+	}
+	if store.IsDataError(err) {
+		var reshaped bool
+		if q, reshaped = r.reshape(q, err); reshaped {
+			return q, attemptRetry
+		}
+		// Even the body alone was refused: this is not about the data.
+	}
+	if r.wr.gone(nil) {
+		// We cancelled the attempt because the channel died: the error
+		// says nothing about PostgreSQL, and the deliveries are already
+		// going back to the queue. Recording it would leave the worker
+		// unready until its next write, which may never come if others
+		// take the redeliveries.
+		return q, attemptGaveUp
+	}
+	// The commit may have succeeded before the error reached us: ask
+	// at once, and back off only if it did not.
+	rows, ok, cerr := c.cfg.Store.CommittedRows(ctx, id)
+	if cerr == nil && ok {
+		r.stored(id, msgs, reconstructResult(msgs, rows), start, len(due))
+		return q, attemptStored
+	}
+	// Unanswered, the question is asked again before the next write.
+	r.unsure, r.unsureDue = cerr != nil, len(due)
+	return q, r.pause(id, len(msgs), err)
+}
+
+// askCommitted asks whether the head of the queue (msgs, id) committed in
+// the attempt whose answer was lost. Unanswered, it pauses: the question
+// is asked again before the next write.
+func (r *writeRetry) askCommitted(ctx context.Context, msgs []store.NewMessage, id int64, start time.Time) attemptOutcome {
+	rows, ok, err := r.wr.w.c.cfg.Store.CommittedRows(ctx, id)
+	if err == nil && ok {
+		r.stored(id, msgs, reconstructResult(msgs, rows), start, r.unsureDue)
+		r.unsure = false
+		return attemptStored
+	}
+	if r.wr.gone(nil) {
+		return attemptGaveUp
+	}
+	if err != nil {
+		return r.pause(id, len(msgs), err)
+	}
+	r.unsure = false
+	return attemptUncommitted
+}
+
+// reshape replaces the head of q, whose data PostgreSQL refused with err:
+// by its halves, or a single message by its next raw form. It returns
+// false when the head was already the last raw form.
+func (r *writeRetry) reshape(q writeQueue, err error) (writeQueue, bool) {
+	r.wr.w.c.metrics.dataErrors.Inc()
+	msgs := q.msgs[0]
+	if len(msgs) > 1 {
+		half := len(msgs) / 2
+		q.msgs = append([][]store.NewMessage{msgs[:half], msgs[half:]}, q.msgs[1:]...)
+		q.ids = append([]int64{store.NewBatchID(), store.NewBatchID()}, q.ids[1:]...)
+		return q, true
+	}
+	if raw, ok := rawForm(msgs[0], err); ok {
+		r.log.Error("PostgreSQL refused a dead message; storing it raw with the error", "batch_id", q.ids[0], "error", err, "conversion_error", raw.ConversionError)
+		q.msgs[0] = []store.NewMessage{raw}
+		q.ids[0] = store.NewBatchID()
+		return q, true
+	}
+	return q, false
+}
+
+// stored records the commit of batch id (msgs) with res, which write then
+// takes off its queue; a commit learnt afterwards (CommittedRows) proves
+// PostgreSQL works as much as one answered at once, so either ends a
+// failure the worker reported.
+func (r *writeRetry) stored(id int64, msgs []store.NewMessage, res store.IngestResult, start time.Time, confirmed int) {
+	w := r.wr.w
+	w.c.metrics.observe(w.queue, msgs, res, time.Since(start))
+	r.wr.forget(confirmed)
+	if r.failing {
+		r.log.Info("writing to PostgreSQL works again", "batch_id", id)
+		r.failing = false
+	}
+	w.setWriteErr(nil)
+}
+
+// pause records a failure of batch id (n messages) and waits before the
+// next attempt; it gives up when the channel died or stop closed meanwhile.
+func (r *writeRetry) pause(id int64, n int, err error) attemptOutcome {
+	r.wr.w.c.metrics.writeErrors.Inc()
+	r.wr.w.setWriteErr(err)
+	if !r.failing {
+		r.log.Warn("cannot write batch to PostgreSQL; holding it unacknowledged and retrying", "batch_id", id, "messages", n, "error", err)
+		r.failing = true
+	}
+	select {
+	case <-r.wr.dead:
+		return attemptGaveUp
+	case <-r.stop:
+		return attemptGaveUp
+	case <-time.After(r.backoff):
+	}
+	r.backoff = min(r.backoff*2, 5*time.Second)
+	return attemptRetry
 }
 
 // Raw forms of a message PostgreSQL refused, tried in turn. The first
