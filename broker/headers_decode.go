@@ -133,140 +133,191 @@ func decodeObject(obj map[string]any, depth int) (any, error) {
 	if !isTypedObject(obj) {
 		return decodeTable(obj, false, depth)
 	}
-	typ, ok := obj["type"].(string)
-	if !ok {
-		return nil, &pathError{msg: fmt.Sprintf(`"type" must be a string, got %s`, jsonKind(obj["type"]))}
+	typ, val, inBase64, err := typedMembers(obj)
+	if err != nil {
+		return nil, err
 	}
-	val, ok := obj["value"]
-	if !ok {
-		return nil, &pathError{msg: fmt.Sprintf(`%s value: "value" is missing`, typ)}
-	}
-	encoding, hasEncoding := obj["encoding"]
-	if hasEncoding {
-		if typ != "string" && typ != "table" {
-			return nil, &pathError{msg: fmt.Sprintf(`%s value: "encoding" is only allowed for string and table`, typ)}
-		}
-		if encoding != "base64" {
-			return nil, &pathError{msg: fmt.Sprintf(`%s value: unknown encoding %v (want "base64")`, typ, encoding)}
-		}
-	}
-
 	switch typ {
 	case "int8", "int16", "int32", "int64":
-		n, ok := val.(json.Number)
-		if !ok {
-			return nil, badValue(typ, val, "an integer")
-		}
-		bits := intBits(typ)
-		i, err := strconv.ParseInt(string(n), 10, bits)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("%s value %s: %v", typ, n, errors.Unwrap(err))}
-		}
-		switch bits {
-		case 8:
-			return int8(i), nil
-		case 16:
-			return int16(i), nil
-		case 32:
-			return int32(i), nil
-		}
-		return i, nil
+		return decodeSigned(typ, val)
 	case "uint8", "uint16", "uint32":
-		n, ok := val.(json.Number)
-		if !ok {
-			return nil, badValue(typ, val, "an unsigned integer")
-		}
-		bits := intBits(typ)
-		u, err := strconv.ParseUint(string(n), 10, bits)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("%s value %s: %v", typ, n, errors.Unwrap(err))}
-		}
-		switch bits {
-		case 8:
-			return uint8(u), nil
-		case 16:
-			return uint16(u), nil
-		}
-		return uint32(u), nil
+		return decodeUnsigned(typ, val)
 	case "float32", "float64":
-		bits := 64
-		if typ == "float32" {
-			bits = 32
-		}
-		f, err := decodeFloat(val, bits)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("%s value: %v", typ, err)}
-		}
-		if bits == 32 {
-			return float32(f), nil
-		}
-		return f, nil
+		return decodeFloatValue(typ, val)
 	case "decimal":
-		d, ok := val.(map[string]any)
-		if !ok || len(d) != 2 {
-			return nil, badValue(typ, val, `{"scale":n,"value":n}`)
-		}
-		scale, ok1 := d["scale"].(json.Number)
-		value, ok2 := d["value"].(json.Number)
-		if !ok1 || !ok2 {
-			return nil, badValue(typ, val, `{"scale":n,"value":n}`)
-		}
-		s, err := strconv.ParseUint(string(scale), 10, 8)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("decimal scale %s: %v", scale, errors.Unwrap(err))}
-		}
-		v, err := strconv.ParseInt(string(value), 10, 32)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("decimal value %s: %v", value, errors.Unwrap(err))}
-		}
-		return amqp.Decimal{Scale: uint8(s), Value: int32(v)}, nil
+		return decodeDecimal(val)
 	case "timestamp":
-		switch v := val.(type) {
-		case string:
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				return nil, &pathError{msg: fmt.Sprintf("timestamp value %q: want RFC 3339", v)}
-			}
-			return time.Unix(t.Unix(), 0), nil
-		case json.Number:
-			sec, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil {
-				return nil, &pathError{msg: fmt.Sprintf("timestamp value %s: want whole Unix seconds", v)}
-			}
-			return time.Unix(sec, 0), nil
-		}
-		return nil, badValue(typ, val, "an RFC 3339 string or Unix seconds")
+		return decodeTimestamp(val)
 	case "bytes":
-		s, ok := val.(string)
-		if !ok {
-			return nil, badValue(typ, val, "a base64 string")
-		}
-		b, err := strictBase64.DecodeString(s)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("bytes value: %v", err)}
-		}
-		return b, nil
+		return decodeBytes(val)
 	case "string":
-		s, ok := val.(string)
-		if !ok {
-			return nil, badValue(typ, val, "a string")
-		}
-		if !hasEncoding {
-			return s, nil
-		}
-		b, err := strictBase64.DecodeString(s)
-		if err != nil {
-			return nil, &pathError{msg: fmt.Sprintf("base64 string value: %v", err)}
-		}
-		return string(b), nil
+		return decodeString(val, inBase64)
 	case "table":
 		o, ok := val.(map[string]any)
 		if !ok {
 			return nil, badValue(typ, val, "an object")
 		}
-		return decodeTable(o, hasEncoding, depth)
+		return decodeTable(o, inBase64, depth)
 	}
 	return nil, &pathError{msg: fmt.Sprintf("unknown value type %q", typ)}
+}
+
+// typedMembers reads the members of a {"type":…} wrapper and checks those
+// every type shares: its type, its value, and whether the value is base64
+// ("encoding", allowed for strings and tables).
+func typedMembers(obj map[string]any) (typ string, val any, inBase64 bool, err error) {
+	typ, ok := obj["type"].(string)
+	if !ok {
+		return "", nil, false, &pathError{msg: fmt.Sprintf(`"type" must be a string, got %s`, jsonKind(obj["type"]))}
+	}
+	val, ok = obj["value"]
+	if !ok {
+		return "", nil, false, &pathError{msg: fmt.Sprintf(`%s value: "value" is missing`, typ)}
+	}
+	encoding, hasEncoding := obj["encoding"]
+	if hasEncoding {
+		if typ != "string" && typ != "table" {
+			return "", nil, false, &pathError{msg: fmt.Sprintf(`%s value: "encoding" is only allowed for string and table`, typ)}
+		}
+		if encoding != "base64" {
+			return "", nil, false, &pathError{msg: fmt.Sprintf(`%s value: unknown encoding %v (want "base64")`, typ, encoding)}
+		}
+	}
+	return typ, val, hasEncoding, nil
+}
+
+// decodeSigned decodes the value of a signed integer type (int8 … int64)
+// into the Go type of that size.
+func decodeSigned(typ string, val any) (any, error) {
+	n, ok := val.(json.Number)
+	if !ok {
+		return nil, badValue(typ, val, "an integer")
+	}
+	bits := intBits(typ)
+	i, err := strconv.ParseInt(string(n), 10, bits)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("%s value %s: %v", typ, n, errors.Unwrap(err))}
+	}
+	switch bits {
+	case 8:
+		return int8(i), nil
+	case 16:
+		return int16(i), nil
+	case 32:
+		return int32(i), nil
+	}
+	return i, nil
+}
+
+// decodeUnsigned decodes the value of an unsigned integer type (uint8 …
+// uint32; AMQP has no unsigned 64-bit type) into the Go type of that size.
+func decodeUnsigned(typ string, val any) (any, error) {
+	n, ok := val.(json.Number)
+	if !ok {
+		return nil, badValue(typ, val, "an unsigned integer")
+	}
+	bits := intBits(typ)
+	u, err := strconv.ParseUint(string(n), 10, bits)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("%s value %s: %v", typ, n, errors.Unwrap(err))}
+	}
+	switch bits {
+	case 8:
+		return uint8(u), nil
+	case 16:
+		return uint16(u), nil
+	}
+	return uint32(u), nil
+}
+
+// decodeFloatValue decodes a float32 or float64 value, rounded to its
+// type's precision.
+func decodeFloatValue(typ string, val any) (any, error) {
+	bits := 64
+	if typ == "float32" {
+		bits = 32
+	}
+	f, err := decodeFloat(val, bits)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("%s value: %v", typ, err)}
+	}
+	if bits == 32 {
+		return float32(f), nil
+	}
+	return f, nil
+}
+
+// decodeDecimal decodes a decimal's {"scale":n,"value":n}, each in the
+// range of AMQP's octet and signed 32-bit integer.
+func decodeDecimal(val any) (any, error) {
+	d, ok := val.(map[string]any)
+	if !ok || len(d) != 2 {
+		return nil, badValue("decimal", val, `{"scale":n,"value":n}`)
+	}
+	scale, ok1 := d["scale"].(json.Number)
+	value, ok2 := d["value"].(json.Number)
+	if !ok1 || !ok2 {
+		return nil, badValue("decimal", val, `{"scale":n,"value":n}`)
+	}
+	s, err := strconv.ParseUint(string(scale), 10, 8)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("decimal scale %s: %v", scale, errors.Unwrap(err))}
+	}
+	v, err := strconv.ParseInt(string(value), 10, 32)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("decimal value %s: %v", value, errors.Unwrap(err))}
+	}
+	return amqp.Decimal{Scale: uint8(s), Value: int32(v)}, nil
+}
+
+// decodeTimestamp decodes a timestamp written in RFC 3339 or as Unix
+// seconds into the whole-second local time the AMQP reader produces.
+func decodeTimestamp(val any) (any, error) {
+	switch v := val.(type) {
+	case string:
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, &pathError{msg: fmt.Sprintf("timestamp value %q: want RFC 3339", v)}
+		}
+		return time.Unix(t.Unix(), 0), nil
+	case json.Number:
+		sec, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return nil, &pathError{msg: fmt.Sprintf("timestamp value %s: want whole Unix seconds", v)}
+		}
+		return time.Unix(sec, 0), nil
+	}
+	return nil, badValue("timestamp", val, "an RFC 3339 string or Unix seconds")
+}
+
+// decodeBytes decodes a byte array, always written in base64.
+func decodeBytes(val any) (any, error) {
+	s, ok := val.(string)
+	if !ok {
+		return nil, badValue("bytes", val, "a base64 string")
+	}
+	b, err := strictBase64.DecodeString(s)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("bytes value: %v", err)}
+	}
+	return b, nil
+}
+
+// decodeString decodes a string, in base64 when it is not valid UTF-8 or
+// holds NUL (which jsonb refuses).
+func decodeString(val any, inBase64 bool) (any, error) {
+	s, ok := val.(string)
+	if !ok {
+		return nil, badValue("string", val, "a string")
+	}
+	if !inBase64 {
+		return s, nil
+	}
+	b, err := strictBase64.DecodeString(s)
+	if err != nil {
+		return nil, &pathError{msg: fmt.Sprintf("base64 string value: %v", err)}
+	}
+	return string(b), nil
 }
 
 // intBits is the size of an integer type name ("int16" -> 16).
