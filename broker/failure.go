@@ -460,6 +460,10 @@ func ExtractFailure(h amqp.Table, p Properties) Failure {
 	return f
 }
 
+// IsFailureDetailHeader reports whether a header carries the details of
+// a failure in a framework's convention: the exception's type, message,
+// stack and source, when and where it failed, the fault's reason and
+// retry counts. A corrected copy sent again should not carry them into
 // its next attempt, where they would describe a failure that has not
 // happened. Celery's protocol headers (task, id, retries, …) and the
 // NServiceBus and MassTransit headers that describe the message or the
