@@ -175,14 +175,37 @@ func lookupFailureField(name string) failureField {
 		return ffNone
 	}
 	var buf [longest]byte
+	lower := buf[:len(name)]
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
-		buf[i] = c
+		lower[i] = c
 	}
-	switch string(buf[:len(name)]) {
+	// Each convention's names share a prefix but Celery's, which have
+	// none of the others': one comparison picks the switch that can hold
+	// the name. The switches take the bytes, not a string, so that
+	// matching allocates nothing.
+	switch {
+	case hasPrefix(lower, "nservicebus."):
+		return nserviceBusField(lower)
+	case hasPrefix(lower, "mt-"):
+		return massTransitField(lower)
+	case hasPrefix(lower, "x-"):
+		return xHeaderField(lower)
+	}
+	return celeryField(lower)
+}
+
+func hasPrefix(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
+}
+
+// nserviceBusField is lookupFailureField for a lowered name that starts
+// with "nservicebus.".
+func nserviceBusField(lower []byte) failureField {
+	switch string(lower) {
 	case "nservicebus.exceptioninfo.exceptiontype":
 		return ffNSBType
 	case "nservicebus.exceptioninfo.message":
@@ -207,6 +230,14 @@ func lookupFailureField(name string) failureField {
 		return ffNSBMessageTypes
 	case "nservicebus.retries":
 		return ffNSBRetries
+	}
+	return ffNone
+}
+
+// massTransitField is lookupFailureField for a lowered name that starts
+// with "mt-".
+func massTransitField(lower []byte) failureField {
+	switch string(lower) {
 	case "mt-fault-exceptiontype":
 		return ffMTType
 	case "mt-fault-message":
@@ -239,6 +270,14 @@ func lookupFailureField(name string) failureField {
 		return ffMTHostAssemblyVersion
 	case "mt-host-masstransitversion":
 		return ffMTHostVersion
+	}
+	return ffNone
+}
+
+// xHeaderField is lookupFailureField for a lowered name that starts with
+// "x-": Spring's headers and the generic ones.
+func xHeaderField(lower []byte) failureField {
+	switch string(lower) {
 	case "x-exception-message":
 		return ffSpringMessage
 	case "x-exception-stacktrace":
@@ -249,6 +288,30 @@ func lookupFailureField(name string) failureField {
 		return ffSpringOrigExchange
 	case "x-original-routingkey":
 		return ffSpringOrigRoutingKey
+	case "x-exception-type":
+		return ffGenExceptionType
+	case "x-error-type":
+		return ffGenErrorType
+	case "x-error-message":
+		return ffGenErrorMessage
+	case "x-error":
+		return ffGenError
+	case "x-error-stack":
+		return ffGenErrorStack
+	case "x-error-stacktrace":
+		return ffGenErrorStacktrace
+	case "x-exception-stack":
+		return ffGenExceptionStack
+	case "x-error-origin":
+		return ffGenOrigin
+	}
+	return ffNone
+}
+
+// celeryField is lookupFailureField for a lowered name with none of the
+// other conventions' prefixes.
+func celeryField(lower []byte) failureField {
+	switch string(lower) {
 	case "task":
 		return ffCeleryTask
 	case "id":
@@ -267,22 +330,6 @@ func lookupFailureField(name string) failureField {
 		return ffCeleryParentID
 	case "origin":
 		return ffCeleryOrigin
-	case "x-exception-type":
-		return ffGenExceptionType
-	case "x-error-type":
-		return ffGenErrorType
-	case "x-error-message":
-		return ffGenErrorMessage
-	case "x-error":
-		return ffGenError
-	case "x-error-stack":
-		return ffGenErrorStack
-	case "x-error-stacktrace":
-		return ffGenErrorStacktrace
-	case "x-exception-stack":
-		return ffGenExceptionStack
-	case "x-error-origin":
-		return ffGenOrigin
 	}
 	return ffNone
 }
@@ -358,96 +405,137 @@ func ExtractFailure(h amqp.Table, p Properties) Failure {
 	}
 	var f Failure
 	extra := map[string]string{}
-
 	switch {
 	case fh.has(ffNSBType, ffNSBMessage, ffNSBStack, ffNSBFailedQ, ffNSBTimeOfFailure):
-		f.Origin = originNServiceBus
-		f.Type = fh.text(ffNSBType)
-		f.Message = fh.text(ffNSBMessage)
-		f.Stack = fh.text(ffNSBStack)
-		fh.extra(extra,
-			"failed_queue", ffNSBFailedQ,
-			"inner_exception_type", ffNSBInnerType,
-			"source", ffNSBSource,
-			"help_link", ffNSBHelpLink,
-			"processing_endpoint", ffNSBEndpoint,
-			"processing_machine", ffNSBMachine,
-			"enclosed_message_types", ffNSBMessageTypes,
-			"delayed_retries", ffNSBRetries)
-		f.At = failureTime(fh.v[ffNSBTimeOfFailure], extra)
-
+		f = fh.nserviceBus(extra)
 	case fh.has(ffMTType, ffMTMessage, ffMTStack, ffMTTimestamp, ffMTReason):
-		f.Origin = originMassTransit
-		f.Type = fh.text(ffMTType)
-		f.Message = fh.text(ffMTMessage)
-		f.Stack = fh.text(ffMTStack)
-		fh.extra(extra,
-			"reason", ffMTReason,
-			"input_address", ffMTInputAddress,
-			"message_type", ffMTMessageType,
-			"consumer_type", ffMTConsumerType,
-			"retry_count", ffMTRetryCount,
-			"redelivery_count", ffMTRedeliveryCount,
-			"host_machine_name", ffMTHostMachine,
-			"host_process_name", ffMTHostProcess,
-			"host_process_id", ffMTHostProcessID,
-			"host_assembly", ffMTHostAssembly,
-			"host_assembly_version", ffMTHostAssemblyVersion,
-			"host_masstransit_version", ffMTHostVersion)
-		f.At = failureTime(fh.v[ffMTTimestamp], extra)
-
+		f = fh.massTransit(extra)
 	case fh.has(ffSpringMessage, ffSpringStack, ffSpringFQCN):
-		f.Origin = originSpring
-		f.Message = fh.text(ffSpringMessage)
-		f.Stack = fh.text(ffSpringStack)
-		// An explicit class beats one derived from the trace.
-		f.Type = fh.text(ffSpringFQCN, ffGenExceptionType, ffGenErrorType)
-		if f.Type == "" {
-			f.Type = javaExceptionType(f.Stack)
-		}
-		fh.extra(extra,
-			"original_exchange", ffSpringOrigExchange,
-			"original_routing_key", ffSpringOrigRoutingKey)
-
+		f = fh.spring(extra)
 	case fh.has(ffCeleryTask) && (fh.has(ffCeleryID) || strings.EqualFold(fh.text(ffCeleryLang), "py")):
-		f.Origin = originCelery
-		// Celery puts no exception in headers; only the task is known.
-		fh.extra(extra,
-			"task", ffCeleryTask,
-			"id", ffCeleryID,
-			"retries", ffCeleryRetries,
-			"argsrepr", ffCeleryArgs,
-			"kwargsrepr", ffCeleryKwargs,
-			"root_id", ffCeleryRootID,
-			"parent_id", ffCeleryParentID,
-			"origin", ffCeleryOrigin)
-		if p.CorrelationID != "" {
-			extra["correlation_id"] = p.CorrelationID
-		}
+		f = fh.celery(extra, p.CorrelationID)
 	}
-
-	if fh.has(ffGenExceptionType, ffGenErrorType, ffGenErrorMessage, ffGenError,
-		ffGenErrorStack, ffGenErrorStacktrace, ffGenExceptionStack) {
-		if f.Origin == "" {
-			f.Origin = originGeneric
-		}
-		if f.Type == "" {
-			f.Type = fh.text(ffGenExceptionType, ffGenErrorType)
-		}
-		if f.Message == "" {
-			f.Message = fh.text(ffGenErrorMessage, ffGenError)
-		}
-		if f.Stack == "" {
-			f.Stack = fh.text(ffGenErrorStack, ffGenErrorStacktrace, ffGenExceptionStack)
-		}
-	}
+	f = fh.fillGeneric(f)
 	if f.Origin == "" {
 		return Failure{}
 	}
 	if _, taken := extra["origin"]; !taken {
 		fh.extra(extra, "origin", ffGenOrigin)
 	}
+	return cleanFailure(f, extra)
+}
 
+// nserviceBus reads NServiceBus's failure details, its other headers into
+// extra.
+func (fh *failureHeaders) nserviceBus(extra map[string]string) Failure {
+	f := Failure{
+		Origin:  originNServiceBus,
+		Type:    fh.text(ffNSBType),
+		Message: fh.text(ffNSBMessage),
+		Stack:   fh.text(ffNSBStack),
+	}
+	fh.extra(extra,
+		"failed_queue", ffNSBFailedQ,
+		"inner_exception_type", ffNSBInnerType,
+		"source", ffNSBSource,
+		"help_link", ffNSBHelpLink,
+		"processing_endpoint", ffNSBEndpoint,
+		"processing_machine", ffNSBMachine,
+		"enclosed_message_types", ffNSBMessageTypes,
+		"delayed_retries", ffNSBRetries)
+	f.At = failureTime(fh.v[ffNSBTimeOfFailure], extra)
+	return f
+}
+
+// massTransit reads MassTransit's failure details, its other headers into
+// extra.
+func (fh *failureHeaders) massTransit(extra map[string]string) Failure {
+	f := Failure{
+		Origin:  originMassTransit,
+		Type:    fh.text(ffMTType),
+		Message: fh.text(ffMTMessage),
+		Stack:   fh.text(ffMTStack),
+	}
+	fh.extra(extra,
+		"reason", ffMTReason,
+		"input_address", ffMTInputAddress,
+		"message_type", ffMTMessageType,
+		"consumer_type", ffMTConsumerType,
+		"retry_count", ffMTRetryCount,
+		"redelivery_count", ffMTRedeliveryCount,
+		"host_machine_name", ffMTHostMachine,
+		"host_process_name", ffMTHostProcess,
+		"host_process_id", ffMTHostProcessID,
+		"host_assembly", ffMTHostAssembly,
+		"host_assembly_version", ffMTHostAssemblyVersion,
+		"host_masstransit_version", ffMTHostVersion)
+	f.At = failureTime(fh.v[ffMTTimestamp], extra)
+	return f
+}
+
+// spring reads Spring AMQP's failure details, the original exchange and
+// routing key into extra.
+func (fh *failureHeaders) spring(extra map[string]string) Failure {
+	f := Failure{
+		Origin:  originSpring,
+		Message: fh.text(ffSpringMessage),
+		Stack:   fh.text(ffSpringStack),
+		// An explicit class beats one derived from the trace.
+		Type: fh.text(ffSpringFQCN, ffGenExceptionType, ffGenErrorType),
+	}
+	if f.Type == "" {
+		f.Type = javaExceptionType(f.Stack)
+	}
+	fh.extra(extra,
+		"original_exchange", ffSpringOrigExchange,
+		"original_routing_key", ffSpringOrigRoutingKey)
+	return f
+}
+
+// celery reads Celery's task headers into extra, with the message's
+// correlation id.
+func (fh *failureHeaders) celery(extra map[string]string, correlationID string) Failure {
+	// Celery puts no exception in headers; only the task is known.
+	fh.extra(extra,
+		"task", ffCeleryTask,
+		"id", ffCeleryID,
+		"retries", ffCeleryRetries,
+		"argsrepr", ffCeleryArgs,
+		"kwargsrepr", ffCeleryKwargs,
+		"root_id", ffCeleryRootID,
+		"parent_id", ffCeleryParentID,
+		"origin", ffCeleryOrigin)
+	if correlationID != "" {
+		extra["correlation_id"] = correlationID
+	}
+	return Failure{Origin: originCelery}
+}
+
+// fillGeneric fills what f still lacks from the generic headers, which
+// are its origin when no framework's are present.
+func (fh *failureHeaders) fillGeneric(f Failure) Failure {
+	if !fh.has(ffGenExceptionType, ffGenErrorType, ffGenErrorMessage, ffGenError,
+		ffGenErrorStack, ffGenErrorStacktrace, ffGenExceptionStack) {
+		return f
+	}
+	if f.Origin == "" {
+		f.Origin = originGeneric
+	}
+	if f.Type == "" {
+		f.Type = fh.text(ffGenExceptionType, ffGenErrorType)
+	}
+	if f.Message == "" {
+		f.Message = fh.text(ffGenErrorMessage, ffGenError)
+	}
+	if f.Stack == "" {
+		f.Stack = fh.text(ffGenErrorStack, ffGenErrorStacktrace, ffGenExceptionStack)
+	}
+	return f
+}
+
+// cleanFailure makes f's texts and extra's values fit a text column (see
+// Failure), and gives f extra unless it is empty.
+func cleanFailure(f Failure, extra map[string]string) Failure {
 	f.Type = cleanText(strings.TrimSpace(f.Type))
 	f.Message = cleanText(f.Message)
 	f.Stack = cleanText(f.Stack)
