@@ -2,7 +2,8 @@ package broker
 
 // Reading the values of failure headers: text as a column takes it,
 // numbers and times in each framework's formats, and a Java exception's
-// type from its stack (failure.go maps the headers themselves).
+// type from its stack (failure_fields.go names the headers, failure.go
+// maps them to a Failure).
 
 import (
 	"strconv"
