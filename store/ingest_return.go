@@ -26,30 +26,85 @@ import (
 // (claimReturned).
 func returnToRecord(ctx context.Context, tx pgx.Tx, m *NewMessage, deltas map[summaryKey]summaryDelta, groups map[int64]*groupChange,
 	unclaimed map[int64]int64, enc *encState, index *crypt.Index) (Outcome, error) {
-	var (
-		status, queue string
-		size          int64
-		taskID        *int64 // the task whose claim took the row last
-		lastReplayID  *string
-		sameBody      *bool
-		oldGroup      *int64
-		env           crypt.Envelope
-		keyID         *string
-		sealedBody    []byte
-		cleared       bool // x_death NULL after the update (the trigger's doing)
-	)
-	err := tx.QueryRow(ctx, `
-SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
-    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END, replay_task_id
-FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes(m.Body)).
-		Scan(&status, &queue, &size, &lastReplayID, &sameBody, &oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody, &taskID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
+	row, same, err := lockReturnRow(ctx, tx, m, enc)
+	if err != nil || !same {
+		return 0, err
+	}
+	// The redelivery of a death this row already took changes nothing. A
+	// first delivery with the same replay id is another death of the same
+	// publish (routed to two queues that both dead-letter it, or
+	// dead-lettered twice by the broker): it returns too, and the death it
+	// replaces goes to the history, so none is dropped.
+	if m.Redelivered && m.ReplayID != "" && row.lastReplayID != nil && *row.lastReplayID == m.ReplayID {
+		return OutcomeDuplicate, nil
+	}
+	// The row keeps its source queue; its failure group follows the new death.
+	arrival := *m
+	arrival.SourceQueue = row.queue
+	newGroup := groupArrival(&arrival, groups, index)
+	if row.oldGroup != nil {
+		groupMove(groups, *row.oldGroup, row.status, "", 1)
+	}
+	var cleared bool
+	if enc != nil {
+		cleared, err = updateReturnedSealed(ctx, tx, m, enc, index, newGroup)
+	} else {
+		cleared, err = updateReturned(ctx, tx, m, newGroup)
 	}
 	if err != nil {
 		return 0, err
 	}
-	same := sameBody != nil && *sameBody
+	if err := keepDeathRecord(ctx, tx, m, cleared); err != nil {
+		return 0, err
+	}
+	if row.status == StatusReplaying && row.taskID != nil {
+		unclaimed[*row.taskID]++
+	}
+	old := summaryKey{row.queue, row.status}
+	d := deltas[old]
+	d.messages--
+	d.bytes -= row.size
+	deltas[old] = d
+	cur := summaryKey{row.queue, StatusPending}
+	d = deltas[cur]
+	d.messages++
+	d.bytes += row.size
+	deltas[cur] = d
+	return OutcomeReturned, nil
+}
+
+// returnRow is what a returning message changes in the row it returns to
+// besides the death.
+type returnRow struct {
+	status, queue string
+	size          int64
+	taskID        *int64 // the task whose claim took the row last
+	lastReplayID  *string
+	oldGroup      *int64
+}
+
+// lockReturnRow locks the row m's x-dlq-id names and reads it; same is
+// false when there is none or its body is not m's. A sealed body is
+// compared under its data key, unwrapped when this store has keys.
+func lockReturnRow(ctx context.Context, tx pgx.Tx, m *NewMessage, enc *encState) (row returnRow, same bool, err error) {
+	var (
+		sameBody   *bool
+		env        crypt.Envelope
+		keyID      *string
+		sealedBody []byte
+	)
+	err = tx.QueryRow(ctx, `
+SELECT status, source_queue, body_size, last_death_replay_id, CASE WHEN enc_key_id IS NULL THEN body = $2 END, group_id,
+    enc_key_id, enc_dek, enc_nonce, CASE WHEN enc_key_id IS NOT NULL THEN body END, replay_task_id
+FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes(m.Body)).
+		Scan(&row.status, &row.queue, &row.size, &row.lastReplayID, &sameBody, &row.oldGroup, &keyID, &env.DEK, &env.Nonce, &sealedBody, &row.taskID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, false, nil
+	}
+	if err != nil {
+		return row, false, err
+	}
+	same = sameBody != nil && *sameBody
 	if keyID != nil {
 		env.KeyID = *keyID
 		if enc != nil {
@@ -58,79 +113,52 @@ FROM dead_messages WHERE id = $1 FOR UPDATE`, planEachTime, m.DLQID, nonNilBytes
 			}
 		}
 	}
-	if !same {
-		return 0, nil
-	}
-	// The redelivery of a death this row already took changes nothing. A
-	// first delivery with the same replay id is another death of the same
-	// publish (routed to two queues that both dead-letter it, or
-	// dead-lettered twice by the broker): it returns too, and the death it
-	// replaces goes to the history, so none is dropped.
-	if m.Redelivered && m.ReplayID != "" && lastReplayID != nil && *lastReplayID == m.ReplayID {
-		return OutcomeDuplicate, nil
-	}
-	// The row keeps its source queue; its failure group follows the new death.
-	arrival := *m
-	arrival.SourceQueue = queue
-	newGroup := groupArrival(&arrival, groups, index)
-	if oldGroup != nil {
-		groupMove(groups, *oldGroup, status, "", 1)
-	}
-	const set = `
+	return row, same, nil
+}
+
+// returnedSet is the SET list of a returning message's update, besides
+// the columns that sealing changes.
+const returnedSet = `
     status = 'pending', reason = $2, death_count = $3, failure = $4, failure_type = $5,
     failure_message = $6, properties = $7, headers = $8, failed_at = $9,
     dead_letter_queue = $10, last_death_replay_id = $11,
     replay_count = GREATEST(replay_count, $12), status_changed_at = now(),
     claim_owner = NULL, claim_expires_at = NULL, group_id = $13, search_keys = $14,
     search_hashes = $15, death_history = ` + appendDeathHistory + `, x_death = $17, category = $18`
-	if enc != nil {
-		r, err := enc.sealMessage(index, m.DLQID, m)
-		if err != nil {
-			return 0, err
-		}
-		err = tx.QueryRow(ctx, `UPDATE dead_messages SET`+set+`,
+
+// updateReturnedSealed writes m's new death into its row sealed under a
+// new data key. cleared reports x_death NULL after the update (the
+// trigger's doing: keepDeathRecord).
+func updateReturnedSealed(ctx context.Context, tx pgx.Tx, m *NewMessage, enc *encState, index *crypt.Index, group int64) (cleared bool, err error) {
+	r, err := enc.sealMessage(index, m.DLQID, m)
+	if err != nil {
+		return false, err
+	}
+	err = tx.QueryRow(ctx, `UPDATE dead_messages SET`+returnedSet+`,
     message_id = NULL, body = $19, enc_key_id = $20, enc_dek = $21, enc_nonce = $22, enc_meta = $23,
     search_text = NULL, body_text_bytes = NULL
 WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
-			m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
-			nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
-			nullText(m.ReplayID), m.ReplayCount, newGroup, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta).Scan(&cleared)
-		if err != nil {
-			return 0, err
-		}
-	} else {
-		keys := SearchKeys(m)
-		// The body stays, and so does what of it is text
-		// (body_text_bytes); the header values are the new death's, which
-		// the indexer reads from the row (the caller queues it again).
-		err = tx.QueryRow(ctx, `UPDATE dead_messages SET`+set+`, search_text = NULL
+		m.DLQID, cleanText(m.Reason), m.DeathCount, nil, nullText(m.FailureType),
+		nil, emptyObject, r.headers, m.FailedAt, cleanText(m.DeadLetterQueue),
+		nullText(m.ReplayID), m.ReplayCount, group, nil, r.hashes, DeathHistoryMax, nullJSON(m.XDeath),
+		categoryOf(m.Category), r.body, r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta).Scan(&cleared)
+	return cleared, err
+}
+
+// updateReturned writes m's new death into its row in the clear. cleared
+// is as for updateReturnedSealed.
+func updateReturned(ctx context.Context, tx pgx.Tx, m *NewMessage, group int64) (cleared bool, err error) {
+	keys := SearchKeys(m)
+	// The body stays, and so does what of it is text (body_text_bytes);
+	// the header values are the new death's, which the indexer reads from
+	// the row (the caller queues it again).
+	err = tx.QueryRow(ctx, `UPDATE dead_messages SET`+returnedSet+`, search_text = NULL
 WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
-			m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
-			nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
-			nullText(m.ReplayID), m.ReplayCount, newGroup, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
-			categoryOf(m.Category)).Scan(&cleared)
-		if err != nil {
-			return 0, err
-		}
-	}
-	if err := keepDeathRecord(ctx, tx, m, cleared); err != nil {
-		return 0, err
-	}
-	if status == StatusReplaying && taskID != nil {
-		unclaimed[*taskID]++
-	}
-	old := summaryKey{queue, status}
-	d := deltas[old]
-	d.messages--
-	d.bytes -= size
-	deltas[old] = d
-	cur := summaryKey{queue, StatusPending}
-	d = deltas[cur]
-	d.messages++
-	d.bytes += size
-	deltas[cur] = d
-	return OutcomeReturned, nil
+		m.DLQID, cleanText(m.Reason), m.DeathCount, nullJSON(m.Failure), nullText(m.FailureType),
+		nullText(m.FailureMessage), m.Properties, m.storedHeaders(), m.FailedAt, cleanText(m.DeadLetterQueue),
+		nullText(m.ReplayID), m.ReplayCount, group, keys, KeyHashes(keys), DeathHistoryMax, nullJSON(m.XDeath),
+		categoryOf(m.Category)).Scan(&cleared)
+	return cleared, err
 }
 
 // claimReturned takes the rows returned out of replaying (unclaimed, per
