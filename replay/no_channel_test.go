@@ -1,7 +1,6 @@
 package replay_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -13,27 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/proctest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
-
-// lockedBuffer is a log sink a test reads while the service writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The replay publisher cannot open a channel: every channel its connection
 // may have (channel_max, negotiated with RabbitMQ) is in use. The messages
@@ -153,9 +135,9 @@ func (b *bundle) holdEveryChannel(t *testing.T) (release func()) {
 
 // setupStarved sets up a replay service whose connection may open three
 // channels, logging into logs, with n messages stored from queue q.
-func setupStarved(t *testing.T, n int) (b *bundle, q string, logs *lockedBuffer) {
+func setupStarved(t *testing.T, n int) (b *bundle, q string, logs *proctest.LockedBuffer) {
 	t.Helper()
-	logs = &lockedBuffer{}
+	logs = &proctest.LockedBuffer{}
 	b = setup(t, func(o *setupOpts) {
 		o.noConsumer, o.channelMax = true, 3
 		o.logger = slog.New(slog.NewTextHandler(logs, nil))

@@ -13,4 +13,7 @@
 // shared servers) and test/cluster (several dlq instances, a RabbitMQ
 // cluster, a PostgreSQL failover) share it; test/security and test/tls
 // take its TestMain body (RunWithDLQ) and broker cleanup (DeleteTopology).
+// Unit tests take LockedBuffer, for reading a log the code under test
+// writes from another goroutine: this package depends on no dlq package,
+// so even one that dlqtest imports (internal/tlsconf) can use it.
 package proctest

@@ -1,7 +1,6 @@
 package tlsconf
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,11 +14,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/proctest"
 )
 
 // selfSigned writes a self-signed certificate for localhost with serial
@@ -55,31 +55,12 @@ func served(t *testing.T, r *Reloader) int64 {
 	return leaf.SerialNumber.Int64()
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader in two
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestReloaderWatchesItsFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := selfSigned(t, dir, 1)
 	// The watcher logs from its goroutine while the test reads.
-	var logs lockedBuffer
+	var logs proctest.LockedBuffer
 	r, err := NewReloader(certFile, keyFile, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), served(t, r))
