@@ -68,9 +68,10 @@ type activityDelta struct{ new, returned, replayed, acknowledged, deleted int64 
 // with what it changed. Ingest does the same for its inserts with its own
 // batch (see IngestBatch).
 //
-// Lock order, the same in every writer so that concurrent transactions
-// cannot deadlock: dead_messages rows first (the caller's statement), then
-// queue_summary, queue_activity and failure_groups rows, each in key order.
+// It locks queue_summary, queue_activity and failure_groups rows, each in
+// key order, after the caller's rows and tasks: the lock order of
+// store/doc.go, the same in every writer so that concurrent transactions
+// cannot deadlock.
 func applyStatusDeltas(ctx context.Context, tx pgx.Tx, moves []StatusMove) error {
 	if len(moves) == 0 {
 		return nil

@@ -95,8 +95,38 @@
 // the same transaction with what it changed, as []StatusMove{queue, group,
 // from, to, messages, bytes}; the easiest way to get them is a statement
 // that returns exactly those columns (see act in actions.go, read with
-// statusMovesSQL). Lock order, everywhere: dead_messages rows, then
-// queue_summary, queue_activity and failure_groups rows, each in key order.
+// statusMovesSQL). Their rows are locked after the rows and tasks the
+// transaction writes ("Lock order").
+//
+// # Lock order
+//
+// A transaction that locks rows of several of these tables takes them in
+// this order, and each table's rows in key order, so that no two
+// transactions each hold what the other waits for (PostgreSQL would abort
+// one of them with deadlock_detected, 40P01, after deadlock_timeout):
+//
+//  1. dead_messages rows, in id order, or passed over (SKIP LOCKED);
+//  2. replay_task_items;
+//  3. replay_tasks rows, in id order (lockReplayTasksSQL, in a transaction
+//     that writes several);
+//  4. the counters: queue_summary, queue_activity, then failure_groups
+//     (applyStatusDeltas, ingest's batch);
+//  5. replay_claims, the write-ahead marks a settlement or claim recovery
+//     drops (a claim inserts its own new mark before its counters: no one
+//     else can hold that row).
+//
+// A transaction may leave steps out but never goes back to an earlier
+// one. Claims, settlements, claim recovery and the settling of a stopped
+// task's retries (replay_claims.go, replay_settle.go, replay_recover.go)
+// take what they lock in this order; ingest takes rows, the tasks whose claims lost
+// returned rows, and the counters; rekey takes replay_tasks, then
+// failure_groups (rekey_rest.go). Writes of one task's row alone (lease,
+// renewal, status) hold nothing else. Two exceptions remain: ingest locks
+// the rows replayed messages return to in its batch's order, not id
+// order (returnToRecord); and the retention cleanup deletes replay tasks
+// before their last items (DeleteFinishedReplayTasksBefore), which only
+// touches tasks finished before the cutoff, whose items nothing writes
+// any more.
 //
 // # Failure groups
 //

@@ -163,11 +163,12 @@ WHERE id = $1 RETURNING x_death IS NULL`, planEachTime,
 
 // claimReturned takes the rows returned out of replaying (unclaimed, per
 // task) out of their tasks' claimed counts, as claim recovery does
-// (handBackTaken): the claim that held each lost it, and its holder's
+// (recountTakenTasks): the claim that held each lost it, and its holder's
 // release of it is fenced off, while the item stays to be claimed again.
 // An outcome its holder records for the item (a confirm, a nack) counts it
 // back in (settleItemsSQL). Queued on the batch that ends the ingest
-// transaction: replay_tasks after the rows, the claims' lock order.
+// transaction: replay_tasks after the rows and before the counters, in id
+// order (lockReplayTasksSQL), the lock order of store/doc.go.
 func claimReturned(b *pgx.Batch, unclaimed map[int64]int64) {
 	if len(unclaimed) == 0 {
 		return
@@ -177,6 +178,7 @@ func claimReturned(b *pgx.Batch, unclaimed map[int64]int64) {
 	for i, id := range ids {
 		counts[i] = unclaimed[id]
 	}
+	b.Queue(lockReplayTasksSQL, ids)
 	b.Queue(`
 UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)

@@ -19,9 +19,18 @@ import (
 // (fencing), and a message that died again and came back to its row before
 // it was marked (the row is pending again) is left as the consumer wrote it.
 //
-// Lock order, the same in every transaction here: dead_messages rows (in id
-// order), replay_task_items, replay_tasks, then the counters of
-// applyStatusDeltas.
+// Every transaction here takes its locks in the lock order of store/doc.go
+// ("Lock order"): dead_messages rows (in id order), replay_task_items,
+// replay_tasks (in id order), the counters of applyStatusDeltas, then
+// replay_claims.
+
+// lockReplayTasksSQL locks the replay tasks $1 in id order: a transaction
+// that writes the counters of several tasks (claim recovery, ingest
+// returning rows of several tasks' claims) takes them with it first, in
+// the lock order, rather than in whatever order an UPDATE's plan visits
+// them. PostgreSQL locks rows as they come out of the ORDER BY (an
+// index scan's order, or a sort's), so the order holds whatever the plan.
+const lockReplayTasksSQL = `SELECT id FROM replay_tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
 
 // ReplayItemsAfter returns the ids of at most limit unsettled items of a
 // task above the cursor, in order, whose bodies add up to at most maxBytes

@@ -55,10 +55,11 @@ func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (Reco
 		return res, err
 	}
 	res.Taken = t.taken
-	if res.Unknown, res.Retried, res.Republished, err = settleTakenMaybePublished(ctx, tx, t); err != nil {
+	settled, err := settleTakenMaybePublished(ctx, tx, t, &res)
+	if err != nil {
 		return res, err
 	}
-	if err := handBackTaken(ctx, tx, t.left); err != nil {
+	if err := recountTakenTasks(ctx, tx, t.left, settled); err != nil {
 		return res, err
 	}
 	list := make([]StatusMove, 0, len(t.moves))
@@ -86,7 +87,7 @@ type takenClaims struct {
 	taskIDs, msgIDs, counts []int64
 	// left counts, per task, the rows taken back (all of them, whether a
 	// copy may have been published or not): each leaves its task's claimed
-	// count as it leaves replaying (handBackTaken).
+	// count as it leaves replaying (recountTakenTasks).
 	left   map[int64]int64
 	tokens map[string]bool // the claims the rows were under
 	moves  map[moveKey]*StatusMove
@@ -158,20 +159,25 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 	return t, nil
 }
 
+// settledTaken is what settleTakenMaybePublished did to one task's
+// items: unknown joined its unknown (and claimed) counts, republished its
+// republished count.
+type settledTaken struct{ unknown, republished int64 }
+
 // settleTakenMaybePublished settles the items of the rows a copy of
 // which may have been published: a task still running sends the message
 // again while it has retries left for it (retried, republished: sent
 // more than once); otherwise the outcome is unknown. An item settled
-// unknown joins its task's claimed count, as a settlement's does
-// (settleItemsSQL); its row leaves it in handBackTaken, like every row
-// taken back. An item settled already (its publish confirmed by an
-// earlier claim's late outcome, the row claimed again since) is left
-// alone, and so its row only leaves claimed.
-func settleTakenMaybePublished(ctx context.Context, tx pgx.Tx, t takenClaims) (unknown, retried, republished int64, err error) {
+// already (its publish confirmed by an earlier claim's late outcome, the
+// row claimed again since) is left alone, and so its row only leaves
+// claimed. It counts into res and returns, per task, what its counters
+// are to add (recountTakenTasks); it writes no task row, so that the
+// tasks are locked once, all together, in the lock order.
+func settleTakenMaybePublished(ctx context.Context, tx pgx.Tx, t takenClaims, res *RecoveredClaims) (map[int64]settledTaken, error) {
 	if len(t.msgIDs) == 0 {
-		return 0, 0, 0, nil
+		return nil, nil
 	}
-	err = tx.QueryRow(ctx, `
+	rows, err := tx.Query(ctx, `
 WITH o AS (
     SELECT o.task_id, o.id, o.copy,
            (t.status IN ('scheduled', 'running', 'canary_wait')) AS live, t.unknown_retries
@@ -186,43 +192,59 @@ WITH o AS (
     FROM o
     WHERE i.task_id = o.task_id AND i.message_id = o.id AND i.outcome IS NULL
     RETURNING i.task_id, i.outcome IS NULL AS retry, i.unknown_count > 1 AS again
-), c AS (
-    SELECT task_id, count(*) FILTER (WHERE NOT retry) AS u, count(*) FILTER (WHERE retry) AS r,
-           count(*) FILTER (WHERE again) AS rp
-    FROM s GROUP BY task_id ORDER BY task_id
-), t AS (
-    UPDATE replay_tasks t SET unknown = t.unknown + c.u, republished = t.republished + c.rp,
-        claimed = t.claimed + c.u, updated_at = now()
-    FROM c WHERE t.id = c.task_id
-    RETURNING c.u, c.r, c.rp
 )
-SELECT coalesce(sum(u), 0)::bigint, coalesce(sum(r), 0)::bigint, coalesce(sum(rp), 0)::bigint FROM t`,
-		t.taskIDs, t.msgIDs, UnknownOutcomeLeaseExpired, t.counts).Scan(&unknown, &retried, &republished)
+SELECT task_id, count(*) FILTER (WHERE NOT retry), count(*) FILTER (WHERE retry), count(*) FILTER (WHERE again)
+FROM s GROUP BY task_id`,
+		t.taskIDs, t.msgIDs, UnknownOutcomeLeaseExpired, t.counts)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("store: settle recovered replay claims: %w", err)
+		return nil, fmt.Errorf("store: settle recovered replay claims: %w", err)
 	}
-	return unknown, retried, republished, nil
+	defer rows.Close()
+	settled := map[int64]settledTaken{}
+	for rows.Next() {
+		var task, unknown, retried, republished int64
+		if err := rows.Scan(&task, &unknown, &retried, &republished); err != nil {
+			return nil, fmt.Errorf("store: settle recovered replay claims: %w", err)
+		}
+		settled[task] = settledTaken{unknown: unknown, republished: republished}
+		res.Unknown += unknown
+		res.Retried += retried
+		res.Republished += republished
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: settle recovered replay claims: %w", err)
+	}
+	return settled, nil
 }
 
-// handBackTaken takes the rows taken back (left, per task) out of their
-// tasks' claimed counts: claimed is the items claims settled and the rows
-// being replayed, and these rows are replayed no more. Their items that
-// are still unsettled are claimed again; those settled unknown joined
-// claimed in settleTakenMaybePublished.
-func handBackTaken(ctx context.Context, tx pgx.Tx, left map[int64]int64) error {
+// recountTakenTasks writes what recovery did to its tasks' counters. Each
+// row taken back (left, per task) leaves its task's claimed count:
+// claimed is the items claims settled and the rows being replayed, and
+// these rows are replayed no more. Their items that are still unsettled
+// are claimed again; those settled unknown (settled) join claimed, as a
+// settlement's do (settleItemsSQL). The tasks are locked first, in id
+// order (lockReplayTasksSQL): two recoveries, each holding some of the
+// same tasks' rows, write several tasks each, and took them in different
+// orders (the tasks with settled items first, then all of them).
+func recountTakenTasks(ctx context.Context, tx pgx.Tx, left map[int64]int64, settled map[int64]settledTaken) error {
 	if len(left) == 0 {
 		return nil
 	}
 	ids := slices.Sorted(maps.Keys(left))
-	counts := make([]int64, len(ids))
+	n, unknown, republished := make([]int64, len(ids)), make([]int64, len(ids)), make([]int64, len(ids))
 	for i, id := range ids {
-		counts[i] = left[id]
+		n[i], unknown[i], republished[i] = left[id], settled[id].unknown, settled[id].republished
+	}
+	if _, err := tx.Exec(ctx, lockReplayTasksSQL, ids); err != nil {
+		return fmt.Errorf("store: lock replay tasks %v of recovered claims: %w", ids, err)
 	}
 	_, err := tx.Exec(ctx, `
-UPDATE replay_tasks t SET claimed = t.claimed - c.n, updated_at = now()
-FROM unnest($1::bigint[], $2::bigint[]) AS c(id, n) WHERE t.id = c.id`, ids, counts)
+UPDATE replay_tasks t SET claimed = t.claimed - c.n + c.u, unknown = t.unknown + c.u,
+    republished = t.republished + c.rp, updated_at = now()
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS c(id, n, u, rp) WHERE t.id = c.id`,
+		ids, n, unknown, republished)
 	if err != nil {
-		return fmt.Errorf("store: hand back recovered replay claims: %w", err)
+		return fmt.Errorf("store: hand back recovered replay claims of tasks %v: %w", ids, err)
 	}
 	return nil
 }
