@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -324,5 +325,50 @@ SELECT u.ctid > t.ctid FROM u, replay_tasks t WHERE t.id = $2`, t1.ID, t2.ID).Sc
 	require.Zero(t, count(t, db, "status = 'replaying'"))
 	requireTaskAddsUp(t, st, db, t1.ID, "task 1")
 	requireTaskAddsUp(t, st, db, t2.ID, "task 2")
+	requireCountersConsistent(t, db)
+}
+
+// Rekey seals a waiting edit (a replay task's row) and a failure group's
+// text while a settlement of the same task moves rows of that group: the
+// settlement writes the task's counters and then the group's. Rekey took
+// the groups first and the tasks after; each then waited for the other.
+func TestRekeyRestLocksTasksBeforeGroups(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := dlqtest.Schema(t)
+	db := dlqtest.DB(t, dsn)
+	plain := openStore(t, dsn, nil, nil)
+	ids := seedPending(t, plain, db, "orders", 1)
+	// An edit-then-replay, stored before encryption was turned on.
+	task, err := plain.CreateReplayTask(ctx, store.NewReplayTask{Selection: store.Filter{IDs: ids, Status: "all"}, MaxItems: 10,
+		Request: json.RawMessage(`{}`), Actor: replayActor,
+		Edit: &store.NewEdit{MessageID: ids[0], Edit: json.RawMessage(`{"body":"fixed","replay_id":"r"}`), CopyReplayID: "r"}})
+	require.NoError(t, err)
+	res, err := plain.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "c", Lease: time.Minute, IDs: ids, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+
+	st, app := watchedStore(t, dsn, newRing(t, newKey(t, "k1")))
+	lease := rekeyLease(t, st)
+	hold := holdTask(ctx, t, db, task.ID)
+	settled := inBackground(func() error {
+		_, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "c", Result: store.OutcomePublished}}, false, "c")
+		return err
+	})
+	waiters(t, db, app, 1) // on the task, holding the message's row
+	rekeyed := inBackground(func() error { _, _, err := st.RekeyRest(ctx, lease); return err })
+	waiters(t, db, app, 2) // on the task too
+	require.NoError(t, hold.Commit(ctx))
+	requireNoDeadlock(t, <-settled, "settlement")
+	requireNoDeadlock(t, <-rekeyed, "rekey")
+
+	var plainGroups, plainEdits int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM failure_groups WHERE enc_key_id IS DISTINCT FROM 'k1'`).Scan(&plainGroups))
+	require.Zero(t, plainGroups, "the group's text is sealed")
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM replay_tasks WHERE edit->>'key_id' IS DISTINCT FROM 'k1'`).Scan(&plainEdits))
+	require.Zero(t, plainEdits, "the edit is sealed")
+	require.Equal(t, 1, count(t, db, "status = 'replayed'"))
+	requireTaskAddsUp(t, st, db, task.ID, "after the settlement")
 	requireCountersConsistent(t, db)
 }

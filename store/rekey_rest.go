@@ -10,9 +10,13 @@ import (
 )
 
 // RekeyRest re-encrypts, under lease l, what is sealed outside
-// dead_messages (failure groups' text, edits waiting in replay tasks, the
+// dead_messages (edits waiting in replay tasks, failure groups' text, the
 // index key) and seals what of it is plain. These tables are small: one
-// transaction.
+// transaction. It locks in the lock order of store/doc.go: the tasks, then
+// the groups, each in id order, as settlements, claims, claim recovery and
+// ingest do (a task's counters, then the groups' in applyStatusDeltas).
+// Groups first, a settlement that held its task and waited for a group
+// and this, holding the group and waiting for the task, deadlocked.
 func (s *Store) RekeyRest(ctx context.Context, l Lease) (n int, skipped []RekeySkip, err error) {
 	enc, _, err := s.sealing(ctx)
 	if err != nil {
@@ -23,7 +27,7 @@ func (s *Store) RekeyRest(ctx context.Context, l Lease) (n int, skipped []RekeyS
 	}
 	err = s.fenced(ctx, l, func(tx pgx.Tx) error {
 		r := rekeyRest{enc: enc}
-		for _, step := range []func(context.Context, pgx.Tx) error{r.groups, r.edits, r.indexKey} {
+		for _, step := range []func(context.Context, pgx.Tx) error{r.edits, r.groups, r.indexKey} {
 			if err := step(ctx, tx); err != nil {
 				return err
 			}
@@ -56,7 +60,7 @@ func (r *rekeyRest) groups(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, `
 SELECT id, enc_text, pattern, sample_message FROM failure_groups
 WHERE enc_key_id IS DISTINCT FROM $1 AND (enc_key_id IS NOT NULL OR pattern <> '' OR sample_message <> '')
-FOR UPDATE`, ring.Active())
+ORDER BY id FOR UPDATE`, ring.Active())
 	if err != nil {
 		return err
 	}
@@ -93,7 +97,7 @@ func (r *rekeyRest) edits(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, `
 SELECT id, edit::text FROM replay_tasks
 WHERE edit IS NOT NULL AND coalesce(edit->>'key_id', '') <> $1
-FOR UPDATE`, ring.Active())
+ORDER BY id FOR UPDATE`, ring.Active())
 	if err != nil {
 		return err
 	}
