@@ -66,7 +66,8 @@ func TestCleanupExpiresApprovalsAndSessions(t *testing.T) {
 
 // TestCleanupDeletesLargeSnapshots: a finished replay task and an expired
 // approval request that each selected more messages than one transaction
-// deletes (store.ItemChunk) are deleted whole, a chunk at a time. In one
+// deletes (store.ItemChunk) are deleted whole, a chunk at a time, the
+// task with any write-ahead mark of its claims left behind. In one
 // statement each, a million rows outlasted the batch's timeout at every
 // run, and nothing behind them was ever deleted.
 func TestCleanupDeletesLargeSnapshots(t *testing.T) {
@@ -82,6 +83,9 @@ func TestCleanupDeletesLargeSnapshots(t *testing.T) {
 INSERT INTO replay_tasks (status, request, created_at, finished_at, updated_at)
 VALUES ('completed', '{}', now() - interval '30 days', now() - interval '30 days', now() - interval '30 days') RETURNING id`).Scan(&task))
 	_, err = conn.Exec(ctx, `INSERT INTO replay_task_items (task_id, message_id, outcome) SELECT $1, g, 'published' FROM generate_series(1, $2) g`, task, items)
+	require.NoError(t, err)
+	// A claim's write-ahead mark that two recoveries left behind.
+	_, err = conn.Exec(ctx, `INSERT INTO replay_claims (token, task_id, through_id) VALUES ('left-behind', $1, 5)`, task)
 	require.NoError(t, err)
 	_, err = st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{{
 		SourceQueue: "orders", DeadLetterQueue: "dlq", Reason: "rejected", Properties: []byte(`{}`), Headers: []byte(`{}`),
@@ -105,6 +109,7 @@ VALUES ('completed', '{}', now() - interval '30 days', now() - interval '30 days
 	}
 	require.Zero(t, count(`SELECT count(*) FROM replay_tasks WHERE id = $1`, task))
 	require.Zero(t, count(`SELECT count(*) FROM replay_task_items WHERE task_id = $1`, task))
+	require.Zero(t, count(`SELECT count(*) FROM replay_claims WHERE task_id = $1`, task), "a claim's mark outlived its task")
 	require.Equal(t, 1, count(`SELECT count(*) FROM approvals WHERE status = 'expired' AND id = $1`, a.ID))
 	require.Zero(t, count(`SELECT count(*) FROM approval_items WHERE approval_id = $1`, a.ID))
 }

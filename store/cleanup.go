@@ -268,12 +268,18 @@ DELETE FROM replay_task_items WHERE ctid = ANY(ARRAY(
 	err := s.fenced(ctx, l, func(tx pgx.Tx) error {
 		// The items go in the same statement: they have no foreign key
 		// (migration 00062), which the snapshot paid for on every item.
+		// So do write-ahead marks of the task's claims that outlived them:
+		// two recoveries splitting one claim's rows each saw the other's
+		// still replaying, and neither dropped the mark
+		// (dropSpentClaimMarks).
 		return tx.QueryRow(ctx, `
 WITH t AS (
     DELETE FROM replay_tasks WHERE id IN (`+finishedTaskSQL+`)
     RETURNING id
 ), i AS (
     DELETE FROM replay_task_items WHERE task_id IN (SELECT id FROM t)
+), c AS (
+    DELETE FROM replay_claims WHERE task_id IN (SELECT id FROM t)
 )
 SELECT count(*) FROM t`, cutoff, limit).Scan(&n)
 	})
