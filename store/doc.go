@@ -118,15 +118,15 @@
 // A transaction may leave steps out but never goes back to an earlier
 // one. Claims, settlements, claim recovery and the settling of a stopped
 // task's retries (replay_claims.go, replay_settle.go, replay_recover.go)
-// take what they lock in this order; ingest takes rows, the tasks whose claims lost
-// returned rows, and the counters; rekey takes replay_tasks, then
-// failure_groups (rekey_rest.go). Writes of one task's row alone (lease,
-// renewal, status) hold nothing else. Two exceptions remain: ingest locks
-// the rows replayed messages return to in its batch's order, not id
-// order (returnToRecord); and the retention cleanup deletes replay tasks
-// before their last items (DeleteFinishedReplayTasksBefore), which only
-// touches tasks finished before the cutoff, whose items nothing writes
-// any more.
+// take what they lock in this order; ingest takes rows (those its
+// replayed copies return to all at once, in id order, before it works
+// through its batch in arrival order: lockReturnRows), the tasks whose
+// claims lost returned rows, and the counters; rekey takes replay_tasks,
+// then failure_groups (rekey_rest.go). Writes of one task's row alone
+// (lease, renewal, status) hold nothing else. One exception remains: the
+// retention cleanup deletes replay tasks before their last items
+// (DeleteFinishedReplayTasksBefore), which only touches tasks finished
+// before the cutoff, whose items nothing writes any more.
 //
 // # Failure groups
 //

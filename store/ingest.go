@@ -147,6 +147,9 @@ type ingestTx struct {
 // acknowledgement is unconfirmed is a duplicate. The rest go to plain.
 func (w *ingestTx) sortMessages(ctx context.Context) error {
 	b := w.b
+	if err := w.lockReturnRows(ctx); err != nil {
+		return err
+	}
 	for i := range b.Messages {
 		m := &b.Messages[i]
 		switch {
