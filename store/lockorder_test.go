@@ -372,3 +372,89 @@ func TestRekeyRestLocksTasksBeforeGroups(t *testing.T) {
 	requireTaskAddsUp(t, st, db, task.ID, "after the settlement")
 	requireCountersConsistent(t, db)
 }
+
+// holdRow locks a message's row in a transaction of the test's, as a
+// settlement or an acknowledgement would, until the test commits it.
+func holdRow(ctx context.Context, t *testing.T, db *pgxpool.Pool, id int64) pgx.Tx {
+	t.Helper()
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR NO KEY UPDATE`, id)
+	require.NoError(t, err)
+	return tx
+}
+
+// Replayed copies of two messages die again and come back in one batch,
+// the higher id first, while a settlement of the same two rows runs: the
+// settlement locks them in id order. Ingest locked each row as its copy
+// came, so it held the second and waited for the first, the settlement
+// the other way round. In the clear and sealed (whose return compares and
+// rewrites the row differently).
+func TestIngestReturnsLockRowsInSettlementOrder(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		sealed bool
+	}{{"plain", false}, {"sealed", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var ring *crypt.Ring
+			if c.sealed {
+				ring = newRing(t, newKey(t, "k1"))
+			}
+			ingestReturnsBesideSettlement(t, ring)
+		})
+	}
+}
+
+// ingestReturnsBesideSettlement is TestIngestReturnsLockRowsInSettlementOrder
+// on a store sealing with ring (nil: plain).
+func ingestReturnsBesideSettlement(t *testing.T, ring *crypt.Ring) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := dlqtest.Schema(t)
+	db := dlqtest.DB(t, dsn)
+	st := openStore(t, dsn, ring, nil)
+	ids := seedPending(t, st, db, "orders", 2)
+	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+	claim, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "c", Lease: time.Minute, IDs: ids, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, claim.Messages, 2)
+
+	rec, app := watchedStore(t, dsn, ring)
+	hold := holdRow(ctx, t, db, ids[0])
+	var settled store.SettleResult
+	settleDone := inBackground(func() (err error) {
+		outs := []store.ReplayOutcome{
+			{ID: ids[0], Token: "c", Result: store.OutcomePublished},
+			{ID: ids[1], Token: "c", Result: store.OutcomePublished},
+		}
+		settled, err = rec.SettleReplayOutcomes(ctx, task.ID, outs, false, "c")
+		return err
+	})
+	waiters(t, db, app, 1) // on the first row, holding nothing
+	// The copies come back, the higher id first.
+	var back []store.NewMessage
+	for _, i := range []int{1, 0} {
+		m := msg("orders", fmt.Sprintf("body %d", i), int64(900+i))
+		m.DLQID, m.ReplayID, m.ReplayCount, m.Reason = ids[i], fmt.Sprintf("rid-%d", i), 1, "expired"
+		back = append(back, m)
+	}
+	var ingested store.IngestResult
+	ingestDone := inBackground(func() (err error) {
+		ingested, err = rec.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: back})
+		return err
+	})
+	waiters(t, db, app, 2) // on the first row too, behind the settlement
+	require.NoError(t, hold.Commit(ctx))
+	requireNoDeadlock(t, <-settleDone, "settlement")
+	requireNoDeadlock(t, <-ingestDone, "ingest")
+
+	require.Equal(t, int64(2), settled.Published, "the settlement, first in line, settled both")
+	require.Equal(t, []store.Outcome{store.OutcomeReturned, store.OutcomeReturned}, ingested.Outcomes)
+	require.Equal(t, 2, count(t, db, "status = 'pending' AND reason = 'expired' AND replay_count = 1"), "both rows back, with their new deaths")
+	require.Equal(t, 2, count(t, db, "TRUE"), "no new row")
+	requireTaskAddsUp(t, st, db, task.ID, "after the settlement and the returns")
+	requireCountersConsistent(t, db)
+}
