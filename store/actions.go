@@ -112,10 +112,21 @@ func (s *Store) DeleteMessageIn(ctx context.Context, id int64, scope []string, a
 // 00061) can serve it. An approval's snapshot takes the same rows
 // (CreateApproval), so that what is approved is what the action changes.
 func actionEligible(action string) string {
-	if action == ActionAcknowledge {
-		return statusIn("m", []string{StatusPending, StatusReplayed})
+	return statusIn("m", EligibleStatuses(action))
+}
+
+// EligibleStatuses are the statuses of the messages an action acts on:
+// acknowledge and delete as actionEligible says; a replay (any other
+// action) publishes pending messages only, and skips the rest as
+// not_pending (the claim, replay_claims.go).
+func EligibleStatuses(action string) []string {
+	switch action {
+	case ActionAcknowledge:
+		return []string{StatusPending, StatusReplayed}
+	case ActionDelete:
+		return []string{StatusPending, StatusReplayed, StatusAcknowledged}
 	}
-	return statusIn("m", []string{StatusPending, StatusReplayed, StatusAcknowledged})
+	return []string{StatusPending}
 }
 
 // act runs one bulk action in one transaction: select and lock the rows,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,8 +44,22 @@ type MessageEdit struct {
 // locked, or collides with its insert, and is refused.
 func recordEdit(ctx context.Context, tx pgx.Tx, taskID int64, n NewEdit, actor Actor) error {
 	conflict := fmt.Errorf("message %d is already edited or being edited (edit the copy once it is stored): %w", n.MessageID, ErrConflict)
+	// The copy's replay id may have come from a front door (the console's
+	// preview): it must not be another edit's, whose copy it would then
+	// be taken for. ops checks it first; this holds it where it is
+	// written.
+	var owner int64
+	err := tx.QueryRow(ctx, `SELECT message_id FROM message_edits WHERE copy_replay_id = $1 AND message_id <> $2 LIMIT 1`,
+		n.CopyReplayID, n.MessageID).Scan(&owner)
+	switch {
+	case err == nil:
+		return fmt.Errorf("replay id %s is the id of message %d's edited copy already: the edit of message %d needs another: %w",
+			n.CopyReplayID, owner, n.MessageID, ErrConflict)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("store: look up replay id %s among the edits: %w", n.CopyReplayID, err)
+	}
 	var prev int64
-	err := tx.QueryRow(ctx, `SELECT task_id FROM message_edits WHERE message_id = $1 FOR UPDATE`, n.MessageID).Scan(&prev)
+	err = tx.QueryRow(ctx, `SELECT task_id FROM message_edits WHERE message_id = $1 FOR UPDATE`, n.MessageID).Scan(&prev)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		_, err = tx.Exec(ctx, `INSERT INTO message_edits (message_id, task_id, copy_replay_id, edited_by) VALUES ($1, $2, $3, $4)`,
@@ -135,4 +150,44 @@ WHERE e.message_id = $1`, messageID).Scan(&e.TaskID, &e.CopyReplayID, &e.EditedB
 		e.Error = *detail
 	}
 	return e, true, nil
+}
+
+// EditCopyOwner returns the message whose edit gave its copy replayID as
+// its x-dlq-replay-id; ok is false when no edit's copy has it. Edits are
+// an operator's, one at a time, so message_edits stays small and is read
+// without an index on copy_replay_id.
+func (s *Store) EditCopyOwner(ctx context.Context, replayID string) (int64, bool, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `SELECT message_id FROM message_edits WHERE copy_replay_id = $1 ORDER BY message_id LIMIT 1`, replayID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("store: look up replay id %s among the edits: %w", replayID, err)
+	}
+	return id, true, nil
+}
+
+// MessagesWithKey returns the ids of at most limit stored messages within
+// scope (nil: every queue) that have key (a header value, say: an edited
+// copy's x-dlq-replay-id) among their search keys, lowest first, through
+// the index on the keys' hashes (search.go). A message whose keys were cut
+// at maxSearchKeys before reaching key is not found.
+func (s *Store) MessagesWithKey(ctx context.Context, key string, scope []string, limit int) ([]int64, error) {
+	_, index, err := s.sealing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := sqlArgs{scope}
+	keys := searchQuery{index: index}.hasKeys(&args, "m", strings.ToLower(strings.TrimSpace(key)))
+	rows, err := s.pool.Query(ctx, `SELECT m.id FROM dead_messages m
+WHERE ($1::text[] IS NULL OR m.source_queue = ANY($1)) AND `+keys+` ORDER BY m.id LIMIT `+args.add(limit), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: look up messages with key %q: %w", key, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: look up messages with key %q: %w", key, err)
+	}
+	return ids, nil
 }
