@@ -114,6 +114,12 @@ type ApprovalView struct {
 	// Sample holds a few of the selected messages (the snapshot, while the
 	// request waits), as the caller may see them.
 	Sample []store.Message
+	// Now is what approving the request would act on now, counted when
+	// the view is made (a pending request only; nil otherwise, or when it
+	// cannot be counted here); Stale says why each message of Sample that
+	// it would leave as it is no longer qualifies.
+	Now   *ApprovalNow
+	Stale map[int64]string
 	// MayDecide and MayWithdraw say which controls the caller gets.
 	MayDecide, MayWithdraw bool
 	// Approvers names the configured tokens that may decide it (nil: not
@@ -199,7 +205,10 @@ func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, 
 	for i := range page.Messages {
 		s.present(c.Principal, &page.Messages[i])
 	}
-	v.Sample = page.Messages
+	v.Sample, v.Stale = page.Messages, staleSample(a, page.Messages)
+	if v.Now, err = s.approvalNow(ctx, a); err != nil {
+		return ApprovalView{}, err
+	}
 	return v, nil
 }
 

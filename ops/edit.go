@@ -38,6 +38,12 @@ type EditRequest struct {
 	Force bool `json:"force,omitempty"`
 	// DryRun shows exactly what would be sent and changes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
+	// ReplayID is the copy's x-dlq-replay-id as a preview (a dry run)
+	// chose it, carried to the send so that the copy sent is the one
+	// shown: a UUID no other edit's copy has (copyReplayID). Empty: a new
+	// one. The console's edit form carries it; the API, the control queue
+	// and the CLI do not take it (each call chooses its own).
+	ReplayID string `json:"-"`
 }
 
 // EditResult answers an edit-then-replay: the copy as it is (or would be)
@@ -49,6 +55,10 @@ type EditResult struct {
 	Task *replay.Task   `json:"task,omitempty"`
 	Copy EditedCopy     `json:"copy"`
 	Diff map[string]any `json:"diff"`
+	// ReplayIDNote says why the copy has a new replay id rather than the
+	// one asked for (EditRequest.ReplayID): that one was malformed, or
+	// another edit's copy has it. Empty otherwise.
+	ReplayIDNote string `json:"-"`
 }
 
 // EditedCopy is the corrected copy, exactly as published.
@@ -117,7 +127,11 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if m.Status != store.StatusPending {
 		return EditResult{}, fmt.Errorf("message %d is %s; only a pending message is edited: %w", id, m.Status, store.ErrConflict)
 	}
-	edit, diff, err := s.checkEdit(m, r)
+	replayID, note, err := s.copyReplayID(ctx, id, r)
+	if err != nil {
+		return EditResult{}, err
+	}
+	edit, diff, err := s.checkEdit(m, r, replayID)
 	if err != nil {
 		return EditResult{}, err
 	}
@@ -135,7 +149,7 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if err != nil {
 		return EditResult{}, invalid("set_headers: %v", err)
 	}
-	out := EditResult{MessageID: id, DryRun: r.DryRun, Diff: diff, Copy: EditedCopy{
+	out := EditResult{MessageID: id, DryRun: r.DryRun, Diff: diff, ReplayIDNote: note, Copy: EditedCopy{
 		ReplayID: edit.ReplayID, Exchange: m.SourceExchange, RoutingKey: m.SourceRoutingKey,
 		Properties: m.Properties, Headers: headers, Body: pub.Body,
 	}}
@@ -166,11 +180,44 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	return out, nil
 }
 
-// checkEdit validates an edit of m and returns it with its audit diff:
-// header changes in full; for the body, the sizes and a hash, never the
-// content.
-func (s *Service) checkEdit(m store.Message, r EditRequest) (replay.Edit, map[string]any, error) {
-	edit := replay.Edit{ReplayID: replay.NewReplayID(), RemoveHeaders: r.RemoveHeaders}
+// copyReplayID is the replay id the copy of message id gets: the one
+// asked for (r.ReplayID, the preview's), when it is a UUID that no other
+// edit's copy has, else a new one. A preview (dry run) that cannot keep
+// the id asked for chooses a new one and says why (note); a send refuses
+// it, so that what goes out is never other than what was shown: preview
+// again.
+func (s *Service) copyReplayID(ctx context.Context, id int64, r EditRequest) (replayID, note string, err error) {
+	if r.ReplayID == "" {
+		return replay.NewReplayID(), "", nil
+	}
+	asked := strings.ToLower(strings.TrimSpace(r.ReplayID))
+	if !isUUID(asked) {
+		if r.DryRun {
+			return replay.NewReplayID(), fmt.Sprintf("the replay id %q asked for is not a UUID: the copy gets a new one", r.ReplayID), nil
+		}
+		return "", "", invalid("replay_id: %q is not a UUID (8-4-4-4-12 hexadecimal digits): preview the edit again for a new one", r.ReplayID)
+	}
+	owner, used, err := s.st.EditCopyOwner(ctx, asked)
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case !used || owner == id:
+		// owner == id: this message's own earlier edit, which sent
+		// nothing (any other is refused before), so nothing carries the id.
+		return asked, "", nil
+	case r.DryRun:
+		return replay.NewReplayID(), fmt.Sprintf("the replay id %s is already that of message %d's edited copy: this copy gets a new one", asked, owner), nil
+	}
+	return "", "", fmt.Errorf("the replay id %s is already that of message %d's edited copy, so the copy of message %d would not be the one previewed: preview again for a new id: %w",
+		asked, owner, id, store.ErrConflict)
+}
+
+// checkEdit validates an edit of m that gives its copy replayID, and
+// returns it with its audit diff: header changes in full; for the body,
+// the sizes and a hash, never the content.
+func (s *Service) checkEdit(m store.Message, r EditRequest, replayID string) (replay.Edit, map[string]any, error) {
+	edit := replay.Edit{ReplayID: replayID, RemoveHeaders: r.RemoveHeaders}
 	diff := map[string]any{"message_id": m.ID, "copy_replay_id": edit.ReplayID}
 	if r.BodyBase64 == nil && r.Body == nil && len(r.SetHeaders) == 0 && len(r.RemoveHeaders) == 0 {
 		return edit, nil, invalid("body: nothing to change: give body_base64 (or body), set_headers or remove_headers")

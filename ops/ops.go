@@ -32,6 +32,9 @@ type Replays interface {
 	ListUnfinished(ctx context.Context, before int64, limit int) ([]replay.Task, error)
 	// Cancel stops a task, asking allow under the task's lock first.
 	Cancel(ctx context.Context, id int64, actor store.Actor, allow func(replay.Task) error) (replay.Task, error)
+	// ExchangeExists looks at a target exchange on the broker;
+	// replay.ErrNoBroker where the service has no connection.
+	ExchangeExists(ctx context.Context, name string) (bool, error)
 }
 
 // CronViews is what the cron service shows; *cron.Service implements

@@ -109,6 +109,33 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 	return s.cfg.Replays.Start(ctx, req, actor)
 }
 
+// ReplayTargetMissing reports whether a replay's target exchange is
+// known not to exist on the broker now (a passive declare, on a channel of
+// its own): such a replay publishes nothing, every message failing, so a
+// confirmation warns before it starts. false when it exists, or when this
+// instance cannot tell (no broker connection: the error says so; the
+// broker unreachable): the task itself looks again before publishing.
+func (s *Service) ReplayTargetMissing(ctx context.Context, c Caller, exchange string) (bool, error) {
+	if err := Authorize(c.Principal, ActStartReplay); err != nil {
+		return false, err
+	}
+	if s.cfg.Replays == nil {
+		return false, unavailable("replays are not available on this instance")
+	}
+	if err := CheckText("target.exchange", exchange); err != nil {
+		return false, err
+	}
+	if len(exchange) > 255 {
+		// An AMQP short string: the replay refuses it before any look.
+		return false, invalid("target.exchange must be at most 255 bytes")
+	}
+	exists, err := s.cfg.Replays.ExchangeExists(ctx, exchange)
+	if err != nil {
+		return false, fmt.Errorf("ops: look up exchange %q: %w", exchange, err)
+	}
+	return !exists, nil
+}
+
 // idsInScope answers ids outside scope as missing, exactly like
 // GetMessage does: ids of messages that do not exist included, which a
 // scoped caller must not tell from those of other queues.
