@@ -179,6 +179,9 @@ type confirmData struct {
 	// Approval says whether the action will wait for a second person's
 	// approval, and who may give it.
 	Approval approvalNotice
+	// MissingExchange is a replay's target exchange when the broker says
+	// it does not exist: nothing would be published.
+	MissingExchange string
 }
 
 // approvalNotice is ops.ApprovalNotice in the confirmation's words.
@@ -296,6 +299,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 			c.renderFailure(w, r, "count the replay", err)
 			return
 		}
+		d.MissingExchange = c.missingTarget(r, caller, s.TargetExchange)
 	default:
 		res, err := c.acknowledgeOrDelete(ctx, caller, s, true)
 		if err != nil {
@@ -313,6 +317,26 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Approval = noticeOf(c.cfg.Ops.NoticeApproval(caller, s.Action, selected))
 	c.render(w, r, http.StatusOK, "confirm", sessionFrom(ctx), d.Verb+"?", d)
+}
+
+// missingTarget is the replay's target exchange when the layer knows it
+// does not exist on the broker, else "". A look that fails (no broker on
+// this instance, the broker unreachable) leaves the confirmation as it
+// was: the task looks again before it publishes.
+func (c *Console) missingTarget(r *http.Request, caller ops.Caller, exchange string) string {
+	if exchange == "" {
+		return ""
+	}
+	missing, err := c.cfg.Ops.ReplayTargetMissing(r.Context(), caller, exchange)
+	if err != nil {
+		c.log.Warn("console: look up a replay's target exchange", "exchange", exchange, "error", err,
+			"request_id", c.cfg.RequestID(r.Context()))
+		return ""
+	}
+	if missing {
+		return exchange
+	}
+	return ""
 }
 
 // acknowledgeOrDelete runs the selection's acknowledge or delete (a dry

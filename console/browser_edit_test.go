@@ -2,13 +2,19 @@ package console_test
 
 import (
 	"context"
+	"maps"
+	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
 
@@ -67,5 +73,145 @@ func TestBrowserEditPreviewAndBack(t *testing.T) {
 	step("history.forward()", "/ui/messages/"+id+"/edit")
 	step("history.forward()", "/ui/messages/"+id)
 	require.Equal(t, 1, edits(), "nothing sent a second time")
+	tb.quiet(t)
+}
+
+// arrivedCopies drains queue and returns, by x-dlq-edited-from, the
+// x-dlq-replay-id of each edited copy that arrived there.
+func arrivedCopies(t *testing.T, app *amqp.Connection, queue string) map[int64]string {
+	t.Helper()
+	ch := dlqtest.Channel(t, app)
+	out := map[int64]string{}
+	for {
+		d, ok, err := ch.Get(queue, true)
+		require.NoError(t, err)
+		if !ok {
+			return out
+		}
+		from, ok := d.Headers["x-dlq-edited-from"].(int64)
+		require.True(t, ok, "x-dlq-edited-from is %T %v", d.Headers["x-dlq-edited-from"], d.Headers["x-dlq-edited-from"])
+		rid, ok := d.Headers["x-dlq-replay-id"].(string)
+		require.True(t, ok, "x-dlq-replay-id is %T", d.Headers["x-dlq-replay-id"])
+		out[from] = rid
+	}
+}
+
+// TestBrowserEditSendsThePreviewedReplayID: the replay id the edit's
+// preview shows is the x-dlq-replay-id of the copy that arrives at the
+// queue, and the one the flash names. A preview asked to keep a replay id
+// another edit's copy has (or one that is not a UUID) shows a new one and
+// says why, and the copy then carries the new one; a send with such an id
+// is refused.
+func TestBrowserEditSendsThePreviewedReplayID(t *testing.T) {
+	t.Parallel()
+	q, app := sourceQueue(t)
+	b := setup(t, func(o *setupOpts) { o.live = true })
+	ids := b.seed(t, msg{queue: q, body: []byte(`{"sku":"A"}`)}, msg{queue: q, body: []byte(`{"sku":"B"}`)},
+		msg{queue: q, body: []byte(`{"sku":"C"}`)})
+	tb := newTab(t, b)
+	tb.signIn(t, tokOp)
+	copies := map[int64]string{}
+	arrived := func(id int64) string {
+		t.Helper()
+		dlqtest.Eventually(t, 20*time.Second, func() bool {
+			maps.Copy(copies, arrivedCopies(t, app, q))
+			return copies[id] != ""
+		}, "the copy of message %d on %s", id, q)
+		return copies[id]
+	}
+	preview := func(body string) string {
+		t.Helper()
+		tb.do(t, chromedp.SetValue(chromedp.CSS(`[data-test="edit-body"]`), body))
+		require.EqualValues(t, 200, tb.submit(t, `[data-test="edit-preview"]`))
+		shown := tb.texts(t, `[data-test="copy-replay-id"]`)
+		require.Len(t, shown, 1)
+		return shown[0]
+	}
+
+	first := strconv.FormatInt(ids[0], 10)
+	tb.open(t, "/ui/messages/"+first+"/edit")
+	shown := preview(`{"sku":"A2"}`)
+	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, shown)
+	require.Equal(t, shown, preview(`{"sku":"A3"}`), "a preview again keeps the id")
+	require.Zero(t, tb.count(t, `[data-test="replay-id-note"]`))
+	tb.submit(t, `[data-test="confirm"]`)
+	require.Contains(t, tb.flash(t), "copy "+shown, "the flash names the id previewed")
+	require.Equal(t, shown, arrived(ids[0]), "the copy carries the id previewed")
+
+	// The second message's form, made to ask for a malformed id, then for
+	// the first copy's: each preview shows a new id, and says why.
+	second := strconv.FormatInt(ids[1], 10)
+	tb.open(t, "/ui/messages/"+second+"/edit")
+	setID := func(v string) {
+		tb.do(t, chromedp.Evaluate[chromedp.Void](`document.querySelector('input[name="replay_id"]').value = `+strconv.Quote(v)))
+	}
+	setID("not-a-uuid")
+	own := preview(`{"sku":"B2"}`)
+	require.Contains(t, strings.Join(tb.texts(t, `[data-test="replay-id-note"]`), " "), "not a UUID")
+	setID(shown)
+	again := preview(`{"sku":"B2"}`)
+	require.NotEqual(t, shown, again, "never the id of another edit's copy")
+	require.NotEqual(t, own, again)
+	require.Contains(t, strings.Join(tb.texts(t, `[data-test="replay-id-note"]`), " "), "already that of message "+first+"'s edited copy")
+	tb.submit(t, `[data-test="confirm"]`)
+	require.Contains(t, tb.flash(t), "copy "+again)
+	require.Equal(t, again, arrived(ids[1]))
+
+	// A send that asks for the first copy's id is refused: what it would
+	// send is not what was previewed.
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/messages/"+strconv.FormatInt(ids[2], 10)+"/edit", url.Values{"body": {`{"sku":"C2"}`}, "binary": {"0"},
+		"send": {"1"}, "replay_id": {shown}})
+	require.Equal(t, http.StatusConflict, r.StatusCode, r.text)
+	require.Contains(t, r.text, "preview again")
+	require.Equal(t, store.StatusPending, b.statuses(t, ids[2:])[ids[2]])
+	tb.quiet(t)
+}
+
+// TestBrowserEditCopyLinks: a message dies, is edited, and its corrected
+// copy dies too and is stored: the copy's page says it is the edited copy
+// of the original and links to it, and the original's page links to the
+// copy.
+func TestBrowserEditCopyLinks(t *testing.T) {
+	t.Parallel()
+	app := dlqtest.Dial(t)
+	appQueue, dlqQueue := deadLetterQueue(t, app)
+	b := setup(t, func(o *setupOpts) { o.live = true })
+	ch := dlqtest.Channel(t, app)
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", appQueue, false, false,
+		amqp.Publishing{ContentType: "application/json", Body: []byte(`{"order":"A-1"}`), Headers: amqp.Table{"tenant": "t1"}}))
+	dlqtest.RejectAll(t, app, appQueue, 1)
+	b.ingestFrom(t, app, dlqQueue)
+	var original int64
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&original))
+	originalPage := "/ui/messages/" + strconv.FormatInt(original, 10)
+
+	tb := newTab(t, b)
+	tb.signIn(t, tokOp)
+	tb.open(t, originalPage+"/edit")
+	tb.do(t, chromedp.SetValue(chromedp.CSS(`[data-test="edit-body"]`), `{"order":"A-2"}`))
+	tb.submit(t, `[data-test="edit-preview"]`)
+	tb.submit(t, `[data-test="confirm"]`)
+	require.Contains(t, tb.flash(t), "corrected copy")
+	require.Zero(t, tb.count(t, `[data-test="edited-from"], [data-test="edited-into"]`), "the copy is not stored yet")
+	dlqtest.RejectAll(t, app, appQueue, 1) // the application rejects the copy too
+	b.ingestFrom(t, app, dlqQueue)
+	var cp int64
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT id FROM dead_messages WHERE id <> $1`, original).Scan(&cp))
+	copyPage := "/ui/messages/" + strconv.FormatInt(cp, 10)
+
+	tb.open(t, copyPage)
+	from := tb.texts(t, `[data-test="edited-from"]`)
+	require.Len(t, from, 1)
+	require.Contains(t, from[0], "Edited copy of message #"+strconv.FormatInt(original, 10))
+	require.Zero(t, tb.count(t, `[data-test="edited-into"]`), "the copy was not edited")
+	tb.submit(t, `[data-test="edited-from"] a`)
+	require.Equal(t, originalPage, get(t, tb, chromedp.Evaluate[string](`location.pathname`)))
+	into := tb.texts(t, `[data-test="edited-into"]`)
+	require.Len(t, into, 1)
+	require.Contains(t, into[0], "Edited into message #"+strconv.FormatInt(cp, 10))
+	require.Zero(t, tb.count(t, `[data-test="edited-from"]`), "the original is no edit's copy")
+	tb.submit(t, `[data-test="edited-into"] a`)
+	require.Equal(t, copyPage, get(t, tb, chromedp.Evaluate[string](`location.pathname`)))
 	tb.quiet(t)
 }

@@ -42,6 +42,8 @@ type Ops interface {
 	Withdraw(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	ReplayErrors(ctx context.Context, c ops.Caller, id int64, limit int) ([]store.ReplayErrorCount, int64, error)
 	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
+	EditLinks(ctx context.Context, c ops.Caller, m store.Message) (ops.EditLinks, error)
+	ReplayTargetMissing(ctx context.Context, c ops.Caller, exchange string) (bool, error)
 }
 
 var _ Ops = (*ops.Service)(nil)

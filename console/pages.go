@@ -148,7 +148,9 @@ type messageData struct {
 	// Edited: the message has a copy out (or on its way), so it has left
 	// (or is leaving) the pending set: no replay or edit is offered.
 	Edited bool
-	Back   string
+	// Links ties an edit's original and its stored copy to each other.
+	Links ops.EditLinks
+	Back  string
 }
 
 // handleMessage shows one message: body, headers with their AMQP types,
@@ -166,6 +168,12 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 		Properties: viewFields(m.Properties), Headers: viewFields(m.Headers), Failure: viewFailure(m.Failure),
 		Deaths: viewDeaths(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10),
 		Edited: m.Edited != nil && m.Edited.State != store.EditFailed}
+	links, err := c.cfg.Ops.EditLinks(r.Context(), c.caller(r), m)
+	if err != nil {
+		c.renderFailure(w, r, "read the message's edit", err)
+		return
+	}
+	d.Links = links
 	replays, complete, err := c.cfg.Ops.MessageReplays(r.Context(), c.caller(r), id, m.FirstFailedAt)
 	if err != nil {
 		_, d.ReplaysErr = failure(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -56,6 +57,30 @@ func readApprovalResult(raw json.RawMessage) approvalOutcome {
 	var o approvalOutcome
 	_ = jsonUnmarshal(raw, &o)
 	return o
+}
+
+// NowVerb is what approving the request does to a message, in words.
+func (v approvalView) NowVerb() string {
+	switch v.Action {
+	case store.ActionAcknowledge:
+		return "acknowledged"
+	case store.ActionDelete:
+		return "deleted"
+	}
+	return "replayed"
+}
+
+// NowSkipped lists, sorted by reason, the messages a replay approved now
+// would skip.
+func (v approvalView) NowSkipped() [][2]string {
+	if v.Now == nil {
+		return nil
+	}
+	var out [][2]string
+	for _, k := range slices.Sorted(maps.Keys(v.Now.Skipped)) {
+		out = append(out, [2]string{k, num(v.Now.Skipped[k])})
+	}
+	return out
 }
 
 func viewApproval(a ops.ApprovalView) approvalView {
@@ -152,7 +177,11 @@ type editData struct {
 	// from the copy: on by default.
 	DropFailure    bool
 	FailureHeaders []string
-	Preview        *ops.EditResult
+	// ReplayID is the copy's replay id as the last preview showed it,
+	// posted back with the form so that the send gives the copy that id
+	// (ops checks it): "" before the first preview.
+	ReplayID string
+	Preview  *ops.EditResult
 	// BodyDiff and HeadersDiff compare the copy with the original, line
 	// by line (JSON formatted).
 	BodyDiff, HeadersDiff []diffLine
@@ -238,8 +267,8 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 	f := r.PostForm
 	d := editData{Body: f.Get("body"), Binary: f.Get("binary") == "1", SetHeaders: strings.TrimSpace(f.Get("set_headers")),
 		Remove: f.Get("remove_headers"), Force: f.Get("force") == "1", DropFailure: f.Get("drop_failure") == "1",
-		Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
-	req := ops.EditRequest{Force: d.Force, DryRun: f.Get("send") != "1"}
+		ReplayID: f.Get("replay_id"), Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
+	req := ops.EditRequest{Force: d.Force, DryRun: f.Get("send") != "1", ReplayID: d.ReplayID}
 	caller := c.caller(r)
 	m, err := c.cfg.Ops.GetMessage(r.Context(), caller, id)
 	if err != nil {
@@ -292,7 +321,7 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.DryRun {
-		d.Preview = &res
+		d.Preview, d.ReplayID = &res, res.Copy.ReplayID
 		if m.Body != nil {
 			old, _ := editableBody(*m.Body)
 			cp, _ := editableBody(res.Copy.Body)
