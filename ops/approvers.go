@@ -115,8 +115,9 @@ type ApprovalView struct {
 	// request waits), as the caller may see them.
 	Sample []store.Message
 	// Now is what approving the request would act on now, counted when
-	// the view is made (a pending request only; nil otherwise, or when it
-	// cannot be counted here); Stale says why each message of Sample that
+	// the view is made (a pending request only; nil otherwise, when it
+	// cannot be counted here, or in a list past approvalNowListBudget);
+	// Stale says why each message of Sample that
 	// it would leave as it is no longer qualifies.
 	Now   *ApprovalNow
 	Stale map[int64]string
@@ -140,6 +141,12 @@ type SelectionView struct {
 // approvalSampleSize is how many selected messages a view shows.
 const approvalSampleSize = 5
 
+// approvalNowListBudget bounds how many snapshot messages one list of
+// requests counts again (ApprovalView.Now): the list refreshes itself every
+// few seconds, and counting a snapshot of a million takes about a second.
+// A request past what is left of it is counted on its own page only.
+const approvalNowListBudget = 20_000
+
 // ApprovalViews returns the newest limit requests the caller may see
 // (as ListApprovals), each with its selection in words, a sample of its
 // snapshot while it waits, and what the caller may do with it.
@@ -150,8 +157,13 @@ func (s *Service) ApprovalViews(ctx context.Context, c Caller, limit int) ([]App
 	}
 	groups := map[string]*store.Group{}
 	out := make([]ApprovalView, 0, len(list))
+	budget := int64(approvalNowListBudget)
 	for _, a := range list {
-		v, err := s.approvalView(ctx, c, a, groups)
+		countNow := a.Status == store.ApprovalPending && a.Count <= budget
+		if countNow {
+			budget -= a.Count
+		}
+		v, err := s.approvalView(ctx, c, a, groups, countNow)
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +179,7 @@ func (s *Service) ApprovalViewOf(ctx context.Context, c Caller, id int64) (Appro
 	if err != nil {
 		return ApprovalView{}, err
 	}
-	return s.approvalView(ctx, c, a, map[string]*store.Group{})
+	return s.approvalView(ctx, c, a, map[string]*store.Group{}, true)
 }
 
 // ApproversOf names the configured tokens that may decide a, sorted (nil
@@ -176,7 +188,7 @@ func (s *Service) ApproversOf(a store.Approval) []string { return s.approversOf(
 
 // approvalView describes a for the caller; groups caches the failure
 // groups already looked up.
-func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, groups map[string]*store.Group) (ApprovalView, error) {
+func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, groups map[string]*store.Group, countNow bool) (ApprovalView, error) {
 	v := ApprovalView{Approval: a, MayDecide: MayDecide(c.Principal, a), MayWithdraw: MayWithdraw(c.Principal, a)}
 	var sel struct {
 		IDs    []int64       `json:"ids"`
@@ -206,6 +218,9 @@ func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, 
 		s.present(c.Principal, &page.Messages[i])
 	}
 	v.Sample, v.Stale = page.Messages, staleSample(a, page.Messages)
+	if !countNow {
+		return v, nil
+	}
 	if v.Now, err = s.approvalNow(ctx, a); err != nil {
 		return ApprovalView{}, err
 	}
