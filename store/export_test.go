@@ -11,6 +11,9 @@ import (
 // SettleRowsSQL lets the plan test EXPLAIN the settlement's statement.
 const SettleRowsSQL = settleRowsSQL
 
+// GroupReplaysSQL lets the plan test EXPLAIN a group's replays.
+const GroupReplaysSQL = groupReplaysSQL
+
 // SchemaLockID lets the tests hold a schema's migration lock.
 var SchemaLockID = schemaLockID
 

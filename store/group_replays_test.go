@@ -1,0 +1,110 @@
+package store_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/store"
+)
+
+// TestGroupReplaysBoundedByIndexes: a failure group's replays are read off
+// its rows whatever selected them, each status through
+// dead_messages_group_status_id and the queue's repeat failures through
+// dead_messages_repeat, each scan stopped by its LIMIT: never the primary
+// key, nor a scan that filters out other groups' rows. The group here is
+// large and older than another, the case where the planner walked the
+// primary key through the newer group's rows. Messages that died again are
+// found though they are older than the group's newest pending ones.
+func TestGroupReplaysBoundedByIndexes(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	const older, newer = int64(101), int64(202)
+	// The older group: 6,000 messages (every third acknowledged, and
+	// from the thousandth on, a thousand replayed by task 9); the
+	// oldest ten were published by task 7 and died again. Then 4,000
+	// of the newer group, some acknowledged.
+	_, err := db.Exec(ctx, `
+INSERT INTO dead_messages (source_queue, dead_letter_queue, reason, properties, headers, body, body_size,
+    first_failed_at, failed_at, fingerprint, group_id, status, replay_count, replay_task_id)
+SELECT 'orders', 'dlq', 'rejected', '{}', '{}', '\x00', 1, now() - interval '1 hour', now() - interval '1 hour', g, `+strconv.FormatInt(older, 10)+`,
+    CASE WHEN g BETWEEN 1000 AND 1999 THEN 'replayed' WHEN g % 3 = 0 THEN 'acknowledged' ELSE 'pending' END,
+    CASE WHEN g BETWEEN 1000 AND 1999 OR g <= 10 THEN 1 ELSE 0 END,
+    CASE WHEN g BETWEEN 1000 AND 1999 THEN 9 WHEN g <= 10 THEN 7 END
+FROM generate_series(1, 6000) g ORDER BY g;
+UPDATE dead_messages SET status = 'pending', failed_at = now() WHERE replay_task_id = 7;
+INSERT INTO dead_messages (source_queue, dead_letter_queue, reason, properties, headers, body, body_size,
+    first_failed_at, failed_at, fingerprint, group_id, status)
+SELECT 'orders', 'dlq', 'rejected', '{}', '{}', '\x00', 1, now(), now(), g, `+strconv.FormatInt(newer, 10)+`,
+    CASE WHEN g % 5 = 0 THEN 'acknowledged' ELSE 'pending' END
+FROM generate_series(1, 4000) g ORDER BY g;
+ANALYZE dead_messages`)
+	require.NoError(t, err)
+
+	const scan = 100
+	r, err := st.GroupReplays(ctx, store.FormatGroupID(older), "orders", scan)
+	require.NoError(t, err)
+	require.Equal(t, int64(9), r.LastTaskID, "the newest task that claimed messages of the group")
+	require.Equal(t, int64(10), r.FailedAgain, "older than the newest pending, found through the repeat index")
+	require.Equal(t, int64(7), r.FailedAgainTask)
+	require.WithinDuration(t, time.Now(), r.FailedAgainAt, time.Minute)
+	require.True(t, r.Partial, "more pending messages than were read")
+	all, err := st.GroupReplays(ctx, store.FormatGroupID(older), "orders", 10000)
+	require.NoError(t, err)
+	require.False(t, all.Partial)
+	require.Equal(t, r.FailedAgain, all.FailedAgain)
+	none, err := st.GroupReplays(ctx, store.FormatGroupID(newer), "orders", scan)
+	require.NoError(t, err)
+	require.Equal(t, store.GroupReplays{Partial: true}, none, "never replayed")
+
+	for _, gid := range []int64{older, newer} {
+		plan := explainGroupReplays(t, db, gid, scan)
+		node := regexp.MustCompile(`(Seq Scan|Index Scan(?: Backward)?|Index Only Scan(?: Backward)?|Bitmap Heap Scan|Bitmap Index Scan|Tid Scan|Tid Range Scan)(?: using (\S+))? on (dead_messages\S*)`)
+		var scans int
+		for i, line := range plan {
+			f := node.FindStringSubmatch(line)
+			if f == nil {
+				continue
+			}
+			scans++
+			index := f[2] // "using": the index; a bitmap scan names its index or table after "on"
+			if index == "" {
+				index = f[3]
+			}
+			require.NotEqual(t, "Seq Scan", f[1], "group %d:\n%s", gid, strings.Join(plan, "\n"))
+			require.Contains(t, []string{"dead_messages_group_status_id", "dead_messages_repeat", "dead_messages"}, index,
+				"group %d: read through %q:\n%s", gid, f[0], strings.Join(plan, "\n"))
+			for _, below := range plan[i+1:] {
+				if !strings.HasPrefix(strings.TrimSpace(below), "Index Cond") && !strings.HasPrefix(strings.TrimSpace(below), "Filter") &&
+					!strings.HasPrefix(strings.TrimSpace(below), "Rows Removed") {
+					break
+				}
+				require.NotContains(t, below, "Rows Removed by Filter", "group %d: a scan that reads other rows:\n%s", gid, strings.Join(plan, "\n"))
+			}
+		}
+		require.GreaterOrEqual(t, scans, 4, "one scan per branch at least:\n%s", strings.Join(plan, "\n"))
+	}
+}
+
+// explainGroupReplays is the plan of GroupReplays for group gid of the
+// queue orders, as it ran, with the values (as planEachTime plans it).
+func explainGroupReplays(t *testing.T, db *pgxpool.Pool, gid int64, scan int) []string {
+	t.Helper()
+	sql := strings.NewReplacer("$1::bigint[]", "'{"+strconv.FormatInt(gid, 10)+"}'::bigint[]", "$2::text[]", "'{orders}'::text[]",
+		"$3", strconv.Itoa(scan)).Replace(store.GroupReplaysSQL)
+	rows, err := db.Query(context.Background(), `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+sql)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return lines
+}
