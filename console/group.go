@@ -2,9 +2,8 @@ package console
 
 import (
 	"net/http"
-	"time"
 
-	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -15,10 +14,10 @@ type groupData struct {
 	// LastErr says why it could not be read.
 	Last    *taskView
 	LastErr string
-	// FailedAgain: messages of the group died after its last replay
-	// began publishing, the last at G.LastSeen.
-	FailedAgain bool
-	Back        string
+	// R is what became of the group's replays: whether its messages died
+	// again after one, and how many.
+	R    ops.GroupReplays
+	Back string
 }
 
 // handleGroup shows one failure group: what failed and where, its
@@ -34,31 +33,20 @@ func (c *Console) handleGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := groupData{G: g, Back: "/ui/groups/" + g.ID}
-	t, ok, err := c.cfg.Ops.LastGroupReplay(ctx, caller, g.ID)
+	rs, err := c.cfg.Ops.GroupReplays(ctx, caller, g.ID)
 	switch {
 	case err != nil:
 		if _, d.LastErr = failure(err); d.LastErr == "" {
-			d.LastErr = c.internal(r, "read the group's last replay", err)
+			d.LastErr = c.internal(r, "read the group's replays", err)
 		}
-	case ok:
-		v := viewTask(t)
-		d.Last = &v
-		d.FailedAgain = failedAgain(t, g.LastSeen)
+	default:
+		d.R = rs
+		if rs.Last != nil {
+			v := viewTask(*rs.Last)
+			d.Last = &v
+		}
 	}
 	c.render(w, r, http.StatusOK, "group", sessionFrom(ctx), groupTitle(g), d)
-}
-
-// failedAgain reports whether messages of a group died after its replay
-// t began publishing some of them: the replay did not fix what failed.
-func failedAgain(t replay.Task, lastSeen time.Time) bool {
-	if t.Published == 0 {
-		return false
-	}
-	began := t.CreatedAt
-	if t.StartAt.After(began) {
-		began = t.StartAt
-	}
-	return lastSeen.After(began)
 }
 
 // groupTitle names a group in words: its failure and its queue.

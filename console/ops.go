@@ -26,7 +26,7 @@ type Ops interface {
 	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	Groups(ctx context.Context, c ops.Caller, q store.GroupQuery) ([]store.Group, error)
 	Group(ctx context.Context, c ops.Caller, id string) (store.Group, error)
-	LastGroupReplay(ctx context.Context, c ops.Caller, id string) (replay.Task, bool, error)
+	GroupReplays(ctx context.Context, c ops.Caller, id string) (ops.GroupReplays, error)
 	Status(ctx context.Context, c ops.Caller) (ops.StatusView, error)
 	Arrivals(ctx context.Context, c ops.Caller) (store.HourlyArrivals, error)
 	Audit(ctx context.Context, c ops.Caller, q ops.AuditRequest) (ops.AuditPage, error)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -77,36 +78,112 @@ func (s *Service) MessageReplays(ctx context.Context, c Caller, id int64, firstF
 	return replays, complete, nil
 }
 
-// LastGroupReplay returns the newest replay task of failure group id
-// (one that selected the group by its filter) that the caller may see;
-// ok is false when there is none among the newest
-// store.MessageReplaysScanMax tasks.
-func (s *Service) LastGroupReplay(ctx context.Context, c Caller, id string) (t replay.Task, ok bool, err error) {
-	if err := Authorize(c.Principal, ActGroups); err != nil {
-		return replay.Task{}, false, err
-	}
-	if err := Authorize(c.Principal, ActGetReplay); err != nil {
-		return replay.Task{}, false, err
+// GroupReplays is what became of a failure group's replays, as the
+// caller may see them.
+type GroupReplays struct {
+	// Last is the newest replay task that included messages of the group:
+	// one that selected the group by its filter, or one that claimed
+	// messages of the group whatever it selected (their queue, ids, an
+	// approval's snapshot). nil when the caller may see none.
+	Last *replay.Task
+	// DiedSinceLast: messages of the group died after Last began
+	// publishing some of them (the group's last death is later).
+	DiedSinceLast bool
+	// FailedAgain counts the group's pending messages that were replayed
+	// before and died again, whichever task replayed them. The last of
+	// them died at FailedAgainAt, after FailedAgainTask had replayed it
+	// (nil: not known, or not a task the caller may see).
+	FailedAgain     int64
+	FailedAgainAt   time.Time
+	FailedAgainTask *replay.Task
+	// Partial: the group holds more messages than were read
+	// (store.GroupReplayScanMax of each status), so an older message may
+	// name a newer task, and FailedAgain is a lower bound.
+	Partial bool
+}
+
+// GroupReplays reads the replays of failure group id within the caller's
+// scope (outside it the group is store.ErrNotFound, as Group answers):
+// its last replay (GroupReplays.Last) and its messages that died again
+// after one. A task filtered on the group is found among the newest
+// store.MessageReplaysScanMax tasks; any other through the messages it
+// claimed (store.Store.GroupReplays).
+func (s *Service) GroupReplays(ctx context.Context, c Caller, id string) (GroupReplays, error) {
+	p := c.Principal
+	for _, act := range []Action{ActGroups, ActGetReplay} {
+		if err := Authorize(p, act); err != nil {
+			return GroupReplays{}, err
+		}
 	}
 	if s.cfg.Replays == nil {
-		return replay.Task{}, false, unavailable("replays are not available on this instance")
+		return GroupReplays{}, unavailable("replays are not available on this instance")
 	}
 	if _, err := store.ParseGroupID(id); err != nil {
-		return replay.Task{}, false, invalid("id: %q must be a group id (16 hex digits)", id)
+		return GroupReplays{}, invalid("id: %q must be a group id (16 hex digits)", id)
 	}
-	taskID, ok, err := s.st.LatestGroupReplay(ctx, id, store.MessageReplaysScanMax)
-	if err != nil || !ok {
-		return replay.Task{}, false, err
+	g, err := s.st.GetGroup(ctx, id, p.Queues)
+	if err != nil {
+		return GroupReplays{}, err
 	}
-	t, err = s.cfg.Replays.Get(ctx, taskID)
+	byFilter, _, err := s.st.LatestGroupReplay(ctx, id, store.MessageReplaysScanMax)
+	if err != nil {
+		return GroupReplays{}, err
+	}
+	rows, err := s.st.GroupReplays(ctx, id, g.SourceQueue, store.GroupReplayScanMax)
+	if err != nil {
+		return GroupReplays{}, err
+	}
+	out := GroupReplays{FailedAgain: rows.FailedAgain, FailedAgainAt: rows.FailedAgainAt, Partial: rows.Partial}
+	// The newer of the two first; the other when the caller may not see it.
+	for _, taskID := range []int64{max(byFilter, rows.LastTaskID), min(byFilter, rows.LastTaskID)} {
+		if out.Last != nil || taskID == 0 {
+			continue
+		}
+		if out.Last, err = s.visibleTask(ctx, p, taskID); err != nil {
+			return GroupReplays{}, err
+		}
+	}
+	if out.Last != nil {
+		out.DiedSinceLast = diedSince(*out.Last, g.LastSeen)
+	}
+	switch {
+	case rows.FailedAgainTask == 0:
+	case out.Last != nil && out.Last.ID == rows.FailedAgainTask:
+		out.FailedAgainTask = out.Last
+	default:
+		if out.FailedAgainTask, err = s.visibleTask(ctx, p, rows.FailedAgainTask); err != nil {
+			return GroupReplays{}, err
+		}
+	}
+	return out, nil
+}
+
+// visibleTask reads task id; nil when it is gone (replay.task_ttl) or the
+// caller may not see it.
+func (s *Service) visibleTask(ctx context.Context, p auth.Principal, id int64) (*replay.Task, error) {
+	t, err := s.cfg.Replays.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return replay.Task{}, false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return replay.Task{}, false, err
+		return nil, err
 	}
-	if !TaskVisible(c.Principal, t) {
-		return replay.Task{}, false, nil
+	if !TaskVisible(p, t) {
+		return nil, nil
 	}
-	return t, true, nil
+	return &t, nil
+}
+
+// diedSince reports whether messages of a group whose last death was at
+// lastSeen died after replay t began publishing some of them: the replay
+// did not fix what failed.
+func diedSince(t replay.Task, lastSeen time.Time) bool {
+	if t.Published == 0 {
+		return false
+	}
+	began := t.CreatedAt
+	if t.StartAt.After(began) {
+		began = t.StartAt
+	}
+	return lastSeen.After(began)
 }

@@ -1,0 +1,86 @@
+package console_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// Pages that must not state untrue things: a group replayed by a replay
+// that did not name it, a death count the timeline contradicts, a
+// decided request's or a cancelled task's time still to come, and a link
+// to a deleted message.
+
+// diedAgain stores n messages rejected by their application's queue, one
+// failure group, replays them with a queue-wide replay (its filter names
+// the queue, not the group), has the application reject them again and
+// stores their return. It returns the bundle, the queue, the ids and the
+// replay.
+func diedAgain(t *testing.T, n int) (*bundle, string, []int64, replay.Task) {
+	t.Helper()
+	app := dlqtest.Dial(t)
+	appQueue, dlqQueue := deadLetterQueue(t, app)
+	b := setup(t, func(o *setupOpts) { o.live = true })
+	ch := dlqtest.Channel(t, app)
+	for i := range n {
+		require.NoError(t, ch.PublishWithContext(context.Background(), "", appQueue, false, false,
+			amqp.Publishing{ContentType: "application/json", Body: []byte(`{"order":"A-` + strconv.Itoa(i) + `"}`),
+				Headers: amqp.Table{"x-exception-type": "OrderError"}}))
+	}
+	dlqtest.RejectAll(t, app, appQueue, n)
+	for range n {
+		b.ingestFrom(t, app, dlqQueue)
+	}
+	admin := ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole}
+	task, err := b.ops.StartReplay(context.Background(), admin, ops.ReplayRequest{Request: replay.Request{
+		Filter: &store.Filter{SourceQueue: appQueue}}})
+	require.NoError(t, err)
+	require.Equal(t, replay.OutcomeAllPublished, b.waitFinished(t, task.ID).Outcome)
+	dlqtest.RejectAll(t, app, appQueue, n) // the application rejects them again
+	for range n {
+		b.ingestFrom(t, app, dlqQueue)
+	}
+	rows, err := b.db.Query(context.Background(), `SELECT id FROM dead_messages WHERE status = 'pending' AND replay_count = 1 ORDER BY id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, n, "every message died again")
+	return b, appQueue, ids, task
+}
+
+// TestBrowserGroupReplayedByItsQueue: a failure group whose messages a
+// queue-wide replay published, and which died again, names that replay
+// as its last (linked, with its outcome), and warns that they failed
+// again, with how many and after which replay; it does not say it was not
+// replayed.
+func TestBrowserGroupReplayedByItsQueue(t *testing.T) {
+	t.Parallel()
+	b, _, ids, task := diedAgain(t, 2)
+	var gid int64
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT group_id FROM dead_messages WHERE id = $1`, ids[0]).Scan(&gid))
+	tb := newTab(t, b)
+	tb.signIn(t, tokOp)
+	tb.open(t, "/ui/groups/"+store.FormatGroupID(gid))
+	replayHref := "/ui/replays/" + idString(task.ID)
+	require.Equal(t, []string{replayHref}, tb.attrs(t, `[data-test="group-last-replay"] a`, "href"), "the queue-wide replay is its last")
+	require.Equal(t, []string{"all_published"}, tb.attrs(t, `[data-test="group-last-replay"] [data-test="replay-status"]`, "data-outcome"))
+	require.NotContains(t, strings.Join(tb.texts(t, `main`), " "), "not replayed")
+	again := tb.texts(t, `[data-test="failed-again"]`)
+	require.Len(t, again, 1, "failed again")
+	require.Contains(t, again[0], "2 pending messages of this group were replayed and died again")
+	require.Equal(t, []string{replayHref}, tb.attrs(t, `[data-test="failed-again-replay"]`, "href"), "after that replay")
+
+	tb.submit(t, `[data-test="failed-again"] a[href^="/ui/messages"]`)
+	require.ElementsMatch(t, ids, tb.rowIDs(t), "the link lists the messages that died again")
+	tb.quiet(t)
+}
