@@ -84,3 +84,24 @@ func TestBrowserGroupReplayedByItsQueue(t *testing.T) {
 	require.ElementsMatch(t, ids, tb.rowIDs(t), "the link lists the messages that died again")
 	tb.quiet(t)
 }
+
+// TestBrowserDeathCountAfterReplay: a message replayed and dead again
+// counts, in its summary, the deaths its timeline shows (the broker's
+// x-death count started again at 1 after the replay).
+func TestBrowserDeathCountAfterReplay(t *testing.T) {
+	t.Parallel()
+	b, _, ids, _ := diedAgain(t, 1)
+	var brokerCount int64
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT death_count FROM dead_messages WHERE id = $1`, ids[0]).Scan(&brokerCount))
+	require.EqualValues(t, 1, brokerCount, "the broker counts one death since the replay")
+	tb := newTab(t, b)
+	tb.signIn(t, tokViewer)
+	tb.open(t, "/ui/messages/"+idString(ids[0]))
+	deaths := tb.count(t, `[data-test="death-row"]`)
+	require.Equal(t, 2, deaths, "the timeline shows two deaths")
+	require.NotContains(t, strings.Join(tb.texts(t, `dl.facts`), " "), "(1 death in its queue)", "not what the broker counted alone")
+	require.Equal(t, []string{strconv.Itoa(deaths)}, tb.attrs(t, `[data-test="death-count"]`, "data-count"), "the summary counts as many")
+	summary := strings.Join(tb.texts(t, `[data-test="death-count"]`), " ")
+	require.Equal(t, "2 deaths in its queue", summary)
+	tb.quiet(t)
+}

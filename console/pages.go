@@ -141,6 +141,12 @@ type messageData struct {
 	Timeline   []timelineEvent
 	// Deaths is the x-death header as it is, most recent first.
 	Deaths []xDeath
+	// DeathsRecorded counts the deaths in its queue the timeline shows
+	// (deathsRecorded), a lower bound when DeathsAtLeast; DiedBefore: it
+	// died before its last replay too, so the broker's count (death_count)
+	// is only the deaths since.
+	DeathsRecorded            int64
+	DeathsAtLeast, DiedBefore bool
 	// ReplaysErr says why the replays are not on the timeline; Partial
 	// that older ones may be missing from it.
 	ReplaysErr     string
@@ -183,6 +189,9 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.ReplaysPartial = !complete && err == nil
 	d.Timeline = viewTimeline(m, replays)
+	var died int
+	d.DeathsRecorded, died, d.DeathsAtLeast = deathsRecorded(m)
+	d.DiedBefore = died > 1
 	c.render(w, r, http.StatusOK, "message", sessionFrom(r.Context()), "Message "+strconv.FormatInt(id, 10), d)
 }
 

@@ -135,6 +135,23 @@ func viewTimeline(m store.Message, replays []ops.MessageReplay) []timelineEvent 
 	return out
 }
 
+// deathsRecorded counts a message's deaths in its queue as its timeline
+// shows them: each earlier death's (death_history) and the current one's,
+// each the broker's count at least 1. The broker's own count (x-death,
+// death_count) starts again after a replay, which strips the death
+// headers: alone it says how often the message died since its last
+// replay. died is how many deaths dlq recorded (earlier ones included);
+// atLeast is set when death_history is full (store.DeathHistoryMax), its
+// oldest deaths dropped.
+func deathsRecorded(m store.Message) (n int64, died int, atLeast bool) {
+	var hist []historyEntry
+	_ = json.Unmarshal(m.DeathHistory, &hist)
+	for _, h := range hist {
+		n += max(h.DeathCount, 1)
+	}
+	return n + max(m.DeathCount, 1), len(hist) + 1, len(hist) >= store.DeathHistoryMax
+}
+
 // viewDeaths is the parsed x-death header, which the layer fills in
 // (most recent first).
 func viewDeaths(m store.Message) []xDeath {
