@@ -2,9 +2,12 @@ package console_test
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -103,5 +106,63 @@ func TestBrowserDeathCountAfterReplay(t *testing.T) {
 	require.Equal(t, []string{strconv.Itoa(deaths)}, tb.attrs(t, `[data-test="death-count"]`, "data-count"), "the summary counts as many")
 	summary := strings.Join(tb.texts(t, `[data-test="death-count"]`), " ")
 	require.Equal(t, "2 deaths in its queue", summary)
+	tb.quiet(t)
+}
+
+// TestBrowserDecidedIsNotPending: a decided request shows its decision
+// (who, when) where a pending one shows its expiry, on the list and on its
+// page, with no time to come; a replay cancelled before its start time
+// says it never started, not that it starts in a few minutes.
+func TestBrowserDecidedIsNotPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 1 })
+	ids := b.seed(t, many(2, "orders")...)
+	op := b.signIn(t, tokOp)
+	request := func() string {
+		t.Helper()
+		r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
+			"max_id": {idString(ids[1])}, "back": {"/ui/messages"}})
+		require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+		var id int64
+		require.NoError(t, b.db.QueryRow(context.Background(), `SELECT max(id) FROM approvals`).Scan(&id))
+		return idString(id)
+	}
+	approved, withdrawn, pending := request(), request(), request()
+	r := b.signIn(t, tokAdmin).act(t, "/ui/approvals/"+approved, url.Values{"decision": {"approve"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	r = op.act(t, "/ui/approvals/"+withdrawn, url.Values{"decision": {"withdraw"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+
+	tb := newTab(t, b)
+	tb.signIn(t, tokViewer)
+	row := func(id string) string { return `[data-test="approval-row"][data-id="` + id + `"]` }
+	for _, page := range []string{"/ui/approvals", "/ui/approvals/" + approved} {
+		tb.open(t, page)
+		require.NotContains(t, strings.Join(tb.texts(t, row(approved)), " "), "(in ", "%s: nothing of it is to come", page)
+		decision := tb.texts(t, row(approved)+` [data-test="approval-decision"]`)
+		require.Len(t, decision, 1, page)
+		require.Contains(t, decision[0], "approved by admin", page)
+		require.Zero(t, tb.count(t, row(approved)+` [data-test="approval-expires"]`), page)
+	}
+	tb.open(t, "/ui/approvals")
+	require.NotContains(t, strings.Join(tb.texts(t, row(withdrawn)), " "), "(in ")
+	require.Contains(t, tb.texts(t, row(withdrawn)+` [data-test="approval-decision"]`)[0], "withdrawn by ops")
+	require.Contains(t, tb.texts(t, row(pending)+` [data-test="approval-expires"]`)[0], "(in ", "a pending request shows its expiry")
+
+	admin := ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole}
+	start := time.Now().Add(10 * time.Minute)
+	later := b.seed(t, many(1, "billing")...)
+	task, err := b.ops.StartReplay(context.Background(), admin, ops.ReplayRequest{Request: replay.Request{IDs: later, StartAt: &start}})
+	require.NoError(t, err)
+	facts := func() string { return strings.Join(tb.texts(t, `[data-test="replay-detail"] dl.facts`), " ") }
+	tb.open(t, "/ui/replays/"+idString(task.ID))
+	require.Regexp(t, `starts [^;]*\(in \d+ min\)`, facts(), "scheduled: it starts")
+	_, err = b.ops.CancelReplay(context.Background(), admin, task.ID)
+	require.NoError(t, err)
+	tb.open(t, "/ui/replays/"+idString(task.ID))
+	require.NotContains(t, facts(), "(in ", "no start to come")
+	timing := strings.Join(tb.texts(t, `[data-test="replay-timing"]`), " ")
+	require.Contains(t, timing, "never started")
+	require.Contains(t, timing, "cancelled")
 	tb.quiet(t)
 }

@@ -191,6 +191,7 @@ func failure(err error) (int, string) {
 var funcs = template.FuncMap{
 	"when":           func(t time.Time) template.HTML { return whenHTML(t, time.Now()) },
 	"whenp":          fmtTimePtr,
+	"at":             atHTML,
 	"plural":         pluralAny,
 	"ago":            ago,
 	"age":            func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
@@ -271,6 +272,16 @@ func whenHTML(t, now time.Time) template.HTML {
 	}
 	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) + `</time> <span class="ago">(` +
 		relative(t, now) + `)</span>`)
+}
+
+// atHTML is a time as whenHTML shows it, without how long ago or how
+// soon: for a time that no longer matters relative to now (the start of a
+// task cancelled before it).
+func atHTML(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "–"
+	}
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) + `</time>`)
 }
 
 // relative says how long ago t was, or how soon it is, in its largest

@@ -38,6 +38,12 @@ func (t taskView) OutcomeWords() string {
 		replay.OutcomeNonePublished: "nothing published"}[t.Outcome]
 }
 
+// NeverStarted: the task finished (cancelled, say) before the time it
+// was to start: that time is no longer to come.
+func (t taskView) NeverStarted() bool {
+	return t.Finished && t.FinishedAt != nil && t.FinishedAt.Before(t.StartAt)
+}
+
 func viewTask(t replay.Task) taskView {
 	v := taskView{Task: t, Finished: store.TaskFinished(t.Status), Done: t.Published + t.Failed + t.Skipped + t.Unknown}
 	keys := make([]string, 0, len(t.SkipReasons))
