@@ -166,3 +166,60 @@ func TestBrowserDecidedIsNotPending(t *testing.T) {
 	require.Contains(t, timing, "cancelled")
 	tb.quiet(t)
 }
+
+// TestBrowserDeletedMessageLink: after a delete, the audit's link "up to
+// message #N" and a deleted message's own address answer 404 with a
+// page that says the message was deleted, by whom and with which
+// selection, and links back to the messages.
+func TestBrowserDeletedMessageLink(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t, many(3, "orders")...)
+	admin := b.signIn(t, tokAdmin)
+	r := admin.act(t, "/ui/act", url.Values{"action": {"delete"}, "id": {idString(ids[0])}, "back": {"/ui/messages"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	r = admin.act(t, "/ui/act", url.Values{"action": {"delete"}, "all": {"1"}, "f_source_queue": {"orders"},
+		"max_id": {idString(ids[2])}, "back": {"/ui/messages"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	for id, s := range b.statuses(t, ids) {
+		require.Equal(t, "gone", s, "message %d", id)
+	}
+
+	tb := newTab(t, b)
+	tb.signIn(t, tokOp)
+	tb.open(t, "/ui/audit?action=delete")
+	link := `[data-test="audit-selection"] a[href="/ui/messages/` + idString(ids[2]) + `"]`
+	require.Equal(t, 1, tb.count(t, link), "the audit links up to message #%d", ids[2])
+	require.Equal(t, int64(http.StatusNotFound), tb.submit(t, link))
+	require.Equal(t, "Message "+idString(ids[2])+" was deleted", tb.texts(t, `main h1`)[0])
+	by := tb.texts(t, `[data-test="message-gone-by"]`)
+	require.Len(t, by, 1)
+	require.Contains(t, by[0], "by admin")
+	require.Contains(t, by[0], "a delete of pending messages of queue orders")
+	require.Equal(t, []string{"/ui/messages"}, tb.attrs(t, `[data-test="message-gone-back"]`, "href"))
+
+	tb.open(t, "/ui/messages/"+idString(ids[0]))
+	require.Equal(t, "Message "+idString(ids[0])+" was deleted", tb.texts(t, `main h1`)[0])
+	by = tb.texts(t, `[data-test="message-gone-by"]`)
+	require.Len(t, by, 1)
+	require.True(t, strings.HasPrefix(by[0], "Deleted by admin"), "deleted by id, named in the audit: %s", by[0])
+
+	viewer := newTab(t, b)
+	viewer.signIn(t, tokViewer)
+	viewer.open(t, "/ui/messages/"+idString(ids[0]))
+	require.Equal(t, "Message "+idString(ids[0])+" is not stored", viewer.texts(t, `main h1`)[0], "a viewer may not read the audit")
+	require.Equal(t, 1, viewer.count(t, `[data-test="message-gone-back"]`))
+	quietBut404(t, tb)
+	quietBut404(t, viewer)
+}
+
+// quietBut404 is quiet for a tab that loaded pages answered with 404, of
+// which the browser logs each as an error: nothing else alarming happened.
+func quietBut404(t *testing.T, tb *tab) {
+	t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for _, a := range tb.alarms {
+		require.Contains(t, a, "the server responded with a status of 404", "the page raised dialogs, errors or CSP reports")
+	}
+}

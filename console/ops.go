@@ -16,6 +16,7 @@ import (
 type Ops interface {
 	ListMessages(ctx context.Context, c ops.Caller, r ops.ListRequest) (ops.MessagePage, error)
 	GetMessage(ctx context.Context, c ops.Caller, id int64) (store.Message, error)
+	MessageGone(ctx context.Context, c ops.Caller, id int64) (ops.MessageGone, error)
 	MessageReplays(ctx context.Context, c ops.Caller, id int64, firstFailed time.Time) ([]ops.MessageReplay, bool, error)
 	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
 	Delete(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)

@@ -162,8 +162,17 @@ type messageData struct {
 // handleMessage shows one message: body, headers with their AMQP types,
 // properties, failure, and its timeline: deaths, replays and edits.
 func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
-	id, m, ok := c.pathMessage(w, r)
+	id, ok := c.pathID(w, r)
 	if !ok {
+		return
+	}
+	m, err := c.cfg.Ops.GetMessage(r.Context(), c.caller(r), id)
+	if ops.Classify(err) == ops.CodeNotFound {
+		c.renderGone(w, r, id, err)
+		return
+	}
+	if err != nil {
+		c.renderFailure(w, r, "read the message", err)
 		return
 	}
 	var props struct {

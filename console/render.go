@@ -23,7 +23,7 @@ type pages struct {
 // pageFiles are the page templates under templates/, each parsed with
 // layout.html and partials.html.
 var pageFiles = []string{"signin", "error", "overview", "messages", "message", "confirm",
-	"groups", "group", "replays", "replay", "jobs", "audit", "approvals", "edit"}
+	"groups", "group", "replays", "replay", "jobs", "audit", "approvals", "edit", "gone"}
 
 func parsePages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/partials.html")

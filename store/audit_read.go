@@ -38,6 +38,18 @@ type AuditWithin struct {
 	Queues []string
 }
 
+// where is the condition on audit_log a that keeps w's rows.
+func (w *AuditWithin) where(args *sqlArgs) string {
+	name, queues := args.add(w.Name), args.add(w.Queues)
+	// An empty scope ({}, which policies configured with queues: []
+	// recorded before they recorded none) is every queue, not none. A
+	// replay's selection holds its filter under "filter"; every other
+	// action's selection is the filter itself.
+	return "(a.actor = " + name + " OR a.approved_by = " + name +
+		" OR (cardinality(a.scope) > 0 AND a.scope <@ " + queues + "::text[])" +
+		" OR coalesce(a.selection->>'source_queue', a.selection#>>'{filter,source_queue}') = ANY(" + queues + "::text[]))"
+}
+
 // AuditPage is one page of the audit log.
 type AuditPage struct {
 	Entries []AuditEntry
@@ -68,29 +80,18 @@ func (s *Store) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	if q.Since != nil {
 		where += " AND a.at >= " + args.add(*q.Since)
 	}
-	if w := q.Within; w != nil {
-		name, queues := args.add(w.Name), args.add(w.Queues)
-		// An empty scope ({}, which policies configured with queues: []
-		// recorded before they recorded none) is every queue, not none. A
-		// replay's selection holds its filter under "filter"; every other
-		// action's selection is the filter itself.
-		where += " AND (a.actor = " + name + " OR a.approved_by = " + name +
-			" OR (cardinality(a.scope) > 0 AND a.scope <@ " + queues + "::text[])" +
-			" OR coalesce(a.selection->>'source_queue', a.selection#>>'{filter,source_queue}') = ANY(" + queues + "::text[]))"
+	if q.Within != nil {
+		where += " AND " + q.Within.where(&args)
 	}
 	rows, err := s.pool.Query(ctx, `
-SELECT a.id, a.at, a.actor, a.role, a.via, a.action, a.selection, a.count, a.request_id, a.detail, a.scope,
-       coalesce(a.approved_by, '')
+SELECT `+auditColumns+`
 FROM audit_log a WHERE `+where+` ORDER BY a.id DESC LIMIT `+args.add(limit+1), args...)
 	if err != nil {
 		return AuditPage{}, fmt.Errorf("store: read audit log: %w", err)
 	}
 	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Role, &e.Via, &e.Action, &e.Selection, &e.Count, &e.RequestID, &e.Detail, &e.Scope,
-			&e.ApprovedBy)
-		e.At = e.At.UTC()
-		return e, err
+		return e, scanAudit(r, &e)
 	})
 	if err != nil {
 		return AuditPage{}, fmt.Errorf("store: read audit log: %w", err)
@@ -101,4 +102,18 @@ FROM audit_log a WHERE `+where+` ORDER BY a.id DESC LIMIT `+args.add(limit+1), a
 		page.LastID = entries[limit-1].ID
 	}
 	return page, nil
+}
+
+// auditColumns are an AuditEntry's columns of audit_log a, as scanAudit
+// reads them.
+const auditColumns = `a.id, a.at, a.actor, a.role, a.via, a.action, a.selection, a.count, a.request_id, a.detail, a.scope,
+       coalesce(a.approved_by, '')`
+
+// scanAudit reads auditColumns into e, then the row's further columns
+// into extra.
+func scanAudit(r pgx.Row, e *AuditEntry, extra ...any) error {
+	err := r.Scan(append([]any{&e.ID, &e.At, &e.Actor, &e.Role, &e.Via, &e.Action, &e.Selection, &e.Count, &e.RequestID, &e.Detail,
+		&e.Scope, &e.ApprovedBy}, extra...)...)
+	e.At = e.At.UTC()
+	return err
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -107,4 +108,56 @@ func explainGroupReplays(t *testing.T, db *pgxpool.Pool, gid int64, scan int) []
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return lines
+}
+
+// TestMessageDeletion: the audit's delete of a message no longer stored:
+// one that named it by id (not one that reported it missing), run on
+// approval or not, else the newest whose filter reached up to it; none
+// for a filter that stopped below it, nor for another queue's reader.
+func TestMessageDeletion(t *testing.T) {
+	t.Parallel()
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx := context.Background()
+	ids := seedPending(t, st, db, "orders", 6)
+	admin := store.Actor{Name: "admin", Role: "admin", Via: "api"}
+	del := func(f store.Filter, opt store.ActionOptions) {
+		t.Helper()
+		opt.Confirm = true
+		_, err := st.Delete(ctx, f, admin, opt)
+		require.NoError(t, err)
+	}
+	deletion := func(id int64) (store.MessageDeletion, bool) {
+		t.Helper()
+		d, ok, err := st.MessageDeletion(ctx, id, nil, 0)
+		require.NoError(t, err)
+		return d, ok
+	}
+
+	del(store.Filter{IDs: []int64{ids[0]}}, store.ActionOptions{})
+	del(store.Filter{IDs: []int64{ids[0], ids[1]}}, store.ActionOptions{}) // ids[0] is missing by now
+	d, ok := deletion(ids[0])
+	require.True(t, ok)
+	require.True(t, d.Named)
+	require.JSONEq(t, `{"ids":[`+strconv.FormatInt(ids[0], 10)+`],"status":"all"}`, string(d.Entry.Selection), "the delete that found it")
+
+	approval, err := st.CreateApproval(ctx, store.NewApproval{Action: store.ActionDelete, Request: json.RawMessage(`{}`),
+		Selection: store.Filter{IDs: []int64{ids[2]}}, TTL: time.Hour, Actor: admin})
+	require.NoError(t, err)
+	del(store.Filter{Approval: approval.ID, Status: "all"}, store.ActionOptions{Approval: approval.ID,
+		Approver: store.Actor{Name: "bob", Role: "admin", Via: "api"}, AuditSelection: store.Filter{IDs: []int64{ids[2]}}})
+	d, ok = deletion(ids[2])
+	require.True(t, ok)
+	require.True(t, d.Named, "asked by id, run on approval")
+	require.Equal(t, "bob", d.Entry.ApprovedBy)
+
+	del(store.Filter{SourceQueue: "orders", MaxID: ids[4]}, store.ActionOptions{})
+	d, ok = deletion(ids[3])
+	require.True(t, ok)
+	require.False(t, d.Named, "a filter up to a later id may have deleted it")
+	_, ok = deletion(ids[5] + 1)
+	require.False(t, ok, "no delete reached that id")
+	_, ok, err = st.MessageDeletion(ctx, ids[3], &store.AuditWithin{Name: "ops", Queues: []string{"billing"}}, 0)
+	require.NoError(t, err)
+	require.False(t, ok, "not an audit row of billing's")
 }
