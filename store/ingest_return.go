@@ -26,16 +26,20 @@ const lockReturnRowsSQL = `SELECT id FROM dead_messages WHERE id = ANY($1) ORDER
 // already). Settlements, acknowledgements and deletes lock those rows in
 // id order (store/doc.go, "Lock order"); taken one at a time in arrival
 // order, two copies arriving in descending id order deadlocked with them.
-// A batch with fewer than two has no order to get wrong and pays
-// nothing: no statement, no allocation.
+// One copy alone needs it too when the batch holds a redelivery: the
+// redelivery's match (matchRedelivery) keeps the row it moves locked, and
+// a copy returning after it to a lower id waited for its row while holding
+// that one. A batch with no copy, or one copy and no redelivery, has no
+// order to get wrong and pays nothing: no statement, no allocation.
 func (w *ingestTx) lockReturnRows(ctx context.Context) error {
-	n := 0
+	n, redelivered := 0, false
 	for i := range w.b.Messages {
 		if w.b.Messages[i].DLQID > 0 {
 			n++
 		}
+		redelivered = redelivered || w.b.Messages[i].Redelivered
 	}
-	if n < 2 {
+	if n == 0 || (n == 1 && !redelivered) {
 		return nil
 	}
 	ids := make([]int64, 0, n)

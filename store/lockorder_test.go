@@ -458,3 +458,59 @@ func ingestReturnsBesideSettlement(t *testing.T, ring *crypt.Ring) {
 	requireTaskAddsUp(t, st, db, task.ID, "after the settlement and the returns")
 	requireCountersConsistent(t, db)
 }
+
+// One replayed copy comes back in a batch that also holds a redelivery of
+// a message whose acknowledgement is unconfirmed, while an acknowledge by
+// id of both rows runs. The redelivery's match keeps the row it moves
+// locked (the higher id), and the copy's row (the lower) was then locked
+// in arrival order: ingest held the higher and waited for the lower, the
+// acknowledge the other way round. A single copy was thought to have no
+// order to get wrong.
+func TestIngestReturnAfterARedeliveryLocksInOrder(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := dlqtest.Schema(t)
+	db := dlqtest.DB(t, dsn)
+	st := openStore(t, dsn, nil, nil)
+	low := seedPending(t, st, db, "orders", 1)[0]
+	task := newTask(t, st, store.Filter{SourceQueue: "orders"})
+	claim, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "c", Lease: time.Minute, IDs: []int64{low}, MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, claim.Messages, 1)
+	// The higher row, stored by a batch whose acknowledgement never
+	// reached the broker (no ConfirmBatches): its redelivery matches it.
+	first := msg("orders", "body high", 777)
+	_, err = st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{first}})
+	require.NoError(t, err)
+	high := messageIDs(t, db, "fingerprint = 777")[0]
+	require.Greater(t, high, low)
+
+	rec, app := watchedStore(t, dsn, nil)
+	hold := holdRow(ctx, t, db, low)
+	ackDone := inBackground(func() error {
+		_, err := rec.Acknowledge(ctx, store.Filter{IDs: []int64{low, high}, Status: "all"},
+			store.Actor{Name: "jane", Via: "api"}, store.ActionOptions{Confirm: true})
+		return err
+	})
+	waiters(t, db, app, 1) // on the lower row, holding nothing
+	again := first
+	again.Redelivered = true
+	back := msg("orders", "body 0", 900)
+	back.DLQID, back.ReplayID, back.ReplayCount, back.Reason = low, "rid-0", 1, "expired"
+	ingestDone := inBackground(func() error {
+		_, err := rec.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test",
+			Messages: []store.NewMessage{again, back}})
+		return err
+	})
+	waiters(t, db, app, 2) // on the lower row too, behind the acknowledge
+	require.NoError(t, hold.Commit(ctx))
+	// The acknowledge finds the lower row being replayed, once it has
+	// both rows: refused as a conflict, not aborted.
+	if err := <-ackDone; !errors.Is(err, store.ErrConflict) {
+		requireNoDeadlock(t, err, "acknowledge")
+	}
+	requireNoDeadlock(t, <-ingestDone, "ingest")
+	require.Equal(t, 2, count(t, db, "TRUE"), "nothing stored twice")
+	requireCountersConsistent(t, db)
+}
