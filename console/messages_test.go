@@ -66,7 +66,7 @@ func TestWhen(t *testing.T) {
 		require.Equal(t, want, relative(now.Add(-d), now), d)
 	}
 	got := whenHTML(time.Date(2024, 5, 1, 13, 55, 0, 0, time.FixedZone("CEST", 2*3600)), now)
-	require.Equal(t, `<time datetime="2024-05-01T11:55:00Z">2024-05-01 11:55:00 UTC</time> <span class="ago">(5 min ago)</span>`, string(got))
+	require.Equal(t, `<time datetime="2024-05-01T11:55:00Z"><span class="date">2024-05-01</span> 11:55:00 UTC</time> <span class="ago">(5 min ago)</span>`, string(got))
 	require.Equal(t, "–", string(whenHTML(time.Time{}, now)))
 	require.Equal(t, "1 matching message", plural(1, "matching message", "matching messages"))
 	require.Equal(t, "1,200 matching messages", plural(1200, "matching message", "matching messages"))

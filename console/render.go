@@ -254,6 +254,14 @@ func fmtTimePtr(t *time.Time) template.HTML {
 	return whenHTML(*t, time.Now())
 }
 
+// timeElement is t, absolute in UTC, in a <time> element. Its date is a
+// span of its own, which the stylesheet keeps on one line: a narrow column
+// may put the clock under the date, but never cut the date at a hyphen.
+func timeElement(t time.Time) template.HTML {
+	date, clock, _ := strings.Cut(fmtTime(t), " ")
+	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `"><span class="date">` + date + `</span> ` + clock + `</time>`)
+}
+
 // timeLayout is the one format of every time the console shows, in UTC.
 const timeLayout = "2006-01-02 15:04:05 UTC"
 
@@ -270,8 +278,7 @@ func whenHTML(t, now time.Time) template.HTML {
 	if t.IsZero() {
 		return "–"
 	}
-	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) + `</time> <span class="ago">(` +
-		relative(t, now) + `)</span>`)
+	return timeElement(t) + template.HTML(` <span class="ago">(`+relative(t, now)+`)</span>`)
 }
 
 // atHTML is a time as whenHTML shows it, without how long ago or how

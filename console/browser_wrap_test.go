@@ -1,0 +1,140 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// How the console's tables lay out words: short tokens (ids, statuses,
+// numbers, times, column names) whole at any width, long values wrapped,
+// wide tables as cards under 900 px; the auto-refresh control beside the
+// flash; ages and rates in words.
+
+// shortTokens are the elements whose text is short tokens, never to be cut
+// inside a word.
+const shortTokens = `.status, .category, td.id, td.token, td.n, th.n, thead th, time, .ago`
+
+// brokenMidWord lists the text of each visible element matching sel that a
+// line break cuts between two non-blank characters ("1/8", "pendin/g").
+// It compares the line of each character with the one before it.
+func (tb *tab) brokenMidWord(t *testing.T, sel string) []string {
+	t.Helper()
+	return get(t, tb, chromedp.Evaluate[[]string](`(() => {
+		const out = [];
+		for (const el of document.querySelectorAll(`+strconv.Quote(sel)+`)) {
+			if (!el.getClientRects().length) { continue; }
+			// Column names a reflowed table keeps for screen readers only.
+			const unseen = el.closest(".sr-only, table.reflow thead");
+			if (unseen && getComputedStyle(unseen).position === "absolute") { continue; }
+			const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT | NodeFilter.SHOW_ELEMENT);
+			let prev = null, cut = false;
+			for (let n = walk.nextNode(); n && !cut; n = walk.nextNode()) {
+				if (n.nodeType === Node.ELEMENT_NODE) { if (n.tagName === "BR") { prev = null; } continue; }
+				const s = n.textContent;
+				for (let i = 0; i < s.length; i++) {
+					if (/\s/.test(s[i])) { prev = null; continue; }
+					const r = document.createRange();
+					r.setStart(n, i); r.setEnd(n, i + 1);
+					const box = r.getBoundingClientRect();
+					if (!box.height) { continue; }
+					if (prev && box.top - prev.top > prev.height / 2) { cut = true; break; }
+					prev = box;
+				}
+			}
+			if (cut) { out.push(el.textContent.trim().replace(/\s+/g, " ")); }
+		}
+		return out;
+	})()`))
+}
+
+// sideways is how much wider than the window the document is (0: no
+// horizontal page scroll).
+func (tb *tab) sideways(t *testing.T) int {
+	t.Helper()
+	return get(t, tb, chromedp.Evaluate[int](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
+}
+
+// seedCrowded fills a console with what squeezes a table's columns: long
+// queue names and failure texts, every status, audit rows with request
+// ids, replays and an approval request waiting. It returns the ids it
+// stored.
+func seedCrowded(t *testing.T, b *bundle) []int64 {
+	t.Helper()
+	long := "payments.settlement.eu-west-1.retry-queue-with-a-rather-long-name"
+	text := strings.Repeat("The invoice INV-2024-000123 could not be mapped because the customer reference was missing and ", 3)
+	var msgs []msg
+	for i, typ := range []string{"System.InvalidOperationException", "Npgsql.PostgresException", "KeyError", "PaymentDeclined"} {
+		for range 6 {
+			msgs = append(msgs, msg{queue: []string{long, "orders"}[i%2], failureType: typ, failureMessage: typ + ": " + text,
+				headers: `{"x-trace-id":"` + strings.Repeat("a1b2c3d4e5f6", 12) + `","x-exception-message":"mapping failed"}`})
+		}
+	}
+	ids := b.seed(t, msgs...)
+	// Acknowledged and deleted through the console: audit rows with the
+	// request's id.
+	c := b.signIn(t, tokAdmin)
+	for _, f := range []url.Values{{"action": {"acknowledge"}, "id": {idString(ids[0]), idString(ids[1]), idString(ids[2])}},
+		{"action": {"delete"}, "id": {idString(ids[3])}}} {
+		f.Set("back", "/ui/messages")
+		r := c.act(t, "/ui/act", f)
+		require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	}
+	ctx := context.Background()
+	admin := ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole}
+	for _, req := range []replay.Request{{IDs: ids[4:6]}, {IDs: ids[6:8], RatePerSecond: 1, DelaySeconds: 600}} {
+		_, err := b.ops.StartReplay(ctx, admin, ops.ReplayRequest{Request: req, Confirm: true})
+		require.NoError(t, err)
+	}
+	_, err := b.ops.Acknowledge(ctx, ops.Caller{Principal: mustPrincipal(t, b, tokOp), Via: ops.ViaConsole},
+		ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
+	var pa *ops.PendingApproval
+	require.True(t, errors.As(err, &pa), "an approval request to show: %v", err)
+	return ids
+}
+
+// TestBrowserShortTokensStayWhole: at 1000, 1280 and 1600 px, no id,
+// status, category, number, time or column name is cut inside a word on
+// the messages, failure groups, audit and overview pages, crowded with long
+// queue names and failure texts, and none scrolls sideways; at 800 px
+// neither does any, and a message's header names and types are whole.
+func TestBrowserShortTokensStayWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 3 })
+	ids := seedCrowded(t, b)
+	tb := newTab(t, b)
+	tb.signIn(t, tokAdmin)
+	pages := []string{"/ui/messages?status=all", "/ui/groups", "/ui/audit", "/ui/"}
+	for _, width := range []int64{1000, 1280, 1600} {
+		tb.do(t, chromedp.EmulateViewport(width, 900))
+		for _, path := range pages {
+			tb.open(t, path)
+			require.Positive(t, tb.count(t, `td.id, td.n, td.token`), "%s has ids or numbers to look at", path)
+			require.Empty(t, tb.brokenMidWord(t, shortTokens), "%s at %d px cuts these inside a word", path, width)
+			require.Zero(t, tb.sideways(t), "%s at %d px scrolls sideways", path, width)
+		}
+	}
+	require.Positive(t, tb.count(t, `.status`), "the overview shows statuses")
+	tb.do(t, chromedp.EmulateViewport(800, 900))
+	for _, path := range pages {
+		tb.open(t, path)
+		require.Zero(t, tb.sideways(t), "%s at 800 px scrolls sideways", path)
+	}
+	tb.open(t, "/ui/messages/"+idString(ids[len(ids)-1]))
+	require.Positive(t, tb.count(t, `[data-test="header-row"]`))
+	require.Empty(t, tb.brokenMidWord(t, `[data-test="header-row"] th, [data-test="header-row"] td:not(.pre), `+shortTokens),
+		"a message's headers at 800 px")
+	require.Zero(t, tb.sideways(t), "a message at 800 px scrolls sideways")
+	tb.quiet(t)
+}
