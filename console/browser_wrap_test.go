@@ -138,3 +138,32 @@ func TestBrowserShortTokensStayWhole(t *testing.T) {
 	require.Zero(t, tb.sideways(t), "a message at 800 px scrolls sideways")
 	tb.quiet(t)
 }
+
+// TestBrowserReplaysApprovalsAuditReflow: under 900 px the replays,
+// approvals and audit tables become one card per row, each cell labelled
+// with its column, statuses whole, and the page does not scroll sideways.
+func TestBrowserReplaysApprovalsAuditReflow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 3 })
+	seedCrowded(t, b)
+	tb := newTab(t, b)
+	tb.signIn(t, tokAdmin)
+	tb.do(t, chromedp.EmulateViewport(800, 900))
+	for path, row := range map[string]string{"/ui/replays": "replay-row", "/ui/approvals": "approval-row", "/ui/audit": "audit-row"} {
+		tb.open(t, path)
+		rows := `[data-test="` + row + `"]`
+		require.Positive(t, tb.count(t, rows), path)
+		cards := get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+strconv.Quote(rows)+`)).map(r => getComputedStyle(r).display)`))
+		for _, d := range cards {
+			require.Equal(t, "block", d, "%s: each row is a card", path)
+		}
+		labels := get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+strconv.Quote(rows+` td[data-label]`)+`)).map(c => getComputedStyle(c, "::before").content)`))
+		require.NotEmpty(t, labels, "%s: its cells carry their column's name", path)
+		for _, l := range labels {
+			require.NotEqual(t, "none", l, "%s: each labelled cell shows its label", path)
+		}
+		require.Empty(t, tb.brokenMidWord(t, rows+` .status, `+shortTokens), "%s at 800 px cuts these inside a word", path)
+		require.Zero(t, tb.sideways(t), "%s at 800 px scrolls sideways", path)
+	}
+	tb.quiet(t)
+}
