@@ -167,3 +167,28 @@ func TestBrowserReplaysApprovalsAuditReflow(t *testing.T) {
 	}
 	tb.quiet(t)
 }
+
+// TestBrowserOverviewGroupWithoutFailure: a failure group whose messages
+// carry no failure headers has a visible link to its page among the
+// overview's largest groups, in the words the failure groups page uses.
+func TestBrowserOverviewGroupWithoutFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seed(t, msg{queue: "bare"}, msg{queue: "bare"})
+	groups, err := b.ops.Groups(context.Background(), ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole},
+		store.GroupQuery{SourceQueue: "bare"})
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	require.Empty(t, groups[0].FailureType)
+	tb := newTab(t, b)
+	tb.signIn(t, tokAdmin)
+	tb.open(t, "/ui/")
+	link := `section[aria-labelledby="groups-h"] a[href="/ui/groups/` + groups[0].ID + `"]`
+	require.Equal(t, []string{"(no failure type)"}, tb.texts(t, link))
+	size := get(t, tb, chromedp.Evaluate[[]float64](`(() => { const r = document.querySelector(`+strconv.Quote(link)+`).getBoundingClientRect(); return [r.width, r.height]; })()`))
+	require.Greater(t, size[0], 20.0, "the link is wide enough to see and click")
+	require.Greater(t, size[1], 5.0)
+	tb.open(t, "/ui/groups")
+	require.Contains(t, tb.texts(t, `a[href="/ui/groups/`+groups[0].ID+`"]`), "(no failure type)", "the same words as the failure groups page")
+	tb.quiet(t)
+}
