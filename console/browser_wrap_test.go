@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -192,3 +193,38 @@ func TestBrowserOverviewGroupWithoutFailure(t *testing.T) {
 	require.Contains(t, tb.texts(t, `a[href="/ui/groups/`+groups[0].ID+`"]`), "(no failure type)", "the same words as the failure groups page")
 	tb.quiet(t)
 }
+
+// TestBrowserLiveControlBesideFlash: the auto-refresh control sits above
+// the flash, not over its border, and shows all of its text, at 1280 and
+// 800 px.
+func TestBrowserLiveControlBesideFlash(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t, many(3, "orders")...)
+	tb := newTab(t, b)
+	tb.signIn(t, tokOp)
+	tb.open(t, "/ui/messages?source_queue=orders")
+	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"][data-id="`+idString(ids[1])+`"] [data-test="select"]`)))
+	tb.submit(t, `[data-test="bulk-ack"]`)
+	tb.submit(t, `[data-test="confirm"]`)
+	require.Contains(t, tb.flash(t), "Acknowledged 1 message")
+	tb.eventually(t, 10*time.Second, `document.querySelector('[data-test="updated-ago"]').textContent.includes("auto-refresh off")`,
+		"the messages page says its auto-refresh is off")
+	for _, width := range []int64{1280, 800} {
+		tb.do(t, chromedp.EmulateViewport(width, 900))
+		box := get(t, tb, chromedp.Evaluate[[]float64](`(() => {
+			const live = document.querySelector(".live").getBoundingClientRect(), flash = document.querySelector('[data-test="flash"]').getBoundingClientRect();
+			const overlap = Math.max(0, Math.min(live.right, flash.right) - Math.max(live.left, flash.left)) *
+				Math.max(0, Math.min(live.bottom, flash.bottom) - Math.max(live.top, flash.top));
+			return [overlap, live.bottom, flash.top];
+		})()`))
+		require.Zero(t, box[0], "at %d px the auto-refresh control overlaps the flash", width)
+		require.LessOrEqual(t, box[1], box[2], "at %d px the control is above the flash", width)
+		clipped := get(t, tb, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('.live, .live > *')).
+			filter(e => e.scrollWidth > e.clientWidth || e.scrollHeight > e.clientHeight).map(e => e.className || e.getAttribute("data-test"))`))
+		require.Empty(t, clipped, "at %d px these parts of the control clip their text", width)
+	}
+	tb.quiet(t)
+}
+
+// oldestRe is the overview's oldest pending age: once, with the time it
