@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -228,3 +229,36 @@ func TestBrowserLiveControlBesideFlash(t *testing.T) {
 }
 
 // oldestRe is the overview's oldest pending age: once, with the time it
+// started.
+var oldestRe = regexp.MustCompile(`Oldest pending.*?\b(\d+[smhd](?: \d+[smh])?) ?, since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\b`)
+
+// TestConsoleAgesAndRatesInWords: the overview gives the oldest pending
+// message's age once, with the absolute time it died; a rate of one reads
+// "1 message per second", on a replay's page and on the confirmation.
+func TestConsoleAgesAndRatesInWords(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.seed(t, many(5, "orders")...)
+	c := b.signIn(t, tokAdmin)
+
+	page := words(c.get(t, "/ui/").text)
+	require.Regexp(t, oldestRe, page)
+	require.NotContains(t, page, "(since", "no nested parentheses")
+	require.NotContains(t, page, "ago))")
+
+	admin := ops.Caller{Principal: mustPrincipal(t, b, tokAdmin), Via: ops.ViaConsole}
+	for i, rate := range []struct {
+		n    float64
+		want string
+	}{{1, "1 message per second"}, {2, "2 messages per second"}, {0.5, "0.5 messages per second"}} {
+		task, err := b.ops.StartReplay(context.Background(), admin, ops.ReplayRequest{Request: replay.Request{IDs: ids[i : i+1],
+			RatePerSecond: rate.n, DelaySeconds: 600}})
+		require.NoError(t, err)
+		require.Contains(t, words(c.get(t, "/ui/replays/"+strconv.FormatInt(task.ID, 10)).text), "Rate "+rate.want)
+	}
+
+	confirm := words(c.confirmPage(t, url.Values{"action": {"replay"}, "id": {idString(ids[3]), idString(ids[4])}, "back": {"/ui/messages"},
+		"rate": {"1"}, "canary_count": {"1"}, "canary_wait": {"30"}}).text)
+	require.Contains(t, confirm, "At 1 message per second")
+	require.Contains(t, confirm, "1 canary message first")
+}

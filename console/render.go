@@ -192,6 +192,7 @@ var funcs = template.FuncMap{
 	"when":           func(t time.Time) template.HTML { return whenHTML(t, time.Now()) },
 	"whenp":          fmtTimePtr,
 	"at":             atHTML,
+	"absp":           absTimePtr,
 	"plural":         pluralAny,
 	"ago":            ago,
 	"age":            func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
@@ -252,6 +253,15 @@ func fmtTimePtr(t *time.Time) template.HTML {
 		return "–"
 	}
 	return whenHTML(*t, time.Now())
+}
+
+// absTimePtr is a time without how long ago it was, for a place that
+// shows its age already (the overview's oldest pending message).
+func absTimePtr(t *time.Time) template.HTML {
+	if t == nil || t.IsZero() {
+		return "–"
+	}
+	return timeElement(*t)
 }
 
 // timeElement is t, absolute in UTC, in a <time> element. Its date is a
@@ -328,13 +338,20 @@ func plural(n int64, one, many string) string {
 	return num(n) + " " + many
 }
 
-// pluralAny is plural for a template, whose numbers are int or int64.
+// pluralAny is plural for a template, whose numbers are int, int64 or
+// float64 (a replay's rate per second: 1 is "1 message per second", 0.5
+// is "0.5 messages per second").
 func pluralAny(n any, one, many string) string {
 	switch v := n.(type) {
 	case int:
 		return plural(int64(v), one, many)
 	case int64:
 		return plural(v, one, many)
+	case float64:
+		if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+			return plural(int64(v), one, many)
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64) + " " + many
 	}
 	return fmt.Sprint(n) + " " + many
 }
