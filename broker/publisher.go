@@ -401,26 +401,3 @@ func (p *Publisher) Close(ctx context.Context) error {
 	}
 	return werr
 }
-
-// ExchangeExists reports whether an exchange exists, on a throwaway
-// channel (a failed passive declare closes the channel it ran on). The
-// default exchange ("") always exists.
-func ExchangeExists(ctx context.Context, c *Conn, name string) (bool, error) {
-	if name == "" {
-		return true, nil
-	}
-	ch, err := c.Channel(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer ch.Close()
-	err = ch.ExchangeDeclarePassive(name, "topic", true, false, false, false, nil)
-	var ae *amqp.Error
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-		return false, nil
-	}
-	return false, fmt.Errorf("broker: look up exchange %q: %w", name, err)
-}

@@ -198,21 +198,24 @@ func (r *taskRun) send(ctx context.Context, b *claimBatch, exchange, key string,
 var ErrNoBroker = errors.New("replay: no broker connection on this instance")
 
 // exchangeCheckTimeout bounds a look at an exchange for a caller that
-// waits on it (a confirmation page): a broker that is unreachable makes
-// the answer unknown, not slow.
+// waits on it (a confirmation page): a broker that is unreachable or does
+// not answer makes the answer unknown, not slow.
 const exchangeCheckTimeout = 3 * time.Second
 
 // ExchangeExists reports whether a target exchange exists on the broker,
 // as a task looks before publishing to it (a passive declare on a channel
 // of its own): a replay to a missing exchange publishes nothing. The
-// default exchange ("") always exists. ErrNoBroker without a connection.
+// default exchange ("") always exists. ErrNoBroker without a connection,
+// broker.ErrBlocked while RabbitMQ blocks it; otherwise it returns within
+// exchangeCheckTimeout, the answer unknown (an error) when the broker did
+// not give one by then.
 func (s *Service) ExchangeExists(ctx context.Context, name string) (bool, error) {
 	if s.cfg.Conn == nil {
 		return false, ErrNoBroker
 	}
 	ctx, cancel := context.WithTimeout(ctx, exchangeCheckTimeout)
 	defer cancel()
-	return broker.ExchangeExists(ctx, s.cfg.Conn, name)
+	return broker.ExchangeExistsNow(ctx, s.cfg.Conn, name)
 }
 
 type exchangeCheck struct {
