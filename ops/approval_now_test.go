@@ -7,7 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/auth"
 	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -46,4 +48,74 @@ func TestApprovalListCountsSmallRequestsOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, v.Now, "its own page counts it")
 	require.EqualValues(t, 3, v.Now.Count)
+}
+
+// What approving would act on now is counted in the requester's scope: a
+// scoped token sees a request its name made with a wider token, but not
+// the counts of queues outside its own. One whose scope covers the
+// request's sees them.
+func TestApprovalNowOnlyWithinTheViewersScope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	wide := auth.Principal{Name: ordersOps.Name, Role: auth.RoleOperator, Bodies: true}
+	b := newOps(t, admin, operator, ordersOps)
+	_, err := b.ops.Acknowledge(ctx, as(wide), ops.ActionRequest{Filter: &store.Filter{}, Confirm: true})
+	wideReq := pendingOf(t, err)
+	_, err = b.ops.Acknowledge(ctx, as(ordersOps), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
+	ownReq := pendingOf(t, err)
+
+	views, err := b.ops.ApprovalViews(ctx, as(ordersOps), 10)
+	require.NoError(t, err)
+	require.Len(t, views, 2, "both are its name's")
+	for _, v := range views {
+		switch v.ID {
+		case wideReq.ID:
+			require.Nil(t, v.Now, "the wider request's count covers queues it does not see")
+		case ownReq.ID:
+			require.NotNil(t, v.Now, "a request within its scope is counted")
+			require.EqualValues(t, 3, v.Now.Count)
+		}
+	}
+	v, err := b.ops.ApprovalViewOf(ctx, as(ordersOps), wideReq.ID)
+	require.NoError(t, err)
+	require.Nil(t, v.Now, "nor on its own page")
+	v, err = b.ops.ApprovalViewOf(ctx, as(admin), wideReq.ID)
+	require.NoError(t, err)
+	require.NotNil(t, v.Now, "an unscoped caller covers every request")
+	require.EqualValues(t, 6, v.Now.Count)
+}
+
+// A request whose count fails leaves its Now empty; the list and the
+// other requests' counts are still shown.
+func TestApprovalNowFailedCountLeavesTheListShown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newOps(t, admin, operator)
+	_, err := b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
+	ack := pendingOf(t, err)
+	_, err = b.ops.StartReplay(ctx, as(operator), ops.ReplayRequest{Request: replay.Request{Filter: &store.Filter{SourceQueue: "billing"}}, Confirm: true})
+	broken := pendingOf(t, err)
+	// A request the count cannot read, while its selection still reads.
+	conn, err := pgx.Connect(ctx, b.dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `UPDATE approvals SET request = request || '{"rate_per_second": "fast"}' WHERE id = $1`, broken.ID)
+	require.NoError(t, err)
+
+	views, err := b.ops.ApprovalViews(ctx, as(admin), 10)
+	require.NoError(t, err)
+	require.Len(t, views, 2)
+	for _, v := range views {
+		switch v.ID {
+		case ack.ID:
+			require.NotNil(t, v.Now)
+			require.EqualValues(t, 3, v.Now.Count)
+		case broken.ID:
+			require.Nil(t, v.Now, "its count failed")
+			require.NotEmpty(t, v.Sample, "the rest of its view stands")
+		}
+	}
+	v, err := b.ops.ApprovalViewOf(ctx, as(admin), broken.ID)
+	require.NoError(t, err)
+	require.Nil(t, v.Now)
 }

@@ -76,7 +76,15 @@ func (s *Service) approvalTTL() time.Duration {
 // sees every one; a scoped caller its own and those recorded within its
 // scope (the snapshot was restricted to it in SQL).
 func approvalVisible(p auth.Principal, a store.Approval) bool {
-	return p.Queues == nil || a.RequestedBy == p.Name || (a.Scope != nil && subset(a.Scope, p.Queues))
+	return a.RequestedBy == p.Name || coversScope(p, a)
+}
+
+// coversScope reports whether every queue of a's scope is among p's: an
+// unscoped p covers every request, a request of every queue (a nil scope)
+// only an unscoped p. A scoped p sees its own requests even when they are
+// not covered (one its name made with a wider token).
+func coversScope(p auth.Principal, a store.Approval) bool {
+	return p.Queues == nil || (a.Scope != nil && subset(a.Scope, p.Queues))
 }
 
 // actionOfApproval is the operation a request carries out: approving or

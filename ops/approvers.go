@@ -116,7 +116,9 @@ type ApprovalView struct {
 	Sample []store.Message
 	// Now is what approving the request would act on now, counted when
 	// the view is made (a pending request only; nil otherwise, when it
-	// cannot be counted here, or in a list past approvalNowListBudget);
+	// cannot be counted here, when the caller's scope does not cover the
+	// request's, when counting failed (logged), or in a list past
+	// approvalNowListBudget);
 	// Stale says why each message of Sample that
 	// it would leave as it is no longer qualifies.
 	Now   *ApprovalNow
@@ -218,11 +220,17 @@ func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, 
 		s.present(c.Principal, &page.Messages[i])
 	}
 	v.Sample, v.Stale = page.Messages, staleSample(a, page.Messages)
-	if !countNow {
+	// The count runs in the requester's scope, as approving would: a
+	// caller whose scope does not cover it would learn of queues it does
+	// not see (its own request, made by its name with a wider token).
+	if !countNow || !coversScope(c.Principal, a) {
 		return v, nil
 	}
 	if v.Now, err = s.approvalNow(ctx, a); err != nil {
-		return ApprovalView{}, err
+		// The rest of the view stands; the page says nothing of now.
+		s.log.Warn("cannot count what approving a request would act on now", "approval_id", a.ID,
+			"action", a.Action, "error", err, "request_id", c.RequestID)
+		v.Now = nil
 	}
 	return v, nil
 }
