@@ -42,6 +42,7 @@ func TestApprovalListCountsSmallRequestsOnly(t *testing.T) {
 			require.EqualValues(t, 3, v.Now.Count)
 		case large.ID:
 			require.Nil(t, v.Now, "a request past the list's budget is counted on its own page only")
+			require.False(t, v.NowUnknown, "the list says its page counts it")
 		}
 	}
 	v, err := b.ops.ApprovalViewOf(ctx, as(admin), large.ID)
@@ -71,6 +72,7 @@ func TestApprovalNowOnlyWithinTheViewersScope(t *testing.T) {
 		switch v.ID {
 		case wideReq.ID:
 			require.Nil(t, v.Now, "the wider request's count covers queues it does not see")
+			require.True(t, v.NowUnknown, "nor does its own page count it")
 		case ownReq.ID:
 			require.NotNil(t, v.Now, "a request within its scope is counted")
 			require.EqualValues(t, 3, v.Now.Count)
@@ -112,6 +114,7 @@ func TestApprovalNowFailedCountLeavesTheListShown(t *testing.T) {
 			require.EqualValues(t, 3, v.Now.Count)
 		case broken.ID:
 			require.Nil(t, v.Now, "its count failed")
+			require.True(t, v.NowUnknown)
 			require.NotEmpty(t, v.Sample, "the rest of its view stands")
 		}
 	}

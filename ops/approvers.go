@@ -123,6 +123,9 @@ type ApprovalView struct {
 	// it would leave as it is no longer qualifies.
 	Now   *ApprovalNow
 	Stale map[int64]string
+	// NowUnknown says Now is nil for another reason than the list's
+	// budget: no page of this instance would count it for this caller.
+	NowUnknown bool
 	// MayDecide and MayWithdraw say which controls the caller gets.
 	MayDecide, MayWithdraw bool
 	// Approvers names the configured tokens that may decide it (nil: not
@@ -223,7 +226,11 @@ func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, 
 	// The count runs in the requester's scope, as approving would: a
 	// caller whose scope does not cover it would learn of queues it does
 	// not see (its own request, made by its name with a wider token).
-	if !countNow || !coversScope(c.Principal, a) {
+	if !coversScope(c.Principal, a) {
+		v.NowUnknown = true
+		return v, nil
+	}
+	if !countNow {
 		return v, nil
 	}
 	if v.Now, err = s.approvalNow(ctx, a); err != nil {
@@ -232,6 +239,7 @@ func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, 
 			"action", a.Action, "error", err, "request_id", c.RequestID)
 		v.Now = nil
 	}
+	v.NowUnknown = v.Now == nil
 	return v, nil
 }
 
