@@ -173,7 +173,7 @@ type confirmData struct {
 	// many selected ones it would leave as they are (with Reasons),
 	// NotFound ids that are gone.
 	Count, Skipped int64
-	Reasons        [][2]string
+	Reasons        []string
 	NotFound       []int64
 	Verb           string
 	// Approval says whether the action will wait for a second person's
@@ -182,6 +182,8 @@ type confirmData struct {
 	// MissingExchange is a replay's target exchange when the broker says
 	// it does not exist: nothing would be published.
 	MissingExchange string
+	// Words are an All selection in words (nil for ids).
+	Words *selectionWords
 }
 
 // approvalNotice is ops.ApprovalNotice in the confirmation's words.
@@ -272,7 +274,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 	if !c.bindSnapshot(w, r, &s) {
 		return
 	}
-	d := confirmData{S: s}
+	d := confirmData{S: s, Words: c.confirmWords(r, s)}
 	// selected is what the layer's approval threshold counts (a replay's
 	// remaining messages; the messages an acknowledge or delete would
 	// change), so that the notice says what the layer will do.
@@ -310,13 +312,33 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 		// (Unchanged): they are left as they are, not counted as changed.
 		d.Count, d.Skipped, d.NotFound = res.Matched-res.Unchanged, res.Unchanged, res.NotFound
 		if res.Unchanged > 0 {
-			d.Reasons = [][2]string{{"already acknowledged", num(res.Unchanged)}}
+			d.Reasons = []string{num(res.Unchanged) + " already acknowledged"}
 		}
 		selected = d.Count
 		d.Verb = map[string]string{actAcknowledge: "Acknowledge", actDelete: "Delete"}[s.Action]
 	}
 	d.Approval = noticeOf(c.cfg.Ops.NoticeApproval(caller, s.Action, selected))
 	c.render(w, r, http.StatusOK, "confirm", sessionFrom(ctx), d.Verb+"?", d)
+}
+
+// confirmWords puts an All selection in words as the approvals and
+// replays pages do (its failure group by its title, not its key; its
+// queue; the filter's other conditions), so that the operator confirms
+// what they recognise. The snapshot bound is left out: the page says "as
+// of now" instead. nil for a selection by ids, or a filter the dry run
+// refuses anyway.
+func (c *Console) confirmWords(r *http.Request, s selection) *selectionWords {
+	if !s.All {
+		return nil
+	}
+	f, err := s.Form.filter()
+	if err != nil {
+		return nil
+	}
+	sel := ops.SelectionView{Filter: &f, Limit: int(s.Limit)}
+	sel.Group = c.groupsOf(r.Context(), c.caller(r), &f)[f.Group]
+	w := describeSelection(sel)
+	return &w
 }
 
 // missingTarget is the replay's target exchange when the layer knows it

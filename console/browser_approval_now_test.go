@@ -42,7 +42,7 @@ func TestBrowserApprovalCountsWhatStillQualifies(t *testing.T) {
 		require.Contains(t, row, "replay of 9 messages requested", page)
 		require.Equal(t, []string{"6"}, admin.attrs(t, `[data-test="approval-now"]`, "data-count"), page)
 		require.Equal(t, []string{"6 would still be replayed now"}, admin.texts(t, `[data-test="approval-now"]`), page)
-		require.Contains(t, row, "would be skipped: not_pending 3", page)
+		require.Contains(t, row, "would be skipped: 3 not pending any more", page)
 		stale := admin.texts(t, `[data-test="sample-stale"]`)
 		require.Len(t, stale, 3, "%s: the acknowledged examples are marked", page)
 		for _, s := range stale {

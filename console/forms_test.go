@@ -65,7 +65,7 @@ func TestConfirmCountsWhatChanges(t *testing.T) {
 	page := words(c.confirmPage(t, form).text)
 	require.Contains(t, page, "Acknowledge 1 message?")
 	require.Contains(t, page, "The 2 selected messages: 1 to acknowledge.")
-	require.Contains(t, page, "1 selected message is left as it is (already acknowledged: 1).")
+	require.Contains(t, page, "1 selected message is left as it is (1 already acknowledged).")
 	require.Contains(t, page, "Acknowledge 1 Cancel", "the button counts what changes")
 
 	r = c.act(t, "/ui/act", form)

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -70,17 +69,13 @@ func (v approvalView) NowVerb() string {
 	return "replayed"
 }
 
-// NowSkipped lists, sorted by reason, the messages a replay approved now
-// would skip.
-func (v approvalView) NowSkipped() [][2]string {
+// NowSkipped says, by reason, the messages a replay approved now would
+// skip.
+func (v approvalView) NowSkipped() []string {
 	if v.Now == nil {
 		return nil
 	}
-	var out [][2]string
-	for _, k := range slices.Sorted(maps.Keys(v.Now.Skipped)) {
-		out = append(out, [2]string{k, num(v.Now.Skipped[k])})
-	}
-	return out
+	return skipWords(v.Now.Skipped)
 }
 
 func viewApproval(a ops.ApprovalView) approvalView {

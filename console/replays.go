@@ -1,9 +1,11 @@
 package console
 
 import (
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -25,8 +27,8 @@ type taskView struct {
 	// Done is how many messages are settled (published, failed, skipped
 	// or unknown), the progress bar's value.
 	Done int64
-	// Reasons lists the skip reasons, sorted.
-	Reasons [][2]string
+	// Reasons says why messages were skipped, in words (skipWords).
+	Reasons []string
 	// Source is what the task was asked to replay, in words.
 	Source selectionWords
 }
@@ -45,16 +47,32 @@ func (t taskView) NeverStarted() bool {
 }
 
 func viewTask(t replay.Task) taskView {
-	v := taskView{Task: t, Finished: store.TaskFinished(t.Status), Done: t.Published + t.Failed + t.Skipped + t.Unknown}
-	keys := make([]string, 0, len(t.SkipReasons))
-	for k := range t.SkipReasons {
-		keys = append(keys, k)
+	return taskView{Task: t, Finished: store.TaskFinished(t.Status), Done: t.Published + t.Failed + t.Skipped + t.Unknown,
+		Reasons: skipWords(t.SkipReasons)}
+}
+
+// skipWords says why messages were, or would be, skipped: one phrase per
+// reason, sorted by reason ("3 not pending any more"). Every page that
+// shows skip reasons reads them here, so no page shows the store's codes.
+func skipWords(reasons map[string]int64) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(reasons)) {
+		n := num(reasons[k])
+		switch k {
+		case store.SkipNotPending:
+			out = append(out, n+" not pending any more")
+		case store.SkipDeleted:
+			out = append(out, n+" deleted")
+		case store.SkipMaxReplays:
+			out = append(out, n+" held by the loop guard (replayed too often)")
+		case store.SkipOther:
+			out = append(out, n+" for another reason")
+		default:
+			// A reason this version has no words for: shown as it came.
+			out = append(out, n+" "+strings.ReplaceAll(k, "_", " "))
+		}
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v.Reasons = append(v.Reasons, [2]string{k, num(t.SkipReasons[k])})
-	}
-	return v
+	return out
 }
 
 // viewTasks describes tasks, their selections in words (each failure
