@@ -327,11 +327,13 @@ type auditData struct {
 // auditRow is one audit entry as the page shows it.
 type auditRow struct {
 	store.AuditEntry
+	// Words are the row in words: its selection, or what a decision or a
+	// cancel did, with links to the replay or request it names.
 	Words *selectionWords
 }
 
 // auditActions are the actions the audit page's filter offers.
-var auditActions = []string{"", store.ActionAcknowledge, store.ActionDelete, "replay", "replay_cancel", store.ActionEditReplay,
+var auditActions = []string{"", store.ActionAcknowledge, store.ActionDelete, "replay", auditActionCancel, store.ActionEditReplay,
 	store.ActionApprovalRequest, store.ActionApprove, store.ActionReject, store.ActionApprovalWithdraw, store.ActionApprovalExpire}
 
 // handleAudit pages the audit log, filtered by actor, action and time.
@@ -359,7 +361,7 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	groups := c.groupsOf(r.Context(), c.caller(r), filters...)
 	for i, e := range d.Page.Entries {
-		row := auditRow{AuditEntry: e}
+		row := auditRow{AuditEntry: e, Words: auditDid(e)}
 		if sel := sels[i]; sel != nil {
 			if sel.Filter != nil && sel.Filter.Group != "" {
 				sel.Group = groups[sel.Filter.Group]
@@ -367,6 +369,7 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request) {
 			w := describeSelection(*sel)
 			row.Words = &w
 		}
+		row.Words = withRefs(row.Words, auditRefs(e))
 		d.Rows = append(d.Rows, row)
 	}
 	if d.Page.HasMore && d.Page.NextCursor != nil {
