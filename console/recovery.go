@@ -173,8 +173,10 @@ type editData struct {
 	DropFailure    bool
 	FailureHeaders []string
 	// ReplayID is the copy's replay id as the last preview showed it,
-	// posted back with the form so that the send gives the copy that id
-	// (ops checks it): "" before the first preview.
+	// posted back with the form so that the send is refused when its copy
+	// would get another (the message or the edit changed since): ops
+	// derives the id, the form never chooses it. "" before the first
+	// preview.
 	ReplayID string
 	Preview  *ops.EditResult
 	// BodyDiff and HeadersDiff compare the copy with the original, line
@@ -263,7 +265,7 @@ func (c *Console) handleEdit(w http.ResponseWriter, r *http.Request) {
 	d := editData{Body: f.Get("body"), Binary: f.Get("binary") == "1", SetHeaders: strings.TrimSpace(f.Get("set_headers")),
 		Remove: f.Get("remove_headers"), Force: f.Get("force") == "1", DropFailure: f.Get("drop_failure") == "1",
 		ReplayID: f.Get("replay_id"), Back: "/ui/messages/" + strconv.FormatInt(id, 10)}
-	req := ops.EditRequest{Force: d.Force, DryRun: f.Get("send") != "1", ReplayID: d.ReplayID}
+	req := ops.EditRequest{Force: d.Force, DryRun: f.Get("send") != "1", PreviewedReplayID: d.ReplayID}
 	caller := c.caller(r)
 	m, err := c.cfg.Ops.GetMessage(r.Context(), caller, id)
 	if err != nil {

@@ -38,12 +38,14 @@ type EditRequest struct {
 	Force bool `json:"force,omitempty"`
 	// DryRun shows exactly what would be sent and changes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
-	// ReplayID is the copy's x-dlq-replay-id as a preview (a dry run)
-	// chose it, carried to the send so that the copy sent is the one
-	// shown: a UUID no other edit's copy has (copyReplayID). Empty: a new
-	// one. The console's edit form carries it; the API, the control queue
-	// and the CLI do not take it (each call chooses its own).
-	ReplayID string `json:"-"`
+	// PreviewedReplayID is the copy's x-dlq-replay-id as a preview (a
+	// dry run) showed it. The id is never chosen by the caller: it is
+	// derived from the message, its edits so far and the edit (editCopyID).
+	// A send given the previewed id only checks it: a send whose id
+	// differs (the message or the edit changed since the preview) is
+	// refused, so that what goes out is what was shown. The console's
+	// edit form carries it; the API, the control queue and the CLI do not.
+	PreviewedReplayID string `json:"-"`
 }
 
 // EditResult answers an edit-then-replay: the copy as it is (or would be)
@@ -55,10 +57,6 @@ type EditResult struct {
 	Task *replay.Task   `json:"task,omitempty"`
 	Copy EditedCopy     `json:"copy"`
 	Diff map[string]any `json:"diff"`
-	// ReplayIDNote says why the copy has a new replay id rather than the
-	// one asked for (EditRequest.ReplayID): that one was malformed, or
-	// another edit's copy has it. Empty otherwise.
-	ReplayIDNote string `json:"-"`
 }
 
 // EditedCopy is the corrected copy, exactly as published.
@@ -118,22 +116,33 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	// An edit that sent nothing (failed: not delivered, skipped, or its
 	// task ended first — cancelled) may be redone; the store checks again
 	// under the edit's lock.
-	if prev, edited, err := s.st.GetMessageEdit(ctx, id); err != nil {
+	prev, edited, err := s.st.GetMessageEdit(ctx, id)
+	if err != nil {
 		return EditResult{}, err
-	} else if edited && prev.State != store.EditFailed {
+	}
+	if edited && prev.State != store.EditFailed {
 		return EditResult{}, fmt.Errorf("message %d is already edited (copy %s, %s): edit the copy once it is stored: %w",
 			id, prev.CopyReplayID, prev.State, store.ErrConflict)
 	}
 	if m.Status != store.StatusPending {
 		return EditResult{}, fmt.Errorf("message %d is %s; only a pending message is edited: %w", id, m.Status, store.ErrConflict)
 	}
-	replayID, note, err := s.copyReplayID(ctx, id, r)
+	edit, diff, err := s.checkEdit(m, r)
 	if err != nil {
 		return EditResult{}, err
 	}
-	edit, diff, err := s.checkEdit(m, r, replayID)
-	if err != nil {
-		return EditResult{}, err
+	// The edit this one follows (0: none) is part of the id, so that a
+	// redo of a failed edit — whose copy may have gone out after all —
+	// never reuses its id; the store refuses the edit if another was
+	// recorded since.
+	var after int64
+	if edited {
+		after = prev.TaskID
+	}
+	edit.ReplayID = editCopyID(m.ID, after, m.SourceExchange, m.SourceRoutingKey, edit)
+	diff["copy_replay_id"] = edit.ReplayID
+	if !r.DryRun && r.PreviewedReplayID != "" && !strings.EqualFold(strings.TrimSpace(r.PreviewedReplayID), edit.ReplayID) {
+		return EditResult{}, fmt.Errorf("the message changed since the preview: preview again: %w", store.ErrConflict)
 	}
 	var body []byte
 	if m.Body != nil {
@@ -149,7 +158,7 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if err != nil {
 		return EditResult{}, invalid("set_headers: %v", err)
 	}
-	out := EditResult{MessageID: id, DryRun: r.DryRun, Diff: diff, ReplayIDNote: note, Copy: EditedCopy{
+	out := EditResult{MessageID: id, DryRun: r.DryRun, Diff: diff, Copy: EditedCopy{
 		ReplayID: edit.ReplayID, Exchange: m.SourceExchange, RoutingKey: m.SourceRoutingKey,
 		Properties: m.Properties, Headers: headers, Body: pub.Body,
 	}}
@@ -171,7 +180,7 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	// operator chose to send after looking at it, and the guard would skip
 	// it (with advice to use force, which the edit's own force — sensitive
 	// headers — could never give).
-	task, err := s.cfg.Replays.Start(ctx, replay.Request{IDs: []int64{id}, Scope: p.Queues, Force: true, Edit: &edit, EditAudit: diff}, c.actor())
+	task, err := s.cfg.Replays.Start(ctx, replay.Request{IDs: []int64{id}, Scope: p.Queues, Force: true, Edit: &edit, EditAfterTask: after, EditAudit: diff}, c.actor())
 	if err != nil {
 		return EditResult{}, err
 	}
@@ -180,45 +189,12 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	return out, nil
 }
 
-// copyReplayID is the replay id the copy of message id gets: the one
-// asked for (r.ReplayID, the preview's), when it is a UUID that no other
-// edit's copy has, else a new one. A preview (dry run) that cannot keep
-// the id asked for chooses a new one and says why (note); a send refuses
-// it, so that what goes out is never other than what was shown: preview
-// again.
-func (s *Service) copyReplayID(ctx context.Context, id int64, r EditRequest) (replayID, note string, err error) {
-	if r.ReplayID == "" {
-		return replay.NewReplayID(), "", nil
-	}
-	asked := strings.ToLower(strings.TrimSpace(r.ReplayID))
-	if !isUUID(asked) {
-		if r.DryRun {
-			return replay.NewReplayID(), fmt.Sprintf("the replay id %q asked for is not a UUID: the copy gets a new one", r.ReplayID), nil
-		}
-		return "", "", invalid("replay_id: %q is not a UUID (8-4-4-4-12 hexadecimal digits): preview the edit again for a new one", r.ReplayID)
-	}
-	owner, used, err := s.st.EditCopyOwner(ctx, asked)
-	if err != nil {
-		return "", "", err
-	}
-	switch {
-	case !used || owner == id:
-		// owner == id: this message's own earlier edit, which sent
-		// nothing (any other is refused before), so nothing carries the id.
-		return asked, "", nil
-	case r.DryRun:
-		return replay.NewReplayID(), fmt.Sprintf("the replay id %s is already that of message %d's edited copy: this copy gets a new one", asked, owner), nil
-	}
-	return "", "", fmt.Errorf("the replay id %s is already that of message %d's edited copy, so the copy of message %d would not be the one previewed: preview again for a new id: %w",
-		asked, owner, id, store.ErrConflict)
-}
-
-// checkEdit validates an edit of m that gives its copy replayID, and
-// returns it with its audit diff: header changes in full; for the body,
-// the sizes and a hash, never the content.
-func (s *Service) checkEdit(m store.Message, r EditRequest, replayID string) (replay.Edit, map[string]any, error) {
-	edit := replay.Edit{ReplayID: replayID, RemoveHeaders: r.RemoveHeaders}
-	diff := map[string]any{"message_id": m.ID, "copy_replay_id": edit.ReplayID}
+// checkEdit validates an edit of m, and returns it (without its replay
+// id) with its audit diff: header changes in full; for the body, the
+// sizes and a hash, never the content.
+func (s *Service) checkEdit(m store.Message, r EditRequest) (replay.Edit, map[string]any, error) {
+	edit := replay.Edit{RemoveHeaders: r.RemoveHeaders}
+	diff := map[string]any{"message_id": m.ID}
 	if r.BodyBase64 == nil && r.Body == nil && len(r.SetHeaders) == 0 && len(r.RemoveHeaders) == 0 {
 		return edit, nil, invalid("body: nothing to change: give body_base64 (or body), set_headers or remove_headers")
 	}

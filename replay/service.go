@@ -235,7 +235,8 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 		if err != nil {
 			return Task{}, fmt.Errorf("replay: encode edit: %w", err)
 		}
-		n.Edit = &store.NewEdit{MessageID: req.IDs[0], Edit: b, CopyReplayID: req.Edit.ReplayID, AuditDetail: req.EditAudit}
+		n.Edit = &store.NewEdit{MessageID: req.IDs[0], Edit: b, CopyReplayID: req.Edit.ReplayID,
+			AfterTaskID: req.EditAfterTask, AuditDetail: req.EditAudit}
 	}
 	if req.Target != nil {
 		ex := req.Target.Exchange

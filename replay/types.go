@@ -61,6 +61,10 @@ type Request struct {
 	Edit *Edit `json:"-"`
 	// EditAudit is the edit's diff for the audit row.
 	EditAudit map[string]any `json:"-"`
+	// EditAfterTask is the task of the message's edit this one follows
+	// (0: none), whose id the copy's replay id was derived with: the edit
+	// is refused if another was recorded since (store.NewEdit.AfterTaskID).
+	EditAfterTask int64 `json:"-"`
 }
 
 // Target is an exchange and routing key to publish to.

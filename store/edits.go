@@ -41,26 +41,16 @@ type MessageEdit struct {
 // sent nothing (EditFailed: its item failed or was skipped, or its task
 // ended — cancelled, say — before it sent the copy), or whose task is
 // gone, is replaced. Two edits at once: the second finds the first's row
-// locked, or collides with its insert, and is refused.
+// locked, or collides with its insert, and is refused. An edit whose
+// replay id was derived after another edit than the latest recorded one
+// (n.AfterTaskID) is refused too: its id could be that edit's copy's.
 func recordEdit(ctx context.Context, tx pgx.Tx, taskID int64, n NewEdit, actor Actor) error {
 	conflict := fmt.Errorf("message %d is already edited or being edited (edit the copy once it is stored): %w", n.MessageID, ErrConflict)
-	// The copy's replay id may have come from a front door (the console's
-	// preview): it must not be another edit's, whose copy it would then
-	// be taken for. ops checks it first; this holds it where it is
-	// written.
-	var owner int64
-	err := tx.QueryRow(ctx, `SELECT message_id FROM message_edits WHERE copy_replay_id = $1 AND message_id <> $2 LIMIT 1`,
-		n.CopyReplayID, n.MessageID).Scan(&owner)
-	switch {
-	case err == nil:
-		return fmt.Errorf("replay id %s is the id of message %d's edited copy already: the edit of message %d needs another: %w",
-			n.CopyReplayID, owner, n.MessageID, ErrConflict)
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("store: look up replay id %s among the edits: %w", n.CopyReplayID, err)
-	}
 	var prev int64
-	err = tx.QueryRow(ctx, `SELECT task_id FROM message_edits WHERE message_id = $1 FOR UPDATE`, n.MessageID).Scan(&prev)
+	err := tx.QueryRow(ctx, `SELECT task_id FROM message_edits WHERE message_id = $1 FOR UPDATE`, n.MessageID).Scan(&prev)
 	switch {
+	case errors.Is(err, pgx.ErrNoRows) && n.AfterTaskID != 0:
+		return editedSince(n)
 	case errors.Is(err, pgx.ErrNoRows):
 		_, err = tx.Exec(ctx, `INSERT INTO message_edits (message_id, task_id, copy_replay_id, edited_by) VALUES ($1, $2, $3, $4)`,
 			n.MessageID, taskID, n.CopyReplayID, cleanText(actor.Name))
@@ -90,12 +80,22 @@ WHERE e.message_id = $1`, n.MessageID).Scan(&replaceable)
 	if !replaceable {
 		return conflict
 	}
+	if prev != n.AfterTaskID {
+		return editedSince(n)
+	}
 	_, err = tx.Exec(ctx, `UPDATE message_edits SET task_id = $2, copy_replay_id = $3, edited_by = $4, edited_at = now() WHERE message_id = $1`,
 		n.MessageID, taskID, n.CopyReplayID, cleanText(actor.Name))
 	if err != nil {
 		return fmt.Errorf("store: record the edit of message %d: %w", n.MessageID, err)
 	}
 	return nil
+}
+
+// editedSince is the refusal of edit n whose copy's replay id was derived
+// after another edit of the message than the latest one recorded.
+func editedSince(n NewEdit) error {
+	return fmt.Errorf("message %d was edited since the copy's replay id was derived (after edit task %d): edit it again: %w",
+		n.MessageID, n.AfterTaskID, ErrConflict)
 }
 
 // editJoinSQL is a message's edit (e) with its task (t), its task's item
@@ -150,22 +150,6 @@ WHERE e.message_id = $1`, messageID).Scan(&e.TaskID, &e.CopyReplayID, &e.EditedB
 		e.Error = *detail
 	}
 	return e, true, nil
-}
-
-// EditCopyOwner returns the message whose edit gave its copy replayID as
-// its x-dlq-replay-id; ok is false when no edit's copy has it. Edits are
-// an operator's, one at a time, so message_edits stays small and is read
-// without an index on copy_replay_id.
-func (s *Store) EditCopyOwner(ctx context.Context, replayID string) (int64, bool, error) {
-	var id int64
-	err := s.pool.QueryRow(ctx, `SELECT message_id FROM message_edits WHERE copy_replay_id = $1 ORDER BY message_id LIMIT 1`, replayID).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("store: look up replay id %s among the edits: %w", replayID, err)
-	}
-	return id, true, nil
 }
 
 // MessagesWithKey returns the ids of at most limit stored messages within

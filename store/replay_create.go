@@ -75,6 +75,11 @@ type NewEdit struct {
 	Edit json.RawMessage
 	// CopyReplayID is the copy's x-dlq-replay-id.
 	CopyReplayID string
+	// AfterTaskID is the task of the message's edit this one follows (0:
+	// the first edit), as read when CopyReplayID was derived from it: an
+	// edit recorded since (a concurrent one) makes this one ErrConflict,
+	// so that no two edits' copies share an id.
+	AfterTaskID int64
 	// AuditDetail is added to the task's audit row (the diff).
 	AuditDetail map[string]any
 }
