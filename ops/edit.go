@@ -139,10 +139,8 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if edited {
 		after = prev.TaskID
 	}
-	edit.ReplayID = editCopyID(m.ID, after, m.SourceExchange, m.SourceRoutingKey, edit)
-	diff["copy_replay_id"] = edit.ReplayID
-	if !r.DryRun && r.PreviewedReplayID != "" && !strings.EqualFold(strings.TrimSpace(r.PreviewedReplayID), edit.ReplayID) {
-		return EditResult{}, fmt.Errorf("the message changed since the preview: preview again: %w", store.ErrConflict)
+	if err := stampCopyID(m, after, r, &edit, diff); err != nil {
+		return EditResult{}, err
 	}
 	var body []byte
 	if m.Body != nil {
@@ -187,6 +185,20 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	out.Task = &task
 	s.log.Info("edit-then-replay started", "message_id", id, "task_id", task.ID, "copy_replay_id", edit.ReplayID, "actor", p.Name, "via", c.Via)
 	return out, nil
+}
+
+// stampCopyID gives the copy of m its derived replay id (editCopyID),
+// in edit and its audit diff. A send given the id a preview showed is
+// refused when that is not the id now: what it would send is not what was
+// previewed. The refusal names no id, so that it tells the caller nothing
+// of other messages.
+func stampCopyID(m store.Message, after int64, r EditRequest, edit *replay.Edit, diff map[string]any) error {
+	edit.ReplayID = editCopyID(m.ID, after, m.SourceExchange, m.SourceRoutingKey, *edit)
+	diff["copy_replay_id"] = edit.ReplayID
+	if !r.DryRun && r.PreviewedReplayID != "" && !strings.EqualFold(strings.TrimSpace(r.PreviewedReplayID), edit.ReplayID) {
+		return fmt.Errorf("the message changed since the preview: preview again: %w", store.ErrConflict)
+	}
+	return nil
 }
 
 // checkEdit validates an edit of m, and returns it (without its replay
