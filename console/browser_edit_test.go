@@ -97,10 +97,12 @@ func arrivedCopies(t *testing.T, app *amqp.Connection, queue string) map[int64]s
 
 // TestBrowserEditSendsThePreviewedReplayID: the replay id the edit's
 // preview shows is the x-dlq-replay-id of the copy that arrives at the
-// queue, and the one the flash names. The id is derived by the server: a
-// preview of the same edit shows it again, another edit another one, and a
-// form whose replay_id was changed (or a send after the message changed)
-// is refused, 409, and sends nothing.
+// queue, and the one the flash names. The id is derived by the server
+// from the message and its edits so far, not from the edit's content
+// (which may hold masked values): previews of the message show the same
+// id, another message another one, and a form whose replay_id was changed
+// (or a send after the message was edited) is refused, 409, and sends
+// nothing.
 func TestBrowserEditSendsThePreviewedReplayID(t *testing.T) {
 	t.Parallel()
 	q, app := sourceQueue(t)
@@ -131,7 +133,7 @@ func TestBrowserEditSendsThePreviewedReplayID(t *testing.T) {
 	other := preview(`{"sku":"A3"}`)
 	shown := preview(`{"sku":"A2"}`)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, shown)
-	require.NotEqual(t, other, shown, "another edit, another id")
+	require.Equal(t, other, shown, "the id follows the message and its edits, not the edit's content")
 	require.Equal(t, shown, preview(`{"sku":"A2"}`), "the same edit previewed again keeps the id")
 	tb.submit(t, `[data-test="confirm"]`)
 	require.Contains(t, tb.flash(t), "copy "+shown, "the flash names the id previewed")

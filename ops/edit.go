@@ -40,10 +40,10 @@ type EditRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
 	// PreviewedReplayID is the copy's x-dlq-replay-id as a preview (a
 	// dry run) showed it. The id is never chosen by the caller: it is
-	// derived from the message, its edits so far and the edit (editCopyID).
+	// derived from the database, the message and its edits so far (editCopyID).
 	// A send given the previewed id only checks it: a send whose id
-	// differs (the message or the edit changed since the preview) is
-	// refused, so that what goes out is what was shown. The console's
+	// differs (the message was edited since the preview) is refused, so
+	// that what goes out carries the id that was shown. The console's
 	// edit form carries it; the API, the control queue and the CLI do not.
 	PreviewedReplayID string `json:"-"`
 }
@@ -139,7 +139,11 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if edited {
 		after = prev.TaskID
 	}
-	if err := stampCopyID(m, after, r, &edit, diff); err != nil {
+	origin, err := s.st.Origin(ctx)
+	if err != nil {
+		return EditResult{}, err
+	}
+	if err := stampCopyID(origin, m, after, r, &edit, diff); err != nil {
 		return EditResult{}, err
 	}
 	var body []byte
@@ -189,11 +193,11 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 
 // stampCopyID gives the copy of m its derived replay id (editCopyID),
 // in edit and its audit diff. A send given the id a preview showed is
-// refused when that is not the id now: what it would send is not what was
-// previewed. The refusal names no id, so that it tells the caller nothing
+// refused when that is not the id now: the message was edited since the
+// preview (the copy would follow another edit). The refusal names no id, so that it tells the caller nothing
 // of other messages.
-func stampCopyID(m store.Message, after int64, r EditRequest, edit *replay.Edit, diff map[string]any) error {
-	edit.ReplayID = editCopyID(m.ID, after, m.SourceExchange, m.SourceRoutingKey, *edit)
+func stampCopyID(origin string, m store.Message, after int64, r EditRequest, edit *replay.Edit, diff map[string]any) error {
+	edit.ReplayID = editCopyID(origin, m.ID, after, m.SourceExchange, m.SourceRoutingKey)
 	diff["copy_replay_id"] = edit.ReplayID
 	if !r.DryRun && r.PreviewedReplayID != "" && !strings.EqualFold(strings.TrimSpace(r.PreviewedReplayID), edit.ReplayID) {
 		return fmt.Errorf("the message changed since the preview: preview again: %w", store.ErrConflict)
