@@ -113,31 +113,13 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	if m.Encryption != nil && m.Encryption.Error != "" {
 		return EditResult{}, fmt.Errorf("message %d cannot be read, so it cannot be edited: %s: %w", id, m.Encryption.Error, store.ErrConflict)
 	}
-	// An edit that sent nothing (failed: not delivered, skipped, or its
-	// task ended first — cancelled) may be redone; the store checks again
-	// under the edit's lock.
-	prev, edited, err := s.st.GetMessageEdit(ctx, id)
+	after, err := s.editable(ctx, m)
 	if err != nil {
 		return EditResult{}, err
-	}
-	if edited && prev.State != store.EditFailed {
-		return EditResult{}, fmt.Errorf("message %d is already edited (copy %s, %s): edit the copy once it is stored: %w",
-			id, prev.CopyReplayID, prev.State, store.ErrConflict)
-	}
-	if m.Status != store.StatusPending {
-		return EditResult{}, fmt.Errorf("message %d is %s; only a pending message is edited: %w", id, m.Status, store.ErrConflict)
 	}
 	edit, diff, err := s.checkEdit(m, r)
 	if err != nil {
 		return EditResult{}, err
-	}
-	// The edit this one follows (0: none) is part of the id, so that a
-	// redo of a failed edit — whose copy may have gone out after all —
-	// never reuses its id; the store refuses the edit if another was
-	// recorded since.
-	var after int64
-	if edited {
-		after = prev.TaskID
 	}
 	origin, err := s.st.Origin(ctx)
 	if err != nil {
@@ -189,6 +171,31 @@ func (s *Service) EditReplay(ctx context.Context, c Caller, id int64, r EditRequ
 	out.Task = &task
 	s.log.Info("edit-then-replay started", "message_id", id, "task_id", task.ID, "copy_replay_id", edit.ReplayID, "actor", p.Name, "via", c.Via)
 	return out, nil
+}
+
+// editable checks that m may be edited now: pending, and not edited
+// already unless that edit sent nothing (failed: not delivered, skipped,
+// or its task ended first — cancelled), which may be redone; the store
+// checks again under the edit's lock. after is the task of the edit this
+// one follows (0: none), part of the copy's id, so that a redo of a failed
+// edit — whose copy may have gone out after all — never reuses its id;
+// the store refuses the edit if another was recorded since.
+func (s *Service) editable(ctx context.Context, m store.Message) (after int64, err error) {
+	prev, edited, err := s.st.GetMessageEdit(ctx, m.ID)
+	if err != nil {
+		return 0, err
+	}
+	if edited && prev.State != store.EditFailed {
+		return 0, fmt.Errorf("message %d is already edited (copy %s, %s): edit the copy once it is stored: %w",
+			m.ID, prev.CopyReplayID, prev.State, store.ErrConflict)
+	}
+	if m.Status != store.StatusPending {
+		return 0, fmt.Errorf("message %d is %s; only a pending message is edited: %w", m.ID, m.Status, store.ErrConflict)
+	}
+	if edited {
+		after = prev.TaskID
+	}
+	return after, nil
 }
 
 // stampCopyID gives the copy of m its derived replay id (editCopyID),
