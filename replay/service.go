@@ -488,5 +488,9 @@ func taskOf(t store.ReplayTask) Task {
 	if out.Request.Filter != nil {
 		out.Request.Filter.Scope = t.Scope
 	}
+	// An edit's task selects the one message it edits (Request.Edit).
+	if len(t.Edit) > 0 && len(out.Request.IDs) == 1 {
+		out.EditOf = out.Request.IDs[0]
+	}
 	return out
 }

@@ -140,4 +140,9 @@ type Task struct {
 	// a task that needed no approval.
 	ApprovalID int64  `json:"approval_id,omitempty"`
 	ApprovedBy string `json:"approved_by,omitempty"`
+	// EditOf is the message an edit-then-replay task publishes a corrected
+	// copy of (0: the task is no edit), read from the task's own row so a
+	// list of tasks marks its edits without a query per task. Not part of
+	// the task's JSON.
+	EditOf int64 `json:"-"`
 }
