@@ -275,3 +275,29 @@ func (s *Service) PendingForMe(ctx context.Context, c Caller) (int, error) {
 // pendingCountMax bounds the requests PendingForMe reads: requests wait
 // at most a day, and a console shows "1000" as well as more.
 const pendingCountMax = 1000
+
+// groupApprovalsMax bounds the waiting requests a group's page names: more
+// than a few for one group is already the news.
+const groupApprovalsMax = 20
+
+// PendingGroupApprovals returns the requests waiting for a decision whose
+// selection is failure group id's filter and that the caller may see
+// (as ListApprovals), newest first: a group's page names them, so a second
+// engineer does not ask for the same again. None for a caller that may not
+// list requests.
+func (s *Service) PendingGroupApprovals(ctx context.Context, c Caller, id string) ([]store.Approval, error) {
+	if Authorize(c.Principal, ActListApprovals) != nil {
+		return nil, nil
+	}
+	list, err := s.st.ListPendingApprovalsOfGroup(ctx, id, groupApprovalsMax)
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Approval{}
+	for _, a := range list {
+		if approvalVisible(c.Principal, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}

@@ -182,6 +182,22 @@ WHERE status = 'pending' AND expires_at > now() ORDER BY id DESC LIMIT $1`, limi
 	return out, nil
 }
 
+// ListPendingApprovalsOfGroup returns the requests waiting for a decision
+// (not expired) whose selection is failure group group's filter, newest
+// first, at most limit: a group's page says what already waits for it.
+func (s *Store) ListPendingApprovalsOfGroup(ctx context.Context, group string, limit int) ([]Approval, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
+WHERE status = 'pending' AND expires_at > now() AND request->'filter'->>'group' = $2 ORDER BY id DESC LIMIT $1`, limit, group)
+	if err != nil {
+		return nil, fmt.Errorf("store: list pending approvals of group %q: %w", group, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Approval, error) { return scanApproval(r) })
+	if err != nil {
+		return nil, fmt.Errorf("store: list pending approvals of group %q: %w", group, err)
+	}
+	return out, nil
+}
+
 // RejectApproval rejects a pending request. ErrConflict when it is no
 // longer pending (decided or expired).
 func (s *Store) RejectApproval(ctx context.Context, id int64, actor Actor, reason string) (Approval, error) {
