@@ -16,8 +16,11 @@ type groupData struct {
 	LastErr string
 	// R is what became of the group's replays: whether its messages died
 	// again after one, and how many.
-	R    ops.GroupReplays
-	Back string
+	R ops.GroupReplays
+	// Waiting are the requests for approval of an action on the group
+	// that wait for a decision and the viewer sees.
+	Waiting []store.Approval
+	Back    string
 }
 
 // handleGroup shows one failure group: what failed and where, its
@@ -45,6 +48,10 @@ func (c *Console) handleGroup(w http.ResponseWriter, r *http.Request) {
 			v := viewTask(*rs.Last)
 			d.Last = &v
 		}
+	}
+	if d.Waiting, err = c.cfg.Ops.PendingGroupApprovals(ctx, caller, g.ID); err != nil {
+		c.renderFailure(w, r, "list the group's requests waiting for approval", err)
+		return
 	}
 	c.render(w, r, http.StatusOK, "group", sessionFrom(ctx), groupTitle(g), d)
 }
