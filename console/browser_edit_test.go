@@ -135,6 +135,12 @@ func TestBrowserEditSendsThePreviewedReplayID(t *testing.T) {
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, shown)
 	require.Equal(t, other, shown, "the id follows the message and its edits, not the edit's content")
 	require.Equal(t, shown, preview(`{"sku":"A2"}`), "the same edit previewed again keeps the id")
+	// A change after the preview: only a new preview may send it.
+	tb.do(t, chromedp.SendKeys(chromedp.CSS(`[data-test="edit-body"]`), " "))
+	require.True(t, get(t, tb, chromedp.Evaluate[bool](`document.querySelector('[data-test="confirm"]').disabled`)),
+		"a draft changed since its preview could be sent unseen")
+	require.Len(t, tb.texts(t, `[data-test="preview-stale"]`), 1)
+	require.Equal(t, shown, preview(`{"sku":"A2"}`))
 	tb.submit(t, `[data-test="confirm"]`)
 	require.Contains(t, tb.flash(t), "copy "+shown, "the flash names the id previewed")
 	require.Equal(t, shown, arrived(ids[0]), "the copy carries the id previewed")

@@ -34,7 +34,7 @@ type Ops interface {
 	Jobs(ctx context.Context, c ops.Caller) (cron.JobsView, error)
 	Alerts(ctx context.Context, c ops.Caller) (cron.AlertsView, error)
 	ApprovalViews(ctx context.Context, c ops.Caller, limit int) ([]ops.ApprovalView, error)
-	ApprovalViewOf(ctx context.Context, c ops.Caller, id int64) (ops.ApprovalView, error)
+	ApprovalViewOf(ctx context.Context, c ops.Caller, id int64, refresh bool) (ops.ApprovalView, error)
 	ApproversOf(a store.Approval) []string
 	NoticeApproval(c ops.Caller, action string, count int64) ops.ApprovalNotice
 	PendingForMe(ctx context.Context, c ops.Caller) (int, error)

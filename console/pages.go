@@ -154,9 +154,11 @@ type messageData struct {
 	// Edited: the message has a copy out (or on its way), so it has left
 	// (or is leaving) the pending set: no replay or edit is offered.
 	Edited bool
-	// Links ties an edit's original and its stored copy to each other.
-	Links ops.EditLinks
-	Back  string
+	// Links ties an edit's original and its stored copy to each other;
+	// LinksErr says why they are not shown.
+	Links    ops.EditLinks
+	LinksErr string
+	Back     string
 }
 
 // handleMessage shows one message: body, headers with their AMQP types,
@@ -183,10 +185,11 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 		Properties: viewFields(m.Properties), Headers: viewFields(m.Headers), Failure: viewFailure(m.Failure),
 		Deaths: viewDeaths(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10),
 		Edited: m.Edited != nil && m.Edited.State != store.EditFailed}
+	// The links are a convenience: without them the page still stands,
+	// as it does without the replays.
 	links, err := c.cfg.Ops.EditLinks(r.Context(), c.caller(r), m)
 	if err != nil {
-		c.renderFailure(w, r, "read the message's edit", err)
-		return
+		_, d.LinksErr = failure(err)
 	}
 	d.Links = links
 	replays, complete, err := c.cfg.Ops.MessageReplays(r.Context(), c.caller(r), id, m.FirstFailedAt)

@@ -106,7 +106,7 @@ func (c *Console) handleApproval(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	a, err := c.cfg.Ops.ApprovalViewOf(r.Context(), c.caller(r), id)
+	a, err := c.cfg.Ops.ApprovalViewOf(r.Context(), c.caller(r), id, isRefresh(r))
 	if err != nil {
 		c.renderFailure(w, r, "read the approval request", err)
 		return

@@ -298,7 +298,7 @@ func atHTML(t time.Time) template.HTML {
 	if t.IsZero() {
 		return "–"
 	}
-	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `">` + fmtTime(t) + `</time>`)
+	return timeElement(t)
 }
 
 // relative says how long ago t was, or how soon it is, in its largest

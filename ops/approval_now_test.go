@@ -45,10 +45,19 @@ func TestApprovalListCountsSmallRequestsOnly(t *testing.T) {
 			require.False(t, v.NowUnknown, "the list says its page counts it")
 		}
 	}
-	v, err := b.ops.ApprovalViewOf(ctx, as(admin), large.ID)
+	v, err := b.ops.ApprovalViewOf(ctx, as(admin), large.ID, false)
 	require.NoError(t, err)
 	require.NotNil(t, v.Now, "its own page counts it")
 	require.EqualValues(t, 3, v.Now.Count)
+	// Its page refreshing itself every few seconds does not count it
+	// again each time; the small one's does.
+	v, err = b.ops.ApprovalViewOf(ctx, as(admin), large.ID, true)
+	require.NoError(t, err)
+	require.Nil(t, v.Now, "a large request counted again at every refresh of its page")
+	require.False(t, v.NowUnknown, "the page says loading it counts it")
+	v, err = b.ops.ApprovalViewOf(ctx, as(admin), small.ID, true)
+	require.NoError(t, err)
+	require.NotNil(t, v.Now)
 }
 
 // What approving would act on now is counted in the requester's scope: a
@@ -78,10 +87,10 @@ func TestApprovalNowOnlyWithinTheViewersScope(t *testing.T) {
 			require.EqualValues(t, 3, v.Now.Count)
 		}
 	}
-	v, err := b.ops.ApprovalViewOf(ctx, as(ordersOps), wideReq.ID)
+	v, err := b.ops.ApprovalViewOf(ctx, as(ordersOps), wideReq.ID, false)
 	require.NoError(t, err)
 	require.Nil(t, v.Now, "nor on its own page")
-	v, err = b.ops.ApprovalViewOf(ctx, as(admin), wideReq.ID)
+	v, err = b.ops.ApprovalViewOf(ctx, as(admin), wideReq.ID, false)
 	require.NoError(t, err)
 	require.NotNil(t, v.Now, "an unscoped caller covers every request")
 	require.EqualValues(t, 6, v.Now.Count)
@@ -118,7 +127,35 @@ func TestApprovalNowFailedCountLeavesTheListShown(t *testing.T) {
 			require.NotEmpty(t, v.Sample, "the rest of its view stands")
 		}
 	}
-	v, err := b.ops.ApprovalViewOf(ctx, as(admin), broken.ID)
+	v, err := b.ops.ApprovalViewOf(ctx, as(admin), broken.ID, false)
 	require.NoError(t, err)
 	require.Nil(t, v.Now)
+}
+
+// The list's budget is spent only on what it counts: a newer request the
+// caller's scope does not cover, however large, leaves its own counted.
+func TestApprovalListBudgetSpentOnlyOnWhatItCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	wide := auth.Principal{Name: ordersOps.Name, Role: auth.RoleOperator, Bodies: true}
+	b := newOps(t, admin, operator, ordersOps)
+	_, err := b.ops.Acknowledge(ctx, as(ordersOps), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
+	ownReq := pendingOf(t, err)
+	_, err = b.ops.Acknowledge(ctx, as(wide), ops.ActionRequest{Filter: &store.Filter{}, Confirm: true})
+	wideReq := pendingOf(t, err)
+	conn, err := pgx.Connect(ctx, b.dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `UPDATE approvals SET count = 19999 WHERE id = $1`, wideReq.ID)
+	require.NoError(t, err)
+
+	views, err := b.ops.ApprovalViews(ctx, as(ordersOps), 10)
+	require.NoError(t, err)
+	require.Len(t, views, 2)
+	for _, v := range views {
+		if v.ID == ownReq.ID {
+			require.NotNil(t, v.Now, "the wider request, not counted for this caller, spent the list's budget")
+			require.EqualValues(t, 3, v.Now.Count)
+		}
+	}
 }

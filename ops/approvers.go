@@ -164,7 +164,9 @@ func (s *Service) ApprovalViews(ctx context.Context, c Caller, limit int) ([]App
 	out := make([]ApprovalView, 0, len(list))
 	budget := int64(approvalNowListBudget)
 	for _, a := range list {
-		countNow := a.Status == store.ApprovalPending && a.Count <= budget
+		// Only what will be counted spends the budget: a request the
+		// caller's scope does not cover is not counted for it at all.
+		countNow := a.Status == store.ApprovalPending && a.Count <= budget && coversScope(c.Principal, a)
 		if countNow {
 			budget -= a.Count
 		}
@@ -178,13 +180,17 @@ func (s *Service) ApprovalViews(ctx context.Context, c Caller, limit int) ([]App
 }
 
 // ApprovalViewOf is one request the caller may see, as ApprovalViews
-// shows it.
-func (s *Service) ApprovalViewOf(ctx context.Context, c Caller, id int64) (ApprovalView, error) {
+// shows it, what approving would act on counted again. refresh says the
+// page is refreshing itself (every few seconds): then a request past
+// approvalNowListBudget is not counted again, as in the list, since a
+// snapshot of a million takes about a second each time; loading the page
+// counts it.
+func (s *Service) ApprovalViewOf(ctx context.Context, c Caller, id int64, refresh bool) (ApprovalView, error) {
 	a, err := s.GetApproval(ctx, c, id)
 	if err != nil {
 		return ApprovalView{}, err
 	}
-	return s.approvalView(ctx, c, a, map[string]*store.Group{}, true)
+	return s.approvalView(ctx, c, a, map[string]*store.Group{}, !refresh || a.Count <= approvalNowListBudget)
 }
 
 // ApproversOf names the configured tokens that may decide a, sorted (nil

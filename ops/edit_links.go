@@ -92,7 +92,11 @@ func editedFrom(headers []byte) int64 {
 	case uint16:
 		id = int64(v)
 	case string:
-		id, _ = strconv.ParseInt(v, 10, 64)
+		// Out of range, ParseInt answers its bound with the error: any
+		// publisher may set the header, so that is no id either.
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			id = n
+		}
 	}
 	return max(id, 0)
 }

@@ -41,6 +41,24 @@
     if (document.querySelector("form[data-draft-page]") && window.history.replaceState) {
       window.history.replaceState(null, "", window.location.href);
     }
+    // "Send this copy" sends the form as it is, and the preview below it
+    // shows the form as it was: once the draft changes, only a new
+    // preview may send it.
+    document.querySelectorAll("form[data-draft-page]").forEach(function (form) {
+      var send = form.querySelector("[data-preview-guard]");
+      if (!send) { return; }
+      var changed = function () {
+        if (send.disabled) { return; }
+        send.disabled = true;
+        var note = document.createElement("span");
+        note.className = "muted";
+        note.setAttribute("data-test", "preview-stale");
+        note.textContent = " Changed since the preview: preview again to send it.";
+        send.after(note);
+      };
+      form.addEventListener("input", changed);
+      form.addEventListener("change", changed);
+    });
     // The page size and the sort apply as soon as they are chosen.
     document.querySelectorAll("select[data-autosubmit]").forEach(function (s) {
       s.addEventListener("change", function () { s.form.requestSubmit(); });
