@@ -177,15 +177,8 @@ func TestBrowserEditSendsThePreviewedReplayID(t *testing.T) {
 func TestBrowserEditCopyLinks(t *testing.T) {
 	t.Parallel()
 	app := dlqtest.Dial(t)
-	appQueue, dlqQueue := deadLetterQueue(t, app)
 	b := setup(t, func(o *setupOpts) { o.live = true })
-	ch := dlqtest.Channel(t, app)
-	require.NoError(t, ch.PublishWithContext(context.Background(), "", appQueue, false, false,
-		amqp.Publishing{ContentType: "application/json", Body: []byte(`{"order":"A-1"}`), Headers: amqp.Table{"tenant": "t1"}}))
-	dlqtest.RejectAll(t, app, appQueue, 1)
-	b.ingestFrom(t, app, dlqQueue)
-	var original int64
-	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&original))
+	appQueue, dlqQueue, original := b.diedInItsQueue(t, app, amqp.Table{"tenant": "t1"})
 	originalPage := "/ui/messages/" + strconv.FormatInt(original, 10)
 
 	tb := newTab(t, b)

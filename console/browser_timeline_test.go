@@ -30,6 +30,22 @@ func deadLetterQueue(t *testing.T, app *amqp.Connection) (appQueue, dlqQueue str
 	return appQueue, dlqQueue
 }
 
+// diedInItsQueue publishes one JSON message with headers to a new
+// application queue (deadLetterQueue), whose consumer rejects it, and
+// stores the dead letter: the message's id, and the queues to make it die
+// again.
+func (b *bundle) diedInItsQueue(t *testing.T, app *amqp.Connection, headers amqp.Table) (appQueue, dlqQueue string, id int64) {
+	t.Helper()
+	appQueue, dlqQueue = deadLetterQueue(t, app)
+	ch := dlqtest.Channel(t, app)
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", appQueue, false, false,
+		amqp.Publishing{ContentType: "application/json", Body: []byte(`{"order":"A-1"}`), Headers: headers}))
+	dlqtest.RejectAll(t, app, appQueue, 1)
+	b.ingestFrom(t, app, dlqQueue)
+	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&id))
+	return appQueue, dlqQueue, id
+}
+
 // ingestFrom takes one delivery from dlq's stand-in queue and stores it
 // through the consumer's conversion and the store's ingest, as dlq's
 // consumer does: a replayed message comes back to its own record.
@@ -56,15 +72,8 @@ func (b *bundle) ingestFrom(t *testing.T, app *amqp.Connection, dlqQueue string)
 func TestBrowserDeathTimeline(t *testing.T) {
 	t.Parallel()
 	app := dlqtest.Dial(t)
-	appQueue, dlqQueue := deadLetterQueue(t, app)
 	b := setup(t, func(o *setupOpts) { o.live = true })
-	ch := dlqtest.Channel(t, app)
-	require.NoError(t, ch.PublishWithContext(context.Background(), "", appQueue, false, false,
-		amqp.Publishing{ContentType: "application/json", Body: []byte(`{"order":"A-1"}`), Headers: amqp.Table{"x-exception-type": "OrderError"}}))
-	dlqtest.RejectAll(t, app, appQueue, 1)
-	b.ingestFrom(t, app, dlqQueue)
-	var id int64
-	require.NoError(t, b.db.QueryRow(context.Background(), `SELECT id FROM dead_messages`).Scan(&id))
+	appQueue, dlqQueue, id := b.diedInItsQueue(t, app, amqp.Table{"x-exception-type": "OrderError"})
 	page := "/ui/messages/" + strconv.FormatInt(id, 10)
 
 	tb := newTab(t, b)

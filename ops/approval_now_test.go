@@ -26,11 +26,7 @@ func TestApprovalListCountsSmallRequestsOnly(t *testing.T) {
 	_, err = b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "billing"}, Confirm: true})
 	large := pendingOf(t, err)
 	// The large one as if its snapshot held 30,000 messages.
-	conn, err := pgx.Connect(ctx, b.dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `UPDATE approvals SET count = 30000 WHERE id = $1`, large.ID)
-	require.NoError(t, err)
+	alterApproval(t, b, large.ID, `count = 30000`)
 
 	views, err := b.ops.ApprovalViews(ctx, as(admin), 10)
 	require.NoError(t, err)
@@ -67,12 +63,8 @@ func TestApprovalListCountsSmallRequestsOnly(t *testing.T) {
 func TestApprovalNowOnlyWithinTheViewersScope(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	wide := auth.Principal{Name: ordersOps.Name, Role: auth.RoleOperator, Bodies: true}
 	b := newOps(t, admin, operator, ordersOps)
-	_, err := b.ops.Acknowledge(ctx, as(wide), ops.ActionRequest{Filter: &store.Filter{}, Confirm: true})
-	wideReq := pendingOf(t, err)
-	_, err = b.ops.Acknowledge(ctx, as(ordersOps), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
-	ownReq := pendingOf(t, err)
+	wideReq, ownReq := wideAndOwnRequests(t, b, false)
 
 	views, err := b.ops.ApprovalViews(ctx, as(ordersOps), 10)
 	require.NoError(t, err)
@@ -107,11 +99,7 @@ func TestApprovalNowFailedCountLeavesTheListShown(t *testing.T) {
 	_, err = b.ops.StartReplay(ctx, as(operator), ops.ReplayRequest{Request: replay.Request{Filter: &store.Filter{SourceQueue: "billing"}}, Confirm: true})
 	broken := pendingOf(t, err)
 	// A request the count cannot read, while its selection still reads.
-	conn, err := pgx.Connect(ctx, b.dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `UPDATE approvals SET request = request || '{"rate_per_second": "fast"}' WHERE id = $1`, broken.ID)
-	require.NoError(t, err)
+	alterApproval(t, b, broken.ID, `request = request || '{"rate_per_second": "fast"}'`)
 
 	views, err := b.ops.ApprovalViews(ctx, as(admin), 10)
 	require.NoError(t, err)
@@ -137,17 +125,9 @@ func TestApprovalNowFailedCountLeavesTheListShown(t *testing.T) {
 func TestApprovalListBudgetSpentOnlyOnWhatItCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	wide := auth.Principal{Name: ordersOps.Name, Role: auth.RoleOperator, Bodies: true}
 	b := newOps(t, admin, operator, ordersOps)
-	_, err := b.ops.Acknowledge(ctx, as(ordersOps), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
-	ownReq := pendingOf(t, err)
-	_, err = b.ops.Acknowledge(ctx, as(wide), ops.ActionRequest{Filter: &store.Filter{}, Confirm: true})
-	wideReq := pendingOf(t, err)
-	conn, err := pgx.Connect(ctx, b.dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `UPDATE approvals SET count = 19999 WHERE id = $1`, wideReq.ID)
-	require.NoError(t, err)
+	wideReq, ownReq := wideAndOwnRequests(t, b, true)
+	alterApproval(t, b, wideReq.ID, `count = 19999`)
 
 	views, err := b.ops.ApprovalViews(ctx, as(ordersOps), 10)
 	require.NoError(t, err)
@@ -158,4 +138,39 @@ func TestApprovalListBudgetSpentOnlyOnWhatItCounts(t *testing.T) {
 			require.EqualValues(t, 3, v.Now.Count)
 		}
 	}
+}
+
+// alterApproval changes approval id's row by set, for what no caller can
+// make: a snapshot's size, a request the count cannot read.
+func alterApproval(t *testing.T, b opsBundle, id int64, set string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `UPDATE approvals SET `+set+` WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
+// wideAndOwnRequests makes two acknowledge requests by ordersOps' name:
+// one with an unscoped token of that name (every queue), one with the
+// orders-scoped token itself, the scoped one first when ownFirst.
+func wideAndOwnRequests(t *testing.T, b opsBundle, ownFirst bool) (wideReq, ownReq store.Approval) {
+	t.Helper()
+	ctx := context.Background()
+	wide := auth.Principal{Name: ordersOps.Name, Role: auth.RoleOperator, Bodies: true}
+	requestWide := func() store.Approval {
+		_, err := b.ops.Acknowledge(ctx, as(wide), ops.ActionRequest{Filter: &store.Filter{}, Confirm: true})
+		return pendingOf(t, err)
+	}
+	requestOwn := func() store.Approval {
+		_, err := b.ops.Acknowledge(ctx, as(ordersOps), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
+		return pendingOf(t, err)
+	}
+	if ownFirst {
+		ownReq = requestOwn()
+		return requestWide(), ownReq
+	}
+	wideReq = requestWide()
+	return wideReq, requestOwn()
 }
