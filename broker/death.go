@@ -202,7 +202,7 @@ func parseDeaths(v any) []Death {
 			Reason:             headerString(t["reason"]),
 			Exchange:           headerString(t["exchange"]),
 			RoutingKeys:        headerStrings(t["routing-keys"]),
-			Count:              headerInt(t["count"]),
+			Count:              HeaderInt(t["count"]),
 			Time:               headerTime(t["time"]),
 			OriginalExpiration: headerString(t["original-expiration"]),
 		}
@@ -256,8 +256,9 @@ func headerStrings(v any) []string {
 	return out
 }
 
-// headerInt reads an integer of any AMQP width, or a decimal string.
-func headerInt(v any) int64 {
+// HeaderInt reads an integer of any AMQP width, or a decimal string (one
+// out of int64's range is no number): 0 when v is none of these.
+func HeaderInt(v any) int64 {
 	switch n := v.(type) {
 	case int64:
 		return n
@@ -292,7 +293,7 @@ func headerTime(v any) time.Time {
 	case time.Time:
 		t = x.UTC()
 	case int64, int32, uint32, int:
-		t = time.Unix(headerInt(x), 0).UTC()
+		t = time.Unix(HeaderInt(x), 0).UTC()
 	}
 	// Outside years 1–9999 a time cannot be written as RFC 3339 (and
 	// encoding/json refuses it): garbage, read as absent.

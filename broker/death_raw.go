@@ -60,7 +60,7 @@ func rawDeaths(t *RawTable) []Death {
 }
 
 // rawText, rawInteger and rawTimestamp read the entry key of the table
-// body s as headerString, headerInt and headerTime read its decoded value
+// body s as headerString, HeaderInt and headerTime read its decoded value
 // ("", 0, the zero time when there is none).
 func rawText(s string, entries []rawEntry, key string) string {
 	if v, ok := rawGet(s, entries, key); ok {
@@ -118,7 +118,7 @@ func rawStrings(s string, entries []rawEntry) []string {
 	return out
 }
 
-// rawInt is headerInt of the decoded value: any integer, or a decimal
+// rawInt is HeaderInt of the decoded value: any integer, or a decimal
 // string.
 func rawInt(v RawValue) int64 {
 	if n, ok := v.Int(); ok {

@@ -243,3 +243,22 @@ func TestAppendDeathsJSONMatchesEncodingJSON(t *testing.T) {
 		require.Equal(t, "x"+string(want), string(AppendDeathsJSON([]byte("x"), deaths)), "appends")
 	}
 }
+
+// HeaderInt reads the integers publishers write, of any AMQP width or as
+// a decimal string; a string out of int64's range, which any publisher may
+// send, is no number (strconv answers its bound with the error, and an
+// x-dlq-id or x-dlq-edited-from of 9223372036854775807 named no message).
+func TestHeaderInt(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want int64
+	}{
+		{int64(42), 42}, {int32(-7), -7}, {int16(3), 3}, {int8(2), 2}, {uint8(9), 9}, {uint16(65535), 65535},
+		{uint32(4294967295), 4294967295}, {"17", 17}, {" 18 ", 18}, {[]byte("19"), 19},
+		{"99999999999999999999", 0}, {"-99999999999999999999", 0}, {"12a", 0}, {1.5, 0}, {nil, 0}, {true, 0},
+	} {
+		if got := HeaderInt(c.v); got != c.want {
+			t.Errorf("HeaderInt(%#v) = %d, want %d", c.v, got, c.want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"math"
-	"strconv"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -49,7 +48,7 @@ func ReturnCount(d *amqp.Delivery) (n int, known bool) {
 		if !ok {
 			continue
 		}
-		if c := toInt64(v); c > 0 && c <= math.MaxInt32 {
+		if c := HeaderInt(v); c > 0 && c <= math.MaxInt32 {
 			n, known = max(n, int(c)), true
 		}
 	}
@@ -104,44 +103,16 @@ func ShortStr(s string) string {
 // holds (int4) is malformed too: stored, it would fail its whole batch at
 // every attempt, and no replay counts that far.
 func ReplayMarks(h amqp.Table) (id int64, replayID string, count int64) {
-	id = toInt64(h[HeaderID])
+	id = HeaderInt(h[HeaderID])
 	if id <= 0 {
 		return 0, "", 0
 	}
 	replayID, _ = h[HeaderReplayID].(string)
-	count = toInt64(h[HeaderReplayCount])
+	count = HeaderInt(h[HeaderReplayCount])
 	if count < 0 || count > math.MaxInt32 {
 		count = 0
 	}
 	return id, replayID, count
-}
-
-func toInt64(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case int32:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int8:
-		return int64(x)
-	case int:
-		return int64(x)
-	case uint8:
-		return int64(x)
-	case uint16:
-		return int64(x)
-	case uint32:
-		return int64(x)
-	case string:
-		n, _ := strconv.ParseInt(x, 10, 64)
-		return n
-	case []byte:
-		n, _ := strconv.ParseInt(string(x), 10, 64)
-		return n
-	}
-	return 0
 }
 
 // IsReturnCount reports whether k is one of the return counts a quorum

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/replay"
@@ -79,24 +78,5 @@ func editedFrom(headers []byte) int64 {
 	if err != nil {
 		return 0
 	}
-	var id int64
-	switch v := h[replay.HeaderEditedFrom].(type) {
-	case int64:
-		id = v
-	case int32:
-		id = int64(v)
-	case int16:
-		id = int64(v)
-	case uint32:
-		id = int64(v)
-	case uint16:
-		id = int64(v)
-	case string:
-		// Out of range, ParseInt answers its bound with the error: any
-		// publisher may set the header, so that is no id either.
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			id = n
-		}
-	}
-	return max(id, 0)
+	return max(broker.HeaderInt(h[replay.HeaderEditedFrom]), 0)
 }
