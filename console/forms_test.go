@@ -194,6 +194,57 @@ func TestRefusedFilterKeepsSortAndSize(t *testing.T) {
 	require.Contains(t, r.text, `name="failed_after" type="datetime-local" step="1" value="yesterday"`)
 }
 
+// TestMessagesPageTakesTheAPILimit: /ui/messages takes the API listing's
+// limit when size is absent (size, the selector's, wins), bounded as the
+// API bounds it; the page's links keep the size chosen; the API's
+// include_body and total change nothing.
+func TestMessagesPageTakesTheAPILimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.seed(t, many(120, "orders")...)
+	c := b.signIn(t, tokOp)
+	rows := func(r response) int { return strings.Count(r.text, `data-test="message-row"`) }
+	next := func(r response) string {
+		m := nextPageRe.FindStringSubmatch(r.text)
+		require.NotNil(t, m, "the page links to the next")
+		return html.UnescapeString(m[1])
+	}
+
+	r := c.get(t, "/ui/messages?source_queue=orders&limit=100")
+	require.Equal(t, http.StatusOK, r.StatusCode, flashWords(r.text))
+	require.Equal(t, 100, rows(r), "limit=100 lists 100 rows")
+	require.Contains(t, r.text, `<option value="100" selected>`)
+	r = c.get(t, next(r))
+	require.Equal(t, 20, rows(r), "the next page keeps 100 a page")
+
+	// A size the selector does not offer: kept in the links and the form.
+	r = c.get(t, "/ui/messages?source_queue=orders&limit=7")
+	require.Equal(t, 7, rows(r))
+	require.Contains(t, r.text, `<input type="hidden" name="limit" value="7">`)
+	require.Contains(t, r.text, `<option value="" selected>7</option>`)
+	n := next(r)
+	require.Contains(t, n, "limit=7")
+	r = c.get(t, n)
+	require.Equal(t, 7, rows(r), "the next page keeps 7 a page")
+	require.Contains(t, r.text, `data-test="prev-page"`)
+	require.Contains(t, html.UnescapeString(r.text), "limit=7", "the previous and first page keep 7 a page")
+
+	require.Equal(t, 50, rows(c.get(t, "/ui/messages?source_queue=orders&size=50&limit=100")), "size wins over limit")
+	require.Equal(t, 100, rows(c.get(t, "/ui/messages?source_queue=orders&size=100")), "size still works alone")
+	r = c.get(t, "/ui/messages?source_queue=orders&limit=100&include_body=true&total=true")
+	require.Equal(t, http.StatusOK, r.StatusCode, flashWords(r.text))
+	require.Equal(t, 100, rows(r), "include_body and total change nothing")
+
+	for _, bad := range []string{"0", "1001", "ten"} {
+		r = c.get(t, "/ui/messages?source_queue=orders&limit="+bad)
+		require.Equal(t, http.StatusBadRequest, r.StatusCode, "limit=%s", bad)
+		require.Contains(t, flashWords(r.text), "Page size", "limit=%s", bad)
+		require.Contains(t, flashWords(r.text), "1 to 1000", "limit=%s", bad)
+	}
+}
+
+var nextPageRe = regexp.MustCompile(`href="([^"]+)" data-test="next-page"`)
+
 // TestBulkFormMistakesReturnToTheForm: a bulk form sent with no row
 // ticked, or a delay out of range, returns to its page with what to
 // change in the form's words; the delay's input has its bounds.

@@ -32,12 +32,27 @@ type listView struct {
 }
 
 func (v listView) set(q url.Values) {
-	if v.Size != pageSizes[0] {
+	switch {
+	case v.Size == pageSizes[0]:
+	case v.Limit() != 0:
+		q.Set("limit", strconv.Itoa(v.Size))
+	default:
 		q.Set("size", strconv.Itoa(v.Size))
 	}
 	if v.Sort != "" {
 		q.Set("sort", v.Sort)
 	}
+}
+
+// Limit is the page size when the API's limit chose one the selector
+// does not offer, else 0. The form carries it in a hidden limit, and the
+// selector shows it as an option with no size, so that changing the
+// order keeps it while choosing a size replaces it.
+func (v listView) Limit() int {
+	if slices.Contains(pageSizes, v.Size) {
+		return 0
+	}
+	return v.Size
 }
 
 // messagesData is the messages page.
@@ -79,7 +94,7 @@ type messagesData struct {
 }
 
 // handleMessages lists messages a keyset page at a time: newest first, by
-// failed time or by queue, 50, 100 or 500 a page.
+// failed time or by queue, 50, 100 or 500 a page (or the API's limit).
 func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 	ctx, caller := r.Context(), c.caller(r)
 	q := r.URL.Query()
@@ -208,8 +223,11 @@ func (d *messagesData) setLinks(trail []string, cursor string, page ops.MessageP
 }
 
 // readListView reads the page size and the order; a search lists newest
-// first only. On an error, the view holds what could be read (the
-// defaults for the rest), for the form shown with the error.
+// first only. The size is the selector's size (50, 100 or 500) or, without
+// one, the API listing's limit, bounded as the API bounds it: the page
+// takes the API's query parameters. On an error, the view holds what
+// could be read (the defaults for the rest), for the form shown with the
+// error.
 func readListView(q url.Values, form filterForm) (listView, error) {
 	v := listView{Size: pageSizes[0], Sort: strings.TrimSpace(q.Get("sort"))}
 	var err error
@@ -222,6 +240,12 @@ func readListView(q url.Values, form filterForm) (listView, error) {
 		n, e := strconv.Atoi(s)
 		if e != nil || !slices.Contains(pageSizes, n) {
 			return v, &formError{field: "size", msg: "must be 50, 100 or 500"}
+		}
+		v.Size = n
+	} else if s := strings.TrimSpace(q.Get("limit")); s != "" {
+		n, e := strconv.Atoi(s)
+		if e != nil || n < 1 || n > store.ListLimitMax {
+			return v, &formError{field: "limit", msg: "must be a whole number from 1 to " + strconv.Itoa(store.ListLimitMax)}
 		}
 		v.Size = n
 	}
@@ -258,14 +282,14 @@ func writeTrail(t []string) string {
 var labels = map[string]string{
 	"status": "Status", "source_queue": "Source queue", "reason": "Reason", "category": "Category",
 	"group": "Failure group", "failed_after": "Failed after", "failed_before": "Failed before",
-	"q": "Search", "field": "JSON body field", "fields": "JSON body fields", "size": "Page size", "sort": "Sort",
+	"q": "Search", "field": "JSON body field", "fields": "JSON body fields", "size": "Page size", "limit": "Page size", "sort": "Sort",
 	"cursor": "Page", "seen": "Page",
 }
 
 // paramName finds a parameter name where an error names a field: at the
 // start of the text or after a space or "(", and before ":", ",", " (",
 // a quote, " is", " must", " lists", " or" or the end.
-var paramName = regexp.MustCompile(`(^|[\s(])(source_queue|failed_after|failed_before|status|category|group|reason|fields|field|q|size|sort|cursor|seen)(:|,| \(| "| is\b| must\b| lists\b| or\b|$)`)
+var paramName = regexp.MustCompile(`(^|[\s(])(source_queue|failed_after|failed_before|status|category|group|reason|fields|field|q|size|limit|sort|cursor|seen)(:|,| \(| "| is\b| must\b| lists\b| or\b|$)`)
 
 // labelize rewrites an error about the filter in the form's words.
 func labelize(msg string) string {
