@@ -133,7 +133,7 @@ func New(cfg Config) (*Control, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	commands := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dlq_control_commands_total",
-		Help: "Control-queue commands handled, by command and result (ok, duplicate, or the error code).",
+		Help: "Control-queue commands handled, by command (invalid when none could be read) and result (ok, duplicate, approval_pending, or the error code).",
 	}, []string{"command", "result"})
 	for _, c := range commandNames {
 		commands.WithLabelValues(c, "ok")
@@ -181,7 +181,7 @@ func (c *Control) Run(ctx context.Context) error {
 }
 
 // outcome is a command's answer, the command's name ("" if unreadable)
-// and the result label (ok, duplicate, or an error code).
+// and the result label (ok, duplicate, approval_pending, or an error code).
 type outcome struct{ answer, command, result string }
 
 // handleMessage answers one command and always returns nil: every
@@ -255,8 +255,9 @@ func tokenOf(msg *message.Message) string {
 }
 
 // Handle runs one command and returns its answer, the command's name ("" if
-// unreadable) and the result label (ok, duplicate, or an error code). A
-// repeat of a command still running waits for it (Config.CommandLease).
+// unreadable) and the result label (ok, duplicate, approval_pending, or an
+// error code). A repeat of a command still running waits for it
+// (Config.CommandLease).
 func (c *Control) Handle(ctx context.Context, body []byte, token string) (answer, command, result string) {
 	p, done := c.admit(ctx, body, token)
 	if done == nil {
