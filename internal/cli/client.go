@@ -20,8 +20,8 @@ import (
 	"github.com/dlq/dlq/internal/tlsconf"
 )
 
-// The operator commands ls, show, groups, stats, status, ack, rm, audit,
-// jobs and alerts talk to a running dlq's HTTP API: DLQ_URL (default
+// The operator commands (every one but replay, replays and cancel, which
+// use the control queue) talk to a running dlq's HTTP API: DLQ_URL (default
 // http://127.0.0.1:8080) with the bearer token DLQ_TOKEN (or
 // DLQ_ADMIN_TOKEN). They print readable tables, or the API's JSON with
 // --json, and exit with a code that says what happened (see exit.go): 0

@@ -8,11 +8,11 @@
 // may be done is decided there, never here.
 //
 //   - ls, show, groups, stats, status, ack, rm, audit, jobs, alerts,
-//     approvals, approve, reject, edit-replay, policies and policy call
-//     the HTTP API (client.go, messages.go, stats.go, audit.go, jobs.go,
-//     alerts.go, recovery.go): DLQ_URL, with the token DLQ_TOKEN or
-//     DLQ_ADMIN_TOKEN. They print readable tables, or the API's JSON with
-//     --json.
+//     approvals, approve, reject, withdraw, edit-replay, policies and
+//     policy call the HTTP API (client.go, messages.go, stats.go,
+//     audit.go, jobs.go, alerts.go, recovery.go): DLQ_URL, with the token
+//     DLQ_TOKEN or DLQ_ADMIN_TOKEN. They print readable tables, or the
+//     API's JSON with --json.
 //   - export and import stream JSON Lines to and from the HTTP API
 //     (transfer.go): an export says when it was cut and resumes, an import
 //     goes in requests of --batch lines, each all or nothing.

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// notAPIClients are the commands that do not call the HTTP API: they run
+// dlq, work on its database or send to the control queue.
+var notAPIClients = map[string]bool{"serve": true, "migrate": true, "rekey": true, "topology": true,
+	"replay": true, "replays": true, "cancel": true, "version": true}
+
+// TestDocsNameEveryCommand: README.md's command list names every command,
+// and the lists of the commands that call the HTTP API (docs/API.md's
+// and docs/CONFIGURATION.md's, of those reading DLQ_URL) name every one
+// that does.
+func TestDocsNameEveryCommand(t *testing.T) {
+	t.Parallel()
+	readme := readRepoDoc(t, "../../README.md")
+	api := paragraph(t, readRepoDoc(t, "../../docs/API.md"), "The command line (")
+	conf := paragraph(t, readRepoDoc(t, "../../docs/CONFIGURATION.md"), "The operator commands (")
+	for _, c := range commands() {
+		require.Regexp(t, `dlq `+regexp.QuoteMeta(c.name)+`\b`, readme, "README.md does not name dlq %s", c.name)
+		if notAPIClients[c.name] {
+			continue
+		}
+		require.Contains(t, api, "`"+c.name+"`", "docs/API.md's list of the API's clients lacks %s", c.name)
+		require.Contains(t, conf, "`"+c.name+"`", "docs/CONFIGURATION.md's list of the commands reading DLQ_URL lacks %s", c.name)
+	}
+}
+
+func readRepoDoc(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// paragraph is the paragraph of text that starts with start.
+func paragraph(t *testing.T, text, start string) string {
+	t.Helper()
+	i := strings.Index(text, start)
+	require.GreaterOrEqual(t, i, 0, "no paragraph starts with %q", start)
+	p, _, _ := strings.Cut(text[i:], "\n\n")
+	// The command names are backticked one by one; `dlq ls` names ls.
+	return strings.ReplaceAll(p, "`dlq ", "`")
+}
