@@ -31,7 +31,7 @@ func commands() []command {
 		{"ls", "list dead messages (filters, search, pages) through the HTTP API", cli.Ls},
 		{"show", "show one dead message with headers, death record and body", cli.Show},
 		{"groups", "list failure groups, largest first", cli.Groups},
-		{"stats", "overview: counts by status, queue, reason; oldest pending; top groups", cli.Stats},
+		{"stats", "overview: counts by status, queue, reason and category; oldest pending; top groups", cli.Stats},
 		{"status", "per source queue counts", cli.Status},
 		{"ack", "acknowledge messages by id or filter", cli.Ack},
 		{"rm", "delete messages by id or filter", cli.Rm},
@@ -55,8 +55,12 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: dlq <command> [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "commands:")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run `dlq <command> -h` for a command's flags. Configuration comes from")

@@ -49,3 +49,23 @@ func paragraph(t *testing.T, text, start string) string {
 	// The command names are backticked one by one; `dlq ls` names ls.
 	return strings.ReplaceAll(p, "`dlq ", "`")
 }
+
+// TestUsageAligned: dlq's list of commands starts every summary in one
+// column, however long the longest name.
+func TestUsageAligned(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	usage(&b)
+	col := -1
+	for _, c := range commands() {
+		i := strings.Index(b.String(), "\n  "+c.name+" ")
+		require.GreaterOrEqual(t, i, 0, "usage does not list %s", c.name)
+		line, _, _ := strings.Cut(b.String()[i+1:], "\n")
+		at := strings.Index(line, c.summary)
+		require.Positive(t, at, "usage's line of %s: %q", c.name, line)
+		if col < 0 {
+			col = at
+		}
+		require.Equal(t, col, at, "the summary of %s starts in another column: %q", c.name, line)
+	}
+}

@@ -53,7 +53,7 @@ func TestCommandsWithoutArgumentsRefuseOne(t *testing.T) {
 // TestFlagsAfterArguments: the commands that take arguments read flags
 // before and after them, as documented (`dlq policy pause orders-timeouts
 // --reason "payments outage"`, `dlq reject 8 --reason ...`), and
-// `dlq policy -h` is help (exit 0).
+// `dlq policy -h` is help (exit 0) that lists the flags.
 func TestFlagsAfterArguments(t *testing.T) {
 	t.Parallel()
 	url, _, db, ids := recoveryServer(t)
@@ -79,6 +79,13 @@ func TestFlagsAfterArguments(t *testing.T) {
 		code, _, errOut = cli(t, url, op, runPolicy, args...)
 		require.Equal(t, ExitOK, code, "dlq policy %q", args)
 		require.Contains(t, errOut, "usage: dlq policy pause", "dlq policy %q", args)
+		// Help lists the flags, not the usage line alone.
+		for _, f := range []string{"-url", "-token", "-json"} {
+			require.Contains(t, errOut, f, "dlq policy %q", args)
+		}
+		if args[0] != "resume" {
+			require.Contains(t, errOut, "-reason", "dlq policy %q", args)
+		}
 	}
 
 	id := fmt.Sprint(ids[0])

@@ -469,7 +469,13 @@ func runPolicy(args []string, env cliEnv) int {
 		fmt.Fprintln(env.stderr, "usage: dlq policy pause [--reason TEXT] NAME | dlq policy resume NAME   stop or restart an automatic replay policy (see dlq policies)")
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		// Help before a subcommand lists the subcommands' flags too: the
+		// flags are what someone asking for help is looking for.
 		usage()
+		fs, _, _ := policyFlags("pause", env)
+		fmt.Fprintln(env.stderr, "\nflags of dlq policy pause (dlq policy resume takes the same but --reason):")
+		fs.SetOutput(env.stderr)
+		fs.PrintDefaults()
 		return ExitOK
 	}
 	if len(args) == 0 || (args[0] != "pause" && args[0] != "resume") {
@@ -480,24 +486,16 @@ func runPolicy(args []string, env cliEnv) int {
 		return ExitUsage
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("dlq policy "+verb, flag.ContinueOnError)
-	var (
-		af     apiFlags
-		reason string
-	)
-	af.register(fs, env)
-	if verb == "pause" {
-		fs.StringVar(&reason, "reason", "", "why (recorded, and shown in dlq policies and the alert)")
-	}
+	fs, af, reason := policyFlags(verb, env)
 	fs.Usage = func() { usage(); fs.PrintDefaults() }
 	name, code := oneArg(fs, args[1:], env, "policy name")
 	if code >= 0 {
 		return code
 	}
-	c := newAPIClient("policy "+verb, af, env)
+	c := newAPIClient("policy "+verb, *af, env)
 	var q url.Values
-	if reason != "" {
-		q = url.Values{"reason": {reason}}
+	if *reason != "" {
+		q = url.Values{"reason": {*reason}}
 	}
 	b, err := c.call(context.Background(), "POST", "/api/v1/policies/"+url.PathEscape(name)+"/"+verb, q, nil)
 	if err != nil {
@@ -513,4 +511,19 @@ func runPolicy(args []string, env cliEnv) int {
 	}
 	fmt.Fprintf(env.stdout, "policy %s is %s\n", p.Name, policyState(p))
 	return ExitOK
+}
+
+// policyFlags are the flags of dlq policy verb (pause or resume): the API's,
+// and pause's --reason.
+func policyFlags(verb string, env cliEnv) (*flag.FlagSet, *apiFlags, *string) {
+	fs := flag.NewFlagSet("dlq policy "+verb, flag.ContinueOnError)
+	var (
+		af     apiFlags
+		reason string
+	)
+	af.register(fs, env)
+	if verb == "pause" {
+		fs.StringVar(&reason, "reason", "", "why (recorded, and shown in dlq policies and the alert)")
+	}
+	return fs, &af, &reason
 }
