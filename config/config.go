@@ -96,10 +96,11 @@ type Ingest struct {
 	// DLQ_SEARCH_TEXT.
 	TextSearch bool `yaml:"text_search"`
 	// TextIndexDuty is the share of time, in percent, the text indexer
-	// works while messages keep arriving: after a batch that took d it
-	// pauses d*(100-duty)/duty, so that it never starves ingest on a
-	// small machine. When nothing new arrives it works without pause to
-	// catch up. Env DLQ_TEXT_INDEX_DUTY.
+	// works while messages keep arriving or a replay task is running:
+	// after a batch that took d it pauses d*(100-duty)/duty, so that it
+	// never starves ingest or a replay on a small machine. When nothing
+	// new arrives and no replay runs it works without pause to catch up.
+	// Env DLQ_TEXT_INDEX_DUTY.
 	TextIndexDuty int `yaml:"text_index_duty"`
 }
 

@@ -67,7 +67,7 @@ type Config struct {
 	// Batch is the most rows per transaction. Default BatchDefault.
 	Batch int
 	// Duty is the share of time (percent, 1-100) it works while messages
-	// keep arriving. Default DutyDefault.
+	// keep arriving or a replay task is running. Default DutyDefault.
 	Duty int
 	// Poll is how often it looks for work when the queue is empty.
 	// Default PollDefault.
