@@ -103,3 +103,26 @@ func TestFlagsAfterArguments(t *testing.T) {
 	require.Equal(t, ExitUsage, code)
 	require.Contains(t, errOut, `"--json" is not a message id`)
 }
+
+// TestHelpShowsNoToken: -h prints each flag's default, and the token from
+// the environment used to be --token's, so anyone who saw an operator's
+// screen (or a pasted help text) saw the token.
+func TestHelpShowsNoToken(t *testing.T) {
+	t.Parallel()
+	const secret = "sekrit-token-of-the-environment"
+	runs := map[string]func([]string, cliEnv) int{
+		"alerts": runAlerts, "audit": runAudit, "jobs": runJobs, "ls": runLs, "show": runShow,
+		"approvals": runApprovals, "policies": runPolicies, "policy": runPolicy, "groups": runGroups,
+		"stats": runStats, "status": runStatus, "export": runExport, "import": runImport,
+		"ack":     func(a []string, e cliEnv) int { return runAction("ack", a, e) },
+		"approve": func(a []string, e cliEnv) int { return runDecide("approve", a, e) },
+	}
+	for _, name := range []string{"DLQ_TOKEN", "DLQ_ADMIN_TOKEN"} {
+		for cmd, run := range runs {
+			code, out, errOut := cliWith(t, map[string]string{name: secret}, run, "-h")
+			require.Equal(t, ExitOK, code, "dlq %s -h with %s set", cmd, name)
+			require.Contains(t, errOut, "-token", "dlq %s -h lists its flags", cmd)
+			require.NotContains(t, out+errOut, secret, "dlq %s -h with %s set", cmd, name)
+		}
+	}
+}

@@ -60,16 +60,19 @@ type apiFlags struct {
 	caFile  string
 	json    bool
 	timeout time.Duration
+	// envToken is the token from the environment, used when --token is
+	// not given. It is kept out of the flag's default, which -h prints:
+	// a help text must not show a secret to whoever looks at the screen.
+	envToken string
 	// tokenErr is a token file that could not be read; reported when a
 	// command runs, not while flags are registered.
 	tokenErr error
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet, env cliEnv) {
-	token, err := envToken(env.getenv)
-	f.tokenErr = err
+	f.envToken, f.tokenErr = envToken(env.getenv)
 	fs.StringVar(&f.url, "url", cmp.Or(env.getenv("DLQ_URL"), DLQURLDefault), "dlq API base URL (env DLQ_URL)")
-	fs.StringVar(&f.token, "token", token, "bearer token (env DLQ_TOKEN or DLQ_TOKEN_FILE, else DLQ_ADMIN_TOKEN or DLQ_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&f.token, "token", "", "bearer token (env DLQ_TOKEN or DLQ_TOKEN_FILE, else DLQ_ADMIN_TOKEN or DLQ_ADMIN_TOKEN_FILE)")
 	fs.StringVar(&f.caFile, "ca-file", env.getenv("DLQ_CA_FILE"), "PEM file of the CA that signed an https:// API's certificate (env DLQ_CA_FILE)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the API")
@@ -124,6 +127,9 @@ func newStreamClient(name string, f apiFlags, env cliEnv, headerTimeout time.Dur
 // environment and, with --ca-file (DLQ_CA_FILE), that CA. A CA file that
 // cannot be used is an error of the command line: going on with the
 // system's CAs would end in a certificate error that hides the cause.
+// bearer is the token the command sends: --token, else the environment's.
+func (f apiFlags) bearer() string { return cmp.Or(f.token, f.envToken) }
+
 func (f apiFlags) transport() (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if f.caFile == "" {
@@ -210,7 +216,7 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 // request is a request to the API at u with the command's token: every
 // API command's requests are made here.
 func (c *apiClient) request(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {
-	if c.flags.tokenErr != nil && c.flags.token == "" {
+	if c.flags.tokenErr != nil && c.flags.bearer() == "" {
 		return nil, c.flags.tokenErr
 	}
 	if c.caErr != nil {
@@ -220,8 +226,8 @@ func (c *apiClient) request(ctx context.Context, method, u string, body io.Reade
 	if err != nil {
 		return nil, &usageError{fmt.Errorf("bad DLQ_URL %q: %w", c.flags.url, err)}
 	}
-	if c.flags.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.flags.token)
+	if token := c.flags.bearer(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	return req, nil
 }
@@ -239,7 +245,7 @@ func (c *apiClient) fail(err error) int {
 	}
 	switch {
 	case e.status == http.StatusUnauthorized:
-		if c.flags.token == "" {
+		if c.flags.bearer() == "" {
 			fmt.Fprintf(c.env.stderr, "dlq %s: set DLQ_TOKEN to a token of this dlq\n", c.name)
 		}
 		return ExitDenied
