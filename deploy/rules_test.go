@@ -221,3 +221,37 @@ func TestDeployAssets(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "promtool test rules:\n%s", out)
 }
+
+// docAlertOn finds the docs' advice "Alert on `<expression>`".
+var docAlertOn = regexp.MustCompile("(?i)alert on\\s+`([^`]+)`")
+
+// TestDocumentedAlertsAreRules: an expression the docs tell operators to
+// alert on is a rule of prometheus/alerts.yml, and the doc that gives the
+// advice names that rule, so following it and loading alerts.yml are one
+// thing, not two to keep in step.
+func TestDocumentedAlertsAreRules(t *testing.T) {
+	t.Parallel()
+	var rf ruleFile
+	decodeYAML(t, "deploy/prometheus/alerts.yml", &rf)
+	byExpr := map[string]string{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			byExpr[strings.Join(strings.Fields(r.Expr), " ")] = r.Alert
+		}
+	}
+	docs, err := filepath.Glob(repoPath("docs/*.md"))
+	require.NoError(t, err)
+	advised := 0
+	for _, doc := range docs {
+		text, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		for _, m := range docAlertOn.FindAllStringSubmatch(string(text), -1) {
+			advised++
+			expr := strings.Join(strings.Fields(m[1]), " ")
+			rule, ok := byExpr[expr]
+			require.True(t, ok, "%s advises alerting on %s, which no rule of deploy/prometheus/alerts.yml does", filepath.Base(doc), expr)
+			require.True(t, strings.Contains(string(text), "`"+rule+"`"), "%s advises alerting on %s without naming its rule %s", filepath.Base(doc), expr, rule)
+		}
+	}
+	require.Positive(t, advised, "the scan found no advice in docs/*.md")
+}

@@ -211,5 +211,5 @@ func TestPrometheusRulesLinkTheRunbook(t *testing.T) {
 			}
 		}
 	}
-	require.GreaterOrEqual(t, n, 13)
+	require.GreaterOrEqual(t, n, 14)
 }
