@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -132,10 +133,22 @@ func TestBrowserGroupReplayProgressCancel(t *testing.T) {
 	require.Contains(t, tb.flash(t), "cancel")
 	tb.eventually(t, 10*time.Second, `document.querySelector('[data-test="replay-status"]').textContent.trim() === "cancelled"`, "the task is cancelled")
 
-	time.Sleep(time.Second) // what was in flight settles; nothing more is published
+	// The status reads cancelled at once; the runner lets the task go only
+	// once the publishes in flight have their outcomes. From then on it
+	// sends nothing, and what it counted as published is in the queue.
+	path := get(t, tb, chromedp.Evaluate[string](`location.pathname`))
+	id, err := strconv.ParseInt(strings.TrimPrefix(path, "/ui/replays/"), 10, 64)
+	require.NoError(t, err, "the replay's page is %s", path)
+	var task store.ReplayTask
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		task, err = b.st.GetReplayTask(context.Background(), id)
+		require.NoError(t, err)
+		return task.RunnerOwner == ""
+	}, "the runner of cancelled task %d never let it go", id)
 	n := len(arrivedIDs(t, app, q))
 	require.Positive(t, n)
 	require.Less(t, n, 30, "cancelled before the end")
+	require.EqualValues(t, task.Published, n, "what arrived is what the task counts as published (%+v)", task)
 	tb.quiet(t)
 }
 
