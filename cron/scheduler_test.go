@@ -501,9 +501,14 @@ func TestFencedWriteBlocksTakeover(t *testing.T) {
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ctx := ctxT(t)
-	a, ok, err := st.BeginJobRun(ctx, "j", "A", time.Unix(1, 0), 50*time.Millisecond)
+	a, ok, err := st.BeginJobRun(ctx, "j", "A", time.Unix(1, 0), time.Minute)
 	require.NoError(t, err)
 	require.True(t, ok)
+	// A's lease has run out (backdated rather than waited for, and before
+	// the fence: the fence's share lock would hold this update back), so
+	// only the fence can keep B out.
+	_, err = db.Exec(ctx, `UPDATE job_leases SET expires_at = now() - interval '1 second' WHERE job = 'j'`)
+	require.NoError(t, err)
 	conn, err := db.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
@@ -511,7 +516,6 @@ func TestFencedWriteBlocksTakeover(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `SELECT 1 FROM job_leases WHERE job = 'j' AND token = $1 FOR SHARE`, a.Lease.Token)
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // let the lease expire while the fence is held
 	began := time.Now()
 	_, ok, err = st.BeginJobRun(ctx, "j", "B", time.Unix(2, 0), time.Minute)
 	require.NoError(t, err)
