@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlq/dlq/alerts"
 	"github.com/dlq/dlq/cron"
 )
 
@@ -46,7 +48,18 @@ func runAlerts(args []string, env cliEnv) int {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
-	w := env.stdout
+	printEvaluation(env.stdout, v)
+	fmt.Fprintln(env.stdout)
+	printAlertStates(env.stdout, v.Alerts)
+	fmt.Fprintln(env.stdout, "\nrules:")
+	printAlertRules(env.stdout, v.Rules)
+	return ExitOK
+}
+
+// printEvaluation says when alerts were last evaluated, and, when that is
+// too long ago (stale), that the states that follow are only the last
+// known.
+func printEvaluation(w io.Writer, v cron.AlertsView) {
 	switch {
 	case v.EvaluatedAt == nil:
 		fmt.Fprintf(w, "not evaluated yet (schedule %s)\n", v.Schedule)
@@ -65,52 +78,65 @@ func runAlerts(args []string, env cliEnv) int {
 	default:
 		fmt.Fprintf(w, "evaluated %s (schedule %s)\n", v.EvaluatedAt.Local().Format(time.RFC3339), v.Schedule)
 	}
-	fmt.Fprintln(w)
-	if len(v.Alerts) == 0 {
+}
+
+// printAlertStates prints the alerts pending, firing or just resolved,
+// one row each.
+func printAlertStates(w io.Writer, as []alerts.AlertView) {
+	if len(as) == 0 {
 		fmt.Fprintln(w, "no alert is pending, firing or just resolved")
-	} else {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RULE\tQUEUE\tSTATE\tSINCE\tSEVERITY\tVALUE\tTHRESHOLD")
-		for _, a := range v.Alerts {
-			queue := a.SourceQueue
-			if queue == "" {
-				queue = "-"
-			}
-			state := string(a.State)
-			if a.LastState != "" {
-				state += " (was " + string(a.LastState) + ")"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, state, a.Since.Local().Format("2006-01-02 15:04:05"),
-				a.Severity, number(a.Value), number(a.Threshold))
-		}
-		tw.Flush()
+		return
 	}
-	fmt.Fprintln(w, "\nrules:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tQUEUE\tSTATE\tSINCE\tSEVERITY\tVALUE\tTHRESHOLD")
+	for _, a := range as {
+		queue := a.SourceQueue
+		if queue == "" {
+			queue = "-"
+		}
+		state := string(a.State)
+		if a.LastState != "" {
+			state += " (was " + string(a.LastState) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, state, a.Since.Local().Format("2006-01-02 15:04:05"),
+			a.Severity, number(a.Value), number(a.Threshold))
+	}
+	tw.Flush()
+}
+
+// printAlertRules prints the rules, one row each, with their per-queue
+// overrides.
+func printAlertRules(w io.Writer, rules []alerts.RuleView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tKIND\tTHRESHOLD\tFOR\tSEVERITY\tQUEUE OVERRIDES")
-	for _, r := range v.Rules {
+	for _, r := range rules {
 		threshold := number(r.Threshold)
 		if r.Disabled {
 			threshold = "disabled"
 		}
-		overrides := "-"
-		for i, q := range slices.Sorted(maps.Keys(r.Overrides)) {
-			o := r.Overrides[q]
-			if i == 0 {
-				overrides = ""
-			} else {
-				overrides += ", "
-			}
-			if o.Disabled {
-				overrides += q + " disabled"
-			} else {
-				overrides += q + " " + number(o.Threshold) + " for " + seconds(o.ForSeconds)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, threshold, seconds(r.ForSeconds), r.Severity, overrides)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, threshold, seconds(r.ForSeconds), r.Severity, overridesCell(r))
 	}
 	tw.Flush()
-	return ExitOK
+}
+
+// overridesCell lists a rule's per-queue overrides in queue order
+// ("audit disabled, orders 1000 for 5m0s"), "-" without any.
+func overridesCell(r alerts.RuleView) string {
+	overrides := "-"
+	for i, q := range slices.Sorted(maps.Keys(r.Overrides)) {
+		o := r.Overrides[q]
+		if i == 0 {
+			overrides = ""
+		} else {
+			overrides += ", "
+		}
+		if o.Disabled {
+			overrides += q + " disabled"
+		} else {
+			overrides += q + " " + number(o.Threshold) + " for " + seconds(o.ForSeconds)
+		}
+	}
+	return overrides
 }
 
 // number formats a rule's value or threshold without trailing zeros.
