@@ -187,14 +187,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if corr == "" {
 		return fmt.Errorf("%w %s", ErrNoCorrelation, p.cfg.CorrelationHeader)
 	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	if err := p.takeSlot(ctx); err != nil {
+		return err
 	}
-	p.mu.Lock()
-	p.active++
-	p.mu.Unlock()
 	sent := false
 	defer func() {
 		if !sent {
@@ -207,42 +202,76 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if err := p.waitUnblocked(ctx); err != nil {
 		return err
 	}
-	var pc *pubChannel
+	pb := &publish{exchange: exchange, corr: corr, done: done}
+	pc, died, err := p.register(ctx, pb)
+	if err != nil {
+		return err
+	}
+	sent = true
+	if died != "" {
+		// Died between opening and now: it never left.
+		p.deliver(pb, Result{Outcome: Unsent, Reason: "not sent: " + died})
+		return nil
+	}
+	p.send(pc, pb, key, msg)
+	return nil
+}
+
+// takeSlot waits for room in the window (or for ctx to end), and counts
+// the publish as active: from then on it must end in finished, once.
+func (p *Publisher) takeSlot(ctx context.Context) error {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	p.mu.Lock()
+	p.active++
+	p.mu.Unlock()
+	return nil
+}
+
+// register puts pb on the live channel under the delivery tag its send
+// will take, and stamps its sentAt. It is registered before it is sent:
+// its confirm cannot come earlier, and the watcher then always finds it.
+// When the channel died before pb could be sent, register leaves pb off
+// it and returns why (died); pb never left. p.pubMu must be held.
+func (p *Publisher) register(ctx context.Context, pb *publish) (pc *pubChannel, died string, err error) {
 	for {
-		var err error
 		if pc, err = p.channel(ctx); err != nil {
-			return err
+			return nil, "", err
 		}
 		p.mu.Lock()
 		if !pc.retired {
 			break
 		}
 		p.mu.Unlock() // retired since channel() looked: take another
-
 	}
-	pb := &publish{exchange: exchange, corr: corr, done: done, sentAt: time.Now()}
+	pb.sentAt = time.Now()
 	if pc.dead {
-		why := cmp.Or(pc.cause, "channel closed before the message was sent")
+		died = cmp.Or(pc.cause, "channel closed before the message was sent")
 		p.mu.Unlock()
-		// Died between opening and now: it never left.
-		sent = true
-		p.deliver(pb, Result{Outcome: Unsent, Reason: "not sent: " + why})
-		return nil
+		return pc, died, nil
 	}
-	if _, dup := pc.byCorr[corr]; dup {
+	if _, dup := pc.byCorr[pb.corr]; dup {
 		p.mu.Unlock()
-		return fmt.Errorf("broker: publish: %s %q is already in flight", p.cfg.CorrelationHeader, corr)
+		return nil, "", fmt.Errorf("broker: publish: %s %q is already in flight", p.cfg.CorrelationHeader, pb.corr)
 	}
-	// Registered before it is sent: its confirm cannot come earlier, and the
-	// watcher then always finds it.
 	pc.nextTag++
 	pb.tag = pc.nextTag
 	pc.pending[pb.tag] = pb
-	pc.byCorr[corr] = pb
+	pc.byCorr[pb.corr] = pb
 	p.mu.Unlock()
+	return pc, "", nil
+}
 
-	sent = true
-	dc, err := pc.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
+// send hands msg, registered as pb on pc, to the broker. A send that
+// fails ends pb at once (unless the watcher ended it first, as the
+// channel died): Unsent when the channel was closed under it, Unknown
+// when the write may have reached the broker. p.pubMu must still be held
+// from register: the library gives delivery tags in send order.
+func (p *Publisher) send(pc *pubChannel, pb *publish, key string, msg amqp.Publishing) {
+	dc, err := pc.ch.PublishWithDeferredConfirm(pb.exchange, key, true, false, msg)
 	if err != nil {
 		p.mu.Lock()
 		// A failed send is taken back by the library: the next publish
@@ -250,7 +279,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		pc.nextTag--
 		_, still := pc.pending[pb.tag]
 		delete(pc.pending, pb.tag)
-		delete(pc.byCorr, corr)
+		delete(pc.byCorr, pb.corr)
 		p.mu.Unlock()
 		if still {
 			res := Result{Outcome: Unsent, Reason: "not sent: " + p.closedReason(pc, err)}
@@ -261,7 +290,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 			}
 			p.deliver(pb, res)
 		}
-		return nil
+		return
 	}
 	if dc != nil && dc.DeliveryTag != pb.tag {
 		// Cannot happen while this publisher is the channel's only user; if
@@ -270,7 +299,6 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		p.log.Error("delivery tags out of step; closing the channel", "expected", pb.tag, "got", dc.DeliveryTag)
 		_ = pc.ch.Close()
 	}
-	return nil
 }
 
 // closedReason says why a send failed: for a channel that was closed
