@@ -143,9 +143,10 @@ func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
 			break
 		}
 		if ctx.Err() != nil {
-			r.log.Error("giving up recording outcomes; the claims will be taken back after their lease as unknown",
+			r.log.Error("giving up recording outcomes; their claims keep their marks, and are taken back after their lease as maybe published",
 				"messages", len(outs), "error", err)
-			break
+			r.gaveUp(finished)
+			return
 		}
 		r.log.Warn("cannot record replay outcomes; retrying", "messages", len(outs), "error", err, "retry_in", backoff)
 		select {
@@ -167,6 +168,21 @@ func (r *taskRun) settle(ctx context.Context, outs []store.ReplayOutcome) {
 	}
 	r.unsettled -= len(outs)
 	r.changed.Broadcast()
+	r.mu.Unlock()
+}
+
+// gaveUp ends a settlement that could not be recorded. Its claims stay
+// open: their rows are still replaying, and their write-ahead marks must
+// stay, so that recovery, once their lease runs out, takes the marked rows
+// as maybe published (unknown, or sent again within the task's retries).
+// Counted as ended, the claims would lose their marks (dropMarks), and
+// recovery would return published messages to the task as never sent: it
+// would publish them again as first attempts, a duplicate counted nowhere,
+// even with on_unknown hold. The claims whose marks this settlement was to
+// drop (finished) had every outcome recorded earlier: they are still done.
+func (r *taskRun) gaveUp(finished []string) {
+	r.mu.Lock()
+	r.doneTokens = append(r.doneTokens, finished...)
 	r.mu.Unlock()
 }
 

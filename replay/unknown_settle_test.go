@@ -1,0 +1,66 @@
+package replay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// The outcomes of published messages cannot be recorded (a trigger in
+// the test's schema refuses every update of the task's items) until the
+// shutdown timeout, and the runner gives up on them. Their claim keeps its
+// write-ahead mark, so that recovery takes the rows as maybe published:
+// with on_unknown hold, unknown, and never sent again. Had the mark gone,
+// recovery would have handed them back as never published, and the task
+// would have sent every one of them a second time, counted nowhere.
+func TestReplaySettlementGivenUpKeepsMarks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) {
+		o.noConsumer, o.noService, o.onUnknown = true, true, replay.OnUnknownHold
+		o.lease, o.shutdownTimeout = 2*time.Second, time.Second
+	})
+	ctx := context.Background()
+	q := b.targetQueue(t)
+	const n = 5
+	ids := b.seed(t, q, n)
+	task, err := b.svc.Start(ctx, replay.Request{IDs: ids}, operator)
+	require.NoError(t, err)
+	_, err = b.db.Exec(ctx, `
+CREATE FUNCTION refuse_settlement() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'test: settlement refused'; END $$;
+CREATE TRIGGER refuse_settlement BEFORE UPDATE ON replay_task_items FOR EACH ROW EXECUTE FUNCTION refuse_settlement()`)
+	require.NoError(t, err)
+
+	stop := b.run(t, b.svc)
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		return dlqtest.QueueDepth(t, b.app, q) == n && inFlight(t, b.reg) == 0
+	}, "the messages were not published and confirmed")
+	stop() // the outcomes still cannot be recorded: the drain gives up after its timeout
+	require.Equal(t, n, b.count(t, "status = 'replaying'"), "the rows stay claimed")
+	require.Equal(t, 1, b.tableCount(t, "replay_claims"), "the claim keeps its write-ahead mark")
+
+	_, err = b.db.Exec(ctx, `DROP TRIGGER refuse_settlement ON replay_task_items`)
+	require.NoError(t, err)
+	b.svc = b.newService(t, setupOpts{lease: 2 * time.Second, batchSize: 100, onUnknown: replay.OnUnknownHold}, prometheus.NewRegistry())
+	b.run(t, b.svc)
+	final := b.waitTask(t, task.ID, 30*time.Second, replay.StatusCompleted)
+	t.Logf("%+v", final)
+	require.Equal(t, int64(n), final.Unknown, "taken back after the lease as maybe published")
+	require.Zero(t, final.Published+final.Failed+final.Republished+final.Remaining)
+	require.Equal(t, n, b.count(t, "status = 'pending' AND last_replay_error = $1", store.UnknownOutcomeLeaseExpired))
+
+	copies := byID(t, b.consume(t, q, dlqtest.QueueDepth(t, b.app, q), 20*time.Second))
+	require.Len(t, copies, n)
+	for id, cs := range copies {
+		require.Len(t, cs, 1, "message %d: with on_unknown hold at most one copy arrives", id)
+	}
+	require.Zero(t, b.tableCount(t, "replay_claims"), "recovery drops the spent mark")
+	b.requireSummaryExact(t)
+}
