@@ -174,5 +174,7 @@
 // stops within one publish. The lease renewal notices a cancel too, if a
 // notification was lost. Claimed messages not yet published go back to
 // pending, unsettled; confirms in flight are still recorded; what waited to
-// be sent again after an unknown outcome is settled as unknown.
+// be sent again after an unknown outcome is settled as unknown, also when
+// the cancel reached a runner already stopping (a shutdown, a lost lease),
+// whose publishes then in flight were to be sent again.
 package replay

@@ -178,7 +178,7 @@ func (r *taskRun) drain(dctx context.Context, pub *broker.Publisher, stopBackgro
 // the task completed, let go, or handed back to be resumed.
 func (r *taskRun) finish(final, parent context.Context, workErr error) {
 	s := r.s
-	if errors.Is(workErr, errCancelled) || errors.Is(workErr, errCanaryFailed) {
+	if workErr != nil && r.stoppedForGood(final, workErr) {
 		// Every outcome is in: what waited to be sent again never will be.
 		s.settleStoppedRetries(final, r.task.ID)
 	}
@@ -216,6 +216,21 @@ func (r *taskRun) finish(final, parent context.Context, workErr error) {
 			r.log.Warn("cannot hand the task back; it will be resumed after its lease", "error", err)
 		}
 	}
+}
+
+// stoppedForGood reports whether the task this run stopped (workErr) has
+// finished: no runner takes it again. A cancel or a failed canary says so;
+// so does the task's status when the run stopped for another reason first
+// (a shutdown, a lost lease) and the cancel came while it drained: its
+// publishes then ending unknown were to be sent again (sendAgain sees only
+// the run's first cause), and nobody else would settle them. A task
+// handed back to be resumed is not finished.
+func (r *taskRun) stoppedForGood(ctx context.Context, workErr error) bool {
+	if errors.Is(workErr, errCancelled) || errors.Is(workErr, errCanaryFailed) {
+		return true
+	}
+	t, err := r.s.st.GetReplayTask(ctx, r.task.ID)
+	return err == nil && store.TaskFinished(t.Status)
 }
 
 func (r *taskRun) update(u store.ReplayTaskUpdate, from ...string) (store.ReplayTask, error) {

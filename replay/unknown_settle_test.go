@@ -6,12 +6,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
+
+// waitingItems counts a task's items that wait to be sent again.
+func (b *bundle) waitingItems(t *testing.T, taskID int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow(context.Background(),
+		`SELECT count(*) FROM replay_task_items WHERE task_id = $1 AND outcome IS NULL AND unknown_count > 0`, taskID).Scan(&n))
+	return n
+}
 
 // The outcomes of published messages cannot be recorded (a trigger in
 // the test's schema refuses every update of the task's items) until the
@@ -62,5 +72,49 @@ CREATE TRIGGER refuse_settlement BEFORE UPDATE ON replay_task_items FOR EACH ROW
 		require.Len(t, cs, 1, "message %d: with on_unknown hold at most one copy arrives", id)
 	}
 	require.Zero(t, b.tableCount(t, "replay_claims"), "recovery drops the spent mark")
+	b.requireSummaryExact(t)
+}
+
+// A cancel that arrives while the task's runner is already stopping (dlq
+// shuts down): the publishes in flight end unknown after the cancel (at
+// the drain's timeout), as to be sent again, since the run stopped for the
+// shutdown first; and no runner takes a cancelled task again. The runner
+// settles them as unknown itself once their outcomes are in, as it does
+// when the cancel reaches it first.
+func TestReplayCancelWhileStoppingSettlesRetries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.noService, o.shutdownTimeout = true, true, 2*time.Second })
+	q, _ := b.suspendedQueue(t)
+	const n = 5
+	ids := b.seed(t, q, n)
+	ctx := context.Background()
+
+	runCtx, shutdown := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, b.svc.Run(runCtx))
+	}()
+	t.Cleanup(func() { shutdown(); <-done })
+	task, err := b.svc.Start(ctx, replay.Request{IDs: ids}, operator)
+	require.NoError(t, err)
+	dlqtest.Eventually(t, 20*time.Second, func() bool { return inFlight(t, b.reg) == n }, "the publishes are not awaiting their confirms")
+
+	shutdown() // the run's context ends here; its drain waits for the confirms
+	cancelled, err := b.svc.Cancel(ctx, task.ID, operator, nil)
+	require.NoError(t, err)
+	require.Equal(t, replay.StatusCancelled, cancelled.Status)
+	require.Equal(t, int64(n), cancelled.Remaining, "still in flight when the cancel came")
+	<-done // the drain's timeout ends the publishes, without their confirms
+
+	final, err := b.svc.Get(ctx, task.ID)
+	require.NoError(t, err)
+	t.Logf("%+v", final)
+	require.Equal(t, replay.StatusCancelled, final.Status)
+	require.Equal(t, int64(n), final.Unknown, "what waited to be sent again is unknown")
+	require.Zero(t, final.Remaining)
+	require.Zero(t, final.Published+final.Failed)
+	require.Zero(t, b.waitingItems(t, task.ID))
+	require.Equal(t, n, b.count(t, "status = 'pending' AND last_replay_error LIKE 'outcome unknown:%'"))
 	b.requireSummaryExact(t)
 }
