@@ -104,12 +104,12 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 		}
 		exchange, key := target(r.task, *m)
 		if ok, why := r.exchangeOK(ctx, exchange); !ok {
-			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why, Attempt: m.Unknowns}, resultFailed)
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: why, Attempt: m.Unknowns, NotSent: true}, resultFailed)
 			continue
 		}
 		rid, msg, err := r.publishing(m)
 		if err != nil {
-			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error(), Attempt: m.Unknowns}, resultFailed)
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error(), Attempt: m.Unknowns, NotSent: true}, resultFailed)
 			continue
 		}
 		if err := r.waitBacklog(ctx); err != nil {
@@ -122,7 +122,7 @@ func (r *taskRun) publishBatch(ctx context.Context, b *claimBatch, ahead *markAh
 				r.release(b, b.msgs[i:])
 				return
 			}
-			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error(), Attempt: m.Unknowns}, resultFailed)
+			r.record(b, store.ReplayOutcome{ID: m.ID, Token: b.token, Result: store.OutcomeFailed, Error: err.Error(), Attempt: m.Unknowns, NotSent: true}, resultFailed)
 			continue
 		}
 		r.s.metrics.inFlight.Inc()

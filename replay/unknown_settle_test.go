@@ -118,3 +118,45 @@ func TestReplayCancelWhileStoppingSettlesRetries(t *testing.T) {
 	require.Equal(t, n, b.count(t, "status = 'pending' AND last_replay_error LIKE 'outcome unknown:%'"))
 	b.requireSummaryExact(t)
 }
+
+// A message to be sent again after an unknown outcome whose copy is
+// refused before it is published (here its exchange is missing) fails,
+// and is not counted in republished: that copy was never sent. The task
+// and the metric agree.
+func TestReplayRepublishedCountsOnlyCopiesSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.noService = true, true })
+	ctx := context.Background()
+	ids := b.seed(t, dlqtest.Name(t, "src"), 1)
+	task, err := b.svc.Start(ctx, replay.Request{IDs: ids, Target: &replay.Target{Exchange: dlqtest.Name(t, "gone"), RoutingKey: "k"}}, operator)
+	require.NoError(t, err)
+
+	// A runner that claimed and marked the message, and died: recovery
+	// takes it back as maybe published, to be sent again.
+	const holder = "a runner that died"
+	_, ok, err := b.st.AcquireReplayTask(ctx, holder, time.Minute, nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	claim, err := b.st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: holder, Lease: 100 * time.Millisecond,
+		IDs: ids, MaxReplays: 5, MarkFirst: 1})
+	require.NoError(t, err)
+	require.Len(t, claim.Messages, 1)
+	var retried int64
+	dlqtest.Eventually(t, 10*time.Second, func() bool {
+		got, err := b.st.RecoverExpiredReplayClaims(ctx, 100)
+		require.NoError(t, err)
+		retried += got.Retried
+		return retried == 1
+	}, "the claim was not taken back")
+	require.NoError(t, b.st.ReleaseReplayTask(ctx, task.ID, holder))
+	require.Equal(t, 1, b.waitingItems(t, task.ID))
+
+	b.run(t, b.svc)
+	final := b.waitTask(t, task.ID, 30*time.Second, replay.StatusCompleted)
+	t.Logf("%+v", final)
+	require.Equal(t, int64(1), final.Failed, "its exchange is missing")
+	require.Zero(t, final.Republished, "the copy was never sent")
+	require.Zero(t, replaysTotal(t, b.reg, "republished"))
+	require.Equal(t, 1, b.count(t, "status = 'pending' AND last_replay_error LIKE 'exchange % does not exist'"))
+	b.requireSummaryExact(t)
+}

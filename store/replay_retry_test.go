@@ -311,3 +311,33 @@ func TestReplayItemsAfterWaitsToSendAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ids[1:], next(2*time.Second), "two: 4 s")
 }
+
+// A copy to be sent again that was refused before it was published
+// (NotSent: its exchange missing, say) fails the item, and is not counted
+// as republished: nothing was sent again.
+func TestReplaySettleNotSentIsNotRepublished(t *testing.T) {
+	t.Parallel()
+	st, db, ids := seededStore(t, 1)
+	ctx := context.Background()
+	task := retryTask(t, st, db, "orders", 3)
+	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok", IDs: ids})
+	require.Len(t, res.Messages, 1)
+	_, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "tok", Result: store.OutcomeRetry,
+		Error: "outcome unknown: lost", CopyReplayCount: 1}}, false)
+	require.NoError(t, err)
+
+	res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok2", IDs: ids})
+	require.Len(t, res.Messages, 1)
+	require.Equal(t, 1, res.Messages[0].Unknowns)
+	s, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[0], Token: "tok2", Result: store.OutcomeFailed,
+		Error: `exchange "x" does not exist`, Attempt: 1, NotSent: true}}, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.Failed)
+	require.Zero(t, s.Republished, "never sent")
+	after, err := st.GetReplayTask(ctx, task.ID)
+	require.NoError(t, err)
+	require.Zero(t, after.Republished)
+	require.Equal(t, int64(1), after.Failed)
+	requireTaskAddsUp(t, st, db, task.ID, "failed once")
+	requireCountersConsistent(t, db)
+}

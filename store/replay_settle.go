@@ -33,8 +33,14 @@ type ReplayOutcome struct {
 	// (ClaimedMessage.Unknowns): the outcome is recorded for the item only
 	// while it still is, so a holder whose claim was taken back (and the
 	// message made ready to be sent again) cannot settle it. Above 0, the
-	// publish was sent again after an unknown outcome (republished).
+	// publish was sent again after an unknown outcome (republished),
+	// unless NotSent.
 	Attempt int
+	// NotSent, on a failed outcome, says that the message was refused
+	// before it was published (its exchange missing, a sealed message that
+	// cannot be opened, a publish error): a copy never sent is not
+	// republished, whatever its Attempt.
+	NotSent bool
 	// CopyReplayCount, on a retry outcome, is the x-dlq-replay-count the
 	// publish carried; a copy that comes back dead raises the row's
 	// replay_count to it, and the message is then not sent again.
@@ -121,6 +127,7 @@ type settleArgs struct {
 	itemDetails  []*string
 	itemAttempts []int32
 	itemCopies   []int64
+	itemSent     []bool
 }
 
 // settleArgsOf builds the arguments of settling outs (sorted by id), and
@@ -157,6 +164,7 @@ func settleArgsOf(taskID int64, outs []ReplayOutcome) (settleArgs, error) {
 			a.itemDetails = append(a.itemDetails, detail)
 			a.itemAttempts = append(a.itemAttempts, int32(max(o.Attempt, 0)))
 			a.itemCopies = append(a.itemCopies, o.CopyReplayCount)
+			a.itemSent = append(a.itemSent, !o.NotSent)
 		}
 	}
 	return a, nil
@@ -190,7 +198,7 @@ func settleRows(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, res 
 // takes out of the claimed count.
 func settleItems(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, canary bool, res *SettleResult) error {
 	err := tx.QueryRow(ctx, settleItemsSQL, taskID, nonNilIDs(a.itemIDs), nonNilStrings(a.itemKinds), a.itemDetails, res.Marked, canary,
-		nonNilInt32s(a.itemAttempts), nonNilIDs(a.itemCopies)).
+		nonNilInt32s(a.itemAttempts), nonNilIDs(a.itemCopies), nonNilBools(a.itemSent)).
 		Scan(&res.Published, &res.Failed, &res.Unknown, &res.Retried, &res.Republished)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("store: count outcomes of replay task %d: %w", taskID, err)
@@ -200,9 +208,10 @@ func settleItems(ctx context.Context, tx pgx.Tx, taskID int64, a settleArgs, can
 
 // settleItemsSQL records outcomes on the items of task $1 ($2 message ids,
 // $3 outcomes, $4 details, $7 the unknown counts the claims read, $8 the
-// copies' replay counts) and adds them to the task's counters, $5 the rows
-// the settlement moved out of replaying and $6 whether the published ids join the canary set. It
-// returns the counts it added.
+// copies' replay counts, $9 whether each was sent) and adds them to the
+// task's counters, $5 the rows the settlement moved out of replaying and
+// $6 whether the published ids join the canary set. It returns the counts
+// it added.
 const settleItemsSQL = `
 WITH s AS (
     -- message_id = ANY bounds the rows the planner expects to a batch's
@@ -217,16 +226,17 @@ WITH s AS (
                       ELSE o.detail END,
         unknown_count = CASE WHEN o.kind = 'retry' THEN o.attempt + 1 ELSE i.unknown_count END,
         copy_replay_count = CASE WHEN o.kind = 'retry' THEN o.copy ELSE i.copy_replay_count END
-    FROM unnest($2::bigint[], $3::text[], $4::text[], $7::int[], $8::bigint[]) AS o(id, kind, detail, attempt, copy)
+    FROM unnest($2::bigint[], $3::text[], $4::text[], $7::int[], $8::bigint[], $9::boolean[]) AS o(id, kind, detail, attempt, copy, sent)
     WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.message_id = o.id AND i.outcome IS NULL
       AND coalesce(i.unknown_count, 0) = o.attempt
-    RETURNING i.message_id, o.kind, o.attempt
+    RETURNING i.message_id, o.kind, o.attempt, o.sent
 ), c AS (
     SELECT count(*) FILTER (WHERE kind = 'published') AS p,
            count(*) FILTER (WHERE kind = 'failed') AS f,
            count(*) FILTER (WHERE kind = 'unknown') AS u,
            count(*) FILTER (WHERE kind = 'retry') AS r,
-           count(*) FILTER (WHERE attempt > 0) AS rp,
+           -- A copy refused before it was published was not sent again.
+           count(*) FILTER (WHERE attempt > 0 AND sent) AS rp,
            coalesce(array_agg(message_id) FILTER (WHERE kind = 'published'), '{}') AS pub
     FROM s
 )
@@ -309,4 +319,11 @@ func settleMoves(rows pgx.Rows) ([]StatusMove, int64, error) {
 		released += n
 	}
 	return out, released, rows.Err()
+}
+
+func nonNilBools(s []bool) []bool {
+	if s == nil {
+		return []bool{}
+	}
+	return s
 }
