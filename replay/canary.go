@@ -60,6 +60,13 @@ func (r *taskRun) work(ctx context.Context) error {
 // canary try each one, and the task complete without ever stopping. They
 // are counted from the task's items, so that a runner resuming the canary
 // of one that stopped goes on from where it stopped.
+//
+// A canary message that waits to be sent again (an unknown outcome or a
+// nack, on_unknown retry) is sent again, and no other message with it,
+// before the canary is judged: it is unknown, or failed, only once the
+// task sent it as often as it may, as any message of the task. Judged
+// while it waited, one confirm timeout failed the canary at once, the
+// message settled unknown with none of its retries spent.
 func (r *taskRun) publishCanary(ctx context.Context, t store.ReplayTask) (_ store.ReplayTask, done bool, err error) {
 	if t.CanaryStartedAt == nil {
 		if t, err = r.update(store.ReplayTaskUpdate{StartCanary: true}, store.TaskRunning); err != nil {
@@ -74,14 +81,22 @@ func (r *taskRun) publishCanary(ctx context.Context, t store.ReplayTask) (_ stor
 		}
 		left := int64(t.CanaryCount) - tried.Tried()
 		if left <= 0 {
-			break
+			if tried.Waiting == 0 {
+				break
+			}
+			if err := r.sendWaitingAgain(ctx); err != nil {
+				return t, false, err
+			}
+			// Count again: the copies' outcomes are in, and a message
+			// skipped meanwhile (no longer pending) leaves room for another.
+			continue
 		}
 		n, err := r.publishPhase(ctx, left)
 		if err != nil {
 			return t, false, err
 		}
 		if n == 0 {
-			break // nothing left to try
+			break // nothing left to try: nothing waits to be sent again either
 		}
 	}
 	r.canary.Store(false)
@@ -92,8 +107,6 @@ func (r *taskRun) publishCanary(ctx context.Context, t store.ReplayTask) (_ stor
 		return t, true, nil // nothing could be tried, and nothing is left
 	}
 	if lost := tried.Failed + tried.Unknown; lost > 0 {
-		// What waits to be sent again after an unknown outcome is settled
-		// as unknown once the run stops: it is not among the rest.
 		rest := max(t.Requested-t.Skipped-tried.Tried(), 0)
 		why := fmt.Sprintf("canary: %d of the first %d messages could not be published (%d failed, %d unknown); the other %d messages were not touched",
 			lost, tried.Tried(), tried.Failed, tried.Unknown, rest)

@@ -38,19 +38,24 @@ func (r *taskRun) claimSize() int {
 // When a pass over the task's items reaches the end it starts again from
 // the beginning for the items it passed over (held by another claim at the
 // time); when a whole pass finds nothing to do it waits for what is in
-// flight, and stops once no item is left unsettled.
+// flight, and stops once no item is left unsettled (with sel.retries: once
+// none waits to be sent again).
 //
 // An unthrottled task claims three batches at once: a claim costs about
 // as long as publishing a batch, and on a busy database claims vary so
 // much that with two the publisher still waited for one (a quarter of a
 // run, measured). Throttled tasks and canaries claim one at a time, which
 // keeps their counts exact.
-func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch) (int64, error) {
+func (r *taskRun) feed(ctx context.Context, sel selection, out chan<- *claimBatch) (int64, error) {
 	parallel := 1
-	if limit < 0 && r.limiter == nil {
+	if sel.limit < 0 && !sel.retries && r.limiter == nil {
 		parallel = claimers
 	}
-	f := &feeder{r: r, out: out, sem: make(chan struct{}, parallel)}
+	f := &feeder{r: r, out: out, sem: make(chan struct{}, parallel), retries: sel.retries}
+	next := r.s.st.ReplayItemsAfter
+	if sel.retries {
+		next = r.s.st.ReplayRetriesAfter
+	}
 	var cursor int64
 	backoff := 100 * time.Millisecond
 	for {
@@ -62,12 +67,12 @@ func (r *taskRun) feed(ctx context.Context, limit int64, out chan<- *claimBatch)
 		case <-ctx.Done():
 			return f.done(context.Cause(ctx))
 		}
-		n, ok := f.batchSize(limit)
+		n, ok := f.batchSize(sel.limit)
 		if !ok {
 			<-f.sem
 			return f.done(nil)
 		}
-		ids, more, err := r.s.st.ReplayItemsAfter(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes, retryDelay)
+		ids, more, err := next(ctx, r.task.ID, cursor, n, r.s.cfg.BatchBytes, retryDelay)
 		if err != nil {
 			<-f.sem
 			if ctx.Err() != nil {
@@ -103,6 +108,7 @@ type feeder struct {
 	r        *taskRun
 	out      chan<- *claimBatch
 	sem      chan struct{}
+	retries  bool // only the items that wait to be sent again (selection)
 	wg       sync.WaitGroup
 	mu       sync.Mutex // guards progress and total
 	progress bool
@@ -173,7 +179,7 @@ func (f *feeder) endOfPass(ctx context.Context) (finished bool, err error) {
 		// Skipped like those the claim skips, and counted alike.
 		r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(n))
 	}
-	left, inFlight, err := r.s.st.ReplayItemsLeft(ctx, r.task.ID)
+	left, inFlight, err := f.left(ctx)
 	if err != nil {
 		r.log.Warn("cannot count what is left", "error", err)
 	} else if left == 0 {
@@ -185,6 +191,17 @@ func (f *feeder) endOfPass(ctx context.Context) (finished bool, err error) {
 		return false, err
 	}
 	return false, nil
+}
+
+// left counts the items the feed has yet to see settled (inFlight: being
+// replayed now; not known for retries): every unsettled item, or those
+// that wait to be sent again.
+func (f *feeder) left(ctx context.Context) (left, inFlight int64, err error) {
+	if !f.retries {
+		return f.r.s.st.ReplayItemsLeft(ctx, f.r.task.ID)
+	}
+	a, err := f.r.s.st.ReplayAttempts(ctx, f.r.task.ID)
+	return a.Waiting, 0, err
 }
 
 // claim claims the given items and hands the batch to the publisher loop.

@@ -148,7 +148,9 @@
 // whatever becomes of them (counted from the task's items, so a runner
 // that resumes the canary goes on from where it stopped). If any of them
 // could not be published (failed, or its outcome unknown) the task ends
-// as canary_failed at once. Otherwise it records them
+// as canary_failed at once; a canary message waiting to be sent again is
+// sent again first (and no other message meanwhile), and judged by its
+// last copy. Otherwise it records them
 // (canary_ids, and each one's x-dlq-replay-id on its item), waits
 // WaitSeconds (status canary_wait, persisted, so a restart resumes the
 // wait), and then looks whether any of them came back: a row whose last

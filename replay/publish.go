@@ -12,17 +12,40 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+// selection is what a publishing phase claims: up to limit messages
+// (limit < 0: until every item of the task is settled), or, with
+// retries, only the items that wait to be sent again after an unknown
+// outcome or a nack, until none does.
+type selection struct {
+	limit   int64
+	retries bool
+}
+
 // publishPhase claims and publishes until limit messages were claimed
 // (limit < 0: until every item of the task is settled), and returns once
 // all it claimed is settled. It returns how many it claimed.
 func (r *taskRun) publishPhase(ctx context.Context, limit int64) (int64, error) {
+	return r.publishItems(ctx, selection{limit: limit})
+}
+
+// sendWaitingAgain publishes again the items that wait to be sent again,
+// until none does: each ends published, failed, or unknown once the task
+// sent it again as often as it may.
+func (r *taskRun) sendWaitingAgain(ctx context.Context) error {
+	_, err := r.publishItems(ctx, selection{limit: -1, retries: true})
+	return err
+}
+
+// publishItems claims and publishes what sel selects, and returns once
+// all it claimed is settled. It returns how many it claimed.
+func (r *taskRun) publishItems(ctx context.Context, sel selection) (int64, error) {
 	batches := make(chan *claimBatch)
 	var claimed int64
 	feedErr := make(chan error, 1)
 	go func() {
 		defer close(batches)
 		var err error
-		claimed, err = r.feed(ctx, limit, batches)
+		claimed, err = r.feed(ctx, sel, batches)
 		feedErr <- err
 	}()
 	// The next batch is taken, and its second stretch marked, while the

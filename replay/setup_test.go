@@ -61,6 +61,8 @@ type setupOpts struct {
 	channelMax int
 	// logger is the replay service's; nil takes slog.Default().
 	logger *slog.Logger
+	// unknownRetries is replay.unknown_retries; 0 takes the default.
+	unknownRetries int
 	// shutdownTimeout bounds the drain when the service stops; 0 takes 10s.
 	shutdownTimeout time.Duration
 }
@@ -124,7 +126,7 @@ func (b *bundle) newService(t *testing.T, o setupOpts, reg prometheus.Registerer
 		Store: b.st, Conn: b.conn, Lease: o.lease, BatchSize: o.batchSize, PollInterval: 50 * time.Millisecond,
 		MaxReplays: o.maxReplays, Window: o.window, MaxTaskMessages: o.maxMessages,
 		ShutdownTimeout: cmp.Or(o.shutdownTimeout, 10*time.Second), Registerer: reg, KeepUserID: o.keepUserID, ProgressRetention: o.retention,
-		ConfirmTimeout: o.confirmTimeout, OnUnknown: o.onUnknown, Logger: o.logger,
+		ConfirmTimeout: o.confirmTimeout, OnUnknown: o.onUnknown, UnknownRetries: o.unknownRetries, Logger: o.logger,
 	})
 	require.NoError(t, err)
 	return svc

@@ -119,6 +119,36 @@ func TestReplayCancelWhileStoppingSettlesRetries(t *testing.T) {
 	b.requireSummaryExact(t)
 }
 
+// With on_unknown retry, a canary message whose confirm times out is sent
+// again like any other message of the task, before the canary is judged:
+// the queue runs again, a copy is confirmed, and the canary passes. It
+// used to fail at once, the message settled unknown with none of its
+// retries spent. The task may send it again often: resuming the queue
+// (rabbitmqctl) can take longer than the first few copies' timeouts.
+func TestReplayCanarySendsUnknownAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) {
+		o.noConsumer, o.confirmTimeout, o.unknownRetries = true, time.Second, replay.MaxUnknownRetries
+	})
+	q, resume := b.suspendedQueue(t)
+	const n = 3
+	ids := b.seed(t, q, n)
+	ctx := context.Background()
+	task, err := b.svc.Start(ctx, replay.Request{IDs: ids, Canary: &replay.Canary{Count: 1, WaitSeconds: 1}}, operator)
+	require.NoError(t, err)
+	dlqtest.Eventually(t, 20*time.Second, func() bool { return b.waitingItems(t, task.ID) > 0 },
+		"the canary's publish did not end unknown")
+	resume()
+	final := b.waitTask(t, task.ID, 60*time.Second, replay.StatusCompleted, replay.StatusCanaryFailed)
+	t.Logf("%+v", final)
+	require.Equal(t, replay.StatusCompleted, final.Status, final.Error)
+	require.Equal(t, int64(n), final.Published)
+	require.Zero(t, final.Unknown+final.Failed+final.Remaining)
+	require.GreaterOrEqual(t, final.Republished, int64(1))
+	require.Len(t, final.CanaryIDs, 1)
+	b.requireSummaryExact(t)
+}
+
 // A message to be sent again after an unknown outcome whose copy is
 // refused before it is published (here its exchange is missing) fails,
 // and is not counted in republished: that copy was never sent. The task

@@ -45,6 +45,17 @@ const lockReplayTasksSQL = `SELECT id FROM replay_tasks WHERE id = ANY($1) ORDER
 // 2^(k-1) (at most 32 ×) after that outcome before it is sent again
 // (0: not at all).
 func (s *Store) ReplayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64, retryAfter time.Duration) (ids []int64, more bool, err error) {
+	return s.replayItemsAfter(ctx, taskID, after, limit, maxBytes, retryAfter, false)
+}
+
+// ReplayRetriesAfter is ReplayItemsAfter for only the items that wait to
+// be sent again after an unknown outcome or a nack: a canary sends its own
+// messages again, and no other, before it judges them.
+func (s *Store) ReplayRetriesAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64, retryAfter time.Duration) (ids []int64, more bool, err error) {
+	return s.replayItemsAfter(ctx, taskID, after, limit, maxBytes, retryAfter, true)
+}
+
+func (s *Store) replayItemsAfter(ctx context.Context, taskID, after int64, limit int, maxBytes int64, retryAfter time.Duration, retriesOnly bool) (ids []int64, more bool, err error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT i.message_id, m.body_size
 FROM replay_task_items i
@@ -52,7 +63,8 @@ CROSS JOIN LATERAL (SELECT d.body_size, d.status, d.last_replay_at FROM dead_mes
 WHERE i.task_id = $1 AND i.outcome IS NULL AND i.message_id > $2 AND m.status <> 'replaying'
   AND (i.unknown_count IS NULL OR $4 = 0 OR m.last_replay_at IS NULL
        OR m.last_replay_at <= now() - $4 * interval '1 millisecond' * (1 << least(i.unknown_count - 1, 5)))
-ORDER BY i.message_id LIMIT $3`, taskID, after, limit, retryAfter.Milliseconds())
+  AND (NOT $5::boolean OR i.unknown_count > 0)
+ORDER BY i.message_id LIMIT $3`, taskID, after, limit, retryAfter.Milliseconds(), retriesOnly)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: next items of replay task %d: %w", taskID, err)
 	}

@@ -337,17 +337,18 @@ WHERE i.task_id = $1 AND i.outcome IS NULL`, taskID).Scan(&left, &inFlight)
 }
 
 // ReplayAttempts counts the items of a task it tried to publish, by what
-// became of them: published, failed, and unknown (settled so, or waiting
-// to be sent again after an unknown outcome). Skipped items were never
-// tried, and items never claimed are not counted. A canary reads it: the
-// canary is the first phase of its task, so every item tried so far is
-// one of its messages, whichever runner tried it.
+// became of them: published, failed, unknown (settled so), and waiting to
+// be sent again after an unknown outcome or a nack (not settled yet).
+// Skipped items were never tried, and items never claimed are not
+// counted. A canary reads it: the canary is the first phase of its task,
+// so every item tried so far is one of its messages, whichever runner
+// tried it.
 type ReplayAttempts struct {
-	Published, Failed, Unknown int64
+	Published, Failed, Unknown, Waiting int64
 }
 
 // Tried is how many items were tried.
-func (a ReplayAttempts) Tried() int64 { return a.Published + a.Failed + a.Unknown }
+func (a ReplayAttempts) Tried() int64 { return a.Published + a.Failed + a.Unknown + a.Waiting }
 
 // ReplayAttempts counts a task's items tried so far (ReplayAttempts). It
 // reads every item of the task, as ReplayItemsLeft does.
@@ -356,8 +357,9 @@ func (s *Store) ReplayAttempts(ctx context.Context, taskID int64) (ReplayAttempt
 	err := s.pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE outcome = 'published'),
        count(*) FILTER (WHERE outcome = 'failed'),
-       count(*) FILTER (WHERE outcome = 'unknown' OR (outcome IS NULL AND unknown_count > 0))
-FROM replay_task_items WHERE task_id = $1`, taskID).Scan(&a.Published, &a.Failed, &a.Unknown)
+       count(*) FILTER (WHERE outcome = 'unknown'),
+       count(*) FILTER (WHERE outcome IS NULL AND unknown_count > 0)
+FROM replay_task_items WHERE task_id = $1`, taskID).Scan(&a.Published, &a.Failed, &a.Unknown, &a.Waiting)
 	if err != nil {
 		return ReplayAttempts{}, fmt.Errorf("store: count the tried items of replay task %d: %w", taskID, err)
 	}

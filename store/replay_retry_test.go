@@ -312,6 +312,45 @@ func TestReplayItemsAfterWaitsToSendAgain(t *testing.T) {
 	require.Equal(t, ids[1:], next(2*time.Second), "two: 4 s")
 }
 
+// Only the items that wait to be sent again, for a canary's messages:
+// ReplayRetriesAfter passes the others over, and ReplayAttempts counts
+// them apart from those settled unknown.
+func TestReplayRetriesAfterOnlyWaiting(t *testing.T) {
+	t.Parallel()
+	st, db, ids := seededStore(t, 3)
+	ctx := context.Background()
+	task := retryTask(t, st, db, "orders", 3)
+	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok", IDs: ids[1:2]})
+	require.Len(t, res.Messages, 1)
+	_, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[1], Token: "tok", Result: store.OutcomeRetry,
+		Error: "outcome unknown: lost", CopyReplayCount: 1}}, false)
+	require.NoError(t, err)
+
+	got, more, err := st.ReplayRetriesAfter(ctx, task.ID, 0, 10, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, ids[1:2], got)
+	require.False(t, more)
+	got, _, err = st.ReplayRetriesAfter(ctx, task.ID, 0, 10, 0, time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, got, "it waits after its unknown outcome, as for ReplayItemsAfter")
+	a, err := st.ReplayAttempts(ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.ReplayAttempts{Waiting: 1}, a)
+	require.Equal(t, int64(1), a.Tried())
+
+	res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok2", IDs: ids[1:2]})
+	require.Len(t, res.Messages, 1)
+	_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[1], Token: "tok2", Result: store.OutcomeUnknown,
+		Error: "outcome unknown: lost", Attempt: 1}}, false)
+	require.NoError(t, err)
+	a, err = st.ReplayAttempts(ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.ReplayAttempts{Unknown: 1}, a)
+	got, _, err = st.ReplayRetriesAfter(ctx, task.ID, 0, 10, 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
 // A copy to be sent again that was refused before it was published
 // (NotSent: its exchange missing, say) fails the item, and is not counted
 // as republished: nothing was sent again.
