@@ -24,7 +24,7 @@ func TestCopyExport(t *testing.T) {
 
 	t.Run("finished", func(t *testing.T) {
 		var out bytes.Buffer
-		n, last, done, err := copyExport(&out, strings.NewReader(m1+"\n"+m2+"\n"+end+"\n"))
+		n, last, done, err := copyExport(&out, strings.NewReader(m1+"\n"+m2+"\n"+end+"\n"), nil)
 		require.NoError(t, err)
 		require.True(t, done)
 		require.Equal(t, int64(2), n)
@@ -34,7 +34,7 @@ func TestCopyExport(t *testing.T) {
 
 	t.Run("the end line without its newline still ends it", func(t *testing.T) {
 		var out bytes.Buffer
-		_, _, done, err := copyExport(&out, strings.NewReader(m1+"\n"+end))
+		_, _, done, err := copyExport(&out, strings.NewReader(m1+"\n"+end), nil)
 		require.True(t, done)
 		require.ErrorIs(t, err, io.EOF)
 		require.Equal(t, m1+"\n"+end+"\n", out.String())
@@ -42,7 +42,7 @@ func TestCopyExport(t *testing.T) {
 
 	t.Run("cut in the middle of a line", func(t *testing.T) {
 		var out bytes.Buffer
-		n, last, done, err := copyExport(&out, strings.NewReader(m1+"\n"+m2[:10]))
+		n, last, done, err := copyExport(&out, strings.NewReader(m1+"\n"+m2[:10]), nil)
 		require.False(t, done)
 		require.ErrorIs(t, err, io.EOF)
 		require.Equal(t, int64(1), n)
@@ -52,7 +52,7 @@ func TestCopyExport(t *testing.T) {
 
 	t.Run("a line that is no export's stops the copy", func(t *testing.T) {
 		var out bytes.Buffer
-		n, _, done, err := copyExport(&out, strings.NewReader(m1+"\n<html>502 Bad Gateway</html>\n"+m2+"\n"))
+		n, _, done, err := copyExport(&out, strings.NewReader(m1+"\n<html>502 Bad Gateway</html>\n"+m2+"\n"), nil)
 		require.NoError(t, err)
 		require.False(t, done)
 		require.Equal(t, int64(1), n)
@@ -63,7 +63,7 @@ func TestCopyExport(t *testing.T) {
 		f, err := os.Create(filepath.Join(t.TempDir(), "export.ndjson"))
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
-		_, _, done, err := copyExport(f, strings.NewReader(m1+"\n"+end+"\n"))
+		_, _, done, err := copyExport(f, strings.NewReader(m1+"\n"+end+"\n"), nil)
 		require.False(t, done)
 		var werr *exportWriteError
 		require.True(t, errors.As(err, &werr), "%v", err)

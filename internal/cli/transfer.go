@@ -2,8 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -22,10 +20,29 @@ import (
 )
 
 // Export runs `dlq export`: every message a filter selects, as JSON Lines.
-func Export(args []string) int { return runExport(args, osEnv()) }
+// Ctrl-C (or SIGTERM) ends it as a cut export, which --resume continues.
+func Export(args []string) int {
+	ctx, stop := interruptContext()
+	defer stop()
+	return runExportCtx(ctx, args, osEnv())
+}
 
-// Import runs `dlq import`: an export's lines into this dlq.
-func Import(args []string) int { return runImport(args, osEnv()) }
+// Import runs `dlq import`: an export's lines into this dlq. Ctrl-C (or
+// SIGTERM) ends it saying what was stored and how to go on.
+func Import(args []string) int {
+	ctx, stop := interruptContext()
+	defer stop()
+	return runImportCtx(ctx, args, osEnv())
+}
+
+// interruptContext is done at the first Ctrl-C or SIGTERM, so that the
+// command ends saying where it got to; a second one ends it at once, as
+// the signal's default does.
+func interruptContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signalContext()
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
+}
 
 // transferTimeout is how long export and import wait for an answer to
 // begin, unless --timeout says otherwise: an import answers once its
@@ -52,6 +69,16 @@ func timeoutFlag(fs *flag.FlagSet, given time.Duration, def time.Duration) time.
 // a word. So the command prints the times it measured, and --resume of a
 // file that holds messages refuses a duration ago, asking for the time.
 func runExport(args []string, env cliEnv) int {
+	return runExportCtx(context.Background(), args, env)
+}
+
+// runExportCtx is runExport, ended as a cut export when ctx is done.
+//
+// --output is written to a temporary file beside it, which replaces it
+// once the export ended or was cut after messages came (a cut file is what
+// --resume continues): a refusal, an unreachable dlq or a cut before the
+// first message leaves the file as it was. --resume appends to the file.
+func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 	fs := flag.NewFlagSet("dlq export", flag.ContinueOnError)
 	var (
 		af             apiFlags
@@ -86,14 +113,13 @@ func runExport(args []string, env cliEnv) int {
 	given, measured := relativeTimes(&ff, q)
 	c := newStreamClient("export", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
 
-	out := env.stdout
+	target := &exportTarget{w: env.stdout}
 	if output != "" {
-		f, after, code := openExportFile(c, output, resume, given, measured)
+		t, after, code := openExportFile(c, output, resume, given, measured)
 		if code >= 0 {
 			return code
 		}
-		defer f.Close()
-		out = f
+		target = t
 		if after > 0 {
 			cursor = strconv.FormatInt(after, 10)
 		}
@@ -102,15 +128,38 @@ func runExport(args []string, env cliEnv) int {
 		q.Set("cursor", cursor)
 	}
 
-	resp, err := c.stream(context.Background(), "GET", "/api/v1/messages/export?"+q.Encode(), nil, nil)
+	resp, err := c.stream(ctx, "GET", "/api/v1/messages/export?"+q.Encode(), nil, nil)
 	if err != nil {
-		return c.fail(err)
+		target.discard()
+		if ctx.Err() != nil {
+			fmt.Fprintln(env.stderr, "dlq export: interrupted before the export began"+target.untouched())
+			return ExitFailure
+		}
+		code := c.fail(err)
+		if s := target.untouched(); s != "" {
+			fmt.Fprintln(env.stderr, "dlq export:"+s)
+		}
+		return code
 	}
 	defer resp.Body.Close()
-	n, last, done, err := copyExport(out, resp.Body)
+	n, last, done, err := copyExport(target.w, resp.Body, newTransferProgress(env.stderr, "export", "exported"))
 	var werr *exportWriteError
 	if errors.As(err, &werr) {
+		target.discard()
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", werr.err)
+		if s := target.untouched(); s != "" {
+			fmt.Fprintln(env.stderr, "dlq export:"+s)
+		}
+		return ExitFailure
+	}
+	if !done && n == 0 && target.tmp {
+		target.discard()
+		fmt.Fprintf(env.stderr, "dlq export: the export was cut before its first message: %v\n"+
+			"dlq export:%s; run the same command again\n", cutCause(ctx, err), target.untouched())
+		return ExitUnavailable
+	}
+	if err := target.keep(); err != nil {
+		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return ExitFailure
 	}
 	if !done {
@@ -122,27 +171,90 @@ func runExport(args []string, env cliEnv) int {
 			how += fmt.Sprintf(" and %s (the times this export measured; %s would be measured again)",
 				strings.Join(measured, " "), strings.Join(given, " "))
 		}
-		fmt.Fprintf(env.stderr, "dlq export: the export was cut after %d messages (last id %d): %v\n"+
-			"dlq export: run the same command with %s for the rest\n", n, last, cmpErr(err), how)
+		fmt.Fprintf(env.stderr, "dlq export: the export was cut after %s messages%s (last id %d): %v\n"+
+			"dlq export: run the same command with %s for the rest\n", thousands(n), target.inFile(n), last, cutCause(ctx, err), how)
 		return ExitUnavailable
 	}
-	fmt.Fprintf(env.stderr, "exported %s messages\n", thousands(n))
+	fmt.Fprintf(env.stderr, "exported %s messages%s\n", thousands(n), target.inFile(n))
 	return ExitOK
 }
 
-// openExportFile opens --output: anew, or, with resume, after its last
-// complete line, returning the id to continue after (0: from the start).
-// given and measured are the time flags given as durations ago and the
-// times they were measured as (relativeTimes). A code of 0 or more ends
-// the command with it.
-func openExportFile(c *apiClient, output string, resume bool, given, measured []string) (*os.File, int64, int) {
+// cutCause says what cut an export: the interrupt, or the stream's error.
+func cutCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	return cmpErr(err)
+}
+
+// exportTarget is where an export's lines go: stdout, or --output.
+type exportTarget struct {
+	w    io.Writer
+	file *os.File // nil: stdout
+	// path is --output; with tmp, file is a temporary file beside it that
+	// keep renames over it.
+	path string
+	tmp  bool
+	// before is how many messages the file held before (--resume).
+	before int64
+}
+
+// keep closes the file, moving a temporary one over --output.
+func (t *exportTarget) keep() error {
+	if t.file == nil {
+		return nil
+	}
+	if err := t.file.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", t.file.Name(), err)
+	}
+	if !t.tmp {
+		return nil
+	}
+	if err := os.Rename(t.file.Name(), t.path); err != nil {
+		os.Remove(t.file.Name())
+		return fmt.Errorf("replace %s with the new export: %w", t.path, err)
+	}
+	return nil
+}
+
+// discard closes the file, removing a temporary one: --output stays as it
+// was.
+func (t *exportTarget) discard() {
+	if t.file == nil {
+		return
+	}
+	t.file.Close()
+	if t.tmp {
+		os.Remove(t.file.Name())
+	}
+}
+
+// untouched says, for a failure that discarded the new export, that an
+// --output file there already was left as it was ("" for stdout).
+func (t *exportTarget) untouched() string {
+	if !t.tmp {
+		return ""
+	}
+	return fmt.Sprintf(" %s is left as it was", t.path)
+}
+
+// inFile adds, after a resumed export's count, how many the file holds.
+func (t *exportTarget) inFile(n int64) string {
+	if t.before == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%s in the file)", thousands(t.before+n))
+}
+
+// openExportFile opens --output: a temporary file beside it, or, with
+// resume, the file itself after its last complete line, returning the id
+// to continue after (0: from the start). given and measured are the time
+// flags given as durations ago and the times they were measured as
+// (relativeTimes). A code of 0 or more ends the command with it.
+func openExportFile(c *apiClient, output string, resume bool, given, measured []string) (*exportTarget, int64, int) {
 	env := c.env
-	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-	var after int64
 	if resume {
-		var complete bool
-		var err error
-		after, complete, err = prepareResume(output, func(int64) error {
+		rp, err := prepareResume(output, func(int64) error {
 			if len(given) == 0 {
 				return nil
 			}
@@ -156,23 +268,60 @@ func openExportFile(c *apiClient, output string, resume bool, given, measured []
 		if err != nil {
 			return nil, 0, c.fail(err)
 		}
-		if complete {
+		if rp.complete {
 			fmt.Fprintf(env.stderr, "dlq export: %s is a complete export already\n", output)
 			return nil, 0, ExitOK
 		}
-		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	} else if len(given) > 0 {
+		f, err := os.OpenFile(output, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
+			return nil, 0, ExitFailure
+		}
+		return &exportTarget{w: f, file: f, path: output, before: rp.messages}, rp.after, -1
+	}
+	if len(given) > 0 {
 		// Said before the first line, so that it is on the terminal even
 		// when the export is killed rather than cut.
 		fmt.Fprintf(env.stderr, "dlq export: %s is %s; should this export be cut, --resume it with that (a duration would be measured again)\n",
 			strings.Join(given, " "), strings.Join(measured, " "))
 	}
-	f, err := os.OpenFile(output, flags, 0o644)
+	path, f, err := createBeside(output)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return nil, 0, ExitFailure
 	}
-	return f, after, -1
+	return &exportTarget{w: f, file: f, path: path, tmp: true}, 0, -1
+}
+
+// createBeside creates a temporary file in the directory of path (a
+// rename within it is atomic), with the mode path has, or 0644 less the
+// umask for a new one. It returns path with symbolic links resolved, which
+// the rename replaces: renamed over the link, the export would land beside
+// the file the link names.
+func createBeside(path string) (string, *os.File, error) {
+	mode := os.FileMode(0o644)
+	fi, statErr := os.Stat(path)
+	if statErr == nil {
+		mode = fi.Mode().Perm()
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real
+		}
+	}
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s.%d-%d.tmp", path, os.Getpid(), i)
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+		if errors.Is(err, os.ErrExist) && i < 100 {
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("create the export beside %s: %w", path, err)
+		}
+		if statErr == nil {
+			// The umask narrowed the mode the file had.
+			_ = f.Chmod(mode)
+		}
+		return path, f, nil
+	}
 }
 
 // relativeTimes lists the time flags given as a duration ago, as given
@@ -215,26 +364,34 @@ func (e *resumeTimesError) Error() string {
 // message id to continue after (0 when it holds none). complete reports
 // an export that has its end line already, which is left as it is.
 func resumeExportFile(path string) (after int64, complete bool, err error) {
-	return prepareResume(path, nil)
+	rp, err := prepareResume(path, nil)
+	return rp.after, rp.complete, err
+}
+
+// resumePoint is where an export file is continued.
+type resumePoint struct {
+	after    int64 // the id to continue after (0: from the start)
+	messages int64 // the message lines the file holds
+	complete bool  // it has its end line already
 }
 
 // prepareResume is resumeExportFile, asking check first, when the file
 // holds messages and is not complete, whether it may be continued: an
 // error from check leaves the file as it is and is returned.
-func prepareResume(path string, check func(after int64) error) (after int64, complete bool, err error) {
-	last, done, size, err := exportTail(path)
-	if err != nil || done {
-		return 0, done, err
+func prepareResume(path string, check func(after int64) error) (resumePoint, error) {
+	t, err := exportTail(path)
+	if err != nil || t.done {
+		return resumePoint{complete: t.done}, err
 	}
-	if check != nil && last > 0 {
-		if err := check(last); err != nil {
-			return 0, false, err
+	if check != nil && t.last > 0 {
+		if err := check(t.last); err != nil {
+			return resumePoint{}, err
 		}
 	}
-	if err := os.Truncate(path, size); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, false, err
+	if err := os.Truncate(path, t.size); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return resumePoint{}, err
 	}
-	return last, false, nil
+	return resumePoint{after: t.last, messages: t.messages}, nil
 }
 
 // exportWriteError is a failure to write the export out, not to read it.
@@ -246,8 +403,9 @@ func (e *exportWriteError) Error() string { return e.err.Error() }
 // line as it came. It counts the messages and keeps the last one's id,
 // and reports done when the end line (an export object with no id) came:
 // without it the export was cut, and err says by what (nil when the
-// stream just ended, or at a line that is not an export's).
-func copyExport(out io.Writer, r io.Reader) (n, last int64, done bool, err error) {
+// stream just ended, or at a line that is not an export's). p, when not
+// nil, is told the count as it grows.
+func copyExport(out io.Writer, r io.Reader, p *transferProgress) (n, last int64, done bool, err error) {
 	w := bufio.NewWriterSize(out, 256<<10)
 	br := bufio.NewReaderSize(r, 256<<10)
 	var buf []byte
@@ -269,6 +427,7 @@ func copyExport(out io.Writer, r io.Reader) (n, last int64, done bool, err error
 			} else {
 				n++
 				last = l.ID
+				p.tick(n, "")
 			}
 		}
 		if err != nil {
@@ -288,45 +447,54 @@ func cmpErr(err error) error {
 	return err
 }
 
+// exportEnd is what exportTail read of an export file.
+type exportEnd struct {
+	last     int64 // the id of its last complete message line
+	messages int64 // its complete message lines
+	done     bool  // it ends with the end line
+	size     int64 // its size up to its last complete line
+}
+
 // exportTail reads an export file already written: the id of its last
-// complete message line, whether it ends with the end line, and the size
-// up to its last complete line (a line cut short is dropped on resume). A
-// missing file is an empty one.
-func exportTail(path string) (last int64, done bool, size int64, err error) {
+// complete message line, how many there are, whether it ends with the end
+// line, and the size up to its last complete line (a line cut short is
+// dropped on resume). A missing file is an empty one.
+func exportTail(path string) (exportEnd, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, 0, nil
+		return exportEnd{}, nil
 	}
 	if err != nil {
-		return 0, false, 0, err
+		return exportEnd{}, err
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, 256<<10)
 	var (
 		buf []byte
-		pos int64
+		e   exportEnd
 	)
 	for {
 		buf, err = exportline.Read(r, buf[:0])
 		if errors.Is(err, io.EOF) {
 			// A last line without its newline was cut short.
-			return last, done, pos, nil
+			return e, nil
 		}
 		if err != nil {
-			return 0, false, 0, fmt.Errorf("read %s: %w", path, err)
+			return exportEnd{}, fmt.Errorf("read %s: %w", path, err)
 		}
-		pos += int64(len(buf)) + 1
+		e.size += int64(len(buf)) + 1
 		var l struct {
 			ID     int64           `json:"id"`
 			Export json.RawMessage `json:"export"`
 		}
 		if json.Unmarshal(buf, &l) != nil {
-			return 0, false, 0, fmt.Errorf("%s is not an export: a line at byte %d is not JSON", path, pos-int64(len(buf))-1)
+			return exportEnd{}, fmt.Errorf("%s is not an export: a line at byte %d is not JSON", path, e.size-int64(len(buf))-1)
 		}
 		if l.Export != nil && l.ID == 0 {
-			done = true
+			e.done = true
 		} else if l.ID > 0 {
-			last = l.ID
+			e.last = l.ID
+			e.messages++
 		}
 	}
 }
@@ -351,160 +519,4 @@ func (c *apiClient) stream(ctx context.Context, method, path string, body io.Rea
 		return nil, newAPIError(resp.StatusCode, b)
 	}
 	return resp, nil
-}
-
-// lineError reads the line number of an import's refusal ("line 4: …").
-var lineError = regexp.MustCompile(`^line (\d+): (.*)$`)
-
-// runImport sends export lines to the API, a request per --batch lines:
-// each request is all or nothing, and lines imported before are skipped,
-// so after a refused line the same command, run again once the line is
-// fixed, stores nothing twice.
-func runImport(args []string, env cliEnv) int {
-	fs := flag.NewFlagSet("dlq import", flag.ContinueOnError)
-	var (
-		af       apiFlags
-		batch    int
-		maxBytes int64
-	)
-	af.register(fs, env)
-	fs.IntVar(&batch, "batch", 10_000, "lines per request (each request is stored all or nothing)")
-	fs.Int64Var(&maxBytes, "batch-bytes", 256<<20, "bytes per request, at most")
-	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: dlq import [flags] [FILE ...]   store the messages of exports (FILE or stdin; .gz too) as pending")
-		fs.PrintDefaults()
-	}
-	files, code := parseArgs(fs, args, env)
-	if code >= 0 {
-		return code
-	}
-	if batch < 1 || maxBytes < 1 {
-		fmt.Fprintln(env.stderr, "dlq import: --batch and --batch-bytes must be at least 1")
-		return ExitUsage
-	}
-	c := newStreamClient("import", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
-	if len(files) == 0 {
-		files = []string{"-"}
-	}
-	var total struct {
-		Imported int64 `json:"imported"`
-		Skipped  int64 `json:"skipped"`
-	}
-	for _, name := range files {
-		in, closeIn, err := openExport(name, env)
-		if err != nil {
-			fmt.Fprintf(env.stderr, "dlq import: %v\n", err)
-			return ExitFailure
-		}
-		code := c.importFile(name, in, batch, maxBytes, &total.Imported, &total.Skipped)
-		closeIn()
-		if code != ExitOK {
-			return code
-		}
-	}
-	if af.json {
-		b, _ := json.Marshal(total)
-		c.printRaw(b)
-		return ExitOK
-	}
-	fmt.Fprintf(env.stdout, "%s messages imported, %s skipped (stored before)\n", thousands(total.Imported), thousands(total.Skipped))
-	return ExitOK
-}
-
-// openExport opens an export file ("-": stdin), gzip-compressed or not.
-func openExport(name string, env cliEnv) (io.Reader, func(), error) {
-	var (
-		f     io.Reader = os.Stdin
-		close           = func() {}
-	)
-	if name != "-" {
-		file, err := os.Open(name)
-		if err != nil {
-			return nil, nil, err
-		}
-		f, close = file, func() { file.Close() }
-	}
-	br := bufio.NewReaderSize(f, 256<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			close()
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return zr, close, nil
-	}
-	return br, close, nil
-}
-
-// importFile sends one file's lines, batch by batch.
-func (c *apiClient) importFile(name string, in io.Reader, batch int, maxBytes int64, imported, skipped *int64) int {
-	r := bufio.NewReaderSize(in, 256<<10)
-	var (
-		body  bytes.Buffer
-		lines int // lines in body
-		first = 1 // the file's line number of body's first line
-		buf   []byte
-	)
-	send := func() int {
-		if lines == 0 {
-			return ExitOK
-		}
-		resp, err := c.stream(context.Background(), "POST", "/api/v1/messages/import", bytes.NewReader(body.Bytes()),
-			http.Header{"Content-Type": {"application/x-ndjson"}})
-		if err != nil {
-			var e *apiError
-			if errors.As(err, &e) && e.status == http.StatusBadRequest {
-				if m := lineError.FindStringSubmatch(e.message); m != nil {
-					k, _ := strconv.Atoi(m[1])
-					fmt.Fprintf(c.env.stderr, "dlq import: %s:%d: %s\n", name, first+k-1, m[2])
-					fmt.Fprintf(c.env.stderr, "dlq import: nothing of lines %d-%d was stored; %s imported, %s skipped before them. "+
-						"Fix the line and run the same command again: what was imported is skipped.\n",
-						first, first+lines-1, thousands(*imported), thousands(*skipped))
-					return ExitUsage
-				}
-			}
-			return c.fail(err)
-		}
-		defer resp.Body.Close()
-		var a struct{ Imported, Skipped int64 }
-		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-			return c.fail(fmt.Errorf("unexpected answer: %w", err))
-		}
-		*imported += a.Imported
-		*skipped += a.Skipped
-		first += lines
-		lines = 0
-		body.Reset()
-		return ExitOK
-	}
-	for {
-		var err error
-		buf, err = exportline.Read(r, buf[:0])
-		if errors.Is(err, exportline.ErrTooLong) {
-			fmt.Fprintf(c.env.stderr, "dlq import: %s:%d: %v\n", name, first+lines, err)
-			return ExitUsage
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			fmt.Fprintf(c.env.stderr, "dlq import: read %s: %v\n", name, err)
-			return ExitFailure
-		}
-		if len(buf) > 0 || err == nil {
-			if lines > 0 && int64(body.Len()+len(buf)) >= maxBytes {
-				if code := send(); code != ExitOK {
-					return code
-				}
-			}
-			body.Write(buf)
-			body.WriteByte('\n')
-			lines++
-			if lines >= batch {
-				if code := send(); code != ExitOK {
-					return code
-				}
-			}
-		}
-		if err != nil {
-			return send()
-		}
-	}
 }

@@ -80,6 +80,7 @@ func TestCLIExportImport(t *testing.T) {
 	require.NoError(t, os.WriteFile(cut, []byte(strings.Join(lines[:3], "\n")+"\n"+lines[3][:20]), 0o644))
 	code, _, errOut = cli(t, url, admin, runExport, "--status", "all", "--output", cut, "--resume")
 	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, errOut, "exported 3 messages (6 in the file)", "this run's messages and the file's")
 	resumed, err := os.ReadFile(cut)
 	require.NoError(t, err)
 	got := strings.Split(strings.TrimSuffix(string(resumed), "\n"), "\n")

@@ -1,0 +1,245 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+
+	"github.com/dlq/dlq/internal/exportline"
+)
+
+// lineError reads the line number of an import's refusal ("line 4: …").
+var lineError = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// importTotals are the messages an import stored and skipped so far.
+type importTotals struct {
+	Imported int64 `json:"imported"`
+	Skipped  int64 `json:"skipped"`
+}
+
+func runImport(args []string, env cliEnv) int {
+	return runImportCtx(context.Background(), args, env)
+}
+
+// runImportCtx sends export lines to the API, a request per --batch lines:
+// each request is all or nothing, and lines imported before are skipped,
+// so after a refused line, a failure or an interrupt (ctx done) the same
+// command, run again, stores nothing twice. A file without an export's end
+// line, a cut export, is imported as far as it goes and ends the command
+// with exit 1, saying how to get the rest.
+func runImportCtx(ctx context.Context, args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("dlq import", flag.ContinueOnError)
+	var (
+		af       apiFlags
+		batch    int
+		maxBytes int64
+	)
+	af.register(fs, env)
+	fs.IntVar(&batch, "batch", 10_000, "lines per request (each request is stored all or nothing)")
+	fs.Int64Var(&maxBytes, "batch-bytes", 256<<20, "bytes per request, at most")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: dlq import [flags] [FILE ...]   store the messages of exports (FILE or stdin; .gz too) as pending")
+		fs.PrintDefaults()
+	}
+	files, code := parseArgs(fs, args, env)
+	if code >= 0 {
+		return code
+	}
+	if batch < 1 || maxBytes < 1 {
+		fmt.Fprintln(env.stderr, "dlq import: --batch and --batch-bytes must be at least 1")
+		return ExitUsage
+	}
+	c := newStreamClient("import", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	im := &importer{c: c, ctx: ctx, batch: batch, maxBytes: maxBytes, progress: newTransferProgress(env.stderr, "import", "imported")}
+	result := ExitOK
+	for _, name := range files {
+		in, closeIn, err := openExport(name, env)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "dlq import: %v\n", err)
+			return ExitFailure
+		}
+		code, complete := im.file(name, in)
+		closeIn()
+		if code != ExitOK {
+			return code
+		}
+		if !complete {
+			fmt.Fprintf(env.stderr, "dlq import: %s has no end line (%s): it is a cut export, imported as far as it goes, "+
+				"without the messages after its last line. Export them (dlq export with the same flags, or "+
+				"dlq export --output FILE --resume to finish a cut --output file) and import that: what is stored already is skipped.\n",
+				name, `{"export":{…,"complete":true}}`)
+			result = ExitFailure
+		}
+	}
+	if af.json {
+		b, _ := json.Marshal(im.total)
+		c.printRaw(b)
+		return result
+	}
+	fmt.Fprintf(env.stdout, "%s messages imported, %s skipped (stored before)\n", thousands(im.total.Imported), thousands(im.total.Skipped))
+	return result
+}
+
+// openExport opens an export file ("-": stdin), gzip-compressed or not.
+func openExport(name string, env cliEnv) (io.Reader, func(), error) {
+	var (
+		f     io.Reader = os.Stdin
+		close           = func() {}
+	)
+	if name != "-" {
+		file, err := os.Open(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, close = file, func() { file.Close() }
+	}
+	br := bufio.NewReaderSize(f, 256<<10)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			close()
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return zr, close, nil
+	}
+	return br, close, nil
+}
+
+// importer sends files' lines to the API, batch by batch, and counts.
+type importer struct {
+	c        *apiClient
+	ctx      context.Context
+	batch    int
+	maxBytes int64
+	progress *transferProgress
+	total    importTotals
+	body     bytes.Buffer
+	lines    int // lines in body
+	first    int // the file's line number of body's first line
+	name     string
+}
+
+// file sends one file's lines, batch by batch. complete reports that its
+// last line that is not blank is an export's end line.
+func (im *importer) file(name string, in io.Reader) (code int, complete bool) {
+	r := bufio.NewReaderSize(in, 256<<10)
+	im.name, im.first, im.lines = name, 1, 0
+	im.body.Reset()
+	var buf []byte
+	for {
+		var err error
+		buf, err = exportline.Read(r, buf[:0])
+		if errors.Is(err, exportline.ErrTooLong) {
+			fmt.Fprintf(im.c.env.stderr, "dlq import: %s:%d: %v\n", name, im.first+im.lines, err)
+			return ExitUsage, false
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			fmt.Fprintf(im.c.env.stderr, "dlq import: read %s: %v\n", name, err)
+			return ExitFailure, false
+		}
+		if len(buf) > 0 || err == nil {
+			if len(bytes.TrimSpace(buf)) > 0 {
+				complete = isEndLine(buf)
+			}
+			if im.lines > 0 && int64(im.body.Len()+len(buf)) >= im.maxBytes {
+				if code := im.send(); code != ExitOK {
+					return code, false
+				}
+			}
+			im.body.Write(buf)
+			im.body.WriteByte('\n')
+			im.lines++
+			if im.lines >= im.batch {
+				if code := im.send(); code != ExitOK {
+					return code, false
+				}
+			}
+		}
+		if err != nil {
+			return im.send(), complete
+		}
+	}
+}
+
+// isEndLine reports an export's end line,
+// {"export":{"count":N,"last_id":ID,"complete":true}}. A message line
+// has no "export" member, so most lines are told apart without decoding.
+func isEndLine(line []byte) bool {
+	if len(line) > 4096 || !bytes.Contains(line, []byte(`"export"`)) {
+		return false
+	}
+	var l struct {
+		ID     int64 `json:"id"`
+		Export *struct {
+			Complete bool `json:"complete"`
+		} `json:"export"`
+	}
+	return json.Unmarshal(line, &l) == nil && l.ID == 0 && l.Export != nil && l.Export.Complete
+}
+
+// send sends the lines in body as one request.
+func (im *importer) send() int {
+	if im.lines == 0 {
+		return ExitOK
+	}
+	c := im.c
+	resp, err := c.stream(im.ctx, "POST", "/api/v1/messages/import", bytes.NewReader(im.body.Bytes()),
+		http.Header{"Content-Type": {"application/x-ndjson"}})
+	if err != nil {
+		return im.failed(err)
+	}
+	defer resp.Body.Close()
+	var a struct{ Imported, Skipped int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		return im.failed(fmt.Errorf("unexpected answer: %w", err))
+	}
+	im.total.Imported += a.Imported
+	im.total.Skipped += a.Skipped
+	im.first += im.lines
+	im.lines = 0
+	im.body.Reset()
+	im.progress.tick(im.total.Imported, fmt.Sprintf(", %s skipped", thousands(im.total.Skipped)))
+	return ExitOK
+}
+
+// failed ends the import at a request that failed, saying what was stored
+// before it and that the same command goes on from there.
+func (im *importer) failed(err error) int {
+	env := im.c.env
+	last := im.first + im.lines - 1
+	var e *apiError
+	if errors.As(err, &e) && e.status == http.StatusBadRequest {
+		if m := lineError.FindStringSubmatch(e.message); m != nil {
+			k, _ := strconv.Atoi(m[1])
+			fmt.Fprintf(env.stderr, "dlq import: %s:%d: %s\n", im.name, im.first+k-1, m[2])
+			fmt.Fprintf(env.stderr, "dlq import: nothing of lines %d-%d was stored; %s imported, %s skipped before them. "+
+				"Fix the line and run the same command again: what was imported is skipped.\n",
+				im.first, last, thousands(im.total.Imported), thousands(im.total.Skipped))
+			return ExitUsage
+		}
+	}
+	code := ExitFailure
+	if im.ctx.Err() != nil {
+		fmt.Fprintln(env.stderr, "dlq import: interrupted")
+	} else {
+		code = im.c.fail(err)
+	}
+	// A request without an answer may have been stored or not, wholly.
+	fmt.Fprintf(env.stderr, "dlq import: %s imported, %s skipped before line %d of %s; lines %d-%d were stored all or not at all. "+
+		"Run the same command again to go on: what is stored already is skipped.\n",
+		thousands(im.total.Imported), thousands(im.total.Skipped), im.first, im.name, im.first, last)
+	return code
+}
