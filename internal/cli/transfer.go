@@ -132,7 +132,7 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 	if err != nil {
 		target.discard()
 		if ctx.Err() != nil {
-			fmt.Fprintln(env.stderr, "dlq export: interrupted before the export began"+target.untouched())
+			fmt.Fprintln(env.stderr, "dlq export: interrupted before the export began;"+target.untouched())
 			return ExitFailure
 		}
 		code := c.fail(err)
