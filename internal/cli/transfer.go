@@ -142,7 +142,13 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 		return code
 	}
 	defer resp.Body.Close()
-	n, last, done, err := copyExport(target.w, resp.Body, newTransferProgress(env.stderr, "export", "exported"))
+	return finishExport(ctx, env, target, resp.Body, output != "", given, measured)
+}
+
+// finishExport copies the export's stream to target and ends the command:
+// the file kept or left as it was, and what came, or how to get the rest.
+func finishExport(ctx context.Context, env cliEnv, target *exportTarget, body io.Reader, toFile bool, given, measured []string) int {
+	n, last, done, err := copyExport(target.w, body, newTransferProgress(env.stderr, "export", "exported"))
 	var werr *exportWriteError
 	if errors.As(err, &werr) {
 		target.discard()
@@ -164,7 +170,7 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 	}
 	if !done {
 		how := fmt.Sprintf("--cursor %d", last)
-		if output != "" {
+		if toFile {
 			how = "--resume"
 		}
 		if len(given) > 0 {
