@@ -164,6 +164,13 @@ func finishExport(ctx context.Context, env cliEnv, target *exportTarget, body io
 			"dlq export:%s; run the same command again\n", cutCause(ctx, err), target.untouched())
 		return ExitUnavailable
 	}
+	// A cut export over a file that was there keeps the file: the old
+	// export may be the only complete one. The part goes beside it, where
+	// --resume can finish it.
+	partial := !done && target.tmp && target.existed
+	if partial {
+		target.path += ".partial"
+	}
 	if err := target.keep(); err != nil {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return ExitFailure
@@ -172,6 +179,10 @@ func finishExport(ctx context.Context, env cliEnv, target *exportTarget, body io
 		how := fmt.Sprintf("--cursor %d", last)
 		if toFile {
 			how = "--resume"
+		}
+		if partial {
+			how = fmt.Sprintf("--resume --output %s (%s is left as it was; move the finished export over it)",
+				target.path, strings.TrimSuffix(target.path, ".partial"))
 		}
 		if len(given) > 0 {
 			how += fmt.Sprintf(" and %s (the times this export measured; %s would be measured again)",
@@ -203,6 +214,8 @@ type exportTarget struct {
 	tmp  bool
 	// before is how many messages the file held before (--resume).
 	before int64
+	// existed: --output was there before this export (not --resume).
+	existed bool
 }
 
 // keep closes the file, moving a temporary one over --output.
@@ -291,12 +304,13 @@ func openExportFile(c *apiClient, output string, resume bool, given, measured []
 		fmt.Fprintf(env.stderr, "dlq export: %s is %s; should this export be cut, --resume it with that (a duration would be measured again)\n",
 			strings.Join(given, " "), strings.Join(measured, " "))
 	}
+	_, statErr := os.Stat(output)
 	path, f, err := createBeside(output)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return nil, 0, ExitFailure
 	}
-	return &exportTarget{w: f, file: f, path: path, tmp: true}, 0, -1
+	return &exportTarget{w: f, file: f, path: path, tmp: true, existed: statErr == nil}, 0, -1
 }
 
 // createBeside creates a temporary file in the directory of path (a

@@ -59,6 +59,22 @@ func TestExportFailureKeepsTheFile(t *testing.T) {
 	fi, err := os.Stat(file)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
+
+	// One cut after its first messages keeps the complete export there
+	// was, and puts its part beside it, where --resume finishes it.
+	before, err := os.ReadFile(file)
+	require.NoError(t, err)
+	code, _, errOut = cli(t, cuttingProxy(t, url, 2), clitest.AdminToken, runExport, "--status", "all", "--output", file)
+	require.Equal(t, ExitUnavailable, code, errOut)
+	got, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(got), "a cut export leaves the complete one as it was")
+	part := file + ".partial"
+	require.Contains(t, errOut, "--resume --output "+part)
+	require.Len(t, exportedMessageIDs(t, part), 2)
+	code, _, errOut = cli(t, url, clitest.AdminToken, runExport, "--status", "all", "--resume", "--output", part)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, exportedMessageIDs(t, file), exportedMessageIDs(t, part))
 }
 
 // failingProxy forwards its first ok requests to upstream and drops the
