@@ -60,7 +60,16 @@
 // one whose lease ran out is lost, whether or not it was taken back yet,
 // and a renewal never extends it (RenewReplayLease skips it), so a
 // stalled process cannot publish a claim someone else may already have
-// taken back.
+// taken back. Recovery revokes a lapsed claim on its replay_claims row
+// before it takes the claim's rows, and a renewal writes the same row, so
+// the two take turns: a renewal that began before the lease ran out and
+// waited (for the row's lock, for a slow commit) either holds the row or
+// has extended the claim when recovery looks, and recovery leaves it, or
+// finds it revoked and renews nothing; one that got the row only after the lease it gives (from
+// when it began) ran out reports the claim lost. A renewal answered only
+// after its own deadline (three quarters of a lease from when it began)
+// lets nothing more through either: the lease it gave may have run out
+// already.
 //
 // A claim's lease is renewed on its replay_claims row (one small update
 // per claim every Lease/3), not on the claimed rows: rewriting every

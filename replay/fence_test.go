@@ -91,3 +91,52 @@ func TestRunnerFencesLostClaims(t *testing.T) {
 	require.Zero(t, got2.Published+got2.Failed+got2.Unknown+got2.Skipped)
 	require.Equal(t, got2.Requested, got2.Remaining())
 }
+
+// A renewal that takes longer than the fence (it waited for the claim's
+// row behind a slow commit) extends the claim from when it began, and by
+// the time its answer comes that lease has run out: the holder publishes
+// nothing more from the claim, renewed or not, since recovery may take it
+// back. stillHeld let the next publish through.
+func TestRunnerFencesALateLeaseRenewal(t *testing.T) {
+	st, dsn := dlqtest.Store(t)
+	db := dlqtest.DB(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now().UTC()
+	_, err := st.IngestBatch(ctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "test", Messages: []store.NewMessage{{
+		MessageID: "m", SourceQueue: "orders", SourceRoutingKey: "orders", DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
+		Properties: []byte(`{}`), Headers: []byte(`{}`), Body: []byte("x"), FirstFailedAt: now, FailedAt: now, Fingerprint: 1}}})
+	require.NoError(t, err)
+	s, err := New(Config{Store: st, Lease: 300 * time.Millisecond})
+	require.NoError(t, err)
+	task, err := s.Start(ctx, Request{Filter: &store.Filter{SourceQueue: "orders"}}, store.Actor{Name: "test", Via: "test"})
+	require.NoError(t, err)
+	held, ok, err := st.AcquireReplayTask(ctx, "runner-1", time.Minute, nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	r := s.newRun(held)
+	items, _, err := st.ReplayItemsAfter(ctx, task.ID, 0, 10, 0, 0)
+	require.NoError(t, err)
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "a", Lease: time.Minute, IDs: items, MaxReplays: 5, MarkFirst: markFirst})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	b := &claimBatch{token: "a", msgs: res.Messages, open: 1, deadline: time.Now().Add(-time.Second)}
+	r.batches["a"] = b
+
+	hold, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(context.Background()) }()
+	var holder int
+	require.NoError(t, hold.QueryRow(ctx, `SELECT pg_backend_pid() FROM replay_claims WHERE token = 'a' FOR UPDATE`).Scan(&holder))
+	asked := time.Now()
+	answer := make(chan bool, 1)
+	go func() { answer <- r.stillHeld(ctx, b) }()
+	dlqtest.Eventually(t, 5*time.Second, func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&n))
+		return n > 0
+	}, "the renewal does not wait for the claim's row")
+	dlqtest.Eventually(t, 5*time.Second, func() bool { return time.Since(asked) > s.cfg.Lease }, "the lease has not run out")
+	require.NoError(t, hold.Commit(ctx))
+	require.False(t, <-answer, "renewed, but past the renewal's own deadline")
+}

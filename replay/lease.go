@@ -14,7 +14,9 @@ import (
 // database, a stalled process), the claim is looked at again: renewed if
 // its lease has not run out in the database, lost otherwise — it may have
 // been taken back and handed to another runner, whose copy of these rows
-// must be the only one published.
+// must be the only one published. A renewal that took so long that its
+// own deadline has passed too does not let a publish through: by then
+// recovery may have taken the claim back, renewed or not.
 func (r *taskRun) stillHeld(ctx context.Context, b *claimBatch) bool {
 	r.mu.Lock()
 	deadline := b.deadline
@@ -27,10 +29,11 @@ func (r *taskRun) stillHeld(ctx context.Context, b *claimBatch) bool {
 	if err != nil || !slices.Contains(renewed, b.token) {
 		return false
 	}
+	deadline = start.Add(r.fenceLease())
 	r.mu.Lock()
-	b.deadline = start.Add(r.fenceLease())
+	b.deadline = deadline
 	r.mu.Unlock()
-	return true
+	return time.Now().Before(deadline)
 }
 
 // fenceLease is how long after a claim (or renewal) statement started its

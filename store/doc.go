@@ -123,7 +123,13 @@
 // through its batch in arrival order: lockReturnRows), the tasks whose
 // claims lost returned rows, and the counters; rekey takes replay_tasks,
 // then failure_groups (rekey_rest.go). Writes of one task's row alone
-// (lease, renewal, status) hold nothing else. One exception remains: the
+// (lease, renewal, status) hold nothing else, nor do the statements that
+// write replay_claims rows alone: a claim's renewal and write-ahead marks,
+// and the revoke of lapsed claims that claim recovery commits before it
+// takes their rows (revokeLapsedClaims, which passes over claims others
+// hold: a renewal and recovery take turns on the claim's row, yet
+// recovery's own transaction still takes replay_claims last). One
+// exception remains: the
 // retention cleanup deletes replay tasks before their last items
 // (DeleteFinishedReplayTasksBefore), which only touches tasks finished
 // before the cutoff, whose items nothing writes any more.

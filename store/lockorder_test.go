@@ -47,12 +47,8 @@ func watchedStore(t *testing.T, dsn string, ring *crypt.Ring) (*store.Store, str
 // waiters waits until n of app's connections wait for a lock.
 func waiters(t *testing.T, db *pgxpool.Pool, app string, n int) {
 	t.Helper()
-	dlqtest.Eventually(t, 5*time.Second, func() bool {
-		var got int
-		require.NoError(t, db.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&got))
-		return got >= n
-	}, "%d transactions of %s waiting for a lock", n, app)
+	dlqtest.Eventually(t, 5*time.Second, func() bool { return lockWaits(t, db, app) >= n },
+		"%d transactions of %s waiting for a lock", n, app)
 }
 
 // holdTask locks a replay task's row in a transaction of the test's, as

@@ -74,20 +74,22 @@ WHERE status IN ('scheduled', 'running', 'canary_wait') AND NOT (id = ANY($1::bi
 // owner no longer holds the task. A claim whose lease already ran out is
 // not renewed, even if nobody took it back yet: from then on its holder
 // must not publish from it (fencing), since RecoverExpiredReplayClaims may
-// take it at any moment, and may have already. The two updates are
-// separate statements: neither waits for the other's locks, so a renewal
-// can never deadlock with a settlement.
+// take it at any moment, and may have already. Recovery revokes a claim on
+// the same row before it takes the claim's rows (revokeLapsedClaims), so a
+// renewal that waits for that row's lock, having begun before the lease
+// ran out, re-reads it once recovery's revoke commits and renews nothing;
+// one that gets there first extends the claim, and recovery passes it
+// over. A
+// renewal extends a claim from when its statement began (now()): one that
+// waited for the row so long that this lease, too, has run out when it
+// writes reports the claim lost, since recovery may take it once the
+// renewal commits. The two updates are separate statements: neither waits
+// for the other's locks, so a renewal can never deadlock with a
+// settlement.
 func (s *Store) RenewReplayLease(ctx context.Context, taskID int64, owner string, tokens []string, lease time.Duration) (status string, renewed []string, err error) {
 	if len(tokens) > 0 {
-		rows, err := s.pool.Query(ctx, `
-UPDATE replay_claims SET expires_at = now() + $2 * interval '1 millisecond'
-WHERE token = ANY($1) AND expires_at > now()
-RETURNING token`, tokens, lease.Milliseconds())
-		if err != nil {
-			return "", nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
-		}
-		if renewed, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return "", nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+		if renewed, err = s.renewClaims(ctx, taskID, tokens, lease); err != nil {
+			return "", nil, err
 		}
 	}
 	err = s.pool.QueryRow(ctx, `
@@ -101,6 +103,36 @@ RETURNING status`, taskID, owner, lease.Milliseconds()).Scan(&status)
 		return "", nil, fmt.Errorf("store: renew lease of replay task %d: %w", taskID, err)
 	}
 	return status, renewed, nil
+}
+
+// renewClaims extends the claims named by tokens that are still held,
+// and returns those it extended (RenewReplayLease).
+func (s *Store) renewClaims(ctx context.Context, taskID int64, tokens []string, lease time.Duration) ([]string, error) {
+	// RETURNING is computed once the row is written, after any wait for its
+	// lock: clock_timestamp() is then later than the wait, unlike now().
+	rows, err := s.pool.Query(ctx, `
+UPDATE replay_claims SET expires_at = now() + $2 * interval '1 millisecond'
+WHERE token = ANY($1) AND expires_at > now()
+RETURNING token, expires_at > clock_timestamp()`, tokens, lease.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+	}
+	defer rows.Close()
+	var renewed []string
+	for rows.Next() {
+		var token string
+		var held bool
+		if err := rows.Scan(&token, &held); err != nil {
+			return nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+		}
+		if held {
+			renewed = append(renewed, token)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: renew claims of replay task %d: %w", taskID, err)
+	}
+	return renewed, nil
 }
 
 // ReleaseReplayTask gives a task back without changing its status, so

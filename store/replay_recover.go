@@ -43,8 +43,15 @@ type RecoveredClaims struct {
 // duplicate by dlq; an operator may replay it). A row above the mark was
 // never published: it goes back to pending untouched and stays to do for
 // its task.
+//
+// Only the rows of claims it revoked first (revokeLapsedClaims), or of
+// claims without a replay_claims row, are taken: a claim is taken back
+// only once no renewal can extend it any more.
 func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (RecoveredClaims, error) {
 	var res RecoveredClaims
+	if err := s.revokeLapsedClaims(ctx); err != nil {
+		return res, err
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("store: begin claim recovery: %w", err)
@@ -78,6 +85,54 @@ func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (Reco
 	return res, nil
 }
 
+// revokedClaim is the expiry a revoked claim has: before every time, so
+// that no renewal extends it (RenewReplayLease renews only a claim that
+// expires after its now()), and recovery tells it from a claim that merely
+// lapsed.
+const revokedClaim = "'-infinity'::timestamptz"
+
+// revokeLapsedClaims revokes the claims whose lease ran out, in a
+// statement of its own that commits before recovery looks at their rows.
+// Recovery that read the lease without the row's lock took rows back from
+// under a renewal that then succeeded: the holder published on, and the
+// rows above its mark went back to the task as never published, to be
+// sent again.
+//
+// A claim is renewed (RenewReplayLease) and revoked on its replay_claims
+// row, so the two take its row lock one after the other: a renewal that
+// began before the lease ran out and commits while recovery looks (it
+// waited for the row's lock behind a mark or a settlement, or for a slow
+// commit) either holds the row or has extended the claim, and the revoke
+// leaves it, or comes second, re-reads the row revoked, and renews nothing
+// (the claim is lost to its holder). A renewal
+// extends a claim to its own now() plus the lease; if even that has passed
+// when the revoke re-reads it, the revoke goes ahead: the renewal reports
+// the claim lost if that lease had run out when it wrote, and otherwise
+// (its commit was slow) the holder, whose fence ends a quarter of a lease
+// before that lease does (replay's stillHeld), publishes nothing more from
+// it.
+//
+// A claim whose row another transaction holds (a renewal under way, a
+// mark, a settlement ending the claim) is passed over, and looked at again
+// on the next pass: the revoke never waits, holding some claims, for
+// others, and so takes part in no deadlock, whatever order other writers
+// of several claims take them in. Recovery's own transaction, which locks
+// message rows and tasks, takes no replay_claims lock before its last
+// step (store/doc.go, "Lock order").
+func (s *Store) revokeLapsedClaims(ctx context.Context) error {
+	// The locking read re-reads a row committed since the statement began
+	// (a renewal) and checks the lease on it again.
+	if _, err := s.pool.Exec(ctx, `
+UPDATE replay_claims SET expires_at = `+revokedClaim+`
+WHERE token IN (
+    SELECT token FROM replay_claims
+    WHERE expires_at < now() AND expires_at > `+revokedClaim+`
+    FOR UPDATE SKIP LOCKED)`); err != nil {
+		return fmt.Errorf("store: revoke lapsed replay claims: %w", err)
+	}
+	return nil
+}
+
 // takenClaims are the rows recovery took back from expired claims.
 type takenClaims struct {
 	taken int64
@@ -93,9 +148,11 @@ type takenClaims struct {
 	moves  map[moveKey]*StatusMove
 }
 
-// takeExpiredClaims sets the replaying rows of expired claims back to
+// takeExpiredClaims sets the replaying rows of revoked claims back to
 // pending (up to limit, passing over rows another transaction holds),
-// marking those a copy of which may have been published.
+// marking those a copy of which may have been published. A claim that
+// lapsed after revokeLapsedClaims looked is left to the next pass: a
+// renewal may still be on its way to it.
 func takeExpiredClaims(ctx context.Context, tx pgx.Tx, limit int) (takenClaims, error) {
 	rows, err := tx.Query(ctx, `
 WITH e AS (
@@ -103,7 +160,7 @@ WITH e AS (
     FROM dead_messages m
     LEFT JOIN replay_claims c ON c.token = m.claim_owner
     WHERE m.status = 'replaying' AND (m.claim_expires_at IS NULL OR m.claim_expires_at < now())
-      AND (c.token IS NULL OR c.expires_at < now())
+      AND (c.token IS NULL OR c.expires_at = `+revokedClaim+`)
     ORDER BY m.id LIMIT $1
     FOR NO KEY UPDATE OF m SKIP LOCKED
 )
