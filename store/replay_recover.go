@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,7 +23,9 @@ type RecoveredClaims struct {
 	// Taken rows went back to pending.
 	Taken int64
 	// Unknown items were settled as unknown: their holder may have
-	// published them, and their task does not send them again.
+	// published them, and their task does not send them again (or their
+	// task stopped while they waited to be sent again after an earlier
+	// unknown outcome).
 	Unknown int64
 	// Retried items may have been published too, and wait to be sent again
 	// by their task (within its unknown_retries).
@@ -42,7 +45,8 @@ type RecoveredClaims struct {
 // settled as unknown, and its task never publishes it again on its own (no
 // duplicate by dlq; an operator may replay it). A row above the mark was
 // never published: it goes back to pending untouched and stays to do for
-// its task.
+// its task (unless that task stopped and the row was being sent again
+// after an earlier unknown outcome: its item is then unknown).
 //
 // Only the rows of claims it revoked first (revokeLapsedClaims), or of
 // claims without a replay_claims row, are taken: a claim is taken back
@@ -62,7 +66,7 @@ func (s *Store) RecoverExpiredReplayClaims(ctx context.Context, limit int) (Reco
 		return res, err
 	}
 	res.Taken = t.taken
-	settled, err := settleTakenMaybePublished(ctx, tx, t, &res)
+	settled, err := settleTakenItems(ctx, tx, t, &res)
 	if err != nil {
 		return res, err
 	}
@@ -136,10 +140,11 @@ WHERE token IN (
 // takenClaims are the rows recovery took back from expired claims.
 type takenClaims struct {
 	taken int64
-	// taskIDs, msgIDs and counts (the replay_count the copies carried)
-	// name the rows whose copy may have been published: their items'
-	// outcome is unknown.
+	// taskIDs, msgIDs, counts (the replay_count the copies carried) and
+	// maybe (a copy may have been published: the item's outcome is
+	// unknown) name the rows of tasks (settleTakenItems).
 	taskIDs, msgIDs, counts []int64
+	maybe                   []bool
 	// left counts, per task, the rows taken back (all of them, whether a
 	// copy may have been published or not): each leaves its task's claimed
 	// count as it leaves replaying (recountTakenTasks).
@@ -191,14 +196,13 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 		}
 		if task > 0 {
 			t.left[task]++
-			if maybe {
-				t.taskIDs = append(t.taskIDs, task)
-				t.msgIDs = append(t.msgIDs, id)
-				// Its copies carried replay_count + 1: the row is still as
-				// the claim left it (a copy that died and came back would
-				// have taken it out of replaying).
-				t.counts = append(t.counts, replays+1)
-			}
+			t.taskIDs = append(t.taskIDs, task)
+			t.msgIDs = append(t.msgIDs, id)
+			// Its copies carried replay_count + 1: the row is still as the
+			// claim left it (a copy that died and came back would have
+			// taken it out of replaying).
+			t.counts = append(t.counts, replays+1)
+			t.maybe = append(t.maybe, maybe)
 		}
 		k := moveKey{queue, group}
 		mv := t.moves[k]
@@ -216,43 +220,49 @@ RETURNING m.id, coalesce(m.replay_task_id, 0), m.source_queue, coalesce(m.group_
 	return t, nil
 }
 
-// settledTaken is what settleTakenMaybePublished did to one task's
+// settledTaken is what settleTakenItems did to one task's
 // items: unknown joined its unknown (and claimed) counts, republished its
 // republished count.
 type settledTaken struct{ unknown, republished int64 }
 
-// settleTakenMaybePublished settles the items of the rows a copy of
-// which may have been published: a task still running sends the message
-// again while it has retries left for it (retried, republished: sent
-// more than once); otherwise the outcome is unknown. An item settled
+// settleTakenItems settles the items of the rows a copy of which may
+// have been published: a task still running sends the message again while
+// it has retries left for it (retried, republished: sent more than once);
+// otherwise the outcome is unknown. A row never published goes back to its
+// task untouched, unless the task has stopped and its item waited to be
+// sent again after an earlier unknown outcome: that item is unknown now
+// (as SettleStoppedRetries settles it, which left it to this claim), or
+// it would stay unsettled for ever. An item settled
 // already (its publish confirmed by an earlier claim's late outcome, the
 // row claimed again since) is left alone, and so its row only leaves
 // claimed. It counts into res and returns, per task, what its counters
 // are to add (recountTakenTasks); it writes no task row, so that the
 // tasks are locked once, all together, in the lock order.
-func settleTakenMaybePublished(ctx context.Context, tx pgx.Tx, t takenClaims, res *RecoveredClaims) (map[int64]settledTaken, error) {
+func settleTakenItems(ctx context.Context, tx pgx.Tx, t takenClaims, res *RecoveredClaims) (map[int64]settledTaken, error) {
 	if len(t.msgIDs) == 0 {
 		return nil, nil
 	}
 	rows, err := tx.Query(ctx, `
 WITH o AS (
-    SELECT o.task_id, o.id, o.copy,
+    SELECT o.task_id, o.id, o.copy, o.maybe,
            (t.status IN ('scheduled', 'running', 'canary_wait')) AS live, t.unknown_retries
-    FROM unnest($1::bigint[], $2::bigint[], $4::bigint[]) AS o(task_id, id, copy)
+    FROM unnest($1::bigint[], $2::bigint[], $4::bigint[], $5::bool[]) AS o(task_id, id, copy, maybe)
     JOIN replay_tasks t ON t.id = o.task_id
 ), s AS (
     UPDATE replay_task_items i SET
-        outcome = CASE WHEN o.live AND coalesce(i.unknown_count, 0) < o.unknown_retries THEN NULL ELSE 'unknown' END,
-        detail = CASE WHEN o.live AND coalesce(i.unknown_count, 0) < o.unknown_retries THEN i.detail ELSE $3 END,
-        unknown_count = coalesce(i.unknown_count, 0) + 1,
-        copy_replay_count = o.copy
+        outcome = CASE WHEN o.maybe AND o.live AND coalesce(i.unknown_count, 0) < o.unknown_retries THEN NULL ELSE 'unknown' END,
+        detail = CASE WHEN NOT o.maybe THEN $6
+                      WHEN o.live AND coalesce(i.unknown_count, 0) < o.unknown_retries THEN i.detail ELSE $3 END,
+        unknown_count = CASE WHEN o.maybe THEN coalesce(i.unknown_count, 0) + 1 ELSE i.unknown_count END,
+        copy_replay_count = CASE WHEN o.maybe THEN o.copy ELSE i.copy_replay_count END
     FROM o
     WHERE i.task_id = o.task_id AND i.message_id = o.id AND i.outcome IS NULL
-    RETURNING i.task_id, i.outcome IS NULL AS retry, i.unknown_count > 1 AS again
+      AND (o.maybe OR (NOT o.live AND i.unknown_count > 0))
+    RETURNING i.task_id, i.outcome IS NULL AS retry, o.maybe AND i.unknown_count > 1 AS again
 )
 SELECT task_id, count(*) FILTER (WHERE NOT retry), count(*) FILTER (WHERE retry), count(*) FILTER (WHERE again)
 FROM s GROUP BY task_id`,
-		t.taskIDs, t.msgIDs, UnknownOutcomeLeaseExpired, t.counts)
+		t.taskIDs, t.msgIDs, UnknownOutcomeLeaseExpired, t.counts, t.maybe, UnknownOutcomeNotSentAgain)
 	if err != nil {
 		return nil, fmt.Errorf("store: settle recovered replay claims: %w", err)
 	}
@@ -330,47 +340,53 @@ const UnknownOutcomeNotSentAgain = "outcome unknown: the task stopped before sen
 
 // SettleStoppedRetries settles as unknown the items of a finished task
 // (cancelled, say) that wait to be sent again after an unknown outcome, so
-// that its counters say what may have been delivered. The rows are locked
-// first, in id order, and only pending ones count: a message being
-// replayed (by another task, or by this one's last claim being settled) is
-// left to whoever holds it. Each item of a stopped task is read, once. It
-// returns how many it settled.
+// that its counters say what may have been delivered: whatever became of
+// the message since (still pending, acknowledged, replayed or being
+// replayed by another task, deleted), the task will not send it again, and
+// the copy it sent may have been delivered. Only a message this task's
+// last claim is sending again right now is left, to that claim's
+// settlement (or, should its holder die, to claim recovery). The rows that
+// still exist are locked first, in id order, so that a claim of this task
+// cannot take one meanwhile. It returns how many it settled.
 func (s *Store) SettleStoppedRetries(ctx context.Context, taskID int64) (int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("store: begin settling the retries of replay task %d: %w", taskID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, `
+	// An item has no foreign key to its message (a deleted message's item
+	// stays): the join finds the rows there are to lock.
+	if _, err := tx.Exec(ctx, `
 SELECT m.id FROM replay_task_items i
 JOIN replay_tasks t ON t.id = i.task_id
 JOIN dead_messages m ON m.id = i.message_id
-WHERE i.task_id = $1 AND i.outcome IS NULL AND i.unknown_count > 0 AND m.status = 'pending'
+WHERE i.task_id = $1 AND i.outcome IS NULL AND i.unknown_count > 0
   AND t.status IN ('completed', 'cancelled', 'failed', 'canary_failed')
 ORDER BY m.id
-FOR NO KEY UPDATE OF m`, taskID)
-	if err != nil {
+FOR NO KEY UPDATE OF m`, taskID); err != nil {
 		return 0, fmt.Errorf("store: lock the retries of replay task %d: %w", taskID, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return 0, fmt.Errorf("store: lock the retries of replay task %d: %w", taskID, err)
-	}
-	if len(ids) == 0 {
-		return 0, nil
 	}
 	var n int64
 	err = tx.QueryRow(ctx, `
 WITH s AS (
-    UPDATE replay_task_items i SET outcome = 'unknown', detail = $3
-    WHERE i.task_id = $1 AND i.message_id = ANY($2) AND i.outcome IS NULL
+    UPDATE replay_task_items i SET outcome = 'unknown', detail = $2
+    FROM replay_tasks t
+    WHERE t.id = $1 AND t.status IN ('completed', 'cancelled', 'failed', 'canary_failed')
+      AND i.task_id = $1 AND i.outcome IS NULL AND i.unknown_count > 0
+      -- Read under the rows' locks: a row of this task's claim is settled
+      -- with the claim.
+      AND NOT EXISTS (SELECT 1 FROM dead_messages m
+                      WHERE m.id = i.message_id AND m.status = 'replaying' AND m.replay_task_id = $1)
     RETURNING 1
 ), c AS (SELECT count(*) AS n FROM s)
 -- Each joins claimed (the items claims settled and the rows being
 -- replayed), which it had left when it was to be sent again.
 UPDATE replay_tasks t SET unknown = t.unknown + c.n, claimed = t.claimed + c.n, updated_at = now()
-FROM c WHERE t.id = $1
-RETURNING c.n`, taskID, ids, UnknownOutcomeNotSentAgain).Scan(&n)
+FROM c WHERE t.id = $1 AND c.n > 0
+RETURNING c.n`, taskID, UnknownOutcomeNotSentAgain).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("store: settle the retries of replay task %d: %w", taskID, err)
 	}

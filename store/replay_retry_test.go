@@ -244,7 +244,8 @@ func TestReplayClaimLeavesACopyThatCameBack(t *testing.T) {
 }
 
 // A task stopped before it sent again what waited for it settles those
-// messages as unknown: pending ones only, and only once it is finished.
+// messages as unknown: all but the one its own last claim is sending
+// again, and only once it is finished.
 func TestReplaySettleStoppedRetries(t *testing.T) {
 	t.Parallel()
 	st, db, ids := seededStore(t, 3)
@@ -281,6 +282,123 @@ func TestReplaySettleStoppedRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "once")
 	requireTaskAddsUp(t, st, db, task.ID, "settled once")
+	requireCountersConsistent(t, db)
+}
+
+// A task stopped while messages waited to be sent again settles each as
+// unknown whatever became of the message since: acknowledged, deleted
+// (its item stays: items have no foreign key to messages), replayed by
+// another task, or being replayed by one. The copy it sent may have been
+// delivered, and the task will never send it again. Only pending ones
+// were settled: the others stayed in remaining for ever, and the counters
+// never reached requested. The one its own last claim is sending again
+// is that claim's to settle.
+func TestReplaySettleStoppedRetriesWhateverBecameOfTheMessage(t *testing.T) {
+	t.Parallel()
+	st, db, ids := seededStore(t, 6)
+	ctx := context.Background()
+	task := retryTask(t, st, db, "orders", 3)
+	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok"})
+	require.Len(t, res.Messages, len(ids))
+	outs := make([]store.ReplayOutcome, len(ids))
+	for i, id := range ids {
+		outs[i] = store.ReplayOutcome{ID: id, Token: "tok", Result: store.OutcomeRetry, Error: "outcome unknown: lost", CopyReplayCount: 1}
+	}
+	_, err := st.SettleReplayOutcomes(ctx, task.ID, outs, false)
+	require.NoError(t, err)
+
+	// ids[0] stays pending.
+	_, err = st.Acknowledge(ctx, store.Filter{IDs: ids[1:2], Status: "all"}, replayActor, store.ActionOptions{Confirm: true})
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMessage(ctx, ids[2], replayActor))
+	other := newTask(t, st, store.Filter{IDs: ids[3:5]})
+	res = claimAll(t, st, store.ReplayClaim{TaskID: other.ID, Token: "other", IDs: ids[3:5]})
+	require.Len(t, res.Messages, 2)
+	_, err = st.SettleReplayOutcomes(ctx, other.ID, []store.ReplayOutcome{{ID: ids[3], Token: "other", Result: store.OutcomePublished}}, false)
+	require.NoError(t, err)
+	// ids[4] is being replayed by the other task; ids[5] by this one.
+	res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "again", IDs: ids[5:]})
+	require.Len(t, res.Messages, 1)
+	require.Equal(t, []int{1, 1, 1, 1, 2}, []int{
+		count(t, db, "id = $1 AND status = 'pending'", ids[0]), count(t, db, "id = $1 AND status = 'acknowledged'", ids[1]),
+		1 - count(t, db, "id = $1", ids[2]), count(t, db, "id = $1 AND status = 'replayed'", ids[3]),
+		count(t, db, "id = ANY($1) AND status = 'replaying'", ids[4:])})
+
+	_, err = st.CancelReplayTask(ctx, task.ID, replayActor, nil)
+	require.NoError(t, err)
+	n, err := st.SettleStoppedRetries(ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n, "all but the one its own claim is sending again")
+	for _, id := range ids[:5] {
+		it := itemOf(t, db, task.ID, id)
+		require.Equal(t, store.OutcomeUnknown, *it.outcome, "message %d", id)
+		require.Equal(t, store.UnknownOutcomeNotSentAgain, *it.detail, "message %d", id)
+	}
+	require.Nil(t, itemOf(t, db, task.ID, ids[5]).outcome)
+	got := requireTaskAddsUp(t, st, db, task.ID, "settled but the one being sent")
+	require.Equal(t, int64(5), got.Unknown)
+	require.Equal(t, int64(1), got.Remaining())
+	n, err = st.SettleStoppedRetries(ctx, task.ID)
+	require.NoError(t, err)
+	require.Zero(t, n, "once")
+
+	// The last claim's outcome settles the last one.
+	_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{{ID: ids[5], Token: "again", Result: store.OutcomeUnknown,
+		Error: "outcome unknown: lost", Attempt: 1}}, false)
+	require.NoError(t, err)
+	got = requireTaskAddsUp(t, st, db, task.ID, "all settled")
+	require.Equal(t, int64(6), got.Unknown)
+	require.Zero(t, got.Remaining())
+	requireTaskAddsUp(t, st, db, other.ID, "the other task")
+	requireCountersConsistent(t, db)
+}
+
+// A stopped task's claim taken back after its lease: a row it was sending
+// again, above the claim's write-ahead mark (so not sent again yet), is
+// unknown now, as SettleStoppedRetries would have settled it had the
+// claim not held it. Recovery handed it back to the stopped task, which
+// never settled it: it stayed in remaining for ever.
+func TestReplayRecoverySettlesAStoppedTasksRetries(t *testing.T) {
+	t.Parallel()
+	st, db, ids := seededStore(t, 3)
+	ctx := context.Background()
+	task := retryTask(t, st, db, "orders", 3)
+	res := claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "tok", IDs: ids[:2]})
+	require.Len(t, res.Messages, 2)
+	_, err := st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
+		{ID: ids[0], Token: "tok", Result: store.OutcomeRetry, Error: "outcome unknown: lost", CopyReplayCount: 1},
+		{ID: ids[1], Token: "tok", Result: store.OutcomeRetry, Error: "outcome unknown: lost", CopyReplayCount: 1},
+	}, false)
+	require.NoError(t, err)
+	// Claimed again, with a message never tried, and nothing marked yet;
+	// the task is cancelled, and its runner dies.
+	res = claimAll(t, st, store.ReplayClaim{TaskID: task.ID, Token: "again", IDs: ids})
+	require.Len(t, res.Messages, 3)
+	_, err = st.CancelReplayTask(ctx, task.ID, replayActor, nil)
+	require.NoError(t, err)
+	n, err := st.SettleStoppedRetries(ctx, task.ID)
+	require.NoError(t, err)
+	require.Zero(t, n, "its claim holds them")
+	_, err = db.Exec(ctx, `UPDATE replay_claims SET expires_at = now() - interval '1 second' WHERE token = 'again'`)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `UPDATE dead_messages SET claim_expires_at = now() - interval '1 second' WHERE claim_owner = 'again'`)
+	require.NoError(t, err)
+
+	got, err := st.RecoverExpiredReplayClaims(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, store.RecoveredClaims{Taken: 3, Unknown: 2}, got)
+	for _, id := range ids[:2] {
+		it := itemOf(t, db, task.ID, id)
+		require.Equal(t, store.OutcomeUnknown, *it.outcome)
+		require.Equal(t, store.UnknownOutcomeNotSentAgain, *it.detail)
+		require.Equal(t, 1, *it.unknowns, "not sent again")
+	}
+	require.Nil(t, itemOf(t, db, task.ID, ids[2]).outcome, "never tried: remaining")
+	task2 := requireTaskAddsUp(t, st, db, task.ID, "after recovery")
+	require.Equal(t, int64(2), task2.Unknown)
+	require.Zero(t, task2.Republished)
+	require.Equal(t, int64(1), task2.Remaining())
+	require.Equal(t, 3, count(t, db, "status = 'pending'"))
 	requireCountersConsistent(t, db)
 }
 
