@@ -79,6 +79,12 @@ func TestCategoryFilter(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.status)
 	require.Equal(t, "invalid_parameter", r.errCode(t))
 	require.Contains(t, r.errMessage(t), `category "flaky"`)
+	// The death reason is a fixed set too: a typo is refused, not an
+	// empty page.
+	r = b.do(t, "GET", "/api/v1/messages?reason=reject", tokViewer, nil)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, "invalid_parameter", r.errCode(t))
+	require.Contains(t, r.errMessage(t), `reason "reject" must be one of rejected, expired, maxlen, delivery_limit, unknown`)
 
 	var m store.Message
 	r = b.do(t, "GET", fmt.Sprintf("/api/v1/messages/%d", ids[2]), tokViewer, nil)

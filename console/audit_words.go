@@ -78,7 +78,7 @@ func auditDid(e store.AuditEntry) *selectionWords {
 }
 
 // auditActionCancel is a replay's cancel, as the store records it.
-const auditActionCancel = "replay_cancel"
+const auditActionCancel = store.ActionReplayCancel
 
 // auditRefs links a row that started a replay or an approval request,
 // or ran on one's approval, to it ("as replay 7, approved in request

@@ -28,6 +28,8 @@ func TestCategoryFilterBar(t *testing.T) {
 	require.Equal(t, 2, strings.Count(r.text, `data-test="message-row"`))
 	r = admin.get(t, "/ui/messages?category=flaky")
 	require.Contains(t, r.text, `Invalid: Category &#34;flaky&#34; must be one of`, "named by the form's label")
+	r = admin.get(t, "/ui/messages?reason=reject")
+	require.Contains(t, r.text, `Invalid: Reason &#34;reject&#34; must be one of rejected, expired`, "named by the form's label")
 
 	// Past one page, the count of a category is not the queue summary's
 	// (the summary knows no categories): 60 of orders' 64 are transient.

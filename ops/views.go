@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlq/dlq/alerts"
@@ -125,6 +127,9 @@ func (s *Service) Audit(ctx context.Context, c Caller, r AuditRequest) (AuditPag
 		if err := CheckText(f.name, f.v); err != nil {
 			return AuditPage{}, err
 		}
+	}
+	if r.Action != "" && !slices.Contains(store.AuditActions, r.Action) {
+		return AuditPage{}, invalid("action %q must be one of %s", r.Action, strings.Join(store.AuditActions, ", "))
 	}
 	q := store.AuditQuery{Actor: r.Actor, Action: r.Action, Since: r.Since, Limit: r.Limit}
 	if p.Queues != nil {

@@ -9,6 +9,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Audit actions of replays; the others are with what writes them
+// (actions.go, approvals.go, cleanup.go, edits.go, policies.go).
+const (
+	ActionReplay       = "replay"
+	ActionReplayCancel = "replay_cancel"
+	ActionImport       = "import"
+)
+
+// AuditActions lists every action the audit log records: what an audit
+// query's action may be.
+var AuditActions = []string{ActionAcknowledge, ActionDelete, ActionReplay, ActionReplayCancel, ActionEditReplay,
+	ActionImport, ActionApprovalRequest, ActionApprove, ActionReject, ActionApprovalWithdraw, ActionApprovalExpire,
+	ActionPolicyPark, ActionPolicyPause, ActionPolicyResume, AuditActionRetention, AuditActionEvict, AuditActionExpireAudit}
+
 // Actor is who asks for a change, recorded with it.
 type Actor struct {
 	// Name identifies the token or component ("admin", "token:ops", "cleanup").

@@ -21,7 +21,7 @@ type Filter struct {
 	Status string `json:"status,omitempty"`
 	// SourceQueue matches exactly.
 	SourceQueue string `json:"source_queue,omitempty"`
-	// Reason matches exactly (rejected, expired, maxlen, delivery_limit).
+	// Reason matches exactly: one of Reasons.
 	Reason string `json:"reason,omitempty"`
 	// FailedAfter and FailedBefore bound failed_at (after is inclusive,
 	// before exclusive).
@@ -133,6 +133,9 @@ func (f Filter) Statuses() ([]string, error) {
 func (f Filter) Validate() error {
 	if _, err := f.Statuses(); err != nil {
 		return err
+	}
+	if f.Reason != "" && !slices.Contains(Reasons, f.Reason) {
+		return fmt.Errorf("%w: reason %q must be one of %s", ErrInvalidFilter, f.Reason, strings.Join(Reasons, ", "))
 	}
 	if f.FailedAfter != nil && f.FailedBefore != nil && !f.FailedAfter.Before(*f.FailedBefore) {
 		return fmt.Errorf("%w: failed_after (%s) must be before failed_before (%s)", ErrInvalidFilter,

@@ -143,7 +143,7 @@ CREATE TEMP TABLE dlq_import (
 	}
 	res = ImportResult{Imported: im.imported, Skipped: im.skipped}
 	detail := map[string]any{"imported": res.Imported, "skipped": res.Skipped}
-	if err := insertAudit(ctx, tx, actor, "import", map[string]any{"origins": im.origins()}, res.Imported, detail); err != nil {
+	if err := insertAudit(ctx, tx, actor, ActionImport, map[string]any{"origins": im.origins()}, res.Imported, detail); err != nil {
 		return ImportResult{}, fmt.Errorf("store: import: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

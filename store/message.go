@@ -112,6 +112,19 @@ const (
 // Categories lists every failure category.
 var Categories = []string{CategoryTransient, CategoryPermanent, CategoryUnknown}
 
+// Death reasons, as the consumer stores them (broker.ExtractDeath
+// normalizes RabbitMQ's names to these; anything else is unknown).
+const (
+	ReasonRejected      = "rejected"
+	ReasonExpired       = "expired"
+	ReasonMaxLen        = "maxlen"
+	ReasonDeliveryLimit = "delivery_limit"
+	ReasonUnknown       = "unknown"
+)
+
+// Reasons lists every death reason a filter may select.
+var Reasons = []string{ReasonRejected, ReasonExpired, ReasonMaxLen, ReasonDeliveryLimit, ReasonUnknown}
+
 // categoryOf is the stored form of a category: "" is unknown.
 func categoryOf(c string) string {
 	if c == "" {

@@ -249,7 +249,7 @@ RETURNING attempts`, append([]any{planEachTime}, args...)...)
 		for k, c := range res.Attempts {
 			byAttempt[strconv.Itoa(k)] = c
 		}
-		t, err := finishReplayTask(ctx, tx, n, id, total, "replay", map[string]any{"policy": p.Name, "attempts": byAttempt})
+		t, err := finishReplayTask(ctx, tx, n, id, total, ActionReplay, map[string]any{"policy": p.Name, "attempts": byAttempt})
 		if err != nil {
 			return err
 		}

@@ -210,7 +210,7 @@ WHERE id = $1 RETURNING `+replayTaskColumns, id, cleanText(actor.Name)))
 	if err != nil {
 		return ReplayTask{}, fmt.Errorf("store: cancel replay task %d: %w", id, err)
 	}
-	if err := insertAudit(ctx, tx, actor, "replay_cancel", map[string]int64{"task_id": id}, t.Remaining(),
+	if err := insertAudit(ctx, tx, actor, ActionReplayCancel, map[string]int64{"task_id": id}, t.Remaining(),
 		map[string]any{"task_id": id, "published": t.Published, "remaining": t.Remaining()}); err != nil {
 		return ReplayTask{}, err
 	}

@@ -122,7 +122,7 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 	if n.Approval > 0 {
 		detail["approval_id"] = n.Approval
 	}
-	action := "replay"
+	action := ActionReplay
 	if n.Edit != nil {
 		action = ActionEditReplay
 		for k, v := range n.Edit.AuditDetail {

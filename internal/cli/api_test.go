@@ -121,6 +121,17 @@ func TestCLIAgainstLiveServer(t *testing.T) {
 	require.Equal(t, ExitDenied, code)
 	code, _, _ = cli(t, url, admin, runLs, "--status", "bogus")
 	require.Equal(t, ExitUsage, code)
+	// A reason outside the fixed set is refused, naming the set, in every
+	// command that filters (not an empty page, a not found or a 0).
+	for _, args := range [][]string{{"ls", "--reason", "reject"}, {"ack", "--reason", "reject", "--dry-run"}} {
+		run := runLs
+		if args[0] == "ack" {
+			run = runActionCmd("ack")
+		}
+		code, _, errOut = cli(t, url, admin, run, args[1:]...)
+		require.Equal(t, ExitUsage, code, errOut)
+		require.Contains(t, errOut, `reason "reject" must be one of rejected, expired, maxlen, delivery_limit, unknown`)
+	}
 	code, _, _ = cli(t, url, admin, runLs, "--after", "last tuesday")
 	require.Equal(t, ExitUsage, code)
 	code, _, _ = cli(t, url, admin, runLs, "--no-such-flag")

@@ -27,7 +27,7 @@ func runAudit(args []string, env cliEnv) int {
 	)
 	af.register(fs, env)
 	fs.StringVar(&actor, "actor", "", "only what this actor (a token's name) did")
-	fs.StringVar(&action, "action", "", "only this action: acknowledge, delete, replay, cancel_replay, retention, evict, ...")
+	fs.StringVar(&action, "action", "", "only this action: acknowledge, delete, replay, replay_cancel, edit_replay, approve, reject, retention, evict, ...")
 	fs.StringVar(&since, "since", "", "only since: RFC 3339 time, or a duration ago (24h)")
 	fs.IntVar(&limit, "limit", 50, "entries per page (at most 1000)")
 	fs.StringVar(&curs, "cursor", "", "continue after a previous page (its next cursor)")

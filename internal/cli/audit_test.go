@@ -75,6 +75,10 @@ func TestAuditAgainstLiveServer(t *testing.T) {
 	require.Contains(t, errOut, "forbidden")
 	code, _, _ = cli(t, url, admin, runAudit, "--since", "last tuesday")
 	require.Equal(t, ExitUsage, code)
+	// An action outside the audit log's words is refused, naming them.
+	code, _, errOut = cli(t, url, admin, runAudit, "--action", "ack")
+	require.Equal(t, ExitUsage, code, errOut)
+	require.Contains(t, errOut, `action "ack" must be one of acknowledge, delete, replay, replay_cancel`)
 	code, _, _ = cli(t, url, admin, runAudit, "--limit", "0")
 	require.Equal(t, ExitUsage, code)
 	code, _, _ = cli(t, url, admin, runAudit, "--cursor", "garbage")
