@@ -40,7 +40,7 @@ func commands() []command {
 		{"audit", "who did what: the audit log, newest first (filters, pages)", cli.Audit},
 		{"jobs", "cron jobs: schedule, lease, last success and recent runs", cli.Jobs},
 		{"alerts", "alerts pending, firing or just resolved, and the rules", cli.Alerts},
-		{"approvals", "requests for approval (four-eyes), newest first", cli.Approvals},
+		{"approvals", "requests for approval (four-eyes), newest first; approvals ID: one in full", cli.Approvals},
 		{"approve", "approve a request: it runs on its snapshot (never your own)", cli.Approve},
 		{"reject", "reject a request for approval; nothing runs", cli.Reject},
 		{"withdraw", "take back your own request for approval; nothing runs", cli.Withdraw},

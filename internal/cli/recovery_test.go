@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -246,4 +247,45 @@ func TestCategoryFlags(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.Contains(t, out, "by category (pending / total):")
 	require.Regexp(t, `unknown\s+6 / 6`, out, "the groups hold the category of their key, unknown for seeded rows")
+}
+
+// TestApprovalsShowReplay: a replay waiting for approval shows, in the
+// list and on its own (dlq approvals ID), where it would publish, how
+// fast, when it starts and what it does with an unknown outcome: what the
+// approver decides on.
+func TestApprovalsShowReplay(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := recoveryServer(t)
+	body := `{"filter":{"source_queue":"orders"},"target":{"exchange":"","routing_key":"orders-retry"},` +
+		`"rate_per_second":50,"delay_seconds":90,"on_unknown":"hold","confirm":true}`
+	req, err := http.NewRequest("POST", url+"/api/v1/replays", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+clitest.OperatorToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, string(answer))
+	var a struct{ Approval store.Approval }
+	require.NoError(t, json.Unmarshal(answer, &a), string(answer))
+	require.NotZero(t, a.Approval.ID, string(answer))
+	id := strconv.FormatInt(a.Approval.ID, 10)
+
+	code, out, errOut := cli(t, url, clitest.AdminToken, runApprovals)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, `target: to the default exchange, routing key "orders-retry", rate: 50 messages/s, start: 1m30s after approval, on_unknown: hold`)
+
+	code, out, errOut = cli(t, url, clitest.AdminToken, runApprovals, id)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Regexp(t, `(?m)^id\s+`+id+`$`, out)
+	require.Regexp(t, `(?m)^action\s+replay of 4 messages`, out)
+	require.Regexp(t, `(?m)^target\s+to the default exchange, routing key "orders-retry"$`, out)
+	require.Regexp(t, `(?m)^on_unknown\s+hold$`, out)
+	require.Contains(t, out, `"source_queue": "orders"`, "the request in full")
+
+	code, _, _ = cli(t, url, clitest.AdminToken, runApprovals, "999999")
+	require.Equal(t, ExitNotFound, code)
+	code, _, _ = cli(t, url, clitest.AdminToken, runApprovals, "x")
+	require.Equal(t, ExitUsage, code)
 }
