@@ -42,7 +42,7 @@ func Replay(args []string) int {
 
 	ctx, stop := signalContext()
 	defer stop()
-	c, code := rpc(ctx, "replay", cfg, rf.timeout)
+	c, code := rpc(ctx, "replay", cfg, rf)
 	if code >= 0 {
 		return code
 	}
@@ -135,6 +135,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --reason rejected --since 1h --rate 50 --wait")
 		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --since 2026-05-01T10:00:00Z --until 2026-05-01T11:00:00Z --confirm")
 		fmt.Fprintln(fs.Output(), "  dlq replay --source-queue orders --field customer.tier=gold --start-at 2026-05-02T02:00:00Z")
+		fmt.Fprintln(fs.Output(), "\nIt is sent to dlq on the control queue (the broker's --amqp-url). "+rpcTokenHelp)
 		fmt.Fprintln(fs.Output(), "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -360,7 +361,7 @@ func Replays(args []string) int {
 		rf.register(fs)
 		fs.IntVar(&limit, "limit", 20, "how many recent tasks to list")
 		fs.Usage = func() {
-			fmt.Fprintln(fs.Output(), "usage: dlq replays [flags] [id]\n\nList recent replay tasks, or show one.\n\nflags:")
+			fmt.Fprintln(fs.Output(), "usage: dlq replays [flags] [id]\n\nList recent replay tasks, or show one.\n"+rpcTokenHelp+"\n\nflags:")
 			fs.PrintDefaults()
 		}
 	})
@@ -382,7 +383,7 @@ func Replays(args []string) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	c, code := rpc(ctx, "replays", cfg, rf.timeout)
+	c, code := rpc(ctx, "replays", cfg, rf)
 	if code >= 0 {
 		return code
 	}
@@ -429,7 +430,7 @@ func Cancel(args []string) int {
 	cfg, _, pos, code := LoadConfig("cancel", args, func(fs *flag.FlagSet) {
 		rf.register(fs)
 		fs.Usage = func() {
-			fmt.Fprintln(fs.Output(), "usage: dlq cancel [flags] id\n\nStop a replay task within one publish.\n\nflags:")
+			fmt.Fprintln(fs.Output(), "usage: dlq cancel [flags] id\n\nStop a replay task within one publish.\n"+rpcTokenHelp+"\n\nflags:")
 			fs.PrintDefaults()
 		}
 	})
@@ -447,7 +448,7 @@ func Cancel(args []string) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	c, code := rpc(ctx, "cancel", cfg, rf.timeout)
+	c, code := rpc(ctx, "cancel", cfg, rf)
 	if code >= 0 {
 		return code
 	}

@@ -140,3 +140,40 @@ func TestReplayTargetHelp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &replay.Target{Exchange: "", RoutingKey: "orders"}, req.Target)
 }
+
+// dlq replay, replays and cancel take --token like the HTTP commands: it
+// wins over the environment, whose token is never the flag's default
+// (-h would print it), and the help names DLQ_TOKEN.
+func TestReplayCommandsToken(t *testing.T) {
+	t.Parallel()
+	var f replayFlags
+	fs := flag.NewFlagSet("dlq replay", flag.ContinueOnError)
+	var help strings.Builder
+	fs.SetOutput(&help)
+	f.register(fs)
+	require.NoError(t, fs.Parse([]string{"--token", "flag-token", "--source-queue", "orders"}))
+	require.Equal(t, "flag-token", f.rf.token)
+	fs.Usage()
+	require.Contains(t, help.String(), "DLQ_TOKEN")
+	require.NotContains(t, help.String(), "flag-token", "the value never prints")
+
+	env := func(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+	for _, tc := range []struct {
+		flag       string
+		vars       map[string]string
+		configured string
+		want       string
+	}{
+		{"flag-token", map[string]string{"DLQ_TOKEN": "env-token"}, "cfg-token", "flag-token"},
+		{"flag-token", map[string]string{"DLQ_TOKEN_FILE": "/nonexistent/token"}, "", "flag-token"},
+		{"", map[string]string{"DLQ_TOKEN": "env-token"}, "cfg-token", "env-token"},
+		{"", map[string]string{"DLQ_ADMIN_TOKEN": "admin-token"}, "cfg-token", "admin-token"},
+		{"", nil, "cfg-token", "cfg-token"},
+	} {
+		got, err := rpcToken(tc.flag, env(tc.vars), tc.configured)
+		require.NoError(t, err, "%+v", tc)
+		require.Equal(t, tc.want, got, "%+v", tc)
+	}
+	_, err := rpcToken("", env(map[string]string{"DLQ_TOKEN_FILE": "/nonexistent/token"}), "")
+	require.ErrorContains(t, err, "DLQ_TOKEN_FILE")
+}

@@ -19,29 +19,37 @@ import (
 
 // The replay commands talk to a running dlq through the control queue (an
 // RPC with a direct reply-to), so they work wherever the broker is
-// reachable; they need no database access. The token comes from DLQ_TOKEN,
-// or else DLQ_ADMIN_TOKEN.
+// reachable; they need no database access. The token is --token, else
+// DLQ_TOKEN, else DLQ_ADMIN_TOKEN (or either's _FILE), else the
+// configuration's admin token.
 
 type rpcFlags struct {
 	json    bool
 	timeout time.Duration
+	// token is --token. Its default is empty, never the environment's, so
+	// that -h does not print a token (as apiFlags.token).
+	token string
 }
 
+// rpcTokenHelp is the help of the replay commands' token, for their usage.
+const rpcTokenHelp = "The token is --token, else DLQ_TOKEN (or DLQ_TOKEN_FILE), else DLQ_ADMIN_TOKEN (or DLQ_ADMIN_TOKEN_FILE), else the configuration's admin token."
+
 func (f *rpcFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.token, "token", "", "control queue token (env DLQ_TOKEN or DLQ_TOKEN_FILE, else DLQ_ADMIN_TOKEN or DLQ_ADMIN_TOKEN_FILE)")
 	fs.BoolVar(&f.json, "json", false, "print the answer as JSON on stdout")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for dlq's answer")
 }
 
 // rpc connects to the control queue named by the configuration.
-func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Duration) (*control.Client, int) {
-	token, err := envToken(os.Getenv)
+func rpc(ctx context.Context, name string, cfg config.Config, rf rpcFlags) (*control.Client, int) {
+	timeout := rf.timeout
+	token, err := rpcToken(rf.token, os.Getenv, cfg.AdminToken)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlq %s: %v\n", name, err)
 		return nil, ExitUsage
 	}
-	token = cmp.Or(token, cfg.AdminToken)
 	if token == "" {
-		fmt.Fprintf(os.Stderr, "dlq %s: no token: set DLQ_TOKEN (or DLQ_ADMIN_TOKEN, or either's _FILE)\n", name)
+		fmt.Fprintf(os.Stderr, "dlq %s: no token: give --token or set DLQ_TOKEN (or DLQ_ADMIN_TOKEN, or either's _FILE)\n", name)
 		return nil, ExitDenied
 	}
 	tlsCfg, err := cfg.AMQPClientTLS()
@@ -57,6 +65,20 @@ func rpc(ctx context.Context, name string, cfg config.Config, timeout time.Durat
 		return nil, ExitUnavailable
 	}
 	return c, -1
+}
+
+// rpcToken is the token the replay commands send: flag (--token), else
+// the environment's (envToken; a token file that cannot be read is an
+// error only when it is needed), else the configuration's admin token.
+func rpcToken(flag string, getenv func(string) string, configured string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	token, err := envToken(getenv)
+	if err != nil {
+		return "", err
+	}
+	return cmp.Or(token, configured), nil
 }
 
 // send runs one command and returns its result, or prints the failure and
