@@ -340,6 +340,16 @@ func printMessageRows(w io.Writer, m store.Message) {
 	if m.ConversionError != nil {
 		row("conversion error", *m.ConversionError)
 	}
+	if e := m.Edited; e != nil {
+		// Where the corrected copy went: its replay id finds it in the
+		// queue it was sent to, the task shows how the send went.
+		s := fmt.Sprintf("copy %s, replay task %d, %s, by %s at %s", e.CopyReplayID, e.TaskID, e.State, e.EditedBy,
+			e.EditedAt.UTC().Format(time.RFC3339))
+		if e.Error != "" {
+			s += ": " + e.Error
+		}
+		row("edited", s)
+	}
 	tw.Flush()
 }
 

@@ -155,6 +155,13 @@ func TestEditReplayCommand(t *testing.T) {
 	var edited int
 	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM message_edits WHERE message_id = $1`, ids[0]).Scan(&edited))
 	require.Equal(t, 1, edited)
+	// dlq show names the copy: its replay id, the task and the state.
+	var copyID string
+	var task int64
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT copy_replay_id, task_id FROM message_edits WHERE message_id = $1`, ids[0]).Scan(&copyID, &task))
+	code, out, errOut = cli(t, url, op, runShow, id)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Regexp(t, `(?m)^edited\s+copy `+regexp.QuoteMeta(copyID)+`, replay task `+strconv.FormatInt(task, 10)+`, in_progress, by operator at `, out)
 
 	code, _, errOut = run(id, "--body", `{"n":1}`)
 	require.Equal(t, ExitFailure, code, "a second edit while the first is in progress: 409")
