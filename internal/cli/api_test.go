@@ -156,3 +156,32 @@ func TestThousands(t *testing.T) {
 		require.Equal(t, want, thousands(n))
 	}
 }
+
+// The errors of a wrong token or DLQ_URL, and of a refused filter, say
+// what to change in the operator's words: the token sent was refused (not
+// "send a bearer token"), DLQ_URL is a base URL with a scheme, and a
+// filter error names the command's flags, not the API's parameters.
+func TestCLIErrorsInTheOperatorsWords(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := clitest.Server(t)
+	const admin = clitest.AdminToken
+
+	code, _, errOut := cli(t, url, "wrong", runLs)
+	require.Equal(t, ExitDenied, code)
+	require.Contains(t, errOut, "the token was refused")
+	require.Contains(t, errOut, "DLQ_TOKEN or --token")
+	require.NotContains(t, errOut, "send Authorization")
+
+	code, out, errOut := cli(t, url+"/api/v1/", admin, runLs)
+	require.Equal(t, ExitOK, code, "the API's prefix is taken off: %s", errOut)
+	require.Contains(t, out, "TimeoutError")
+
+	code, _, errOut = cli(t, strings.TrimPrefix(url, "http://"), admin, runLs)
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errOut, "must start with http:// or https://")
+
+	code, _, errOut = cli(t, url, admin, runLs, "--field", "customer.tier=gold")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errOut, "add --queue, --after, --group, message ids or --q")
+	require.Contains(t, errOut, "--field: a field filter")
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -105,13 +106,18 @@ type apiClient struct {
 	// caErr is a --ca-file that could not be used; reported when a
 	// request is made (exit 2), not by going on with the system's CAs.
 	caErr error
+	// urlErr is a DLQ_URL (--url) that is no base URL (baseURL); reported
+	// when a request is made (exit 2).
+	urlErr error
 }
 
 // newAPIClient is the client of a command whose every answer must come
 // within --timeout.
 func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
 	t, caErr := f.transport()
-	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout, Transport: t}, caErr: caErr}
+	var urlErr error
+	f.url, urlErr = baseURL(f.url)
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Timeout: f.timeout, Transport: t}, caErr: caErr, urlErr: urlErr}
 }
 
 // newStreamClient is the client of a command whose answers take long to
@@ -120,7 +126,26 @@ func newAPIClient(name string, f apiFlags, env cliEnv) *apiClient {
 func newStreamClient(name string, f apiFlags, env cliEnv, headerTimeout time.Duration) *apiClient {
 	t, caErr := f.transport()
 	t.ResponseHeaderTimeout = headerTimeout
-	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Transport: t}, caErr: caErr}
+	var urlErr error
+	f.url, urlErr = baseURL(f.url)
+	return &apiClient{name: name, flags: f, env: env, http: &http.Client{Transport: t}, caErr: caErr, urlErr: urlErr}
+}
+
+// baseURL is DLQ_URL (--url) as the commands join paths to it: the API's
+// own prefix /api/v1, which every path already has, is taken off an URL
+// that ends with it (not doubled into /api/v1/api/v1/...). An URL without
+// http:// or https:// is a usage error, named as such, not the URL
+// parser's "first path segment in URL cannot contain colon".
+func baseURL(raw string) (string, error) {
+	u := strings.TrimRight(raw, "/")
+	if u == "" {
+		return raw, &usageError{errors.New("DLQ_URL (--url) is empty: give the dlq API's base URL, such as " + DLQURLDefault)}
+	}
+	lower := strings.ToLower(u)
+	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
+		return raw, &usageError{fmt.Errorf("DLQ_URL (--url) %q must start with http:// or https://, such as %s", raw, DLQURLDefault)}
+	}
+	return strings.TrimSuffix(u, "/api/v1"), nil
 }
 
 // transport is every API command's HTTP transport: the proxy from the
@@ -219,6 +244,9 @@ func (c *apiClient) request(ctx context.Context, method, u string, body io.Reade
 	if c.flags.tokenErr != nil && c.flags.bearer() == "" {
 		return nil, c.flags.tokenErr
 	}
+	if c.urlErr != nil {
+		return nil, c.urlErr
+	}
 	if c.caErr != nil {
 		return nil, c.caErr
 	}
@@ -234,12 +262,20 @@ func (c *apiClient) request(ctx context.Context, method, u string, body io.Reade
 
 // fail prints err and returns the exit code that describes it.
 func (c *apiClient) fail(err error) int {
-	fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
+	var e *apiError
+	switch {
+	case errors.As(err, &e) && e.status == http.StatusUnauthorized && c.flags.bearer() != "":
+		// The API's message asks for a bearer token; this one sent one.
+		fmt.Fprintf(c.env.stderr, "dlq %s: the token was refused (%s): check that DLQ_TOKEN or --token is a token of this dlq\n", c.name, e.code)
+	case errors.As(err, &e) && e.status == http.StatusBadRequest && filterCommands[c.name]:
+		fmt.Fprintf(c.env.stderr, "dlq %s: %s\n", c.name, flagWords(err.Error()))
+	default:
+		fmt.Fprintf(c.env.stderr, "dlq %s: %v\n", c.name, err)
+	}
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return ExitUsage
 	}
-	var e *apiError
 	if !errors.As(err, &e) {
 		return ExitUnavailable
 	}
@@ -414,4 +450,30 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// filterCommands are the commands with the filter flags (filterFlags),
+// whose refused filters flagWords words.
+var filterCommands = map[string]bool{"ls": true, "ack": true, "rm": true, "export": true}
+
+// filterFlagNames are the filter flags of the API's filter parameters:
+// ids are the commands' arguments.
+var filterFlagNames = map[string]string{
+	"source_queue": "--queue", "failed_after": "--after", "failed_before": "--before", "status": "--status",
+	"reason": "--reason", "category": "--category", "group": "--group", "q": "--q", "field": "--field",
+	"fields": "--field", "ids": "message ids",
+}
+
+// filterParam finds an API parameter name where an error names a field,
+// as the console's labelize does: at the start or after a space or "(",
+// before ":", ",", " (", a quote, " is", " must", " lists", " or" or the end.
+var filterParam = regexp.MustCompile(`(^|[\s(])(source_queue|failed_after|failed_before|status|reason|category|group|q|fields|field|ids)(:|,| \(| "| is\b| must\b| lists\b| or\b|$)`)
+
+// flagWords rewrites an API error about a filter in the command's flag
+// names: the API's parameter names are not what the operator typed.
+func flagWords(msg string) string {
+	return filterParam.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := filterParam.FindStringSubmatch(m)
+		return sub[1] + filterFlagNames[sub[2]] + sub[3]
+	})
 }

@@ -36,7 +36,7 @@ func TestCLIFieldAndTotal(t *testing.T) {
 
 	code, _, errOut = cli(t, url, admin, runLs, "--field", "n=1")
 	require.Equal(t, ExitUsage, code)
-	require.Contains(t, errOut, "add source_queue")
+	require.Contains(t, errOut, "add --queue")
 	code, _, errOut = cli(t, url, admin, runLs, "--queue", "orders", "--field", "n..x=1")
 	require.Equal(t, ExitUsage, code)
 	require.Contains(t, errOut, "empty path segment")
