@@ -43,7 +43,7 @@ func runApprovals(args []string, env cliEnv) int {
 	if len(pos) == 1 {
 		id, err := strconv.ParseInt(pos[0], 10, 64)
 		if err != nil || id <= 0 {
-			fmt.Fprintf(env.stderr, "dlq approvals: %q is not an approval id\n", pos[0])
+			fmt.Fprintf(env.stderr, "dlq approvals: %q is not an approval id: give a request's number, or none to list them (see dlq approvals -h)\n", pos[0])
 			return ExitUsage
 		}
 		return showApproval(c, af, id)

@@ -31,7 +31,6 @@ func TestCommandsWithoutArgumentsRefuseOne(t *testing.T) {
 		{"status", runStatus, []string{"orders", "--json"}},
 		{"audit", runAudit, []string{"orders", "--since", "1h"}},
 		{"alerts", runAlerts, []string{"orders", "--json"}},
-		{"approvals", runApprovals, []string{"orders", "--limit", "1"}},
 		{"policies", runPolicies, []string{"orders", "--json"}},
 	} {
 		code, out, errOut := cli(t, url, clitest.AdminToken, c.run, c.args...)
@@ -40,12 +39,17 @@ func TestCommandsWithoutArgumentsRefuseOne(t *testing.T) {
 		require.Contains(t, errOut, `dlq `+c.name+`: unexpected argument "orders": dlq `+c.name+` takes flags only`)
 		require.Contains(t, errOut, "see dlq "+c.name+" -h")
 	}
-	_, _, errOut := cli(t, url, clitest.AdminToken, runLs, "orders", "--status", "all")
+	// dlq approvals takes one argument, a request's number.
+	code, out, errOut := cli(t, url, clitest.AdminToken, runApprovals, "orders", "--limit", "1")
+	require.Equal(t, ExitUsage, code, out+errOut)
+	require.Contains(t, errOut, `dlq approvals: "orders" is not an approval id`)
+	require.Contains(t, errOut, "see dlq approvals -h")
+	_, _, errOut = cli(t, url, clitest.AdminToken, runLs, "orders", "--status", "all")
 	require.Contains(t, errOut, "(a queue is --queue orders)")
 	_, _, errOut = cli(t, url, clitest.AdminToken, runStats, "orders")
 	require.NotContains(t, errOut, "--queue", "stats has no --queue")
 	// Flags alone still work.
-	code, out, errOut := cli(t, url, clitest.AdminToken, runLs, "--queue", "orders", "--status", "all")
+	code, out, errOut = cli(t, url, clitest.AdminToken, runLs, "--queue", "orders", "--status", "all")
 	require.Equal(t, ExitOK, code, errOut)
 	require.Equal(t, 5, strings.Count(out, "\n"), "header + 4 orders: %s", out)
 }
