@@ -108,3 +108,29 @@ func TestExchangeExistsNowSkipsABlockedConnection(t *testing.T) {
 		t.Fatalf("default exchange while blocked: got %v, %v; want true", exists, err)
 	}
 }
+
+// A queue's look answers whether it exists (a replay through the default
+// exchange reaches only the queue its routing key names), and is not made
+// while RabbitMQ blocks the connection.
+func TestQueueExistsNow(t *testing.T) {
+	t.Parallel()
+	c := testConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	app := dlqtest.Dial(t)
+	q := dlqtest.Name(t, "queue-look")
+	if _, err := dlqtest.Channel(t, app).QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatalf("declare %s: %v", q, err)
+	}
+	dlqtest.DeleteQueues(t, app, q)
+	if exists, err := QueueExistsNow(ctx, c, q); err != nil || !exists {
+		t.Fatalf("declared queue: got %v, %v; want true", exists, err)
+	}
+	if exists, err := QueueExistsNow(ctx, c, q+".nope"); err != nil || exists {
+		t.Fatalf("missing queue: got %v, %v; want false", exists, err)
+	}
+	c.setBlocked(true)
+	if _, err := QueueExistsNow(ctx, c, q); !errors.Is(err, ErrBlocked) {
+		t.Fatalf("blocked: got %v, want ErrBlocked", err)
+	}
+}

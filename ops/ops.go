@@ -35,6 +35,9 @@ type Replays interface {
 	// ExchangeExists looks at a target exchange on the broker;
 	// replay.ErrNoBroker where the service has no connection.
 	ExchangeExists(ctx context.Context, name string) (bool, error)
+	// QueueExists looks at a queue on the broker (the one a replay through
+	// the default exchange reaches); replay.ErrNoBroker as ExchangeExists.
+	QueueExists(ctx context.Context, name string) (bool, error)
 }
 
 // CronViews is what the cron service shows; *cron.Service implements

@@ -241,6 +241,19 @@ func (s *Service) ExchangeExists(ctx context.Context, name string) (bool, error)
 	return broker.ExchangeExistsNow(ctx, s.cfg.Conn, name)
 }
 
+// QueueExists reports whether a queue exists on the broker (a passive
+// declare on a channel of its own), within exchangeCheckTimeout as
+// ExchangeExists: a replay through the default exchange reaches only the
+// queue its routing key names, and fails unroutable when there is none.
+func (s *Service) QueueExists(ctx context.Context, name string) (bool, error) {
+	if s.cfg.Conn == nil {
+		return false, ErrNoBroker
+	}
+	ctx, cancel := context.WithTimeout(ctx, exchangeCheckTimeout)
+	defer cancel()
+	return broker.QueueExistsNow(ctx, s.cfg.Conn, name)
+}
+
 type exchangeCheck struct {
 	exists bool
 	at     time.Time
