@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -173,4 +174,48 @@ func wideAndOwnRequests(t *testing.T, b opsBundle, ownFirst bool) (wideReq, ownR
 	}
 	wideReq = requestWide()
 	return wideReq, requestOwn()
+}
+
+// An approved action's result says why it changed fewer messages than its
+// request counted: a delete of 3 after one of them was deleted and another
+// acknowledged deletes 2 (an acknowledged message is deleted too) and
+// counts the one gone; an acknowledge counts the one acknowledged already
+// apart from the one gone.
+func TestApprovedResultSaysWhatItLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin2 := auth.Principal{Name: "admin2", Role: auth.RoleAdmin}
+	b := newOps(t, admin, admin2, operator)
+	page, err := b.ops.ListMessages(ctx, as(admin), ops.ListRequest{Filter: store.Filter{SourceQueue: "orders"}})
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 3)
+	_, err = b.ops.Delete(ctx, as(admin), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "orders"}, Confirm: true})
+	del := pendingOf(t, err)
+	_, err = b.ops.Acknowledge(ctx, as(operator), ops.ActionRequest{Filter: &store.Filter{SourceQueue: "billing"}, Confirm: true})
+	ack := pendingOf(t, err)
+	// Since the requests: one of orders deleted, one acknowledged; one of
+	// billing deleted, one acknowledged.
+	billing, err := b.ops.ListMessages(ctx, as(admin), ops.ListRequest{Filter: store.Filter{SourceQueue: "billing"}})
+	require.NoError(t, err)
+	for _, ms := range [][]store.Message{page.Messages, billing.Messages} {
+		_, err = b.ops.Delete(ctx, as(admin), ops.ActionRequest{IDs: []int64{ms[0].ID}})
+		require.NoError(t, err)
+		_, err = b.ops.Acknowledge(ctx, as(admin), ops.ActionRequest{IDs: []int64{ms[1].ID}})
+		require.NoError(t, err)
+	}
+
+	result := func(a store.Approval) store.ActionResult {
+		t.Helper()
+		var res store.ActionResult
+		require.NoError(t, json.Unmarshal(a.Result, &res))
+		return res
+	}
+	approved, err := b.ops.Approve(ctx, as(admin2), del.ID)
+	require.NoError(t, err)
+	res := result(approved)
+	require.Equal(t, store.ActionResult{Action: store.ActionDelete, Matched: 2, Changed: 2, Gone: 1}, res, string(approved.Result))
+	approved, err = b.ops.Approve(ctx, as(admin), ack.ID)
+	require.NoError(t, err)
+	res = result(approved)
+	require.Equal(t, store.ActionResult{Action: store.ActionAcknowledge, Matched: 2, Changed: 1, Unchanged: 1, Gone: 1}, res, string(approved.Result))
 }

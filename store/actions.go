@@ -48,6 +48,13 @@ type ActionResult struct {
 	// NotFound lists requested ids that do not exist (or are out of scope).
 	NotFound []int64 `json:"not_found,omitempty"`
 	DryRun   bool    `json:"dry_run"`
+	// Gone counts, for an approved action run on its request's snapshot,
+	// the snapshot's messages deleted since it was asked for; Replaying
+	// those left as they are because they were being replayed. With
+	// Unchanged (already acknowledged), they say why the action changed
+	// fewer messages than the request counted.
+	Gone      int64 `json:"gone,omitempty"`
+	Replaying int64 `json:"replaying,omitempty"`
 }
 
 // ErrConfirmRequired means a bulk action by filter selects more messages
@@ -247,10 +254,44 @@ func changeAndRecord(ctx context.Context, tx pgx.Tx, action string, f Filter, ac
 	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
 		return fmt.Errorf("store: %s: %w", action, err)
 	}
+	if f.Approval > 0 && opt.Approval == f.Approval {
+		if err := snapshotLeft(ctx, tx, action, f.Approval, res); err != nil {
+			return err
+		}
+	}
 	if err := auditAct(ctx, tx, action, f, actor, opt, *res); err != nil {
 		return err
 	}
 	return approvalResult(ctx, tx, opt.Approval, *res)
+}
+
+// snapshotLeft counts, after an approved action changed its snapshot's
+// rows, what it left of the snapshot and why: acknowledged already
+// (Unchanged, counted in Matched as a selection by ids counts it), deleted
+// since the request (Gone), being replayed (Replaying). Counted after the
+// change, in its transaction: the rows it changed are locked and counted
+// as changed, not as anything else.
+func snapshotLeft(ctx context.Context, tx pgx.Tx, action string, approval int64, res *ActionResult) error {
+	var missing, acknowledged, replaying int64
+	err := tx.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE m.id IS NULL),
+       count(*) FILTER (WHERE m.status = $2),
+       count(*) FILTER (WHERE m.status = $3)
+FROM approval_items i LEFT JOIN dead_messages m ON m.id = i.message_id
+WHERE i.approval_id = $1`, approval, StatusAcknowledged, StatusReplaying).Scan(&missing, &acknowledged, &replaying)
+	if err != nil {
+		return fmt.Errorf("store: %s: count what approval %d left of its snapshot: %w", action, approval, err)
+	}
+	res.Replaying = replaying
+	if action == ActionDelete {
+		// The rows it deleted are missing now too.
+		res.Gone = max(0, missing-res.Changed)
+		return nil
+	}
+	res.Gone = missing
+	res.Unchanged = max(0, acknowledged-res.Changed)
+	res.Matched += res.Unchanged
+	return nil
 }
 
 // changeSelected acknowledges or deletes, in id order, the rows where
