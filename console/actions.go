@@ -49,6 +49,10 @@ type selection struct {
 	OnUnknown string
 	// Back is the page the action came from.
 	Back string
+	// Counted is what the confirmation counted a replay would publish (-1:
+	// not said): when it said none, the flash checks that again rather
+	// than say "Done".
+	Counted int64
 }
 
 // maxRate and the other bounds keep the form's numbers sane; the replay
@@ -78,6 +82,9 @@ func readSelection(v url.Values) (selection, error) {
 		return s, err
 	}
 	if s.MaxID, err = formInt(v, "max_id", 0, 0, 1<<62); err != nil {
+		return s, err
+	}
+	if s.Counted, err = formInt(v, "counted", -1, 0, 1<<62); err != nil {
 		return s, err
 	}
 	for _, n := range []struct {
@@ -149,9 +156,7 @@ func (s selection) replayRequest(dryRun bool) (ops.ReplayRequest, error) {
 		return ops.ReplayRequest{}, err
 	}
 	req := replay.Request{IDs: s.IDs, Filter: f, Limit: int(s.Limit), RatePerSecond: float64(s.Rate), DelaySeconds: int(s.Delay), DryRun: dryRun, Force: s.Force, OnUnknown: s.OnUnknown}
-	if s.TargetExchange != "" || s.TargetRoutingKey != "" {
-		req.Target = &replay.Target{Exchange: s.TargetExchange, RoutingKey: s.TargetRoutingKey}
-	}
+	req.Target = formTarget(s.TargetExchange, s.TargetRoutingKey)
 	if s.CanaryCount > 0 {
 		req.Canary = &replay.Canary{Count: int(s.CanaryCount), WaitSeconds: int(s.CanaryWait)}
 	}
@@ -179,9 +184,9 @@ type confirmData struct {
 	// Approval says whether the action will wait for a second person's
 	// approval, and who may give it.
 	Approval approvalNotice
-	// MissingExchange is a replay's target exchange when the broker says
-	// it does not exist: nothing would be published.
-	MissingExchange string
+	// Target is what the broker says of a replay's target: missing, nothing
+	// would be published.
+	Target ops.TargetCheck
 	// Words are an All selection in words (nil for ids).
 	Words *selectionWords
 }
@@ -301,7 +306,7 @@ func (c *Console) handleConfirm(w http.ResponseWriter, r *http.Request) {
 			c.renderFailure(w, r, "count the replay", err)
 			return
 		}
-		d.MissingExchange = c.missingTarget(r, caller, s.TargetExchange)
+		d.Target = c.checkTarget(ctx, r, caller, formTarget(s.TargetExchange, s.TargetRoutingKey))
 	default:
 		res, err := c.acknowledgeOrDelete(ctx, caller, s, true)
 		if err != nil {
@@ -341,26 +346,6 @@ func (c *Console) confirmWords(r *http.Request, s selection) *selectionWords {
 	return &w
 }
 
-// missingTarget is the replay's target exchange when the layer knows it
-// does not exist on the broker, else "". A look that fails (no broker on
-// this instance, the broker unreachable) leaves the confirmation as it
-// was: the task looks again before it publishes.
-func (c *Console) missingTarget(r *http.Request, caller ops.Caller, exchange string) string {
-	if exchange == "" {
-		return ""
-	}
-	missing, err := c.cfg.Ops.ReplayTargetMissing(r.Context(), caller, exchange)
-	if err != nil {
-		c.log.Warn("console: look up a replay's target exchange", "exchange", exchange, "error", err,
-			"request_id", c.cfg.RequestID(r.Context()))
-		return ""
-	}
-	if missing {
-		return exchange
-	}
-	return ""
-}
-
 // acknowledgeOrDelete runs the selection's acknowledge or delete (a dry
 // run when dryRun: the confirm page's count).
 func (c *Console) acknowledgeOrDelete(ctx context.Context, caller ops.Caller, s selection, dryRun bool) (store.ActionResult, error) {
@@ -392,6 +377,7 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	done := c.acknowledgedAmong(ctx, caller, s)
+	back := c.backAfter(ctx, caller, s)
 	res, err := c.acknowledgeOrDelete(ctx, caller, s, false)
 	if c.pending(w, r, s.Back, err) {
 		return
@@ -400,16 +386,13 @@ func (c *Console) handleAct(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, s.Action, err)
 		return
 	}
-	back := s.Back
-	if s.Action == actDelete && strings.HasPrefix(back, "/ui/messages/") {
-		back = "/ui/messages" // the message page is gone
-	}
 	c.redirectWithFlash(w, r, back, say(flashDone, actedParts(s, res, done)...))
 }
 
 // actReplay starts a confirmed replay and returns to the page it came
 // from.
 func (c *Console) actReplay(w http.ResponseWriter, r *http.Request, s selection) {
+	nothing := c.nothingToPublish(r, s)
 	req, err := s.replayRequest(false)
 	var t replay.Task
 	if err == nil {
@@ -422,7 +405,11 @@ func (c *Console) actReplay(w http.ResponseWriter, r *http.Request, s selection)
 		c.renderFailure(w, r, "start the replay", err)
 		return
 	}
-	c.redirectWithFlash(w, r, s.Back, say(flashDone, "Replay started: ", taskLink(t.ID), ", "+counted(t.Requested, "message")+" requested."))
+	if nothing != nil {
+		t.Remaining, t.SkipReasons = 0, nothing.SkipReasons
+	}
+	kind, parts := c.startedWords(r, c.caller(r), t)
+	c.redirectWithFlash(w, r, s.Back, say(kind, parts...))
 }
 
 // pending answers an action the layer recorded for approval instead of

@@ -35,6 +35,13 @@ const (
 	flashDone    = ""        // the action ran: "Done:"
 	flashError   = "error"   // refused or failed: "Error:"
 	flashWaiting = "waiting" // recorded, waiting for someone's approval: "Waiting:"
+	// A replay recorded to start later (a delay): "Scheduled:", not "Done:",
+	// since nothing has been published yet.
+	flashScheduled = "scheduled"
+	// A replay recorded that, as things stand, will publish nothing (every
+	// message skipped, its target missing on the broker): "Note:", with
+	// what it will do and what to do, never a green "Done:".
+	flashNote = "note"
 )
 
 // flash is the result or error of an action, shown at the top of a page:
@@ -44,7 +51,8 @@ type flash struct {
 	// Error marks a refusal or failure (shown with an icon and the word
 	// "Error", not by colour alone). Kept for the pages that set it.
 	Error bool
-	// Kind is flashDone, flashError or flashWaiting.
+	// Kind is flashDone, flashError, flashWaiting, flashScheduled or
+	// flashNote.
 	Kind string
 	// Text is the whole message when it has no Parts.
 	Text  string
@@ -64,8 +72,26 @@ func (f *flash) Label() string {
 		return "Error:"
 	case f.Kind == flashWaiting:
 		return "Waiting:"
+	case f.Kind == flashScheduled:
+		return "Scheduled:"
+	case f.Kind == flashNote:
+		return "Note:"
 	}
 	return "Done:"
+}
+
+// Class is the flash's style beside "flash": red for an error, amber for
+// what waits or will not do what was asked, blue for what is to come.
+func (f *flash) Class() string {
+	switch {
+	case f.IsError():
+		return "flash-error"
+	case f.Kind == flashWaiting || f.Kind == flashNote:
+		return "flash-waiting"
+	case f.Kind == flashScheduled:
+		return "flash-scheduled"
+	}
+	return ""
 }
 
 // IsError reports a refusal or failure.

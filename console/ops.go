@@ -45,7 +45,7 @@ type Ops interface {
 	ReplayErrors(ctx context.Context, c ops.Caller, id int64, limit int) ([]store.ReplayErrorCount, int64, error)
 	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 	EditLinks(ctx context.Context, c ops.Caller, m store.Message) (ops.EditLinks, error)
-	ReplayTargetMissing(ctx context.Context, c ops.Caller, exchange string) (bool, error)
+	CheckReplayTarget(ctx context.Context, c ops.Caller, target *replay.Target) (ops.TargetCheck, error)
 }
 
 var _ Ops = (*ops.Service)(nil)

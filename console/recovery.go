@@ -26,6 +26,9 @@ type approvalsData struct {
 	Approvals []approvalView
 	// One is set on a request's own page.
 	One bool
+	// Target is, on a waiting replay request's own page, what the broker
+	// says of its target now: missing, approving it would publish nothing.
+	Target ops.TargetCheck
 }
 
 // approvalView is a request with its selection in words.
@@ -45,11 +48,35 @@ func (v approvalView) WaitingFor() string {
 	return strings.Join(v.Approvers, " or ")
 }
 
-// approvalOutcome is what an approved request did (its result).
+// approvalOutcome is what an approved request did (its result: a replay's
+// task, or an acknowledge's or a delete's store.ActionResult).
 type approvalOutcome struct {
-	TaskID  int64  `json:"task_id"`
-	Action  string `json:"action"`
-	Changed int64  `json:"changed"`
+	TaskID    int64  `json:"task_id"`
+	Action    string `json:"action"`
+	Changed   int64  `json:"changed"`
+	Unchanged int64  `json:"unchanged"`
+	Gone      int64  `json:"gone"`
+	Replaying int64  `json:"replaying"`
+}
+
+// Left says, for an acknowledge or delete that changed fewer messages
+// than its request counted (count), why it left the others: already
+// acknowledged, deleted since, being replayed; a result recorded before
+// it said why counts the rest as no longer selected.
+func (o approvalOutcome) Left(count int64) []string {
+	var out []string
+	for _, n := range []struct {
+		n    int64
+		what string
+	}{{o.Unchanged, " already acknowledged"}, {o.Gone, " deleted since it was asked for"}, {o.Replaying, " being replayed"}} {
+		if n.n > 0 {
+			out = append(out, counted(n.n, "was", "were")+n.what)
+		}
+	}
+	if rest := count - o.Changed - o.Unchanged - o.Gone - o.Replaying; rest > 0 {
+		out = append(out, counted(rest, "was", "were")+" no longer selected for it")
+	}
+	return out
 }
 
 func readApprovalResult(raw json.RawMessage) approvalOutcome {
@@ -111,8 +138,11 @@ func (c *Console) handleApproval(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, "read the approval request", err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), "Approval "+strconv.FormatInt(id, 10),
-		approvalsData{Approvals: []approvalView{viewApproval(a)}, One: true})
+	d := approvalsData{Approvals: []approvalView{viewApproval(a)}, One: true}
+	if a.Status == store.ApprovalPending && a.Replay != nil {
+		d.Target = c.checkTarget(r.Context(), r, c.caller(r), a.Replay.Target)
+	}
+	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), "Approval "+strconv.FormatInt(id, 10), d)
 }
 
 // handleDecide approves, rejects or withdraws a request, as the form's
@@ -143,19 +173,38 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 		c.renderFailure(w, r, decision+" approval "+strconv.FormatInt(id, 10), err)
 		return
 	}
+	kind, parts := c.decidedWords(r, caller, a)
+	c.redirectWithFlash(w, r, backOf(r, "/ui/approvals"), say(kind, parts...))
+}
+
+// decidedWords is the flash of a decided request: what approving it did,
+// as its result says (what an acknowledge or delete changed and why it
+// left the others; a replay's task, as the flash of a replay started by
+// hand says it), or that it will not run.
+func (c *Console) decidedWords(r *http.Request, caller ops.Caller, a store.Approval) (string, []any) {
 	parts := []any{approvalLink(a.ID), fmt.Sprintf(" is %s: the %s of %s", a.Status, a.Action, counted(a.Count, "message"))}
-	var res struct {
-		TaskID int64 `json:"task_id"`
+	if a.Status != store.ApprovalApproved {
+		return flashDone, append(parts, " will not run.")
 	}
-	switch {
-	case a.Status != store.ApprovalApproved:
-		parts = append(parts, " will not run.")
-	case jsonUnmarshal(a.Result, &res) == nil && res.TaskID > 0:
-		parts = append(parts, " runs as ", taskLink(res.TaskID), ".")
-	default:
-		parts = append(parts, " ran.")
+	o := readApprovalResult(a.Result)
+	if o.TaskID > 0 {
+		t, err := c.cfg.Ops.GetReplay(r.Context(), caller, o.TaskID)
+		if err != nil {
+			// The request ran; only its task's state is not known here.
+			return flashDone, append(parts, " runs as ", taskLink(o.TaskID), ".")
+		}
+		kind, started := c.startedWords(r, caller, t)
+		return kind, append([]any{approvalLink(a.ID), " is approved. "}, started...)
 	}
-	c.redirectWithFlash(w, r, backOf(r, "/ui/approvals"), say(flashDone, parts...))
+	if o.Action == "" {
+		return flashDone, append(parts, " ran.")
+	}
+	past := map[string]string{store.ActionAcknowledge: "acknowledged", store.ActionDelete: "deleted"}[a.Action]
+	parts = append(parts, " ran: "+counted(o.Changed, "message")+" "+past)
+	if left := o.Left(a.Count); len(left) > 0 {
+		parts = append(parts, "; of the others, "+strings.Join(left, ", "))
+	}
+	return flashDone, append(parts, ".")
 }
 
 // editData is the edit form and, after a preview, the copy it would send.

@@ -207,6 +207,8 @@ var funcs = template.FuncMap{
 	"short":          short,
 	"failureOf":      viewFailure,
 	"approvalResult": readApprovalResult,
+	"target":         targetWords,
+	"span":           secondsWords,
 	"defaultRate":    func() int { return defaultReplayRate },
 	"now":            func() time.Time { return time.Now() },
 	"groupForm": func(v view, id, back string) groupFormData {

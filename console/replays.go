@@ -2,11 +2,13 @@ package console
 
 import (
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -127,12 +129,35 @@ type replayData struct {
 	FailedHref string
 	CSRF       string
 	CanCancel  bool
+	// Target is, for a task that has not started, what the broker says of
+	// its target now: missing, it will publish nothing.
+	Target ops.TargetCheck
+	// Again is, for a finished task with failed messages and a viewer who
+	// may replay, the form that replays those still pending again through
+	// the confirmation, its options starting from this task's.
+	Again *againForm
 }
 
-// replayError is one reason, with the link to its messages.
+// replayError is one reason, with the link to its messages and what to
+// do about it.
 type replayError struct {
 	store.ReplayErrorCount
-	Href string
+	Href, Advice string
+}
+
+// againForm replays a task's failed messages again: all pending messages
+// the task failed to publish (Fields, the filter's f_ fields), with the
+// task's target and rate filled in.
+type againForm struct {
+	Fields  [][2]string
+	Back    string
+	Options replayOptions
+}
+
+// replayOptions fills in the replay options (partials.html).
+type replayOptions struct {
+	Exchange, RoutingKey string
+	Rate                 int64
 }
 
 // handleReplay answers a task's page; to htmx, the part of it that
@@ -162,10 +187,17 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	d.Rest = rest
 	for _, e := range errs {
 		f := store.Filter{Status: "all", ReplayTask: id, ReplayOutcome: e.Outcome, ReplayError: e.Error}
-		d.Errors = append(d.Errors, replayError{ReplayErrorCount: e, Href: "/ui/messages?" + formOf(f).values("").Encode()})
+		d.Errors = append(d.Errors, replayError{ReplayErrorCount: e, Href: "/ui/messages?" + formOf(f).values("").Encode(),
+			Advice: ops.ReplayErrorAdvice(e.Error)})
 	}
 	if t.Failed > 0 {
 		d.FailedHref = "/ui/messages?" + formOf(store.Filter{Status: "all", ReplayTask: id, ReplayOutcome: store.OutcomeFailed}).values("").Encode()
+		if tv.Finished && v.Can.Replay {
+			d.Again = againOf(t)
+		}
+	}
+	if t.Status == store.TaskScheduled {
+		d.Target = c.checkTarget(r.Context(), r, c.caller(r), t.Request.Target)
 	}
 	if r.Header.Get("HX-Request") == "true" {
 		c.renderFragment(w, r, "replay", "replay-detail", d)
@@ -173,4 +205,20 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Data = d
 	c.renderView(w, r, http.StatusOK, "replay", "layout", v)
+}
+
+// againOf is the form that replays task t's failed messages again: those
+// it failed to publish that are pending still (a later replay, an
+// acknowledge or a delete may have taken some), through the normal
+// confirmation, starting from t's target and rate (rounded up to the
+// form's whole messages per second), which the operator may change
+// first: a failure is often the target's.
+func againOf(t replay.Task) *againForm {
+	f := store.Filter{Status: store.StatusPending, ReplayTask: t.ID, ReplayOutcome: store.OutcomeFailed}
+	a := &againForm{Fields: formOf(f).Fields(), Back: "/ui/replays/" + strconv.FormatInt(t.ID, 10),
+		Options: replayOptions{Rate: int64(math.Ceil(t.Request.RatePerSecond))}}
+	if tg := t.Request.Target; tg != nil {
+		a.Options.Exchange, a.Options.RoutingKey = tg.Exchange, tg.RoutingKey
+	}
+	return a
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dlq/dlq/auth"
+	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -111,6 +112,10 @@ type ApprovalView struct {
 	// Selection is what the requester asked for: ids, or a filter (with
 	// its failure group, when it names one the caller sees), and a limit.
 	Selection SelectionView
+	// Replay is a replay request's options as asked (its target, rate,
+	// delay or start time, canary, on_unknown, force): what the approver
+	// lets publish where and how fast. nil for an acknowledge or delete.
+	Replay *replay.Request
 	// Sample holds a few of the selected messages (the snapshot, while the
 	// request waits), as the caller may see them.
 	Sample []store.Message
@@ -210,6 +215,17 @@ func (s *Service) approvalView(ctx context.Context, c Caller, a store.Approval, 
 		return ApprovalView{}, fmt.Errorf("ops: read the request of approval %d: %w", a.ID, err)
 	}
 	v.Selection = SelectionView{IDs: sel.IDs, Filter: sel.Filter, Limit: sel.Limit}
+	if a.Action != store.ActionAcknowledge && a.Action != store.ActionDelete {
+		var r ReplayRequest
+		if err := json.Unmarshal(a.Request, &r); err != nil {
+			// The rest of the view stands (its selection read); the page
+			// says nothing of the options, and approving it would be
+			// refused with the reason.
+			s.log.Warn("cannot read a replay request's options", "approval_id", a.ID, "error", err, "request_id", c.RequestID)
+		} else {
+			v.Replay = &r.Request
+		}
+	}
 	if g := sel.Filter; g != nil && g.Group != "" {
 		if _, ok := groups[g.Group]; !ok {
 			groups[g.Group] = s.groupOrNil(ctx, c, g.Group)

@@ -100,7 +100,18 @@ type GroupReplays struct {
 	// (store.GroupReplayScanMax of each status), so an older message may
 	// name a newer task, and FailedAgain is a lower bound.
 	Partial bool
+	// LastReason is the most frequent reason Last could not publish some
+	// of its messages (nil when it published or skipped them all, or when
+	// it is larger than groupReasonBudget: its own page counts them), and
+	// LastAdvice what to do about it (ReplayErrorAdvice).
+	LastReason *store.ReplayErrorCount
+	LastAdvice string
 }
+
+// groupReasonBudget bounds the task whose reasons a group's page counts:
+// counting reads every item of the task, and a group's page is shown and
+// refreshed often; a larger task's page counts them.
+const groupReasonBudget = 20_000
 
 // GroupReplays reads the replays of failure group id within the caller's
 // scope (outside it the group is store.ErrNotFound, as Group answers):
@@ -145,6 +156,9 @@ func (s *Service) GroupReplays(ctx context.Context, c Caller, id string) (GroupR
 	}
 	if out.Last != nil {
 		out.DiedSinceLast = diedSince(*out.Last, g.LastSeen)
+		if err := s.lastReason(ctx, &out); err != nil {
+			return GroupReplays{}, err
+		}
 	}
 	switch {
 	case rows.FailedAgainTask == 0:
@@ -156,6 +170,21 @@ func (s *Service) GroupReplays(ctx context.Context, c Caller, id string) (GroupR
 		}
 	}
 	return out, nil
+}
+
+// lastReason reads the most frequent reason rs.Last could not publish
+// some of its messages, and what to do about it.
+func (s *Service) lastReason(ctx context.Context, rs *GroupReplays) error {
+	t := rs.Last
+	if t.Failed+t.Unknown == 0 || t.Requested > groupReasonBudget {
+		return nil
+	}
+	reasons, _, err := s.st.ReplayErrors(ctx, t.ID, 1)
+	if err != nil || len(reasons) == 0 {
+		return err
+	}
+	rs.LastReason, rs.LastAdvice = &reasons[0], ReplayErrorAdvice(reasons[0].Error)
+	return nil
 }
 
 // visibleTask reads task id; nil when it is gone (replay.task_ttl) or the

@@ -109,31 +109,73 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 	return s.cfg.Replays.Start(ctx, req, actor)
 }
 
-// ReplayTargetMissing reports whether a replay's target exchange is
-// known not to exist on the broker now (a passive declare, on a channel of
-// its own): such a replay publishes nothing, every message failing, so a
-// confirmation warns before it starts. false when it exists, or when this
-// instance cannot tell (no broker connection: the error says so; the
-// broker unreachable): the task itself looks again before publishing.
-func (s *Service) ReplayTargetMissing(ctx context.Context, c Caller, exchange string) (bool, error) {
+// TargetCheck is what the broker says now of where a replay publishes,
+// looked at before it runs: a target the broker does not have publishes
+// nothing, every message failing and staying pending.
+type TargetCheck struct {
+	// MissingExchange is the target exchange when the broker does not
+	// have it: every publish would fail.
+	MissingExchange string
+	// MissingQueue is, for a target through the default exchange (""),
+	// the queue its routing key names when the broker has none of that
+	// name: the default exchange routes only there, so every publish
+	// would be returned unroutable (312 NO_ROUTE).
+	MissingQueue string
+	// Advice says what to do about it ("" when nothing is missing).
+	Advice string
+}
+
+// Missing reports whether the replay would publish nothing.
+func (t TargetCheck) Missing() bool { return t.MissingExchange != "" || t.MissingQueue != "" }
+
+// CheckReplayTarget looks at a replay's target on the broker now (a
+// passive declare on a channel of its own, as the task looks before it
+// publishes): its exchange, or, through the default exchange, the queue
+// its routing key names. A nil target (each message's source) is not
+// looked at. Nothing missing when it exists, or when this instance cannot
+// tell (no broker connection, the broker unreachable or blocked: the
+// error says so): the task itself looks again before publishing.
+func (s *Service) CheckReplayTarget(ctx context.Context, c Caller, target *replay.Target) (TargetCheck, error) {
 	if err := Authorize(c.Principal, ActStartReplay); err != nil {
-		return false, err
+		return TargetCheck{}, err
 	}
 	if s.cfg.Replays == nil {
-		return false, unavailable("replays are not available on this instance")
+		return TargetCheck{}, unavailable("replays are not available on this instance")
 	}
-	if err := CheckText("target.exchange", exchange); err != nil {
-		return false, err
+	if target == nil {
+		return TargetCheck{}, nil
 	}
-	if len(exchange) > 255 {
-		// An AMQP short string: the replay refuses it before any look.
-		return false, invalid("target.exchange must be at most 255 bytes")
+	for _, f := range []struct{ field, value string }{{"target.exchange", target.Exchange}, {"target.routing_key", target.RoutingKey}} {
+		if err := CheckText(f.field, f.value); err != nil {
+			return TargetCheck{}, err
+		}
+		if len(f.value) > 255 {
+			// An AMQP short string: the replay refuses it before any look.
+			return TargetCheck{}, invalid("%s must be at most 255 bytes", f.field)
+		}
 	}
-	exists, err := s.cfg.Replays.ExchangeExists(ctx, exchange)
+	if target.Exchange == "" {
+		if target.RoutingKey == "" {
+			// The replay refuses it (no queue named): nothing to look at.
+			return TargetCheck{}, nil
+		}
+		exists, err := s.cfg.Replays.QueueExists(ctx, target.RoutingKey)
+		if err != nil {
+			return TargetCheck{}, fmt.Errorf("ops: look up queue %q (the default exchange's routing key): %w", target.RoutingKey, err)
+		}
+		if exists {
+			return TargetCheck{}, nil
+		}
+		return TargetCheck{MissingQueue: target.RoutingKey, Advice: adviceNoQueue}, nil
+	}
+	exists, err := s.cfg.Replays.ExchangeExists(ctx, target.Exchange)
 	if err != nil {
-		return false, fmt.Errorf("ops: look up exchange %q: %w", exchange, err)
+		return TargetCheck{}, fmt.Errorf("ops: look up exchange %q: %w", target.Exchange, err)
 	}
-	return !exists, nil
+	if exists {
+		return TargetCheck{}, nil
+	}
+	return TargetCheck{MissingExchange: target.Exchange, Advice: adviceNoExchange}, nil
 }
 
 // idsInScope answers ids outside scope as missing, exactly like
