@@ -14,6 +14,9 @@ const SettleRowsSQL = settleRowsSQL
 // GroupReplaysSQL lets the plan test EXPLAIN a group's replays.
 const GroupReplaysSQL = groupReplaysSQL
 
+// OldestPendingSQL lets the plan test EXPLAIN the oldest pending probe.
+var OldestPendingSQL = oldestPendingSQL
+
 // SchemaLockID lets the tests hold a schema's migration lock.
 var SchemaLockID = schemaLockID
 

@@ -43,61 +43,33 @@ type QueueStats struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// QueueSummary reads per source queue counts from queue_summary, plus one
-// index probe per queue for its oldest pending message: the cost depends
-// on the number of queues only. The oldest pending message is the pending
-// one with the smallest id (ids follow arrival); a message replayed and
-// dead again keeps its old id, so it counts from its latest death. scope,
-// when not nil, restricts to those queues. at is the database clock.
+// QueueSummary reads per source queue counts from queue_summary, with
+// each queue's oldest pending message (queueSummaryRows, oldestPendingSQL):
+// the cost depends on the number of queues only. scope, when not nil,
+// restricts to those queues. at is the database clock.
 func (s *Store) QueueSummary(ctx context.Context, scope []string) (at time.Time, queues []QueueStats, err error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT now(), s.source_queue, s.status, s.messages, s.bytes, s.updated_at,
-    CASE WHEN s.status = 'pending' AND s.messages > 0 THEN
-        (SELECT m.failed_at FROM dead_messages m
-         WHERE m.source_queue = s.source_queue AND m.status = 'pending' ORDER BY m.id LIMIT 1)
-    END
-FROM queue_summary s
-WHERE $1::text[] IS NULL OR s.source_queue = ANY($1)
-ORDER BY s.source_queue, s.status`, scope)
+	at, rows, err := s.queueSummaryRows(ctx, scope)
 	if err != nil {
-		return at, nil, fmt.Errorf("store: read queue summary: %w", err)
+		return at, nil, err
 	}
-	defer rows.Close()
 	queues = []QueueStats{}
-	for rows.Next() {
-		var (
-			queue, status string
-			n, bytes      int64
-			updated       time.Time
-			oldest        *time.Time
-		)
-		if err := rows.Scan(&at, &queue, &status, &n, &bytes, &updated, &oldest); err != nil {
-			return at, nil, fmt.Errorf("store: read queue summary: %w", err)
-		}
-		if k := len(queues); k == 0 || queues[k-1].SourceQueue != queue {
-			queues = append(queues, QueueStats{SourceQueue: queue})
+	for _, r := range rows {
+		if k := len(queues); k == 0 || queues[k-1].SourceQueue != r.queue {
+			queues = append(queues, QueueStats{SourceQueue: r.queue})
 		}
 		q := &queues[len(queues)-1]
-		q.Counts.add(status, n)
-		q.Bytes += bytes
-		if updated.After(q.UpdatedAt) {
-			q.UpdatedAt = updated.UTC()
+		q.Counts.add(r.status, r.count.Messages)
+		q.Bytes += r.count.Bytes
+		if r.updated.After(q.UpdatedAt) {
+			q.UpdatedAt = r.updated.UTC()
 		}
-		if oldest != nil {
-			t := oldest.UTC()
+		if r.oldest != nil {
+			t := r.oldest.UTC()
 			q.OldestPendingAt = &t
 			q.OldestPendingAgeSeconds = max(0, at.Sub(t).Seconds())
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return at, nil, fmt.Errorf("store: read queue summary: %w", err)
-	}
-	if at.IsZero() {
-		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
-			return at, nil, fmt.Errorf("store: read database clock: %w", err)
-		}
-	}
-	return at.UTC(), queues, nil
+	return at, queues, nil
 }
 
 // OldestPendingStat is the oldest pending message over every queue in

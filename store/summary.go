@@ -42,57 +42,30 @@ type StatusReport struct {
 	Queues []QueueStatus `json:"queues"`
 }
 
-// QueueStatus reads the per source queue counts from queue_summary and the
-// oldest pending message of each queue from the partial index on pending
-// rows: one small table read and one index probe per queue, whatever the
-// number of stored messages. scope, when not nil, restricts the report to
-// those source queues.
+// QueueStatus reads the per source queue counts from queue_summary, with
+// each queue's oldest pending message (queueSummaryRows, oldestPendingSQL):
+// one small table read and one index probe per queue, whatever the number
+// of stored messages. scope, when not nil, restricts the report to those
+// source queues.
 func (s *Store) QueueStatus(ctx context.Context, scope []string) (StatusReport, error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT now(), s.source_queue, s.status, s.messages, s.bytes, s.updated_at,
-       CASE WHEN s.status = 'pending' AND s.messages > 0 THEN
-           (SELECT min(m.failed_at) FROM dead_messages m
-            WHERE m.source_queue = s.source_queue AND m.status = 'pending')
-       END
-FROM queue_summary s
-WHERE $1::text[] IS NULL OR s.source_queue = ANY($1)
-ORDER BY s.source_queue, s.status`, scope)
+	at, rows, err := s.queueSummaryRows(ctx, scope)
 	if err != nil {
-		return StatusReport{}, fmt.Errorf("store: read queue summary: %w", err)
+		return StatusReport{}, err
 	}
-	defer rows.Close()
-	var rep StatusReport
-	for rows.Next() {
-		var (
-			at, updated  time.Time
-			queue, state string
-			c            StatusCount
-			oldest       *time.Time
-		)
-		if err := rows.Scan(&at, &queue, &state, &c.Messages, &c.Bytes, &updated, &oldest); err != nil {
-			return StatusReport{}, fmt.Errorf("store: read queue summary: %w", err)
-		}
-		rep.At = at
-		if n := len(rep.Queues); n == 0 || rep.Queues[n-1].SourceQueue != queue {
-			rep.Queues = append(rep.Queues, QueueStatus{SourceQueue: queue, ByStatus: map[string]StatusCount{}})
+	rep := StatusReport{At: at}
+	for _, r := range rows {
+		if n := len(rep.Queues); n == 0 || rep.Queues[n-1].SourceQueue != r.queue {
+			rep.Queues = append(rep.Queues, QueueStatus{SourceQueue: r.queue, ByStatus: map[string]StatusCount{}})
 		}
 		q := &rep.Queues[len(rep.Queues)-1]
-		q.ByStatus[state] = c
-		q.Messages += c.Messages
-		q.Bytes += c.Bytes
-		if updated.After(q.UpdatedAt) {
-			q.UpdatedAt = updated
+		q.ByStatus[r.status] = r.count
+		q.Messages += r.count.Messages
+		q.Bytes += r.count.Bytes
+		if r.updated.After(q.UpdatedAt) {
+			q.UpdatedAt = r.updated
 		}
-		if oldest != nil {
-			q.OldestPendingAt = oldest
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return StatusReport{}, fmt.Errorf("store: read queue summary: %w", err)
-	}
-	if rep.At.IsZero() {
-		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&rep.At); err != nil {
-			return StatusReport{}, fmt.Errorf("store: read database clock: %w", err)
+		if r.oldest != nil {
+			q.OldestPendingAt = r.oldest
 		}
 	}
 	return rep, nil
@@ -161,8 +134,7 @@ SELECT now(), coalesce(sum(messages), 0)::bigint, coalesce(sum(bytes), 0)::bigin
 	}
 	rows, err := tx.Query(ctx, `
 SELECT s.source_queue, s.messages,
-    (SELECT min(m.failed_at) FROM dead_messages m
-     WHERE m.source_queue = s.source_queue AND m.status = 'pending'),
+    `+oldestPendingSQL("s.source_queue")+`,
     (SELECT count(*) FROM dead_messages m
      WHERE m.source_queue = s.source_queue AND m.status = 'pending' AND m.replay_count > 2),
     (SELECT count(*) FROM (SELECT FROM dead_messages m
