@@ -478,6 +478,10 @@ func taskOf(t store.ReplayTask) Task {
 		f := t.FinishedAt.UTC()
 		out.FinishedAt = &f
 	}
+	if t.RequestedAt != nil {
+		r := t.RequestedAt.UTC()
+		out.RequestedAt = &r
+	}
 	if len(t.CanaryIDs) > 0 {
 		out.CanaryIDs = t.CanaryIDs
 	}

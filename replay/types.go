@@ -140,6 +140,9 @@ type Task struct {
 	// a task that needed no approval.
 	ApprovalID int64  `json:"approval_id,omitempty"`
 	ApprovedBy string `json:"approved_by,omitempty"`
+	// RequestedAt is when the requester asked, for a task carried out on
+	// approval: its created_at is when it was approved. Absent otherwise.
+	RequestedAt *time.Time `json:"requested_at,omitempty"`
 	// EditOf is the message an edit-then-replay task publishes a corrected
 	// copy of (0: the task is no edit), read from the task's own row so a
 	// list of tasks marks its edits without a query per task. Not part of

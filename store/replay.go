@@ -95,6 +95,10 @@ type ReplayTask struct {
 	// requester); 0 and "" for a task that needed no approval.
 	ApprovalID int64
 	ApprovedBy string
+	// RequestedAt is when the approval request the task carried out was
+	// made (CreatedAt is then when it was approved: the task is created
+	// by the approval); nil for a task that needed no approval.
+	RequestedAt *time.Time
 	// UnknownRetries is how often the task sends a message again whose
 	// publish had an unknown outcome (0: never, on_unknown hold).
 	UnknownRetries int
@@ -113,7 +117,8 @@ const replayTaskColumns = `id, status, request, scope, target_exchange, target_r
     requested, claimed, published, failed, skipped, unknown, coalesce(error, ''),
     created_by, created_role, created_via, request_id, created_at, start_at, started_at, finished_at, updated_at,
     coalesce(runner_owner, ''), runner_expires_at, edit, coalesce(approval_id, 0), coalesce(approved_by, ''),
-    unknown_retries, republished`
+    unknown_retries, republished,
+    (SELECT a.created_at FROM approvals a WHERE a.id = replay_tasks.approval_id)`
 
 func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 	var t ReplayTask
@@ -122,7 +127,7 @@ func scanReplayTask(row pgx.Row) (ReplayTask, error) {
 		&t.CanaryIDs, &t.CanaryPassed, &t.Requested, &t.Claimed, &t.Published, &t.Failed, &t.Skipped, &t.Unknown,
 		&t.Error, &t.CreatedBy, &t.CreatedRole, &t.CreatedVia, &t.RequestID, &t.CreatedAt, &t.StartAt,
 		&t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.RunnerOwner, &t.RunnerExpiresAt, &t.Edit, &t.ApprovalID, &t.ApprovedBy,
-		&t.UnknownRetries, &t.Republished)
+		&t.UnknownRetries, &t.Republished, &t.RequestedAt)
 	return t, err
 }
 
