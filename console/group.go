@@ -62,17 +62,27 @@ func groupTitle(g store.Group) string {
 }
 
 // groupFailure names a group's failure alone, for sentences that name its queue
-// themselves.
+// themselves: its type (failureType) and its masked message.
 func groupFailure(g store.Group) string {
-	title := g.FailureType
+	title := failureType(g.FailureType)
 	if g.Pattern != "" {
-		if title != "" {
-			title += ": "
-		}
-		title += g.Pattern
-	}
-	if title == "" {
-		title = "(no failure text)"
+		title += ": " + g.Pattern
 	}
 	return short(title, 120)
+}
+
+// noFailureType names the failure of a group whose messages carry no
+// failure type (an expiry or a queue limit killed them, or the application
+// set no failure headers).
+const noFailureType = "(no failure type)"
+
+// failureType is a group's failure type as every page names it: the
+// overview, the failure groups and a group's page, the confirmation, the
+// approvals and the audit (through groupFailure), so one group has one
+// name.
+func failureType(t string) string {
+	if t == "" {
+		return noFailureType
+	}
+	return t
 }

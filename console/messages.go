@@ -91,6 +91,8 @@ type messagesData struct {
 	// waiting for the text index than a search reads one by one, so older
 	// matches among them are missing (ops.MessagePage.TextIncomplete).
 	TextIncomplete bool
+	// SearchHelp says what a search reads (searchHelp).
+	SearchHelp string
 }
 
 // handleMessages lists messages a keyset page at a time: newest first, by
@@ -124,7 +126,8 @@ func (c *Console) handleMessages(w http.ResponseWriter, r *http.Request) {
 		c.renderFilterFailure(w, r, form, view, "list messages", err)
 		return
 	}
-	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.SearchesEveryStatus()}
+	d := messagesData{Form: form, View: view, Sizes: pageSizes, Seen: seen, Back: r.URL.RequestURI(), AllStatuses: form.SearchesEveryStatus(),
+		SearchHelp: c.searchHelpFor(r, f.SourceQueue)}
 	d.setRows(page.Messages)
 	d.setLinks(readTrail(q.Get("trail")), cursor, page)
 	if len(page.Messages) == 0 && cursor != "" {
@@ -310,7 +313,8 @@ func (c *Console) renderFilterFailure(w http.ResponseWriter, r *http.Request, fo
 		return
 	}
 	s := sessionFrom(r.Context())
-	v := c.newView(s, "messages", "Messages", messagesData{Form: form, View: view, Sizes: pageSizes, Failed: true, Back: r.URL.RequestURI()})
+	v := c.newView(s, "messages", "Messages", messagesData{Form: form, View: view, Sizes: pageSizes, Failed: true, Back: r.URL.RequestURI(),
+		SearchHelp: c.searchHelpFor(r, form.SourceQueue)})
 	v.Flash = &flash{Error: true, Text: labelize(msg)}
 	c.renderView(w, r, status, "messages", "layout", v)
 }

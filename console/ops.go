@@ -46,6 +46,7 @@ type Ops interface {
 	EditReplay(ctx context.Context, c ops.Caller, id int64, r ops.EditRequest) (ops.EditResult, error)
 	EditLinks(ctx context.Context, c ops.Caller, m store.Message) (ops.EditLinks, error)
 	CheckReplayTarget(ctx context.Context, c ops.Caller, target *replay.Target) (ops.TargetCheck, error)
+	SearchReach(c ops.Caller) ops.SearchReach
 }
 
 var _ Ops = (*ops.Service)(nil)

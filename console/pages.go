@@ -135,8 +135,8 @@ const pageSize = 50
 type messageData struct {
 	M          store.Message
 	Body       bodyView
-	Properties []field
-	Headers    []field
+	Properties []shownField
+	Headers    []shownField
 	Failure    *failureView
 	Timeline   []timelineEvent
 	// Deaths is the x-death header as it is, most recent first.
@@ -182,7 +182,7 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = jsonUnmarshal(m.Properties, &props)
 	d := messageData{M: m, Body: viewBody(m.Body, m.BodySize, props.ContentEncoding),
-		Properties: viewFields(m.Properties), Headers: viewFields(m.Headers), Failure: viewFailure(m.Failure),
+		Properties: showProperties(viewFields(m.Properties)), Headers: showFields(viewFields(m.Headers)), Failure: viewFailure(m.Failure),
 		Deaths: viewDeaths(m), Back: "/ui/messages/" + strconv.FormatInt(id, 10),
 		Edited: m.Edited != nil && m.Edited.State != store.EditFailed}
 	// The links are a convenience: without them the page still stands,
@@ -204,7 +204,11 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	var died int
 	d.DeathsRecorded, died, d.DeathsAtLeast = deathsRecorded(m)
 	d.DiedBefore = died > 1
-	c.render(w, r, http.StatusOK, "message", sessionFrom(r.Context()), "Message "+strconv.FormatInt(id, 10), d)
+	v := c.newView(sessionFrom(r.Context()), "message", "Message "+strconv.FormatInt(id, 10), d)
+	if d.Moving() != "" {
+		v.Live, v.RefreshURL = "on", r.URL.RequestURI()
+	}
+	c.renderView(w, r, http.StatusOK, "message", "layout", v)
 }
 
 // handleBody downloads a body as it was received, byte for byte, as an

@@ -214,7 +214,11 @@ var funcs = template.FuncMap{
 	"groupForm": func(v view, id, back string) groupFormData {
 		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back}
 	},
-	"groupTitle": groupTitle,
+	"groupTitle":   groupTitle,
+	"groupFailure": groupFailure,
+	"failureType":  failureType,
+	"editState":    editState,
+	"jobHolder":    holderOf,
 	"row": func(v view, t taskView) rowData {
 		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel, Poll: v.RefreshURL == ""}
 	},

@@ -146,6 +146,7 @@ func setup(t *testing.T, opts ...func(*setupOpts)) *bundle {
 // msg describes a message to seed.
 type msg struct {
 	queue, failureType, failureMessage string
+	reason                             string // default: rejected
 	body                               []byte
 	headers                            string
 	properties                         string // default: JSON content type, persistent
@@ -174,7 +175,7 @@ func (b *bundle) seed(t *testing.T, msgs ...msg) []int64 {
 		}
 		batch = append(batch, store.NewMessage{Failure: failure,
 			MessageID: fmt.Sprintf("m-%d", n), SourceQueue: m.queue, SourceExchange: "", SourceRoutingKey: m.queue,
-			DeadLetterQueue: "dlq", Reason: "rejected", DeathCount: 1,
+			DeadLetterQueue: "dlq", Reason: cmp.Or(m.reason, "rejected"), DeathCount: 1,
 			FailureType: m.failureType, FailureMessage: m.failureMessage,
 			Properties: json.RawMessage(cmp.Or(m.properties, `{"content_type":"application/json","delivery_mode":2}`)), Headers: json.RawMessage(h),
 			Body: body, FirstFailedAt: now, FailedAt: now, Fingerprint: n,

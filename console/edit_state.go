@@ -1,0 +1,42 @@
+package console
+
+import "github.com/dlq/dlq/store"
+
+// editState says in words where an edit's corrected copy is (the edit's
+// state, store.Edit*): "being sent" until its task settles it, then
+// "sent", "perhaps sent" (no confirm came: it may be out) or "not sent"
+// with the reason.
+func editState(e store.MessageEdit) string {
+	switch e.State {
+	case store.EditInProgress:
+		return "being sent"
+	case store.EditSent:
+		return "sent"
+	case store.EditUnknown:
+		if e.Error != "" {
+			return "perhaps sent (its publish was never confirmed: " + e.Error + ")"
+		}
+		return "perhaps sent (its publish was never confirmed)"
+	case store.EditFailed:
+		if e.Error != "" {
+			return "not sent: " + e.Error
+		}
+		return "not sent"
+	}
+	return e.State
+}
+
+// Moving says, in words, what the message is on its way to ("" when
+// nothing): its corrected copy is being sent, or a replay has it claimed.
+// The page then refreshes itself (auto-refresh on) and so follows it: the
+// copy goes out moments after the send's redirect showed the message
+// still pending.
+func (d messageData) Moving() string {
+	switch {
+	case d.M.Edited != nil && d.M.Edited.State == store.EditInProgress:
+		return "its corrected copy is being sent"
+	case d.M.Status == store.StatusReplaying:
+		return "a replay is sending it"
+	}
+	return ""
+}
