@@ -123,9 +123,8 @@ const (
 type PoliciesConfig struct {
 	// Policies are run in order. Optional.
 	Policies []Policy
-	// Limit is the most messages one attempt's replay task takes (those
-	// that died longest ago first); the rest wait for the next run.
-	// Optional, default PolicyLimitDefault.
+	// Limit is the most messages one attempt's replay task takes; the
+	// rest wait for the next run. Optional, default PolicyLimitDefault.
 	Limit int
 }
 
@@ -154,8 +153,8 @@ func (c *PoliciesConfig) validate() error {
 //  3. parks the pending messages it has tried max_attempts times
 //     (auto_exhausted);
 //  4. starts one replay task, actor policy:<name>, of the messages whose
-//     next attempt is due (at most Limit, those that died longest ago
-//     first), counting the attempt for each in the same transaction.
+//     next attempt is due (at most Limit, oldest first), counting the
+//     attempt for each in the same transaction.
 //
 // A task of the policy that is still running holds back 3 and 4 until it
 // ends (store.StartPolicyAttempt), so the policy's rate holds and a

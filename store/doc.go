@@ -149,9 +149,7 @@
 // # Automatic replay policies
 //
 // policies.go picks the messages whose next attempt by a policy is due
-// (walking the policy's failure groups by the time their pending messages
-// died, up to the soonest any attempt can be due, through the index of
-// migration 00130), and records an attempt — its
+// (walking the policy's failure groups), and records an attempt — its
 // replay task, the task's items and the attempt counts (policy_attempts)
 // — in one transaction under the policies job's lease, so an attempt is
 // made once whatever the number of instances.

@@ -77,10 +77,3 @@ func (s *Store) pgxPlainValues(m *NewMessage, batch, group int64) []any {
 		m.Returns, nullJSON(m.XDeath), categoryOf(m.Category), s.bodyTextColumn(m),
 	}
 }
-
-// DueSQL renders the policies job's query of at most limit messages due
-// for p, with its arguments, for the tests to EXPLAIN.
-func (p PolicySelection) DueSQL(limit int64) (string, []any) {
-	var args sqlArgs
-	return p.dueSQL(&args, limit), args
-}

@@ -72,23 +72,11 @@ func (p PolicySelection) scope() []string {
 	return p.Queues
 }
 
-// dueSQL renders the query of at most limit messages whose next attempt
-// is due, those that died longest ago first (failed_at, then id): id and
-// attempts made so far. It walks the failure groups the policy selects
-// (queue, reason, category and group are the group's key), each through
-// the index of its pending, unparked messages by the time they died
-// (dead_messages_policy_due, migration 00130), from the one that died
-// longest ago, and stops at limit, or at leastDelay before now: a message
-// that died since cannot be due. So a run never reads the messages that
-// just arrived, nor the parked ones, which the index leaves out, however
-// many the group holds (it read them all at every run before). Besides
-// the messages it takes it reads only those that died, or were tried,
-// within max_delay × (1 + jitter) (the ones waiting for a later attempt),
-// and only when the ones that died before them were not enough. The
-// attempt counts are looked up per message read (LIMIT 1: at most one
-// row, by index), never hashed whole: a policy's counts outlive its
-// replayed messages.
-func (p PolicySelection) dueSQL(args *sqlArgs, limit int64) string {
+// dueSQL renders the query of the messages whose next attempt is due:
+// id and attempts made so far. It walks the failure groups the policy
+// selects (queue, reason, category and group are the group's key), each
+// through its (group_id, status, id) index.
+func (p PolicySelection) dueSQL(args *sqlArgs) string {
 	conds := []string{"g.pending > 0", "g.category = ANY(" + args.add(p.Categories) + "::text[])"}
 	if len(p.Queues) > 0 {
 		conds = append(conds, "g.source_queue = ANY("+args.add(p.Queues)+"::text[])")
@@ -99,43 +87,20 @@ func (p PolicySelection) dueSQL(args *sqlArgs, limit int64) string {
 	if len(p.Groups) > 0 {
 		conds = append(conds, "g.id = ANY("+args.add(p.Groups)+"::bigint[])")
 	}
-	walk := []string{"m.group_id = g.id", statusIn("m", []string{StatusPending}), "NOT m.auto_exhausted"}
-	if least, ok := p.leastDelay(); ok {
-		walk = append(walk, "m.failed_at <= now() - "+args.add(least)+"::float8 * interval '1 second'")
-	}
 	name := args.add(p.Name)
 	n := "coalesce(a.attempts, 0)"
 	delay := "least(" + args.add(p.FirstDelay.Seconds()) + "::float8 * power(" + args.add(p.BackoffFactor) + "::float8, " + n + "), " +
 		args.add(p.MaxDelay.Seconds()) + "::float8) * (1 + " + args.add(p.Jitter) + "::float8 * (2 * " +
 		"(((m.id % 1000003) * 7919 + (" + n + " + 1) * 104729) % 1000) / 1000.0 - 1))"
-	walk = append(walk, n+" < "+args.add(p.MaxAttempts),
-		"greatest(m.failed_at, a.last_attempt_at) + "+delay+" * interval '1 second' <= now()")
-	lim := args.add(limit)
-	return `SELECT d.id, d.attempts
+	return `SELECT m.id, ` + n + ` AS attempts
 FROM failure_groups g
 CROSS JOIN LATERAL (
-    SELECT m.id, m.failed_at, ` + n + ` AS attempts FROM dead_messages m
-    LEFT JOIN LATERAL (
-        SELECT a.attempts, a.last_attempt_at FROM policy_attempts a
-        WHERE a.policy = ` + name + ` AND a.message_id = m.id LIMIT 1) a ON true
-    WHERE ` + joinAnd(walk) + `
-    ORDER BY m.failed_at, m.id LIMIT ` + lim + `) d
+    SELECT m.id, m.failed_at FROM dead_messages m
+    WHERE m.group_id = g.id AND ` + statusIn("m", []string{StatusPending}) + ` AND NOT m.auto_exhausted) m
+LEFT JOIN policy_attempts a ON a.policy = ` + name + ` AND a.message_id = m.id
 WHERE ` + joinAnd(conds) + `
-ORDER BY d.failed_at, d.id LIMIT ` + lim
-}
-
-// leastDelay is, in seconds, the least delay of any attempt of p:
-// first_delay × (1 − jitter), as dueSQL's delay computes it for the first
-// attempt at the jitter's low end (every later one is at least as long:
-// backoff_factor >= 1, max_delay >= first_delay). The same float8
-// operations on the same values, so no rounding puts a due message past
-// it. false for a schedule the policies job does not accept (cron's
-// validation): then no message is left out by when it died.
-func (p PolicySelection) leastDelay() (float64, bool) {
-	if !(p.FirstDelay >= 0 && p.MaxDelay >= p.FirstDelay && p.BackoffFactor >= 1 && p.Jitter >= 0 && p.Jitter <= 1) {
-		return 0, false
-	}
-	return p.FirstDelay.Seconds() * (1 - p.Jitter), true
+  AND ` + n + ` < ` + args.add(p.MaxAttempts) + `
+  AND greatest(m.failed_at, a.last_attempt_at) + ` + delay + ` * interval '1 second' <= now()`
 }
 
 func joinAnd(conds []string) string {
@@ -158,8 +123,8 @@ const liveTaskSQL = `EXISTS (SELECT 1 FROM replay_tasks t WHERE t.created_by = $
 // whose next attempt is due.
 type PolicyAttempt struct {
 	Selection PolicySelection
-	// Limit is the most messages one attempt's task takes (those that
-	// died longest ago first); the rest wait for the next run. Required.
+	// Limit is the most messages one attempt's task takes (the oldest
+	// first); the rest wait for the next run. Required.
 	Limit int64
 	// Request is the task's request in its public JSON form. Required.
 	Request       json.RawMessage
@@ -210,12 +175,10 @@ func (s *Store) StartPolicyAttempt(ctx context.Context, l Lease, a PolicyAttempt
 		if err != nil {
 			return err
 		}
-		// Planned at each run with its values (planEachTime): the walk's
-		// plan depends on how many of a group's messages lie before the
-		// bound, which a generic plan made on a small table cannot know.
 		args := sqlArgs{id}
 		rows, err := tx.Query(ctx, `
-WITH due AS (`+p.dueSQL(&args, a.Limit)+`
+WITH due AS (`+p.dueSQL(&args)+`
+    ORDER BY m.id LIMIT `+args.add(a.Limit)+`
 ), items AS (
     INSERT INTO replay_task_items (task_id, message_id) SELECT $1, due.id FROM due
 )
@@ -223,7 +186,7 @@ INSERT INTO policy_attempts AS pa (policy, message_id, attempts, last_task_id, l
 SELECT `+args.add(p.Name)+`, due.id, due.attempts + 1, $1, now() FROM due
 ON CONFLICT (policy, message_id) DO UPDATE SET attempts = EXCLUDED.attempts,
     last_task_id = EXCLUDED.last_task_id, last_attempt_at = EXCLUDED.last_attempt_at
-RETURNING attempts`, append([]any{planEachTime}, args...)...)
+RETURNING attempts`, args...)
 		if err != nil {
 			return fmt.Errorf("select the due messages: %w", err)
 		}

@@ -28,14 +28,14 @@ type PolicyPreview struct {
 // changes nothing.
 func (s *Store) PreviewPolicy(ctx context.Context, p PolicySelection, limit int64, sample int) (PolicyPreview, error) {
 	var args sqlArgs
-	due := p.dueSQL(&args, limit)
+	due := p.dueSQL(&args)
 	pv := PolicyPreview{Sample: []int64{}}
 	err := s.pool.QueryRow(ctx, `
-WITH due AS (`+due+`)
+WITH due AS (`+due+` ORDER BY m.id LIMIT `+args.add(limit)+`)
 SELECT now(), (SELECT count(*) FROM due), coalesce((SELECT array_agg(id ORDER BY id) FROM (SELECT id FROM due ORDER BY id LIMIT `+args.add(sample)+`) s), '{}'),
     (SELECT count(*) FROM policy_attempts a JOIN dead_messages m ON m.id = a.message_id
      WHERE a.policy = `+args.add(p.Name)+` AND a.attempts >= `+args.add(p.MaxAttempts)+` AND m.status = 'pending' AND NOT m.auto_exhausted)`,
-		append([]any{planEachTime}, args...)...).Scan(&pv.At, &pv.Due, &pv.Sample, &pv.WouldPark)
+		args...).Scan(&pv.At, &pv.Due, &pv.Sample, &pv.WouldPark)
 	if err != nil {
 		return PolicyPreview{}, fmt.Errorf("store: preview policy %s: %w", p.Name, err)
 	}
