@@ -312,7 +312,11 @@ func TestInjectionLookingInputIsHarmless(t *testing.T) {
 		}
 		r := b.do(t, "GET", "/api/v1/groups?source_queue="+url.QueryEscape(v), tokAdmin, nil)
 		require.Equal(t, want, r.status)
-		r = b.do(t, "POST", "/api/v1/messages/delete", tokAdmin, map[string]any{"filter": map[string]any{"status": "all", "source_queue": v, "reason": v}})
+		// A reason is one of a fixed set: any other is refused, naming it.
+		r = b.do(t, "POST", "/api/v1/messages/delete", tokAdmin, map[string]any{"filter": map[string]any{"status": "all", "reason": v}})
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		require.Contains(t, r.errMessage(t), "reason")
+		r = b.do(t, "POST", "/api/v1/messages/delete", tokAdmin, map[string]any{"filter": map[string]any{"status": "all", "source_queue": v}})
 		require.Equal(t, want, r.status, "%s", r.body)
 		if want == http.StatusOK {
 			var res store.ActionResult

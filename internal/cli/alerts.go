@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/dlq/dlq/alerts"
 	"github.com/dlq/dlq/cron"
 )
 
@@ -50,9 +49,9 @@ func runAlerts(args []string, env cliEnv) int {
 	}
 	printEvaluation(env.stdout, v)
 	fmt.Fprintln(env.stdout)
-	printAlertStates(env.stdout, v.Alerts)
+	printAlertStates(env.stdout, v)
 	fmt.Fprintln(env.stdout, "\nrules:")
-	printAlertRules(env.stdout, v.Rules)
+	printAlertRules(env.stdout, v)
 	return ExitOK
 }
 
@@ -81,8 +80,10 @@ func printEvaluation(w io.Writer, v cron.AlertsView) {
 }
 
 // printAlertStates prints the alerts pending, firing or just resolved,
-// one row each.
-func printAlertStates(w io.Writer, as []alerts.AlertView) {
+// one row each. It takes the view whole: the command line reads the
+// answer's types through cron, not the alerts package (test/imports).
+func printAlertStates(w io.Writer, v cron.AlertsView) {
+	as := v.Alerts
 	if len(as) == 0 {
 		fmt.Fprintln(w, "no alert is pending, firing or just resolved")
 		return
@@ -106,22 +107,23 @@ func printAlertStates(w io.Writer, as []alerts.AlertView) {
 
 // printAlertRules prints the rules, one row each, with their per-queue
 // overrides.
-func printAlertRules(w io.Writer, rules []alerts.RuleView) {
+func printAlertRules(w io.Writer, v cron.AlertsView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tKIND\tTHRESHOLD\tFOR\tSEVERITY\tQUEUE OVERRIDES")
-	for _, r := range rules {
+	for i, r := range v.Rules {
 		threshold := number(r.Threshold)
 		if r.Disabled {
 			threshold = "disabled"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, threshold, seconds(r.ForSeconds), r.Severity, overridesCell(r))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, threshold, seconds(r.ForSeconds), r.Severity, overridesCell(v, i))
 	}
 	tw.Flush()
 }
 
-// overridesCell lists a rule's per-queue overrides in queue order
+// overridesCell lists rule number rule's per-queue overrides in queue order
 // ("audit disabled, orders 1000 for 5m0s"), "-" without any.
-func overridesCell(r alerts.RuleView) string {
+func overridesCell(v cron.AlertsView, rule int) string {
+	r := v.Rules[rule]
 	overrides := "-"
 	for i, q := range slices.Sorted(maps.Keys(r.Overrides)) {
 		o := r.Overrides[q]
