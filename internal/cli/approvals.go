@@ -82,17 +82,9 @@ func runApprovals(args []string, env cliEnv) int {
 
 // showApproval prints one request for approval in full.
 func showApproval(c *apiClient, af apiFlags, id int64) int {
-	b, err := c.call(context.Background(), "GET", "/api/v1/approvals/"+strconv.FormatInt(id, 10), nil, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var a store.Approval
-	if err := json.Unmarshal(b, &a); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	a, code := answer[store.Approval](c, af.json, "GET", "/api/v1/approvals/"+strconv.FormatInt(id, 10), nil, nil)
+	if code >= 0 {
+		return code
 	}
 	printApproval(c.env.stdout, a)
 	return ExitOK

@@ -238,6 +238,24 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 	return b, nil
 }
 
+// answer makes one call to the API and decodes its answer into T. With
+// --json it prints the answer as it came instead. A code of 0 or more
+// ends the command with it (printed, or failed); -1: go on with v.
+func answer[T any](c *apiClient, asJSON bool, method, path string, query url.Values, body any) (v T, code int) {
+	b, err := c.call(context.Background(), method, path, query, body)
+	if err != nil {
+		return v, c.fail(err)
+	}
+	if asJSON {
+		c.printRaw(b)
+		return v, ExitOK
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}
+	return v, -1
+}
+
 // request is a request to the API at u with the command's token: every
 // API command's requests are made here.
 func (c *apiClient) request(ctx context.Context, method, u string, body io.Reader) (*http.Request, error) {

@@ -268,17 +268,9 @@ func runShow(args []string, env cliEnv) int {
 		return code
 	}
 	c := newAPIClient("show", af, env)
-	b, err := c.call(context.Background(), "GET", "/api/v1/messages/"+strconv.FormatInt(id, 10), nil, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var m store.Message
-	if err := json.Unmarshal(b, &m); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	m, code := answer[store.Message](c, af.json, "GET", "/api/v1/messages/"+strconv.FormatInt(id, 10), nil, nil)
+	if code >= 0 {
+		return code
 	}
 	w := env.stdout
 	printMessageRows(w, m)

@@ -100,17 +100,9 @@ func runDecide(verb string, args []string, env cliEnv) int {
 	if reason != "" {
 		q = url.Values{"reason": {reason}}
 	}
-	b, err := c.call(context.Background(), "POST", fmt.Sprintf("/api/v1/approvals/%d/%s", id, verb), q, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var a store.Approval
-	if err := json.Unmarshal(b, &a); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	a, code := answer[store.Approval](c, af.json, "POST", fmt.Sprintf("/api/v1/approvals/%d/%s", id, verb), q, nil)
+	if code >= 0 {
+		return code
 	}
 	fmt.Fprintf(env.stdout, "approval %d %s: %s of %s messages requested by %s\n", a.ID, a.Status, a.Action, thousands(a.Count), a.RequestedBy)
 	if len(a.Result) > 0 {
