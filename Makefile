@@ -27,7 +27,8 @@ PKGS ?= $(shell $(GO) list -e ./... | grep -v -e '/tmp/' -e '/tmp$$')
 # The packages whose tests take a minute or more, longest first: go test starts
 # packages in the order given, two at a time (-p 2), so these start at once and the
 # small ones fill the gaps, instead of the longest starting last and running alone
-# (main suite 676 s in alphabetical order, 621 s in this one, on one warm cache).
+# (when this order was chosen, on a slower host: main suite 676 s in alphabetical order,
+# 621 s in this one, on one warm cache; the figures below are today's).
 SLOW_PKGS = $(addprefix $(MODULE)/,store console api replay test/ingest cron consumer)
 TEST_PKGS = $(filter $(PKGS),$(SLOW_PKGS)) $(filter-out $(SLOW_PKGS),$(PKGS))
 # The module path, from go.mod.
@@ -65,14 +66,18 @@ build:
 # image as an OCI image archive (written without a container engine by cmd/dlq-release;
 # `docker load -i` or `skopeo copy oci-archive:…` takes it), stamped with VERSION and
 # the commit, with SHA256SUMS. The archive is reproducible: the same commit gives the
-# same digest. It refuses uncommitted changes (ALLOW_DIRTY=1 for a trial build) and a
-# VERSION without its section in CHANGELOG.md. Where a Docker engine answers, the image
-# is loaded too, as dlq:VERSION. docs/UPGRADING.md says how to roll a release out.
+# same digest. It refuses a VERSION without its section in CHANGELOG.md, and (unless
+# ALLOW_DIRTY=1, for a trial build) uncommitted changes, entries left under [Unreleased]
+# and a tag v$(VERSION) on another commit (docs/UPGRADING.md, "Cutting a release").
+# Where a Docker engine answers, the image is loaded too, as dlq:VERSION. docs/UPGRADING.md says how to roll a release out.
 RELEASE_ARCHS ?= amd64 arm64
 RELEASE_CA ?= /etc/ssl/certs/ca-certificates.crt
 release:
 	@grep -q '^## \[$(VERSION)\]' CHANGELOG.md || { echo "release: CHANGELOG.md has no section '## [$(VERSION)]': write the release notes first" >&2; exit 1; }
 	@if [ -z "$(ALLOW_DIRTY)" ] && ! git diff --quiet HEAD; then echo "release: the tree has uncommitted changes: commit them (or ALLOW_DIRTY=1 for a trial build)" >&2; exit 1; fi
+	@if [ -z "$(ALLOW_DIRTY)" ] && sed -n '/^## \[Unreleased\]/,/^## \[/p' CHANGELOG.md | grep -q '^- '; then echo "release: CHANGELOG.md still has entries under [Unreleased]: move them under '## [$(VERSION)]' (docs/UPGRADING.md, 'Cutting a release'), or ALLOW_DIRTY=1 for a trial build" >&2; exit 1; fi
+	@tagged=$$(git rev-parse -q --verify 'refs/tags/v$(VERSION)^{commit}' || true); \
+	if [ -z "$(ALLOW_DIRTY)" ] && [ -n "$$tagged" ] && [ "$$tagged" != "$$(git rev-parse HEAD)" ]; then echo "release: $(VERSION) was released from $${tagged:0:12} (tag v$(VERSION)), not this commit: write the next version into VERSION (docs/UPGRADING.md, 'Cutting a release'), or ALLOW_DIRTY=1 for a trial build" >&2; exit 1; fi
 	rm -rf dist && mkdir -p dist
 	for arch in $(RELEASE_ARCHS); do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -tags timetzdata \
