@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
@@ -278,14 +279,13 @@ func timeElement(t time.Time) template.HTML {
 	return template.HTML(`<time datetime="` + t.UTC().Format(time.RFC3339) + `"><span class="date">` + date + `</span> ` + clock + `</time>`)
 }
 
-// timeLayout is the one format of every time the console shows, in UTC.
-const timeLayout = "2006-01-02 15:04:05 UTC"
-
+// fmtTime is a time as every time of the console is shown: in UTC, in
+// the format the command line shows too (timefmt), "–" for none.
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "–"
 	}
-	return t.UTC().Format(timeLayout)
+	return timefmt.Human(t)
 }
 
 // whenHTML is a time as every page shows it: absolute in UTC, in a

@@ -9,7 +9,7 @@ import (
 )
 
 // The headers and properties tables show an AMQP timestamp as every time
-// of the console is shown (timeLayout, with how long ago), not as the RFC
+// of the console is shown (fmtTime, with how long ago), not as the RFC
 // 3339 text it is stored as: the message page puts them beside its own
 // times ("Failed", the timeline), which an on-call compares at a glance.
 

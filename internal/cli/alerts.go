@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/internal/timefmt"
 )
 
 // Alerts runs `dlq alerts`: the alerts pending, firing or just resolved,
@@ -69,13 +70,13 @@ func printEvaluation(w io.Writer, v cron.AlertsView) {
 			age = seconds(math.Round(*v.AgeSeconds))
 		}
 		if v.StaleAfter != nil {
-			since = v.StaleAfter.Local().Format(time.RFC3339)
+			since = timefmt.Human(*v.StaleAfter)
 		}
-		fmt.Fprintf(w, "last evaluated %s, %s ago; stale since %s (schedule %s)\n", v.EvaluatedAt.Local().Format(time.RFC3339),
+		fmt.Fprintf(w, "last evaluated %s, %s ago; stale since %s (schedule %s)\n", timefmt.Human(*v.EvaluatedAt),
 			age, since, v.Schedule)
 		fmt.Fprintln(w, "no alert is known to be firing; the states below are the last known")
 	default:
-		fmt.Fprintf(w, "evaluated %s (schedule %s)\n", v.EvaluatedAt.Local().Format(time.RFC3339), v.Schedule)
+		fmt.Fprintf(w, "evaluated %s (schedule %s)\n", timefmt.Human(*v.EvaluatedAt), v.Schedule)
 	}
 }
 
@@ -99,7 +100,7 @@ func printAlertStates(w io.Writer, v cron.AlertsView) {
 		if a.LastState != "" {
 			state += " (was " + string(a.LastState) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, state, a.Since.Local().Format("2006-01-02 15:04:05"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Rule, queue, state, timefmt.Human(a.Since),
 			a.Severity, number(a.Value), number(a.Threshold))
 	}
 	tw.Flush()

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -68,7 +69,7 @@ func runApprovals(args []string, env cliEnv) int {
 			decided = "-"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Action, thousands(a.Count), a.RequestedBy,
-			a.CreatedAt.Local().Format("2006-01-02 15:04"), a.ExpiresAt.Local().Format("2006-01-02 15:04"), decided,
+			timefmt.Human(a.CreatedAt), timefmt.Human(a.ExpiresAt), decided,
 			shorten(selectionLine(a.Request), 60))
 		// What a replay would do once approved, on a line of its own
 		// under the selection: where it publishes, how fast, when.
@@ -98,15 +99,15 @@ func printApproval(w io.Writer, a store.Approval) {
 	row("id", strconv.FormatInt(a.ID, 10))
 	row("status", a.Status)
 	row("action", fmt.Sprintf("%s of %s messages (its snapshot)", a.Action, thousands(a.Count)))
-	row("requested by", fmt.Sprintf("%s via %s at %s", a.RequestedBy, a.RequestedVia, a.CreatedAt.UTC().Format(time.RFC3339)))
+	row("requested by", fmt.Sprintf("%s via %s at %s", a.RequestedBy, a.RequestedVia, timefmt.Human(a.CreatedAt)))
 	if a.Scope != nil {
 		row("scope", strings.Join(a.Scope, ", "))
 	}
-	row("expires at", a.ExpiresAt.UTC().Format(time.RFC3339))
+	row("expires at", timefmt.Human(a.ExpiresAt))
 	if a.DecidedBy != "" {
 		d := a.DecidedBy
 		if a.DecidedAt != nil {
-			d += " at " + a.DecidedAt.UTC().Format(time.RFC3339)
+			d += " at " + timefmt.Human(*a.DecidedAt)
 		}
 		row("decided by", d)
 	}
@@ -163,7 +164,7 @@ func replayWords(request json.RawMessage) []string {
 	start := "when approved"
 	switch {
 	case r.StartAt != nil:
-		start = "at " + r.StartAt.UTC().Format(time.RFC3339)
+		start = "at " + timefmt.Human(*r.StartAt)
 	case r.DelaySeconds > 0:
 		start = (time.Duration(r.DelaySeconds) * time.Second).String() + " after approval"
 	}

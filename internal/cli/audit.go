@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -62,7 +63,7 @@ func runAudit(args []string, env cliEnv) int {
 			return nil, err
 		}
 		for _, e := range page.Entries {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At.Local().Format("2006-01-02 15:04:05"),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, timefmt.Human(e.At),
 				e.Actor, e.Role, e.Via, e.Action, thousands(e.Count), shorten(string(e.Selection), 70))
 		}
 		return page.NextCursor, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/cli/clitest"
 	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/internal/timefmt"
 )
 
 // TestJobsAndAlertsAgainstLiveServer runs jobs and alerts against an API
@@ -159,8 +160,8 @@ func TestAlertsSaysStale(t *testing.T) {
 	code, out, errOut := cli(t, url, clitest.ViewerToken, runAlerts)
 	require.Equal(t, ExitOK, code, errOut)
 	require.Contains(t, out, "STALE: alert evaluation is not running")
-	require.Contains(t, out, "last evaluated "+at.Local().Format(time.RFC3339))
-	require.Contains(t, out, "stale since "+state.StaleAfter.Local().Format(time.RFC3339))
+	require.Contains(t, out, "last evaluated "+timefmt.Human(at))
+	require.Contains(t, out, "stale since "+timefmt.Human(state.StaleAfter))
 	require.Contains(t, out, "unknown (was firing)")
 	for _, l := range strings.Split(out, "\n") {
 		if f := strings.Fields(l); len(f) > 2 && f[0] == "pending_count" && f[1] == "billing" {

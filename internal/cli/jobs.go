@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -77,7 +78,7 @@ func runJobs(args []string, env cliEnv) int {
 		last, outcome, rows, why := "-", "-", "-", ""
 		if len(j.Runs) > 0 {
 			r := j.Runs[0]
-			last, outcome, rows, why = r.StartedAt.Local().Format("2006-01-02 15:04:05"), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60)
+			last, outcome, rows, why = timefmt.Human(r.StartedAt), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, leaseLine(j.Lease), timeCell(j.LastSuccessAt),
 			last, outcome, rows, why)
@@ -99,12 +100,12 @@ func leaseLine(l *store.JobLease) string {
 	return s
 }
 
-// timeCell formats an optional time for a table cell.
+// timeCell formats an optional time for a table cell: "-" for none.
 func timeCell(t *time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	return timefmt.Human(*t)
 }
 
 // printRuns prints a job's recent runs, newest first.
@@ -113,8 +114,8 @@ func printRuns(env cliEnv, j cron.JobView) {
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tTICK\tINSTANCE\tTOKEN\tSTARTED\tFINISHED\tOUTCOME\tROWS\tERROR")
 	for _, r := range j.Runs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tick.Local().Format("2006-01-02 15:04:05"), r.Instance, r.Token,
-			r.StartedAt.Local().Format("2006-01-02 15:04:05"), timeCell(r.FinishedAt), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, timefmt.Human(r.Tick), r.Instance, r.Token,
+			timefmt.Human(r.StartedAt), timeCell(r.FinishedAt), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60))
 	}
 	tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -214,7 +215,7 @@ func runLs(args []string, env cliEnv) int {
 				status += " (parked)"
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.SourceQueue, m.Reason, m.Category, status,
-				m.FailedAt.Local().Format("2006-01-02 15:04:05"), m.ReplayCount, shorten(failureLine(m.Failure), 70))
+				timefmt.Human(m.FailedAt), m.ReplayCount, shorten(failureLine(m.Failure), 70))
 		}
 		if count == nil {
 			count = page.Total
@@ -309,16 +310,16 @@ func printMessageRows(w io.Writer, m store.Message) {
 	if m.AutoExhausted {
 		row("automatic replay", "exhausted: the policies tried it as often as they may (parked for a human)")
 	}
-	row("failed at", m.FailedAt.Format(time.RFC3339)+" (first "+m.FirstFailedAt.Format(time.RFC3339)+")")
+	row("failed at", timefmt.Human(m.FailedAt)+" (first "+timefmt.Human(m.FirstFailedAt)+")")
 	if m.ReplayCount > 0 || m.ReplayedAt != nil {
 		r := strconv.FormatInt(m.ReplayCount, 10) + " replays"
 		if m.ReplayedAt != nil {
-			r += ", last " + m.ReplayedAt.Format(time.RFC3339)
+			r += ", last " + timefmt.Human(*m.ReplayedAt)
 		}
 		row("replayed", r)
 	}
 	if m.AcknowledgedAt != nil {
-		row("acknowledged at", m.AcknowledgedAt.Format(time.RFC3339))
+		row("acknowledged at", timefmt.Human(*m.AcknowledgedAt))
 	}
 	if m.Group != nil {
 		row("failure group", *m.Group)
@@ -336,7 +337,7 @@ func printMessageRows(w io.Writer, m store.Message) {
 		// Where the corrected copy went: its replay id finds it in the
 		// queue it was sent to, the task shows how the send went.
 		s := fmt.Sprintf("copy %s, replay task %d, %s, by %s at %s", e.CopyReplayID, e.TaskID, e.State, e.EditedBy,
-			e.EditedAt.UTC().Format(time.RFC3339))
+			timefmt.Human(e.EditedAt))
 		if e.Error != "" {
 			s += ": " + e.Error
 		}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -56,14 +57,14 @@ func printMigrationsStatus(w io.Writer, s store.MigrationsStatus, now time.Time)
 	for _, m := range s.Migrations {
 		at := "pending"
 		if m.AppliedAt != nil {
-			at = m.AppliedAt.Format("2006-01-02 15:04:05Z")
+			at = timefmt.Human(*m.AppliedAt)
 		} else if m.Offline && existing {
 			at, offline = "pending (offline: see below)", true
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", m.Name, at)
 	}
 	for _, m := range s.Newer {
-		fmt.Fprintf(tw, "%05d (unknown here)\t%s by a newer dlq\n", m.Version, m.AppliedAt.Format("2006-01-02 15:04:05Z"))
+		fmt.Fprintf(tw, "%05d (unknown here)\t%s by a newer dlq\n", m.Version, timefmt.Human(*m.AppliedAt))
 	}
 	_ = tw.Flush()
 	if offline {
@@ -77,7 +78,7 @@ func printMigrationsStatus(w io.Writer, s store.MigrationsStatus, now time.Time)
 
 	fmt.Fprintln(w)
 	if m := s.Migrating; m != nil {
-		fmt.Fprintf(w, "migrating now: session %d, since %s (%s)", m.PID, m.Since.Format("15:04:05Z"), now.Sub(m.Since).Round(time.Second))
+		fmt.Fprintf(w, "migrating now: session %d, since %s (%s)", m.PID, timefmt.Human(m.Since), now.Sub(m.Since).Round(time.Second))
 		switch {
 		case m.Waiting == "Lock/virtualxid" || m.Waiting == "Lock/transactionid":
 			fmt.Fprint(w, ", waiting for older transactions to end")
@@ -114,7 +115,7 @@ func printBackfills(w io.Writer, backfills []store.BackfillState) {
 			state = thousands(b.Waiting) + " rows waiting for the next pass (cron job backfills)"
 		}
 		if b.Running() {
-			state = "running since " + b.StartedAt.Format("15:04:05Z")
+			state = "running since " + timefmt.Human(*b.StartedAt)
 			done, of = thousands(b.Done), thousands(b.Total)
 			if r := b.Rate(); r > 0 {
 				rate = thousands(int64(r)) + "/s"
@@ -123,7 +124,7 @@ func printBackfills(w io.Writer, backfills []store.BackfillState) {
 		}
 		finished := "never"
 		if b.FinishedAt != nil {
-			finished = b.FinishedAt.Format("2006-01-02 15:04:05Z")
+			finished = timefmt.Human(*b.FinishedAt)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Name, state, done, of, rate, eta, finished)
 	}

@@ -42,7 +42,7 @@ func TestMigrateStatus(t *testing.T) {
 	require.Equal(t, ExitOK, code, out)
 	require.Contains(t, out, "migrations applied\n")
 	for _, f := range files {
-		require.Regexp(t, f.Name+` +20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ\n`, out)
+		require.Regexp(t, f.Name+` +20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC\n`, out)
 	}
 	require.Contains(t, out, "migrating now: nothing")
 	require.Regexp(t, `older_rows +idle +- +- +- +- +never`, out)
@@ -86,7 +86,7 @@ func TestMigrateStatus(t *testing.T) {
 	require.NoError(t, st.SaveBackfillPass(ctx, lease, store.BackfillOlderRows, 1, 1, false))
 	code, out = migrateStatus(t, st)
 	require.Equal(t, ExitPending, code, out)
-	require.Regexp(t, `older_rows +running since \d\d:\d\d:\d\dZ +1 +3 `, out)
+	require.Regexp(t, `older_rows +running since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC +1 +3 `, out)
 }
 
 // TestMigrateStatusShowsTheMigrationInProgress: while a migration builds
@@ -145,7 +145,7 @@ func TestMigrateStatusShowsTheMigrationInProgress(t *testing.T) {
 		code, out = migrateStatus(t, st)
 		return code == ExitPending && strings.Contains(out, "waiting for older transactions to end")
 	}, "--status does not show the migration waiting")
-	require.Regexp(t, `migrating now: session \d+, since \d\d:\d\d:\d\dZ \(\d+s\), waiting for older transactions to end\n`, out)
+	require.Regexp(t, `migrating now: session \d+, since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \(\d+s\), waiting for older transactions to end\n`, out)
 	require.Contains(t, out, "CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_messages_older_rows")
 	require.Contains(t, out, "create index concurrently dead_messages_older_rows on dead_messages: waiting for writers before build")
 	require.Regexp(t, `00080_backfills.sql +pending`, out)

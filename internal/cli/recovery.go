@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/dlq/dlq/cron"
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -53,7 +53,7 @@ func waitsForApproval(w io.Writer, answer []byte) bool {
 		return false
 	}
 	fmt.Fprintf(w, "not run: %s of %s messages waits for approval %d (expires %s)\n", a.Action, thousands(a.Count), a.ID,
-		a.ExpiresAt.Local().Format(time.RFC3339))
+		timefmt.Human(a.ExpiresAt))
 	fmt.Fprintf(w, "another person approves it with: dlq approve %d   (or rejects it: dlq reject %d)\n", a.ID, a.ID)
 	fmt.Fprintf(w, "you may take it back with: dlq withdraw %d\n", a.ID)
 	return true
@@ -336,17 +336,17 @@ func runPolicies(args []string, env cliEnv) int {
 	fmt.Fprintln(tw, "POLICY\tSTATE\tQUEUES\tCATEGORIES\tDELAYS\tRATE\tIN BACKOFF\tLAST RUN")
 	for _, p := range v.Policies {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, policyState(p), listOr(p.Queues, "any"),
-			strings.Join(p.Categories, ","), strings.Join(p.Delays, ", "), rate(p.RatePerSecond), thousands(p.InBackoff), when2(p.LastRunAt))
+			strings.Join(p.Categories, ","), strings.Join(p.Delays, ", "), rate(p.RatePerSecond), thousands(p.InBackoff), timeCell(p.LastRunAt))
 	}
 	tw.Flush()
 	for _, p := range v.Policies {
 		if p.Paused && p.PausedReason != nil {
-			fmt.Fprintf(env.stdout, "\n%s paused %s by %s: %s", p.Name, when2(p.PausedAt), deref(p.PausedBy), *p.PausedReason)
+			fmt.Fprintf(env.stdout, "\n%s paused %s by %s: %s", p.Name, timeCell(p.PausedAt), deref(p.PausedBy), *p.PausedReason)
 		}
 		if p.LastDryRun != nil {
 			d := p.LastDryRun
 			fmt.Fprintf(env.stdout, "\n%s (dry run) at %s would replay %s and park %s; first ids: %s", p.Name,
-				d.At.Local().Format("15:04:05"), thousands(d.Due), thousands(d.WouldPark), joinInts(d.Sample))
+				timefmt.Human(d.At), thousands(d.Due), thousands(d.WouldPark), joinInts(d.Sample))
 		}
 	}
 	fmt.Fprintln(env.stdout)
@@ -375,13 +375,6 @@ func rate(r float64) string {
 		return "unthrottled"
 	}
 	return strconv.FormatFloat(r, 'f', -1, 64) + "/s"
-}
-
-func when2(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return t.Local().Format("2006-01-02 15:04:05")
 }
 
 func deref(s *string) string {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/control"
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -84,7 +85,7 @@ func Replay(args []string) int {
 		if rf.json {
 			printJSON(res)
 		} else {
-			fmt.Printf("replay task %d %s: %d messages selected, starting %s\n", task.ID, task.Status, task.Requested, task.StartAt.Local().Format(time.RFC3339))
+			fmt.Printf("replay task %d %s: %d messages selected, starting %s\n", task.ID, task.Status, task.Requested, timefmt.Human(task.StartAt))
 			fmt.Printf("follow it with: dlq replays %d    stop it with: dlq cancel %d\n", task.ID, task.ID)
 		}
 		return ExitOK
@@ -326,13 +327,13 @@ func printTask(w io.Writer, t replay.Task) {
 	if c := t.Request.Canary; c != nil {
 		fmt.Fprintf(tw, "canary\t%d messages, %ds\n", c.Count, c.WaitSeconds)
 	}
-	fmt.Fprintf(tw, "created\t%s by %s\n", t.CreatedAt.Local().Format(time.RFC3339), t.CreatedBy)
+	fmt.Fprintf(tw, "created\t%s by %s\n", timefmt.Human(t.CreatedAt), t.CreatedBy)
 	if t.ApprovedBy != "" {
 		fmt.Fprintf(tw, "approved\tby %s (approval %d)\n", t.ApprovedBy, t.ApprovalID)
 	}
-	fmt.Fprintf(tw, "start\t%s\n", t.StartAt.Local().Format(time.RFC3339))
+	fmt.Fprintf(tw, "start\t%s\n", timefmt.Human(t.StartAt))
 	if t.FinishedAt != nil {
-		fmt.Fprintf(tw, "finished\t%s\n", t.FinishedAt.Local().Format(time.RFC3339))
+		fmt.Fprintf(tw, "finished\t%s\n", timefmt.Human(*t.FinishedAt))
 	}
 	if t.Error != "" {
 		fmt.Fprintf(tw, "error\t%s\n", t.Error)
@@ -418,7 +419,7 @@ func Replays(args []string) int {
 			by += ", approved by " + t.ApprovedBy
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", t.ID, t.Status, cmp.Or(t.Outcome, "-"), t.Requested, t.Published, t.Failed,
-			t.Skipped, t.Unknown, t.Republished, t.Remaining, t.CreatedAt.Local().Format(time.RFC3339), by)
+			t.Skipped, t.Unknown, t.Republished, t.Remaining, timefmt.Human(t.CreatedAt), by)
 	}
 	tw.Flush()
 	return ExitOK

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/store"
 )
 
@@ -78,7 +79,7 @@ func runGroups(args []string, env cliEnv) int {
 			what = "(" + g.Reason + ", no failure details)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t %s\t\n", g.ID, g.SourceQueue, g.Category, thousands(g.Counts.Pending), thousands(g.Total),
-			g.LastSeen.Local().Format("2006-01-02 15:04"), shorten(what, 80))
+			timefmt.Human(g.LastSeen), shorten(what, 80))
 	}
 	tw.Flush()
 	return ExitOK
@@ -111,7 +112,7 @@ func runStats(args []string, env cliEnv) int {
 		thousands(s.Pending), thousands(s.Replaying), thousands(s.Replayed), thousands(s.Acknowledged), thousands(st.Bytes))
 	if st.OldestPending != nil {
 		fmt.Fprintf(w, "oldest pending: %s in %s (since %s)\n", (time.Duration(st.OldestPending.AgeSeconds) * time.Second).String(),
-			st.OldestPending.SourceQueue, st.OldestPending.FailedAt.Local().Format(time.RFC3339))
+			st.OldestPending.SourceQueue, timefmt.Human(st.OldestPending.FailedAt))
 	}
 	fmt.Fprintf(w, "repeat failures (replayed, dead again, pending): %s\n", thousands(st.RepeatFailures))
 	a := st.Last24h
