@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -36,17 +34,9 @@ func runAlerts(args []string, env cliEnv) int {
 		return code
 	}
 	c := newAPIClient("alerts", af, env)
-	b, err := c.call(context.Background(), "GET", "/api/v1/alerts", nil, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var v cron.AlertsView
-	if err := json.Unmarshal(b, &v); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	v, code := answer[cron.AlertsView](c, af.json, "GET", "/api/v1/alerts", nil, nil)
+	if code >= 0 {
+		return code
 	}
 	printEvaluation(env.stdout, v)
 	fmt.Fprintln(env.stdout)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -49,17 +48,9 @@ func runApprovals(args []string, env cliEnv) int {
 		}
 		return showApproval(c, af, id)
 	}
-	b, err := c.call(context.Background(), "GET", "/api/v1/approvals", url.Values{"limit": {strconv.Itoa(limit)}}, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var out struct{ Approvals []store.Approval }
-	if err := json.Unmarshal(b, &out); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	out, code := answer[struct{ Approvals []store.Approval }](c, af.json, "GET", "/api/v1/approvals", url.Values{"limit": {strconv.Itoa(limit)}}, nil)
+	if code >= 0 {
+		return code
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tACTION\tCOUNT\tREQUESTED BY\tREQUESTED AT\tEXPIRES AT\tDECIDED BY\tSELECTION")

@@ -1,8 +1,8 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -37,40 +37,50 @@ func runJobs(args []string, env cliEnv) int {
 		return ExitUsage
 	}
 	c := newAPIClient("jobs", af, env)
-	b, err := c.call(context.Background(), "GET", "/api/v1/jobs", nil, nil)
-	if err != nil {
-		return c.fail(err)
+	if len(pos) == 1 {
+		return showJob(c, af, pos[0])
+	}
+	v, code := answer[cron.JobsView](c, af.json, "GET", "/api/v1/jobs", nil, nil)
+	if code >= 0 {
+		return code
+	}
+	printJobs(env, v)
+	return ExitOK
+}
+
+// showJob prints one job's recent runs; with --json, the job as the API
+// answered it (one element of the listing, which is all the API has).
+func showJob(c *apiClient, af apiFlags, name string) int {
+	// The answer as it came, decoded here twice: as the view to find the
+	// job, and as raw elements to print it unchanged with --json.
+	b, code := answer[json.RawMessage](c, false, "GET", "/api/v1/jobs", nil, nil)
+	if code >= 0 {
+		return code
 	}
 	var v cron.JobsView
-	if err := json.Unmarshal(b, &v); err != nil {
+	var raw struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	if err := errors.Join(json.Unmarshal(b, &v), json.Unmarshal(b, &raw)); err != nil {
 		return c.fail(fmt.Errorf("unexpected answer: %w", err))
 	}
-	if len(pos) == 1 {
-		for i, j := range v.Jobs {
-			if j.Name != pos[0] {
-				continue
-			}
-			if af.json {
-				// The job as the API answered it.
-				var raw struct {
-					Jobs []json.RawMessage `json:"jobs"`
-				}
-				if err := json.Unmarshal(b, &raw); err != nil {
-					return c.fail(fmt.Errorf("unexpected answer: %w", err))
-				}
-				c.printRaw(raw.Jobs[i])
-				return ExitOK
-			}
-			printRuns(env, j)
-			return ExitOK
+	for i, j := range v.Jobs {
+		switch {
+		case j.Name != name:
+			continue
+		case af.json:
+			c.printRaw(raw.Jobs[i])
+		default:
+			printRuns(c.env, j)
 		}
-		fmt.Fprintf(env.stderr, "dlq jobs: no job %q (dlq jobs lists them)\n", pos[0])
-		return ExitNotFound
-	}
-	if af.json {
-		c.printRaw(b)
 		return ExitOK
 	}
+	fmt.Fprintf(c.env.stderr, "dlq jobs: no job %q (dlq jobs lists them)\n", name)
+	return ExitNotFound
+}
+
+// printJobs prints every job, one row each, with its last run.
+func printJobs(env cliEnv, v cron.JobsView) {
 	fmt.Fprintf(env.stdout, "answered by instance %s\n\n", v.Instance)
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSCHEDULE\tLEASE\tLAST SUCCESS\tLAST RUN\tOUTCOME\tROWS\tERROR")
@@ -84,7 +94,6 @@ func runJobs(args []string, env cliEnv) int {
 			last, outcome, rows, why)
 	}
 	tw.Flush()
-	return ExitOK
 }
 
 // leaseLine says who holds a job's lease: "instance (token 3)", with

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -237,42 +236,36 @@ func runEditReplay(args []string, env cliEnv, stdin io.Reader) int {
 	}
 	req["force"], req["dry_run"] = force, dryRun
 	c := newAPIClient("edit-replay", af, env)
-	b, err := c.call(context.Background(), "POST", fmt.Sprintf("/api/v1/messages/%d/edit-replay", id), nil, req)
-	if err != nil {
-		return c.fail(err)
+	res, code := answer[editResult](c, af.json, "POST", fmt.Sprintf("/api/v1/messages/%d/edit-replay", id), nil, req)
+	if code >= 0 {
+		return code
 	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	if err := printEditResult(c, id, b); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
-	}
+	printEditResult(c, id, res)
 	return ExitOK
+}
+
+// editResult is the answer of an edit-then-replay: the copy sent (or, in
+// a dry run, that would be), its task, and the audited changes.
+type editResult struct {
+	DryRun bool `json:"dry_run"`
+	Task   *struct {
+		ID     int64  `json:"id"`
+		Status string `json:"status"`
+	} `json:"task"`
+	Copy struct {
+		ReplayID   string          `json:"replay_id"`
+		Exchange   string          `json:"exchange"`
+		RoutingKey string          `json:"routing_key"`
+		Properties json.RawMessage `json:"properties"`
+		Headers    json.RawMessage `json:"headers"`
+		Body       []byte          `json:"body"`
+	} `json:"copy"`
+	Diff json.RawMessage `json:"diff"`
 }
 
 // printEditResult prints an edit-then-replay's answer: where the copy
 // goes (or went), its headers and body, and the audited changes.
-func printEditResult(c *apiClient, id int64, b []byte) error {
-	var res struct {
-		DryRun bool `json:"dry_run"`
-		Task   *struct {
-			ID     int64  `json:"id"`
-			Status string `json:"status"`
-		} `json:"task"`
-		Copy struct {
-			ReplayID   string          `json:"replay_id"`
-			Exchange   string          `json:"exchange"`
-			RoutingKey string          `json:"routing_key"`
-			Properties json.RawMessage `json:"properties"`
-			Headers    json.RawMessage `json:"headers"`
-			Body       []byte          `json:"body"`
-		} `json:"copy"`
-		Diff json.RawMessage `json:"diff"`
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		return err
-	}
+func printEditResult(c *apiClient, id int64, res editResult) {
 	w := c.env.stdout
 	if res.DryRun {
 		fmt.Fprintf(w, "dry run: nothing was sent. The copy of message %d would go to exchange %q, routing key %q:\n", id, res.Copy.Exchange, res.Copy.RoutingKey)
@@ -290,7 +283,6 @@ func printEditResult(c *apiClient, id int64, b []byte) error {
 	}
 	fmt.Fprintln(w, "\nchanges (as audited):")
 	c.printRaw(res.Diff)
-	return nil
 }
 
 func isText(b []byte) bool {
@@ -315,17 +307,9 @@ func runPolicies(args []string, env cliEnv) int {
 		return code
 	}
 	c := newAPIClient("policies", af, env)
-	b, err := c.call(context.Background(), "GET", "/api/v1/policies", nil, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var v cron.PoliciesView
-	if err := json.Unmarshal(b, &v); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	v, code := answer[cron.PoliciesView](c, af.json, "GET", "/api/v1/policies", nil, nil)
+	if code >= 0 {
+		return code
 	}
 	if len(v.Policies) == 0 {
 		fmt.Fprintln(env.stdout, "no automatic replay policies (recovery.policies in the configuration)")
@@ -418,17 +402,9 @@ func runPolicy(args []string, env cliEnv) int {
 	if *reason != "" {
 		q = url.Values{"reason": {*reason}}
 	}
-	b, err := c.call(context.Background(), "POST", "/api/v1/policies/"+url.PathEscape(name)+"/"+verb, q, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var p cron.PolicyView
-	if err := json.Unmarshal(b, &p); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	p, code := answer[cron.PolicyView](c, af.json, "POST", "/api/v1/policies/"+url.PathEscape(name)+"/"+verb, q, nil)
+	if code >= 0 {
+		return code
 	}
 	fmt.Fprintf(env.stdout, "policy %s is %s\n", p.Name, policyState(p))
 	return ExitOK

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/url"
@@ -56,17 +54,9 @@ func runGroups(args []string, env cliEnv) int {
 	if category != "" {
 		q.Set("category", category)
 	}
-	b, err := c.call(context.Background(), "GET", "/api/v1/groups", q, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var out struct{ Groups []store.Group }
-	if err := json.Unmarshal(b, &out); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	out, code := answer[struct{ Groups []store.Group }](c, af.json, "GET", "/api/v1/groups", q, nil)
+	if code >= 0 {
+		return code
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "GROUP\tQUEUE\tCATEGORY\tPENDING\tTOTAL\tLAST SEEN\t FAILURE\t")
@@ -94,17 +84,9 @@ func runStats(args []string, env cliEnv) int {
 		return code
 	}
 	c := newAPIClient("stats", af, env)
-	b, err := c.call(context.Background(), "GET", "/api/v1/stats", nil, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var st store.Stats
-	if err := json.Unmarshal(b, &st); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	st, code := answer[store.Stats](c, af.json, "GET", "/api/v1/stats", nil, nil)
+	if code >= 0 {
+		return code
 	}
 	w := env.stdout
 	s := st.ByStatus
@@ -173,19 +155,11 @@ func runStatus(args []string, env cliEnv) int {
 		return code
 	}
 	c := newAPIClient("status", af, env)
-	b, err := c.call(context.Background(), "GET", "/api/v1/status", nil, nil)
-	if err != nil {
-		return c.fail(err)
-	}
-	if af.json {
-		c.printRaw(b)
-		return ExitOK
-	}
-	var st struct {
+	st, code := answer[struct {
 		Queues []store.QueueStats `json:"queues"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return c.fail(fmt.Errorf("unexpected answer: %w", err))
+	}](c, af.json, "GET", "/api/v1/status", nil, nil)
+	if code >= 0 {
+		return code
 	}
 	printQueues(env.stdout, st.Queues)
 	return ExitOK
