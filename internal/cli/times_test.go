@@ -50,7 +50,7 @@ func TestTimesAreUTCWithTheirZone(t *testing.T) {
 	code, out, errOut = cli(t, url, admin, runShow, id)
 	require.Equal(t, ExitOK, code, errOut)
 	rows, _, _ := strings.Cut(out, "\nproperties:")
-	require.Contains(t, rows, "failed at          "+failed+" (first "+timefmt.Human(m.FirstFailedAt)+")")
+	require.Regexp(t, `(?m)^failed at +`+regexp.QuoteMeta(failed+" (first "+timefmt.Human(m.FirstFailedAt)+")")+`$`, rows)
 	requireUTCTimes(t, "dlq show", rows)
 
 	code, out, errOut = cli(t, url, admin, runLs)
