@@ -282,7 +282,12 @@ func (s *Service) bulk(ctx context.Context, c Caller, a Action, r ActionRequest,
 			return store.ActionResult{}, err
 		}
 	}
-	return do(ctx, f, c.actor(), opt)
+	res, err := do(ctx, f, c.actor(), opt)
+	if err == nil && r.DryRun {
+		// What the real action's threshold counts, as above.
+		res.DryRunApproval = s.dryRunApproval(c, string(a), res.Matched-res.Unchanged)
+	}
+	return res, err
 }
 
 // DeleteMessage deletes one message within the caller's scope (admin).

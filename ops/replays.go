@@ -106,7 +106,14 @@ func (s *Service) StartReplay(ctx context.Context, c Caller, r ReplayRequest) (r
 	if r.Command != nil && !req.DryRun {
 		return s.cfg.Replays.StartCommand(ctx, req, actor, r.Command.ID, r.Command.Answer)
 	}
-	return s.cfg.Replays.Start(ctx, req, actor)
+	t, err := s.cfg.Replays.Start(ctx, req, actor)
+	if err == nil && req.DryRun && t.Error == "" && req.Approval == 0 {
+		// What the real replay's threshold counts, as above. A dry run
+		// with an error says the replay would be refused for it: approval
+		// would not come into it.
+		t.DryRunApproval = s.dryRunApproval(c, "replay", t.Remaining)
+	}
+	return t, err
 }
 
 // TargetCheck is what the broker says now of where a replay publishes,

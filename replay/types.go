@@ -143,6 +143,9 @@ type Task struct {
 	// RequestedAt is when the requester asked, for a task carried out on
 	// approval: its created_at is when it was approved. Absent otherwise.
 	RequestedAt *time.Time `json:"requested_at,omitempty"`
+	// DryRunApproval says, in a dry run's answer, whether the real replay
+	// would wait for approval (the operations layer fills it in).
+	store.DryRunApproval
 	// EditOf is the message an edit-then-replay task publishes a corrected
 	// copy of (0: the task is no edit), read from the task's own row so a
 	// list of tasks marks its edits without a query per task. Not part of

@@ -55,6 +55,31 @@ type ActionResult struct {
 	// fewer messages than the request counted.
 	Gone      int64 `json:"gone,omitempty"`
 	Replaying int64 `json:"replaying,omitempty"`
+	// DryRunApproval says, in a dry run's answer, whether the real action
+	// would wait for approval.
+	DryRunApproval
+}
+
+// DryRunApproval is what a dry run's answer says of four-eyes approval:
+// whether the real action would wait for a second principal, and who may
+// give it, so that an operator learns it before asking, not after. The
+// operations layer fills it in (ops.Service.NoticeApproval, the rule the
+// web console's confirmation follows); it is absent from every answer but
+// a dry run's.
+type DryRunApproval struct {
+	// ApprovalRequired: the real action selects more than approval_above
+	// and would wait for approval (or be refused, when no configured token
+	// may approve it: Approval says which).
+	ApprovalRequired *bool `json:"approval_required,omitempty"`
+	// Approvers names the configured tokens that may approve it, sorted;
+	// absent when none may or this instance does not know them.
+	Approvers []string `json:"approvers,omitempty"`
+	// ApprovalNote says the same in words, for a person: needed or not
+	// and why, who may approve, or that the real request would be
+	// refused. Not "approval": an answer with "approval" is one that
+	// waits for approval (202 {"approval": {…}}), and clients tell them
+	// apart by it.
+	ApprovalNote string `json:"approval_note,omitempty"`
 }
 
 // ErrConfirmRequired means a bulk action by filter selects more messages

@@ -404,6 +404,7 @@ func runAction(name string, args []string, env cliEnv) int {
 	case af.json:
 	case res.DryRun:
 		fmt.Fprintf(env.stdout, "dry run: %d messages would be %s\n", res.Matched, past)
+		printDryRunApproval(env.stdout, res.DryRunApproval)
 	default:
 		fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)
 		if res.Unchanged > 0 {

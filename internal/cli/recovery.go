@@ -58,6 +58,16 @@ func waitsForApproval(w io.Writer, answer []byte) bool {
 	return true
 }
 
+// printDryRunApproval prints what a dry run's answer says of approval,
+// as one line: "approval needed: … waits for admin to approve it …", or
+// "approval not needed: …". Nothing for a server that does not say
+// (older than the field).
+func printDryRunApproval(w io.Writer, a store.DryRunApproval) {
+	if a.ApprovalNote != "" {
+		fmt.Fprintf(w, "approval %s\n", a.ApprovalNote)
+	}
+}
+
 // approvalOf is the request for approval an answer holds when the action
 // became one instead of running (nil when it ran).
 func approvalOf(answer []byte) *store.Approval {

@@ -79,6 +79,7 @@ func Replay(args []string) int {
 			if task.Error != "" {
 				fmt.Println(task.Error)
 			}
+			printDryRunApproval(os.Stdout, task.DryRunApproval)
 		}
 		return ExitOK
 	case !f.wait:
