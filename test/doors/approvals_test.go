@@ -216,4 +216,51 @@ func TestUnapprovableRequestRefusedByEveryDoor(t *testing.T) {
 	}
 }
 
+// A dry run says, through every door, whether the real action would wait
+// for approval and who may give it: none when the only token that may
+// approve is the requester's own (the real request would be refused).
+func TestDryRunApprovalThroughEveryDoor(t *testing.T) {
+	t.Parallel()
+	configured := func() []auth.Principal {
+		var out []auth.Principal
+		for _, p := range authenticator().Principals() {
+			if p.Name != "admin-2" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	tweak := func(c *ops.Config) { c.ApprovalAbove, c.ConfirmAbove, c.Principals = approvalAbove, 0, configured }
+	doors := []door{newHTTPDoor(t, tweak), newControlDoor(t, tweak)}
+	steps := []struct {
+		who    string
+		req    func(*fixture) request
+		expect outcome
+	}{
+		{"op", func(*fixture) request {
+			return request{action: "acknowledge", filter: &store.Filter{SourceQueue: "orders"}, dryRun: true}
+		}, outcome{Code: "ok", Matched: 8, ApprovalRequired: required(true), Approvers: []string{"admin"}}},
+		{"op", func(*fixture) request {
+			return request{action: "replay", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
+		}, outcome{Code: "ok", Status: "dry_run", Requested: 7, ApprovalRequired: required(true), Approvers: []string{"admin"}}},
+		{"admin", func(*fixture) request {
+			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
+		}, outcome{Code: "ok", Matched: 7, ApprovalRequired: required(true)}},
+		{"admin", func(*fixture) request {
+			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, limit: approvalAbove, dryRun: true}
+		}, outcome{Code: "ok", Matched: approvalAbove, ApprovalRequired: required(false)}},
+		{"op", func(f *fixture) request {
+			return request{action: "replay", ids: []int64{f.billing(0)}, dryRun: true}
+		}, outcome{Code: "ok", Status: "dry_run", Requested: 1, ApprovalRequired: required(false)}},
+	}
+	for i, s := range steps {
+		var got [2]outcome
+		for j, d := range doors {
+			got[j] = d.do(t, s.who, fmt.Sprintf("dry-run-approval-%d-%s", i, d.name()), s.req(d.fixture()))
+		}
+		require.Equal(t, got[0], got[1], "step %d: the doors disagree", i)
+		require.Equal(t, s.expect, got[0], "step %d", i)
+	}
+}
+
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

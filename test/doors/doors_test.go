@@ -171,7 +171,14 @@ type outcome struct {
 	Count int64
 	// Policies a listing showed, by name.
 	Policies []string
+	// ApprovalRequired and Approvers of a dry run's answer: whether the
+	// real action would wait for approval, and who may give it.
+	ApprovalRequired *bool
+	Approvers        []string
 }
+
+// required is an outcome's ApprovalRequired.
+func required(b bool) *bool { return &b }
 
 // door sends one request as the named token, with requestID as the id the
 // audit row must carry.
@@ -240,7 +247,7 @@ func TestEveryDoorAnswersAlike(t *testing.T) {
 		{who: "op", req: func(*fixture) request { return request{action: "replay", filter: &store.Filter{}} },
 			expect: outcome{Code: ops.CodeConfirmRequired}},
 		{who: "op", req: func(*fixture) request { return request{action: "replay", filter: &store.Filter{}, dryRun: true} },
-			expect: outcome{Code: "ok", Status: "dry_run", Requested: 16}},
+			expect: outcome{Code: "ok", Status: "dry_run", Requested: 16, ApprovalRequired: required(false)}},
 		{who: "op", req: func(*fixture) request { return request{action: "replay", filter: &store.Filter{}, limit: confirmAbove} },
 			expect: outcome{Code: "ok", Status: replay.StatusScheduled, Requested: confirmAbove}, mutates: true},
 		{who: "orders-ops", req: func(*fixture) request {
@@ -271,7 +278,7 @@ func TestEveryDoorAnswersAlike(t *testing.T) {
 			expect: outcome{Code: "ok", Matched: 1, Changed: 1}, mutates: true},
 		{who: "admin", req: func(*fixture) request {
 			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
-		}, expect: outcome{Code: "ok", Matched: 5}}, // 8 billing, 2 acknowledged, 1 deleted
+		}, expect: outcome{Code: "ok", Matched: 5, ApprovalRequired: required(false)}}, // 8 billing, 2 acknowledged, 1 deleted
 		// Edit-then-replay: role, scope, one edit at a time.
 		{who: "viewer", req: func(f *fixture) request { return request{action: "edit_replay", id: f.billing(4), body: `{"n":40}`} },
 			expect: outcome{Code: ops.CodeForbidden}},
@@ -329,7 +336,7 @@ func taskNumbers(f *fixture, ts []replay.Task) []int {
 }
 
 func fromTask(f *fixture, action string, t replay.Task) outcome {
-	o := outcome{Code: "ok", Status: t.Status}
+	o := outcome{Code: "ok", Status: t.Status, ApprovalRequired: t.ApprovalRequired, Approvers: t.Approvers}
 	if action == "replay" {
 		o.Requested = t.Requested
 	}
@@ -337,7 +344,7 @@ func fromTask(f *fixture, action string, t replay.Task) outcome {
 }
 
 func fromResult(r store.ActionResult) outcome {
-	return outcome{Code: "ok", Matched: r.Matched, Changed: r.Changed}
+	return outcome{Code: "ok", Matched: r.Matched, Changed: r.Changed, ApprovalRequired: r.ApprovalRequired, Approvers: r.Approvers}
 }
 
 // httpDoor is the HTTP API over its own fixture.

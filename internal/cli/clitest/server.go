@@ -91,6 +91,13 @@ func authenticator(t *testing.T) *auth.Authenticator {
 	return authn
 }
 
+// Principals are the principals of the tokens Serve takes, for
+// ops.Config.Principals (who may approve), as dlq serve configures it.
+func Principals(t *testing.T) func() []auth.Principal {
+	t.Helper()
+	return authenticator(t).Principals
+}
+
 // operations is the operations layer over st: confirmation above three
 // messages, cron's views when cron is not nil, changed by tweak.
 func operations(t *testing.T, st *store.Store, cron ops.CronViews, tweak func(*ops.Config)) *ops.Service {

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/ops"
+)
+
+// dlq ack and dlq rm --dry-run say whether the real action would wait for
+// approval and who may give it, or that it would be refused; --json holds
+// the same. The seeded store has four messages in orders and two in
+// billing; approval is needed above three.
+func TestDryRunSaysWhetherApprovalIsNeeded(t *testing.T) {
+	t.Parallel()
+	st, _, _ := clitest.Seeded(t)
+	url := clitest.ServeWith(t, st, nil, func(c *ops.Config) {
+		c.ApprovalAbove, c.Principals = 3, clitest.Principals(t)
+	})
+	for _, c := range []struct {
+		token, cmd, queue string
+		say               []string
+	}{
+		{clitest.OperatorToken, "ack", "orders", []string{
+			"dry run: 4 messages would be acknowledged\n",
+			"approval needed: the acknowledge of 4 messages selects more than api.approval_above (3), so it will not run at once: " +
+				"it waits for admin to approve it (dlq approve), for up to 24h"}},
+		{clitest.AdminToken, "rm", "orders", []string{
+			"dry run: 4 messages would be deleted\n",
+			"approval needed: the delete of 4 messages selects more than api.approval_above (3), and no configured token but admin may approve it",
+			"the real request would be refused"}},
+		{clitest.OperatorToken, "ack", "billing", []string{
+			"dry run: 2 messages would be acknowledged\n",
+			"approval not needed: the acknowledge of 2 messages is within api.approval_above (3)\n"}},
+	} {
+		code, out, errOut := cli(t, url, c.token, runActionCmd(c.cmd), "--queue", c.queue, "--dry-run")
+		require.Equal(t, ExitOK, code, errOut)
+		for _, s := range c.say {
+			require.Contains(t, out, s, "dlq %s --queue %s --dry-run", c.cmd, c.queue)
+		}
+
+		code, out, errOut = cli(t, url, c.token, runActionCmd(c.cmd), "--queue", c.queue, "--dry-run", "--json")
+		require.Equal(t, ExitOK, code, errOut)
+		var res struct {
+			DryRun           bool   `json:"dry_run"`
+			ApprovalRequired *bool  `json:"approval_required"`
+			ApprovalNote     string `json:"approval_note"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		require.True(t, res.DryRun)
+		require.NotNil(t, res.ApprovalRequired, out)
+		require.Equal(t, c.queue == "orders", *res.ApprovalRequired, out)
+		require.Contains(t, "approval "+res.ApprovalNote, c.say[1], out)
+	}
+}
