@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,6 +54,6 @@ func TestDryRunSaysWhetherApprovalIsNeeded(t *testing.T) {
 		require.True(t, res.DryRun)
 		require.NotNil(t, res.ApprovalRequired, out)
 		require.Equal(t, c.queue == "orders", *res.ApprovalRequired, out)
-		require.Contains(t, "approval "+res.ApprovalNote, c.say[1], out)
+		require.Contains(t, "approval "+res.ApprovalNote, strings.TrimSuffix(c.say[1], "\n"), out)
 	}
 }

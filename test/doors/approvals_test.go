@@ -242,10 +242,10 @@ func TestDryRunApprovalThroughEveryDoor(t *testing.T) {
 		}, outcome{Code: "ok", Matched: 8, ApprovalRequired: required(true), Approvers: []string{"admin"}}},
 		{"op", func(*fixture) request {
 			return request{action: "replay", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
-		}, outcome{Code: "ok", Status: "dry_run", Requested: 7, ApprovalRequired: required(true), Approvers: []string{"admin"}}},
+		}, outcome{Code: "ok", Status: "dry_run", Requested: 8, ApprovalRequired: required(true), Approvers: []string{"admin"}}},
 		{"admin", func(*fixture) request {
 			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, dryRun: true}
-		}, outcome{Code: "ok", Matched: 7, ApprovalRequired: required(true)}},
+		}, outcome{Code: "ok", Matched: 8, ApprovalRequired: required(true)}},
 		{"admin", func(*fixture) request {
 			return request{action: "delete", filter: &store.Filter{SourceQueue: "billing"}, limit: approvalAbove, dryRun: true}
 		}, outcome{Code: "ok", Matched: approvalAbove, ApprovalRequired: required(false)}},
