@@ -175,9 +175,10 @@ func (f *feeder) endOfPass(ctx context.Context) (finished bool, err error) {
 	}
 	if n, err := r.s.st.SkipDeletedReplayItems(ctx, r.task.ID); err != nil {
 		r.log.Warn("cannot settle items of deleted messages", "error", err)
-	} else if n > 0 {
-		// Skipped like those the claim skips, and counted alike.
-		r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(n))
+	} else {
+		// Skipped or unknown like those the claim settles, and counted
+		// alike.
+		r.countNotSent(n.Skipped, n.Unknown)
 	}
 	left, inFlight, err := f.left(ctx)
 	if err != nil {
@@ -207,7 +208,9 @@ func (f *feeder) left(ctx context.Context) (left, inFlight int64, err error) {
 // claim claims the given items and hands the batch to the publisher loop.
 // It retries a failed claim until it succeeds or the run stops, and
 // returns how many messages it claimed and how many items it settled
-// (skipped, or returned from the dead after an unknown outcome).
+// (skipped; unknown, having waited to be sent again when their message
+// was no longer pending; or returned from the dead after an unknown
+// outcome).
 func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch) (claimed, skipped int) {
 	backoff := 100 * time.Millisecond
 	for {
@@ -233,9 +236,7 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
-		if res.Skipped > 0 {
-			r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(res.Skipped))
-		}
+		r.countNotSent(int64(res.Skipped), int64(res.Unknown))
 		if res.Returned > 0 {
 			// Delivered before its outcome was known: a copy died and came
 			// back (store.ClaimResult.Returned).
@@ -244,7 +245,7 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 				"messages", res.Returned)
 		}
 		if len(res.Messages) == 0 {
-			return 0, res.Skipped + res.Returned
+			return 0, res.Skipped + res.Unknown + res.Returned
 		}
 		b := &claimBatch{token: token, msgs: res.Messages, deadline: start.Add(r.fenceLease()), open: len(res.Messages),
 			marked: min(markFirst, len(res.Messages)) - 1}
@@ -257,6 +258,21 @@ func (r *taskRun) claim(ctx context.Context, ids []int64, out chan<- *claimBatch
 		case <-ctx.Done():
 			r.release(b, b.msgs)
 		}
-		return len(res.Messages), res.Skipped + res.Returned
+		return len(res.Messages), res.Skipped + res.Unknown + res.Returned
+	}
+}
+
+// countNotSent counts the items settled without a publish: skipped, and
+// unknown (they waited to be sent again after an unknown outcome, and
+// their message was no longer one to send: the copy sent first may have
+// been delivered).
+func (r *taskRun) countNotSent(skipped, unknown int64) {
+	if skipped > 0 {
+		r.s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(skipped))
+	}
+	if unknown > 0 {
+		r.s.metrics.replays.WithLabelValues(resultUnknown).Add(float64(unknown))
+		r.log.Info("messages that waited to be sent again were no longer pending; settled as unknown (the copy sent first may have been delivered)",
+			"messages", unknown)
 	}
 }

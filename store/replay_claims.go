@@ -127,6 +127,11 @@ type ClaimResult struct {
 	Messages []ClaimedMessage
 	// Skipped items were settled as skipped (loop guard, status).
 	Skipped int
+	// Unknown items were settled as unknown: they waited to be sent again
+	// after an unknown outcome, and their message is no longer one the task
+	// sends (acknowledged, replayed, stopped by the loop guard), so the copy
+	// sent first may have been delivered (notSentAgainSQL).
+	Unknown int
 	// Deferred items are being replayed under another claim; they stay
 	// unsettled and are looked at again on a later pass.
 	Deferred int
@@ -144,7 +149,8 @@ type ClaimResult struct {
 // ClaimReplayBatch takes the next unsettled items of a task above the
 // cursor: pending messages go to replaying under the claim's token;
 // messages the loop guard stops, and messages that are no longer pending,
-// are settled as skipped with the reason. Rows another transaction holds
+// are settled as skipped with the reason, or as unknown if they waited to
+// be sent again after an unknown outcome (notSentAgainSQL). Rows another transaction holds
 // are passed over (SKIP LOCKED), so concurrent claimers never wait for each
 // other and never take the same row.
 func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResult, error) {
@@ -184,10 +190,10 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 		return ClaimResult{}, err
 	}
 	if len(returned) > 0 {
-		l.skipIDs, l.skipWhy = without(l.skipIDs, l.skipWhy, returned)
+		l.skips = without(l.skips, returned)
 		res.Returned = len(returned)
 	}
-	if res.Skipped, err = recordClaim(ctx, tx, c, res.Messages, l.skipIDs, l.skipWhy, returned); err != nil {
+	if res.Skipped, res.Unknown, err = recordClaim(ctx, tx, c, res.Messages, l.skips, returned); err != nil {
 		return ClaimResult{}, err
 	}
 	if err := applyStatusDeltas(ctx, tx, moves); err != nil {
@@ -203,9 +209,17 @@ func (s *Store) ClaimReplayBatch(ctx context.Context, c ReplayClaim) (ClaimResul
 type lockedClaimRows struct {
 	claimable []int64
 	guarded   []int64 // pending, stopped by the loop guard
-	skipIDs   []int64
-	skipWhy   []string
+	skips     []claimSkip
 	deferred  int // replaying in another task: asked again later
+}
+
+// claimSkip is an item a claim settles without taking its message: why
+// is its detail when it is skipped, cause what became of its message, for
+// its detail when it waited to be sent again and so is unknown
+// (notSentAgain).
+type claimSkip struct {
+	id         int64
+	why, cause string
 }
 
 // lockClaimRows locks the message rows of items a claim may take and
@@ -244,11 +258,13 @@ FOR NO KEY UPDATE OF m SKIP LOCKED`, items)
 			l.deferred++
 		case status == StatusPending:
 			l.guarded = append(l.guarded, id)
-			l.skipIDs = append(l.skipIDs, id)
-			l.skipWhy = append(l.skipWhy, fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays))
+			l.skips = append(l.skips, claimSkip{id: id,
+				why:   fmt.Sprintf("loop guard: replayed %d times already (max_replays %d); use force to replay it anyway", replays, c.MaxReplays),
+				cause: fmt.Sprintf("the loop guard stopped the message (replayed %d times already, max_replays %d)", replays, c.MaxReplays)})
 		default:
-			l.skipIDs = append(l.skipIDs, id)
-			l.skipWhy = append(l.skipWhy, fmt.Sprintf("status is %s: only pending messages are replayed", status))
+			l.skips = append(l.skips, claimSkip{id: id,
+				why:   fmt.Sprintf("status is %s: only pending messages are replayed", status),
+				cause: "the message was " + status})
 		}
 	}
 	rows.Close()
@@ -366,32 +382,37 @@ func readClaimedRows(rows pgx.Rows, taskID int64) ([]ClaimedMessage, []StatusMov
 	return claimed, list, nil
 }
 
-// recordClaim settles the skipped items, adds the claim to the task's
+// recordClaim settles the items of skips (skipped, or unknown if they
+// waited to be sent again: notSentAgainSQL), adds the claim to the task's
 // counters and, when it claimed rows, records its lease and write-ahead
-// mark. It returns how many items it settled as skipped.
-func recordClaim(ctx context.Context, tx pgx.Tx, c ReplayClaim, claimed []ClaimedMessage, skipIDs []int64, skipWhy []string, returned []int64) (int, error) {
+// mark. It returns how many items it settled as skipped and as unknown.
+func recordClaim(ctx context.Context, tx pgx.Tx, c ReplayClaim, claimed []ClaimedMessage, skips []claimSkip, returned []int64) (skipped, unknown int, err error) {
+	ids, whys, lost := make([]int64, len(skips)), make([]string, len(skips)), make([]string, len(skips))
+	for i, k := range skips {
+		ids[i], whys[i], lost[i] = k.id, k.why, notSentAgain(k.cause)
+	}
 	var b pgx.Batch
-	// Skipped items are settled here; the counter adds those this
-	// statement settled, exactly.
-	var skipped int64
+	// The items are settled here; the counters add those this statement
+	// settled, exactly.
 	b.Queue(`
 WITH s AS (
-    UPDATE replay_task_items i SET outcome = 'skipped', detail = o.why
-    FROM unnest($3::bigint[], $4::text[]) AS o(id, why)
+    UPDATE replay_task_items i SET outcome = `+notSentAgainSQL+`,
+        detail = CASE WHEN `+waitingItemSQL+` THEN o.lost ELSE o.why END
+    FROM unnest($3::bigint[], $4::text[], $7::text[]) AS o(id, why, lost)
     WHERE i.task_id = $1 AND i.message_id = o.id AND i.outcome IS NULL
-    RETURNING 1
-), n AS (SELECT count(*) AS n FROM s)
+    RETURNING i.outcome
+), n AS (SELECT count(*) FILTER (WHERE outcome = 'skipped') AS s, count(*) FILTER (WHERE outcome = 'unknown') AS u FROM s)
 -- claimed is the items claims settled and the rows being replayed: the
 -- rows claimed join it, and so do the items settled published as back
--- from the dead ($5, settleReturned), which had left it when they were
--- to be sent again.
-UPDATE replay_tasks SET claimed = claimed + $2 + cardinality($5::bigint[]), skipped = skipped + n.n,
-    published = published + cardinality($5::bigint[]),
+-- from the dead ($5, settleReturned) and those settled unknown, which had
+-- left it when they were to be sent again.
+UPDATE replay_tasks SET claimed = claimed + $2 + cardinality($5::bigint[]) + n.u, skipped = skipped + n.s,
+    unknown = unknown + n.u, published = published + cardinality($5::bigint[]),
     canary_ids = CASE WHEN $6 THEN canary_ids || $5::bigint[] ELSE canary_ids END,
     updated_at = now()
 FROM n WHERE id = $1
-RETURNING n.n`, c.TaskID, len(claimed), nonNilIDs(skipIDs), nonNilStrings(skipWhy), nonNilIDs(returned), c.Canary).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&skipped)
+RETURNING n.s, n.u`, c.TaskID, len(claimed), ids, whys, nonNilIDs(returned), c.Canary, lost).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&skipped, &unknown)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -408,9 +429,9 @@ RETURNING n.n`, c.TaskID, len(claimed), nonNilIDs(skipIDs), nonNilStrings(skipWh
 			c.Token, c.TaskID, through, c.Lease.Milliseconds())
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return 0, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
+		return 0, 0, fmt.Errorf("store: record claim for replay task %d: %w", c.TaskID, err)
 	}
-	return int(skipped), nil
+	return skipped, unknown, nil
 }
 
 type moveKey struct {

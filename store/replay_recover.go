@@ -338,6 +338,29 @@ DELETE FROM replay_claims c WHERE c.token = ANY($1)
 // it again, settles as unknown (SettleStoppedRetries).
 const UnknownOutcomeNotSentAgain = "outcome unknown: the task stopped before sending it again; it may have been delivered"
 
+// The rule for an item its task will not send (again): one that waits to
+// be sent again after an unknown outcome (waitingItemSQL) is unknown,
+// whatever became of its message (acknowledged, replayed elsewhere,
+// deleted, stopped by the loop guard) or of its task (stopped): the copy
+// sent first may have been delivered, and a skip would say nothing was.
+// Any other is skipped: the task never sent it. The claim
+// (ClaimReplayBatch), SkipDeletedReplayItems and SettleStoppedRetries
+// (all of whose items wait) settle by it; replay_task_items is i.
+const (
+	waitingItemSQL  = `i.unknown_count > 0`
+	notSentAgainSQL = `CASE WHEN ` + waitingItemSQL + ` THEN 'unknown' ELSE 'skipped' END`
+)
+
+// notSentAgain is the detail of an item that waited to be sent again and
+// is unknown because cause (what became of its message) came first.
+func notSentAgain(cause string) string {
+	return "outcome unknown: " + cause + " before the task could send it again; it may have been delivered"
+}
+
+// UnknownOutcomeDeleted is the detail of an item that waited to be sent
+// again after an unknown outcome when its message was deleted.
+var UnknownOutcomeDeleted = notSentAgain("the message was deleted")
+
 // SettleStoppedRetries settles as unknown the items of a finished task
 // (cancelled, say) that wait to be sent again after an unknown outcome, so
 // that its counters say what may have been delivered: whatever became of
@@ -360,7 +383,7 @@ func (s *Store) SettleStoppedRetries(ctx context.Context, taskID int64) (int64, 
 SELECT m.id FROM replay_task_items i
 JOIN replay_tasks t ON t.id = i.task_id
 JOIN dead_messages m ON m.id = i.message_id
-WHERE i.task_id = $1 AND i.outcome IS NULL AND i.unknown_count > 0
+WHERE i.task_id = $1 AND i.outcome IS NULL AND `+waitingItemSQL+`
   AND t.status IN ('completed', 'cancelled', 'failed', 'canary_failed')
 ORDER BY m.id
 FOR NO KEY UPDATE OF m`, taskID); err != nil {
@@ -372,7 +395,7 @@ WITH s AS (
     UPDATE replay_task_items i SET outcome = 'unknown', detail = $2
     FROM replay_tasks t
     WHERE t.id = $1 AND t.status IN ('completed', 'cancelled', 'failed', 'canary_failed')
-      AND i.task_id = $1 AND i.outcome IS NULL AND i.unknown_count > 0
+      AND i.task_id = $1 AND i.outcome IS NULL AND `+waitingItemSQL+`
       -- Read under the rows' locks: a row of this task's claim is settled
       -- with the claim.
       AND NOT EXISTS (SELECT 1 FROM dead_messages m
@@ -439,22 +462,36 @@ FROM replay_task_items WHERE task_id = $1`, taskID).Scan(&a.Published, &a.Failed
 	return a, nil
 }
 
-// SkipDeletedReplayItems settles as skipped the unsettled items of a task
-// whose message no longer exists.
-func (s *Store) SkipDeletedReplayItems(ctx context.Context, taskID int64) (int64, error) {
-	var n int64
+// SettledDeleted counts what SkipDeletedReplayItems settled.
+type SettledDeleted struct {
+	// Skipped items were never sent (SkipDeletedDetail).
+	Skipped int64
+	// Unknown items waited to be sent again after an unknown outcome: the
+	// copy sent first may have been delivered (UnknownOutcomeDeleted).
+	Unknown int64
+}
+
+// SkipDeletedReplayItems settles the unsettled items of a task whose
+// message no longer exists: as skipped, or as unknown if they waited to be
+// sent again (notSentAgainSQL).
+func (s *Store) SkipDeletedReplayItems(ctx context.Context, taskID int64) (SettledDeleted, error) {
+	var n SettledDeleted
 	err := s.pool.QueryRow(ctx, `
 WITH s AS (
-    UPDATE replay_task_items i SET outcome = 'skipped', detail = $2
+    UPDATE replay_task_items i SET outcome = `+notSentAgainSQL+`,
+        detail = CASE WHEN `+waitingItemSQL+` THEN $3 ELSE $2 END
     WHERE i.task_id = $1 AND i.outcome IS NULL
       AND NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = i.message_id)
-    RETURNING 1
-), c AS (SELECT count(*) AS n FROM s)
-UPDATE replay_tasks t SET skipped = t.skipped + c.n, updated_at = now()
+    RETURNING i.outcome
+), c AS (SELECT count(*) FILTER (WHERE outcome = 'skipped') AS s, count(*) FILTER (WHERE outcome = 'unknown') AS u FROM s)
+-- An unknown one joins claimed (the items claims settled and the rows
+-- being replayed), which it had left when it was to be sent again.
+UPDATE replay_tasks t SET skipped = t.skipped + c.s, unknown = t.unknown + c.u, claimed = t.claimed + c.u,
+    updated_at = now()
 FROM c WHERE t.id = $1
-RETURNING c.n`, taskID, SkipDeletedDetail).Scan(&n)
+RETURNING c.s, c.u`, taskID, SkipDeletedDetail, UnknownOutcomeDeleted).Scan(&n.Skipped, &n.Unknown)
 	if err != nil {
-		return 0, fmt.Errorf("store: skip deleted items of replay task %d: %w", taskID, err)
+		return SettledDeleted{}, fmt.Errorf("store: settle the items of deleted messages of replay task %d: %w", taskID, err)
 	}
 	return n, nil
 }

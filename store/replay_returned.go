@@ -63,15 +63,13 @@ func passedOver(claimable []int64, claimed []ClaimedMessage) []int64 {
 	return out
 }
 
-// without drops the ids in drop (sorted) from ids and their reasons.
-func without(ids []int64, why []string, drop []int64) ([]int64, []string) {
-	var keptIDs []int64
-	var keptWhy []string
-	for i, id := range ids {
-		if _, found := slices.BinarySearch(drop, id); !found {
-			keptIDs = append(keptIDs, id)
-			keptWhy = append(keptWhy, why[i])
+// without drops the items of the ids in drop (sorted) from skips.
+func without(skips []claimSkip, drop []int64) []claimSkip {
+	var kept []claimSkip
+	for _, k := range skips {
+		if _, found := slices.BinarySearch(drop, k.id); !found {
+			kept = append(kept, k)
 		}
 	}
-	return keptIDs, keptWhy
+	return kept
 }
