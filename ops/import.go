@@ -139,6 +139,9 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	if err := requireMembers(&l, line); err != nil {
 		return store.ImportMessage{}, false, err
 	}
+	if err := checkFixedSets(&l); err != nil {
+		return store.ImportMessage{}, false, err
+	}
 	if l.Redacted {
 		return store.ImportMessage{}, false, errors.New(`redacted: exported by a token that reads redacted values ("[redacted]" in place of the configured headers and body paths), which would be stored as the message's own; export again with a token of the reveal role (redaction.reveal_role, docs/SECURITY.md)`)
 	}
@@ -195,13 +198,7 @@ func parseImportLine(line []byte, p auth.Principal) (store.ImportMessage, bool, 
 	if l.ConversionError != nil {
 		m.ConversionError = *l.ConversionError
 	}
-	switch {
-	case l.Category == "":
-	case category.Valid(l.Category):
-		m.Category = l.Category
-	default:
-		return store.ImportMessage{}, false, fmt.Errorf("category %q is not one of %s", l.Category, strings.Join(category.All, ", "))
-	}
+	m.Category = l.Category
 	return store.ImportMessage{Message: m, From: from, DeathHistory: l.DeathHistory}, false, nil
 }
 
@@ -228,6 +225,25 @@ func requireMembers(l *importLine, line []byte) error {
 			msg += "; unknown field " + strings.Join(unknown, ", ")
 		}
 		return errors.New(msg)
+	}
+	return nil
+}
+
+// checkFixedSets refuses a line whose member that the rest of dlq reads as
+// one of a fixed set holds another value: the death reason (store.Reasons:
+// a filter, a policy and a category rule select by it, and a filter
+// refuses any other, so a message stored with one could never be selected
+// by its reason) and the failure category (category.All; "" leaves the
+// store's default). Every value is checked here, once, before the line
+// reaches the store. The error names the member, the value and what is
+// allowed; the caller adds the line number.
+func checkFixedSets(l *importLine) error {
+	if !slices.Contains(store.Reasons, *l.Reason) {
+		return fmt.Errorf("reason %q is not one of %s (the death reason as dlq stores it: RabbitMQ's, normalized; fix the line or export it again)",
+			*l.Reason, strings.Join(store.Reasons, ", "))
+	}
+	if l.Category != "" && !category.Valid(l.Category) {
+		return fmt.Errorf("category %q is not one of %s", l.Category, strings.Join(category.All, ", "))
 	}
 	return nil
 }
