@@ -139,7 +139,11 @@
 // died and came back to its row before it was sent again (the consumer
 // raised the row's replay_count to the copy's, recorded on the item as
 // copy_replay_count) is not sent again: it was delivered, and its item is
-// settled as published when the claim passes it over.
+// settled as published when the claim passes it over. One that is no
+// longer a message to send when its turn comes (acknowledged, replayed by
+// another task, deleted, stopped by the loop guard) is settled as unknown,
+// as it is when the task stops first (SettleStoppedRetries): the copy
+// sent first may have been delivered, which a skip would deny.
 //
 // Every settlement of an item names the unknown_count its claim read, and
 // changes nothing if it moved: a holder whose claim was taken back (and
