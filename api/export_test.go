@@ -365,6 +365,17 @@ func TestImportRefusesBadLines(t *testing.T) {
 		require.NoError(t, err)
 		return string(out)
 	}
+	// withReason changes the line's reason in its own text: edited's round
+	// trip through float64 breaks the line's int64 headers, which would be
+	// refused first. An export line's reason comes before its headers,
+	// x_death and death_history, which may hold a reason too.
+	withReason := func(v string) string {
+		was, err := json.Marshal(map[string]any{"reason": line["reason"]})
+		require.NoError(t, err)
+		now, err := json.Marshal(map[string]any{"reason": v})
+		require.NoError(t, err)
+		return string(bytes.Replace(lines[3], bytes.Trim(was, "{}"), bytes.Trim(now, "{}"), 1))
+	}
 	for name, c := range map[string]struct {
 		body []byte
 		says string
@@ -375,9 +386,8 @@ func TestImportRefusesBadLines(t *testing.T) {
 		"bad headers":      {replace(3, edited("headers", []int{1})), "line 4: headers"},
 		"bad typed header": {replace(3, edited("headers", map[string]any{"n": map[string]any{"type": "int8", "value": 300}})), "line 4: headers"},
 		"bad origin":       {replace(3, edited("origin", "prod")), "line 4: origin"},
-		"bad reason": {replace(3, edited("reason", "Rejected")),
+		"bad reason": {replace(3, withReason("Rejected")),
 			`line 4: reason "Rejected" is not one of rejected, expired, maxlen, delivery_limit, unknown`},
-		"bad category":     {replace(3, edited("category", "flaky")), `line 4: category "flaky" is not one of`},
 		"something else":   {replace(5, `{"colour":"blue"}`), "line 6: not an exported message: no id, origin"},
 		"a JSON array":     {replace(1, `[1,2]`), "line 2: not a JSON export line"},
 		"past a blank one": {append([]byte("\n"), replace(0, `{}`)...), "line 2:"},
