@@ -69,3 +69,39 @@ func TestUsageAligned(t *testing.T) {
 		require.Equal(t, col, at, "the summary of %s starts in another column: %q", c.name, line)
 	}
 }
+
+// TestDocsNameTheFlagOnlyCommands: docs/API.md's list of the commands
+// that take no argument is what the binary does: each listed command
+// refuses an argument (exit 2, "takes flags only"), and every command
+// that refuses one so is listed. It runs before any call, so the API's
+// address is one nothing listens on.
+func TestDocsNameTheFlagOnlyCommands(t *testing.T) {
+	t.Parallel()
+	bin := dlqBinary(t)
+	para := paragraph(t, readRepoDoc(t, "../../docs/API.md"), "Flags may come before or after")
+	para = strings.Join(strings.Fields(para), " ")
+	open, rest, ok := strings.Cut(para, "A command that takes no argument (")
+	require.True(t, ok, "docs/API.md: no list of the commands that take no argument in %q", open)
+	list, _, _ := strings.Cut(rest, ";")
+	list, _, _ = strings.Cut(list, ")")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllStringSubmatch(list, -1) {
+		listed[m[1]] = true
+	}
+	require.NotEmpty(t, listed, "docs/API.md's list of the commands that take no argument: %q", list)
+	env := []string{"DLQ_URL=http://127.0.0.1:1", "DLQ_TOKEN=t", "DLQ_ADMIN_TOKEN="}
+	for _, c := range commands() {
+		if notAPIClients[c.name] {
+			continue
+		}
+		code, _, errOut := execDLQEnv(t, bin, env, c.name, "stray-argument")
+		refused := code == 2 && strings.Contains(errOut, "takes flags only")
+		if listed[c.name] {
+			require.True(t, refused, "docs/API.md says dlq %s takes no argument, but it answered %d: %s", c.name, code, errOut)
+		} else {
+			require.False(t, refused, "dlq %s takes flags only, but docs/API.md's list lacks it: %s", c.name, errOut)
+		}
+		delete(listed, c.name)
+	}
+	require.Empty(t, listed, "docs/API.md lists commands dlq does not have")
+}
