@@ -78,6 +78,12 @@ var liveDefault = map[string]string{
 // swaps into the page's [data-refresh] containers.
 const refreshHeader = "X-DLQ-Refresh"
 
+// refreshDoneHeader, on the answer to an auto-refresh, says the page has
+// nothing left to follow (its view no longer asks to be refreshed: a
+// message's edited copy has settled): the script swaps this answer in and
+// asks no more, instead of polling a page that will not change by itself.
+const refreshDoneHeader = "X-DLQ-Refresh-Done"
+
 // isRefresh reports whether r is an auto-refresh of a page.
 func isRefresh(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.Header.Get(refreshHeader) == "1"
@@ -132,6 +138,9 @@ func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int,
 		} else {
 			v.Approvals = n
 		}
+	}
+	if name == "layout" && isRefresh(r) && v.RefreshURL == "" {
+		w.Header().Set(refreshDoneHeader, "1")
 	}
 	c.execute(w, r, status, page, name, v)
 }

@@ -101,7 +101,9 @@
   // field in a refreshed part holds something other than what the page
   // gave it (a typed reason, a changed choice: until it is put back or its
   // form is sent), or while the tab is hidden; the pause button stops it,
-  // per page, for the tab.
+  // per page, for the tab. An answer with X-DLQ-Refresh-Done: 1 (a
+  // message whose edited copy has settled) is the last: once swapped in,
+  // nothing more is asked.
   var period = 5000;
 
   // The forms sent from this page: their fields hold what was sent, not
@@ -161,7 +163,7 @@
     var saved = null;
     try { saved = sessionStorage.getItem(key); } catch (e) { /* storage off: the default holds */ }
     var on = saved ? saved === "on" : body.getAttribute("data-live") === "on";
-    var last = Date.now(), busy = false, typed = 0, problem = "";
+    var last = Date.now(), busy = false, typed = 0, problem = "", done = false;
 
     function blocked() {
       if (document.hidden) { return "while this tab is hidden"; }
@@ -182,6 +184,12 @@
       return "";
     }
     function show() {
+      if (done) {
+        button.hidden = true;
+        var ago = Math.round((Date.now() - last) / 1000);
+        label.textContent = "Updated " + (ago < 1 ? "just now" : ago + " s ago") + " · auto-refresh stopped: nothing left to follow";
+        return;
+      }
       button.textContent = on ? "Pause auto-refresh" : "Resume auto-refresh";
       button.setAttribute("data-state", on ? "on" : "off");
       var secs = Math.round((Date.now() - last) / 1000);
@@ -198,10 +206,12 @@
     }
     function refresh() {
       busy = true;
+      var final = false;
       fetch(url, { headers: { "X-DLQ-Refresh": "1" }, credentials: "same-origin", cache: "no-store" })
         .then(function (r) {
           if (r.status === 401) { window.location.assign("/ui/"); throw new Error("signed out"); }
           if (!r.ok) { throw new Error("HTTP " + r.status); }
+          final = r.headers.get("X-DLQ-Refresh-Done") === "1";
           return r.text();
         })
         .then(function (html) {
@@ -217,6 +227,9 @@
           });
           document.querySelectorAll("form").forEach(countSelected);
           problem = "";
+          // Only once swapped in: an answer held back (the user busy)
+          // is asked again, so the page does not stop on stale parts.
+          if (final) { done = true; }
         })
         .catch(function (e) {
           problem = "could not refresh (" + e.message + "); trying again";
@@ -237,7 +250,7 @@
       if (e.target !== button) { typed = Date.now(); }
     });
     setInterval(function () {
-      if (on && !busy && Date.now() - last >= period && !blocked()) { refresh(); }
+      if (on && !done && !busy && Date.now() - last >= period && !blocked()) { refresh(); }
       show();
     }, 1000);
     show();
