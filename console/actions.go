@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
@@ -427,7 +428,7 @@ func (c *Console) pending(w http.ResponseWriter, r *http.Request, back string, e
 		who = strings.Join(names, " or ")
 	}
 	c.redirectWithFlash(w, r, back, say(flashWaiting, fmt.Sprintf("Waiting for approval by %s: the %s of %s is ", who, a.Action, counted(a.Count, "message")),
-		approvalLink(a.ID), fmt.Sprintf(", until %s. Nothing has run yet; you may withdraw it on the Approvals page.", fmtTime(a.ExpiresAt))))
+		approvalLink(a.ID), fmt.Sprintf(", until %s. Nothing has run yet; you may withdraw it on the Approvals page.", soonWords(a.ExpiresAt, time.Now()))))
 	return true
 }
 

@@ -372,6 +372,11 @@ func TestActionAwaitingApproval(t *testing.T) {
 	r = c.follow(t, r)
 	require.Contains(t, r.text, "Waiting for approval by admin")
 	require.NotContains(t, r.text, "Done:", "a request that only waits is not done")
+	// Its expiry as the pages show times: absolute, with how soon beside
+	// it (the default wait of 24 h, just recorded).
+	flash := elementWords(r.text, "flash")
+	require.Len(t, flash, 1)
+	require.Regexp(t, `, until \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC \(in 24 h\)\. Nothing has run yet`, flash[0])
 	for _, s := range b.statuses(t, ids) {
 		require.Equal(t, store.StatusPending, s)
 	}

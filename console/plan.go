@@ -77,11 +77,12 @@ func secondsWords(secs any) string {
 	return fmt.Sprint(secs) + " s"
 }
 
-// startWords says when a task starts, with how soon: "2026-11-30 15:10:42
-// UTC (in 5 min)".
-func startWords(at, now time.Time) string {
-	// To the second: a delay of 5 min just recorded reads "in 5 min", not
-	// "in 4 min" for the milliseconds since.
+// soonWords says when something just recorded happens (a task starts, a
+// request expires), with how soon: "2026-11-30 15:10:42 UTC (in 5 min)",
+// as the pages show times beside how soon they are.
+func soonWords(at, now time.Time) string {
+	// To the second: a delay of 5 min (an expiry in 24 h) just recorded
+	// reads "in 5 min", not "in 4 min" for the milliseconds since.
 	now = at.Add(-at.Sub(now).Round(time.Second))
 	return fmtTime(at) + " (" + relative(at, now) + ")"
 }
@@ -128,7 +129,7 @@ func (c *Console) startedWords(r *http.Request, caller ops.Caller, t replay.Task
 	requested := ", " + counted(t.Requested, "message") + " requested"
 	when := "started"
 	if delayed {
-		when = "scheduled to start at " + startWords(t.StartAt, now)
+		when = "scheduled to start at " + soonWords(t.StartAt, now)
 	}
 	if t.Requested > 0 && t.Remaining == 0 {
 		why := ""
@@ -142,7 +143,7 @@ func (c *Console) startedWords(r *http.Request, caller ops.Caller, t replay.Task
 			missingWords(check) + ". Each message would fail and stay pending. " + check.Advice + " You may cancel it on its page."}
 	}
 	if delayed {
-		return flashScheduled, []any{"Replay scheduled: ", taskLink(t.ID), requested + ", to start at " + startWords(t.StartAt, now) +
+		return flashScheduled, []any{"Replay scheduled: ", taskLink(t.ID), requested + ", to start at " + soonWords(t.StartAt, now) +
 			". Nothing is published before then; you may cancel it on its page."}
 	}
 	return flashDone, []any{"Replay started: ", taskLink(t.ID), requested + "."}
