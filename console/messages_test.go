@@ -62,6 +62,11 @@ func TestWhen(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		2 * time.Second: "just now", 45 * time.Second: "45 s ago", 5 * time.Minute: "5 min ago", 3 * time.Hour: "3 h ago",
 		47 * time.Hour: "47 h ago", 72 * time.Hour: "3 days ago", 24 * 400 * time.Hour: "400 days ago", -20 * time.Hour: "in 20 h",
+		// A time to come, rounded rather than cut: a request that
+		// expires in 24 h, seen 6 s later, is not "in 23 h".
+		-(24*time.Hour - 6*time.Second): "in 24 h", -(59*time.Minute + 40*time.Second): "in 1 h",
+		-(4*time.Minute + 50*time.Second): "in 5 min", -(47*time.Hour + 40*time.Minute): "in 2 days", -(90 * time.Minute): "in 2 h",
+		-(80 * time.Minute): "in 1 h",
 	} {
 		require.Equal(t, want, relative(now.Add(-d), now), d)
 	}

@@ -324,6 +324,20 @@ func relative(t, now time.Time) string {
 	future := d < 0
 	if future {
 		d = -d
+		// A time to come reads rounded to its unit, not cut: cut, an
+		// expiry 24 h away seen a few seconds later would read "in 23 h"
+		// (the approvals page, right after the request). Each rounding
+		// may reach the next unit's boundary (59 min 40 s: 1 h).
+		d = d.Round(time.Second)
+		if d >= time.Minute {
+			d = d.Round(time.Minute)
+		}
+		if d >= time.Hour {
+			d = d.Round(time.Hour)
+		}
+		if d >= 48*time.Hour {
+			d = d.Round(24 * time.Hour)
+		}
 	}
 	var s string
 	switch {
