@@ -192,7 +192,10 @@ func (c *Console) handleReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	if t.Failed > 0 {
 		d.FailedHref = "/ui/messages?" + formOf(store.Filter{Status: "all", ReplayTask: id, ReplayOutcome: store.OutcomeFailed}).values("").Encode()
-		if tv.Finished && v.Can.Replay {
+		// An edit's task published a corrected copy: its failed message
+		// is the original, and replaying it again would send the
+		// uncorrected body. The page sends the viewer back to the edit.
+		if tv.Finished && v.Can.Replay && t.EditOf == 0 {
 			d.Again = againOf(t)
 		}
 	}

@@ -1,0 +1,45 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/dlqtest"
+)
+
+// TestFailedEditReplayOffersTheEditNotAReplay: the task of an edit whose
+// corrected copy was not sent (its queue is not there) says on its page
+// that it sent a corrected copy of the message, and offers no "Replay the
+// failed again": that would send the original, uncorrected body. It
+// points to editing the message again instead.
+func TestFailedEditReplayOffersTheEditNotAReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.live = true })
+	queue := dlqtest.Name(t, "absent") // never declared: the copy is unroutable
+	id := strconv.FormatInt(b.seed(t, msg{queue: queue, body: []byte(`{"sku":"A"}`)})[0], 10)
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/messages/"+id+"/edit", url.Values{"binary": {"0"}, "body": {`{"sku":"B"}`}, "send": {"1"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	var page response
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		page = op.get(t, "/ui/messages/"+id)
+		return regexp.MustCompile(`data-test="edit-state" data-state="failed"`).MatchString(page.text)
+	}, "the copy is not sent")
+	task := regexp.MustCompile(`href="/ui/replays/(\d+)"`).FindStringSubmatch(page.text)
+	require.NotNil(t, task, "the edit note links its replay")
+
+	r = op.get(t, "/ui/replays/"+task[1])
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.Contains(t, elementWords(r.text, "replay-source")[0], "a corrected copy, edit of message #"+id)
+	require.NotContains(t, r.text, `data-test="replay-again"`, "replaying the failed again would send the original")
+	notice := elementWords(r.text, "replay-edit-not-sent")
+	require.Len(t, notice, 1)
+	require.Contains(t, notice[0], "Replaying it would send the original, uncorrected")
+	require.Contains(t, r.text, `<a href="/ui/messages/`+id+`">edit message #`+id+`</a>`)
+}
