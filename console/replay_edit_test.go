@@ -36,7 +36,7 @@ func TestFailedEditReplayOffersTheEditNotAReplay(t *testing.T) {
 
 	r = op.get(t, "/ui/replays/"+task[1])
 	require.Equal(t, http.StatusOK, r.StatusCode)
-	require.Contains(t, elementWords(r.text, "replay-source")[0], "a corrected copy, edit of message #"+id)
+	require.Equal(t, "a corrected copy of message #"+id+" (edit and replay)", elementWords(r.text, "replay-source")[0])
 	require.NotContains(t, r.text, `data-test="replay-again"`, "replaying the failed again would send the original")
 	notice := elementWords(r.text, "replay-edit-not-sent")
 	require.Len(t, notice, 1)
