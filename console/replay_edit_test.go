@@ -43,3 +43,19 @@ func TestFailedEditReplayOffersTheEditNotAReplay(t *testing.T) {
 	require.Contains(t, notice[0], "Replaying it would send the original, uncorrected")
 	require.Contains(t, r.text, `<a href="/ui/messages/`+id+`">edit message #`+id+`</a>`)
 }
+
+// TestMessageTimelineSaysWhenAScheduledReplayStarts: a message in a
+// replay scheduled to start later says on its timeline when that replay
+// starts, not "scheduled" alone: the on-call engineer sees it is already
+// on its way, and when.
+func TestMessageTimelineSaysWhenAScheduledReplayStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // no replay runner: the task stays scheduled
+	id := strconv.FormatInt(b.seed(t, msg{queue: "orders"})[0], 10)
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/act", url.Values{"action": {"replay"}, "id": {id}, "delay": {"600"}, "back": {"/ui/messages/" + id}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	events := elementWords(op.get(t, "/ui/messages/"+id).text, "replay-event")
+	require.Len(t, events, 1)
+	require.Regexp(t, `: scheduled to start \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC \(in 10 min\)$`, events[0])
+}
