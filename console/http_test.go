@@ -428,6 +428,11 @@ INSERT INTO replay_tasks (status, request, finished_at) SELECT 'completed', '{}'
 	r := c.get(t, "/ui/")
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.Contains(t, r.text, link, "the overview's replays running")
+	// Not running yet: the overview says so, and when it starts.
+	require.Contains(t, words(r.text), "Replays running or scheduled")
+	starts := elementWords(r.text, "replay-starts")
+	require.Len(t, starts, 1)
+	require.Regexp(t, `^to start \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC \(in 24 h\)$`, starts[0])
 	r = c.get(t, "/ui/replays")
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.Contains(t, r.text, fmt.Sprintf(`data-test="replay-row" data-id="%d"`, old))
