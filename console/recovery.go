@@ -142,7 +142,15 @@ func (c *Console) handleApproval(w http.ResponseWriter, r *http.Request) {
 	if a.Status == store.ApprovalPending && a.Replay != nil {
 		d.Target = c.checkTarget(r.Context(), r, c.caller(r), a.Replay.Target)
 	}
-	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), "Approval "+strconv.FormatInt(id, 10), d)
+	title := "Approval " + strconv.FormatInt(id, 10)
+	if a.Status != store.ApprovalPending {
+		// Decided (or expired), the request no longer changes: its page
+		// is not refreshed, and an open page's refresh that finds it
+		// decided is the last (X-DLQ-Refresh-Done).
+		c.renderView(w, r, http.StatusOK, "approvals", "layout", c.newView(sessionFrom(r.Context()), "approvals", title, d))
+		return
+	}
+	c.render(w, r, http.StatusOK, "approvals", sessionFrom(r.Context()), title, d)
 }
 
 // handleDecide approves, rejects or withdraws a request, as the form's

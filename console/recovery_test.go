@@ -144,3 +144,40 @@ func TestEditTextBodyWithoutContentType(t *testing.T) {
 	require.Contains(t, r.text, "What would be sent")
 	require.Contains(t, r.text, `&#34;sku&#34;:&#34;B&#34;`, "the edited body")
 }
+
+// TestDecidedApprovalPageIsNotRefreshed: a request's own page refreshes
+// itself while the request waits; decided, it no longer changes, so its
+// page is not refreshed, and the refresh of a page left open when it was
+// decided is told it is the last (X-DLQ-Refresh-Done), as a message's
+// page is once its edited copy has settled.
+func TestDecidedApprovalPageIsNotRefreshed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *setupOpts) { o.approvalAbove = 1 })
+	ids := b.seed(t, many(2, "orders")...)
+	op := b.signIn(t, tokOp)
+	r := op.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {"orders"},
+		"max_id": {strconv.FormatInt(ids[1], 10)}, "back": {"/ui/messages"}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	id := regexp.MustCompile(`data-test="approval-row" data-id="(\d+)"`).FindStringSubmatch(op.get(t, "/ui/approvals").text)
+	require.NotNil(t, id)
+	page := "/ui/approvals/" + id[1]
+	admin := b.signIn(t, tokAdmin)
+	require.Contains(t, admin.get(t, page).text, `data-refresh-url="`+page+`" data-live="on"`, "waiting, the page follows it")
+	refresh := func() response {
+		req, err := http.NewRequest(http.MethodGet, b.srv.URL+page, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-DLQ-Refresh", "1")
+		return admin.do(t, req)
+	}
+	require.Empty(t, refresh().Header.Get("X-DLQ-Refresh-Done"), "waiting, the refresh goes on")
+
+	r = admin.act(t, page, url.Values{"decision": {"approve"}, "back": {page}})
+	require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+	decided := admin.get(t, page)
+	require.Contains(t, decided.text, `data-test="approval-decision"`)
+	require.NotContains(t, decided.text, "data-refresh-url", "decided, the page is not refreshed")
+	last := refresh()
+	require.Equal(t, http.StatusOK, last.StatusCode)
+	require.Equal(t, "1", last.Header.Get("X-DLQ-Refresh-Done"), "a page left open stops at the refresh that shows it decided")
+	require.Contains(t, last.text, `data-test="approval-decision"`)
+}
