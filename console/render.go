@@ -64,6 +64,9 @@ type view struct {
 	// to a POST), and Live whether auto-refresh starts on ("on") or waits
 	// to be turned on ("off").
 	RefreshURL, Live string
+	// Gone: this is the answer to an auto-refresh of a page whose subject
+	// no longer exists (404); the script shows it in the page's place.
+	Gone bool
 }
 
 // liveDefault says which pages refresh themselves (static/app.js every
@@ -139,8 +142,17 @@ func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int,
 			v.Approvals = n
 		}
 	}
+	// A page that is no longer refreshed, or whose subject is gone (a
+	// message, task or request deleted while its page was open), ends the
+	// auto-refresh; any other failure (unavailable, refused) is tried again.
 	if name == "layout" && isRefresh(r) && v.RefreshURL == "" {
-		w.Header().Set(refreshDoneHeader, "1")
+		switch {
+		case status == http.StatusNotFound:
+			v.Gone = true
+			w.Header().Set(refreshDoneHeader, "1")
+		case status < http.StatusBadRequest:
+			w.Header().Set(refreshDoneHeader, "1")
+		}
 	}
 	c.execute(w, r, status, page, name, v)
 }

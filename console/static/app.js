@@ -103,7 +103,11 @@
   // form is sent), or while the tab is hidden; the pause button stops it,
   // per page, for the tab. An answer with X-DLQ-Refresh-Done: 1 (a
   // message whose edited copy has settled) is the last: once swapped in,
-  // nothing more is asked.
+  // nothing more is asked. A failed answer with that header (404: the
+  // message, task or request was deleted meanwhile) is the last too: its
+  // words (what became of the subject) take the page's place, keeping the
+  // page's [data-refresh-keep] links (a message's queue), instead of
+  // "could not refresh; trying again" for ever.
   var period = 5000;
 
   // The forms sent from this page: their fields hold what was sent, not
@@ -163,7 +167,7 @@
     var saved = null;
     try { saved = sessionStorage.getItem(key); } catch (e) { /* storage off: the default holds */ }
     var on = saved ? saved === "on" : body.getAttribute("data-live") === "on";
-    var last = Date.now(), busy = false, typed = 0, problem = "", done = false;
+    var last = Date.now(), busy = false, typed = 0, problem = "", done = false, gone = false;
 
     function blocked() {
       if (document.hidden) { return "while this tab is hidden"; }
@@ -187,7 +191,8 @@
       if (done) {
         button.hidden = true;
         var ago = Math.round((Date.now() - last) / 1000);
-        label.textContent = "Updated " + (ago < 1 ? "just now" : ago + " s ago") + " · auto-refresh stopped: nothing left to follow";
+        label.textContent = "Updated " + (ago < 1 ? "just now" : ago + " s ago") + " · auto-refresh stopped: " +
+          (gone ? "what this page showed no longer exists" : "nothing left to follow");
         return;
       }
       button.textContent = on ? "Pause auto-refresh" : "Resume auto-refresh";
@@ -204,20 +209,36 @@
       }
       label.textContent = text;
     }
+    // showGone puts the answer of a page whose subject is gone in the
+    // page's place, below the refresh controls, after the page's kept links.
+    function showGone(doc) {
+      var main = document.getElementById("main");
+      var nav = doc.getElementById("nav-approvals"), here = document.getElementById("nav-approvals");
+      if (nav && here) { here.replaceWith(document.importNode(nav, true)); }
+      if (nav) { nav.remove(); }
+      var keep = main.querySelectorAll(".live, [data-refresh-keep]");
+      main.textContent = "";
+      keep.forEach(function (el) { main.appendChild(el); });
+      Array.prototype.forEach.call(doc.body.childNodes, function (n) { main.appendChild(document.importNode(n, true)); });
+      problem = "";
+      done = gone = true;
+    }
     function refresh() {
       busy = true;
-      var final = false;
+      var final = false, missing = false;
       fetch(url, { headers: { "X-DLQ-Refresh": "1" }, credentials: "same-origin", cache: "no-store" })
         .then(function (r) {
           if (r.status === 401) { window.location.assign("/ui/"); throw new Error("signed out"); }
-          if (!r.ok) { throw new Error("HTTP " + r.status); }
           final = r.headers.get("X-DLQ-Refresh-Done") === "1";
+          if (!r.ok && !final) { throw new Error("HTTP " + r.status); }
+          missing = !r.ok;
           return r.text();
         })
         .then(function (html) {
           // The user may have started something while it was on its way.
           if (blocked()) { return; }
           var doc = new DOMParser().parseFromString(html, "text/html");
+          if (missing) { showGone(doc); return; }
           document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
             var fresh = doc.getElementById(el.id);
             if (!fresh) { return; }
