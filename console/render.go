@@ -240,6 +240,7 @@ var funcs = template.FuncMap{
 	"groupFailure": groupFailure,
 	"failureType":  failureType,
 	"editState":    editState,
+	"copyState":    copyState,
 	"jobHolder":    holderOf,
 	"row": func(v view, t taskView) rowData {
 		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel, Poll: v.RefreshURL == ""}

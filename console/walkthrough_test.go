@@ -176,6 +176,27 @@ func TestEditSendSaysWhereTheCopyIs(t *testing.T) {
 		require.NotContains(t, b.signIn(t, tokOp).get(t, "/ui/messages/"+strconv.FormatInt(b.seed(t, msg{queue: "orders"})[0], 10)).text,
 			"data-refresh-url", "a message going nowhere is not refreshed")
 	})
+	// Acknowledged (here by a bulk acknowledge by filter; one by id is the
+	// same ops.Acknowledge) before the copy's task took it: the task will
+	// skip it, so the page does not say the copy is being sent.
+	t.Run("acknowledged while waiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t) // no replay runner: the copy's task waits
+		queue := dlqtest.Name(t, "ack")
+		ids := b.seed(t, msg{queue: queue, body: []byte(`{"sku":"A"}`)})
+		id := strconv.FormatInt(ids[0], 10)
+		c := b.signIn(t, tokOp)
+		send(t, b, c, id)
+		r := c.act(t, "/ui/act", url.Values{"action": {"acknowledge"}, "all": {"1"}, "f_source_queue": {queue},
+			"max_id": {id}, "back": {"/ui/messages"}})
+		require.Equal(t, http.StatusSeeOther, r.StatusCode, r.text)
+		page := c.get(t, "/ui/messages/"+id)
+		require.Equal(t, []string{"will not be sent: the message was acknowledged before its task took it"}, elementWords(page.text, "edit-state"))
+		status := elementWords(page.text, "message-status")
+		require.Len(t, status, 1)
+		require.NotContains(t, status[0], "is being sent")
+		require.Contains(t, status[0], "acknowledged its corrected copy will not be sent (its task skips a message no longer pending): this page follows it")
+	})
 	t.Run("sent", func(t *testing.T) {
 		t.Parallel()
 		q, _ := sourceQueue(t)
