@@ -17,9 +17,9 @@ type groupData struct {
 	// R is what became of the group's replays: whether its messages died
 	// again after one, and how many.
 	R ops.GroupReplays
-	// Waiting are the requests for approval of an action on the group
-	// that wait for a decision and the viewer sees.
-	Waiting []store.Approval
+	// Waiting are the requests for approval of an action on the group,
+	// or on its queue, that wait for a decision and the viewer sees.
+	Waiting []ops.GroupApproval
 	Back    string
 }
 
@@ -49,7 +49,7 @@ func (c *Console) handleGroup(w http.ResponseWriter, r *http.Request) {
 			d.Last = &v
 		}
 	}
-	if d.Waiting, err = c.cfg.Ops.PendingGroupApprovals(ctx, caller, g.ID); err != nil {
+	if d.Waiting, err = c.cfg.Ops.PendingGroupApprovals(ctx, caller, g); err != nil {
 		c.renderFailure(w, r, "list the group's requests waiting for approval", err)
 		return
 	}

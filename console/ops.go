@@ -38,7 +38,7 @@ type Ops interface {
 	ApproversOf(a store.Approval) []string
 	NoticeApproval(c ops.Caller, action string, count int64) ops.ApprovalNotice
 	PendingForMe(ctx context.Context, c ops.Caller) (int, error)
-	PendingGroupApprovals(ctx context.Context, c ops.Caller, id string) ([]store.Approval, error)
+	PendingGroupApprovals(ctx context.Context, c ops.Caller, g store.Group) ([]ops.GroupApproval, error)
 	Approve(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)
 	Reject(ctx context.Context, c ops.Caller, id int64, reason string) (store.Approval, error)
 	Withdraw(ctx context.Context, c ops.Caller, id int64) (store.Approval, error)

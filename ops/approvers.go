@@ -302,24 +302,43 @@ const pendingCountMax = 1000
 // than a few for one group is already the news.
 const groupApprovalsMax = 20
 
+// GroupApproval is a request waiting for a decision that a failure
+// group's page names.
+type GroupApproval struct {
+	store.Approval
+	// ByQueue is the queue the request selects by when it names no group
+	// (its messages may include the group's, unless its other criteria
+	// leave them out); "" when it selects the group itself.
+	ByQueue string
+}
+
 // PendingGroupApprovals returns the requests waiting for a decision whose
-// selection is failure group id's filter and that the caller may see
-// (as ListApprovals), newest first: a group's page names them, so a second
-// engineer does not ask for the same again. None for a caller that may not
-// list requests.
-func (s *Service) PendingGroupApprovals(ctx context.Context, c Caller, id string) ([]store.Approval, error) {
+// selection is failure group g's filter, or a filter by g's queue that
+// names no group, and that the caller may see (as ListApprovals), newest
+// first: a group's page names them, so a second engineer does not ask for
+// the same again. None for a caller that may not list requests. It does
+// not count the group's messages in each request: the page stays cheap.
+func (s *Service) PendingGroupApprovals(ctx context.Context, c Caller, g store.Group) ([]GroupApproval, error) {
 	if Authorize(c.Principal, ActListApprovals) != nil {
 		return nil, nil
 	}
-	list, err := s.st.ListPendingApprovalsOfGroup(ctx, id, groupApprovalsMax)
+	list, err := s.st.ListPendingApprovalsOfGroup(ctx, g.ID, g.SourceQueue, groupApprovalsMax)
 	if err != nil {
 		return nil, err
 	}
-	out := []store.Approval{}
+	out := []GroupApproval{}
 	for _, a := range list {
-		if approvalVisible(c.Principal, a) {
-			out = append(out, a)
+		if !approvalVisible(c.Principal, a) {
+			continue
 		}
+		var req struct {
+			Filter *store.Filter `json:"filter"`
+		}
+		ga := GroupApproval{Approval: a}
+		if json.Unmarshal(a.Request, &req) == nil && req.Filter != nil && req.Filter.Group == "" {
+			ga.ByQueue = req.Filter.SourceQueue
+		}
+		out = append(out, ga)
 	}
 	return out, nil
 }

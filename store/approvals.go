@@ -183,17 +183,23 @@ WHERE status = 'pending' AND expires_at > now() ORDER BY id DESC LIMIT $1`, limi
 }
 
 // ListPendingApprovalsOfGroup returns the requests waiting for a decision
-// (not expired) whose selection is failure group group's filter, newest
-// first, at most limit: a group's page says what already waits for it.
-func (s *Store) ListPendingApprovalsOfGroup(ctx context.Context, group string, limit int) ([]Approval, error) {
+// (not expired) whose selection is failure group group's filter, or a
+// filter by its queue queue that names no group (acknowledge all of
+// orders: the group's messages among them, unless its other criteria
+// leave them out), newest first, at most limit: a group's page says what
+// already waits for it. It reads the waiting requests only (a handful,
+// they expire within a day), never the messages.
+func (s *Store) ListPendingApprovalsOfGroup(ctx context.Context, group, queue string, limit int) ([]Approval, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
-WHERE status = 'pending' AND expires_at > now() AND request->'filter'->>'group' = $2 ORDER BY id DESC LIMIT $1`, limit, group)
+WHERE status = 'pending' AND expires_at > now() AND (request->'filter'->>'group' = $2
+    OR ($3 <> '' AND coalesce(request->'filter'->>'group', '') = '' AND request->'filter'->>'source_queue' = $3))
+ORDER BY id DESC LIMIT $1`, limit, group, queue)
 	if err != nil {
-		return nil, fmt.Errorf("store: list pending approvals of group %q: %w", group, err)
+		return nil, fmt.Errorf("store: list pending approvals of group %q (queue %q): %w", group, queue, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Approval, error) { return scanApproval(r) })
 	if err != nil {
-		return nil, fmt.Errorf("store: list pending approvals of group %q: %w", group, err)
+		return nil, fmt.Errorf("store: list pending approvals of group %q (queue %q): %w", group, queue, err)
 	}
 	return out, nil
 }
