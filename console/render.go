@@ -217,7 +217,6 @@ var funcs = template.FuncMap{
 	"absp":           absTimePtr,
 	"plural":         pluralAny,
 	"ago":            ago,
-	"age":            func(secs float64) string { return fmtDuration(time.Duration(secs * float64(time.Second))) },
 	"num":            num,
 	"bytes":          fmtBytes,
 	"join":           strings.Join,
