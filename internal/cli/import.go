@@ -232,10 +232,21 @@ func (im *importer) failed(err error) int {
 		}
 	}
 	code := ExitFailure
-	if im.ctx.Err() != nil {
+	interrupted := im.ctx.Err() != nil
+	if interrupted {
 		fmt.Fprintln(env.stderr, "dlq import: interrupted")
 	} else {
 		code = im.c.fail(err)
+	}
+	if !interrupted && code != ExitUnavailable {
+		// Refused (a token that may not import, a queue outside its
+		// scope, ...): the same command would be refused again.
+		if code == ExitDenied {
+			fmt.Fprintln(env.stderr, "dlq import: importing needs an admin token of the target dlq (DLQ_TOKEN or --token)")
+		}
+		fmt.Fprintf(env.stderr, "dlq import: %s imported, %s skipped before line %d of %s; nothing from there on was stored.\n",
+			thousands(im.total.Imported), thousands(im.total.Skipped), im.first, im.name)
+		return code
 	}
 	// A request without an answer may have been stored or not, wholly.
 	fmt.Fprintf(env.stderr, "dlq import: %s imported, %s skipped before line %d of %s; lines %d-%d were stored all or not at all. "+

@@ -168,3 +168,20 @@ func TestTransferProgress(t *testing.T) {
 	var nilProgress *transferProgress
 	nilProgress.tick(1, "")
 }
+
+// An import refused for its token says it needs an admin token, not to
+// run the same command again: it would be refused again.
+func TestImportRefusedTokenGivesNoRetryAdvice(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := clitest.Server(t)
+	file := filepath.Join(t.TempDir(), "all.ndjson")
+	code, _, errOut := cli(t, url, clitest.AdminToken, runExport, "--status", "all", "--output", file)
+	require.Equal(t, ExitOK, code, errOut)
+
+	st2, _ := dlqtest.Store(t)
+	url2 := clitest.ServeWith(t, st2, nil, nil)
+	code, _, errOut = cli(t, url2, clitest.OperatorToken, runImport, file)
+	require.Equal(t, ExitDenied, code, errOut)
+	require.Contains(t, errOut, "needs an admin token of the target dlq")
+	require.NotContains(t, errOut, "Run the same command again")
+}
