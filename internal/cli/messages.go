@@ -403,7 +403,12 @@ func runAction(name string, args []string, env cliEnv) int {
 	switch {
 	case af.json:
 	case res.DryRun:
-		fmt.Fprintf(env.stdout, "dry run: %d messages would be %s\n", res.Matched, past)
+		// As the real run says it: what would change, and what is so already.
+		fmt.Fprintf(env.stdout, "dry run: %d messages would be %s", res.Matched-res.Unchanged, past)
+		if res.Unchanged > 0 {
+			fmt.Fprintf(env.stdout, ", %d already %s", res.Unchanged, past)
+		}
+		fmt.Fprintln(env.stdout)
 		printDryRunApproval(env.stdout, res.DryRunApproval)
 	default:
 		fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)

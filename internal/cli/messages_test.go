@@ -60,3 +60,21 @@ func TestAckExitCodesAndLimit(t *testing.T) {
 	require.Contains(t, out, "2 messages acknowledged")
 	require.Equal(t, 3, acked())
 }
+
+// A dry run says what the real run would: an acknowledged message would
+// not be acknowledged again.
+func TestAckDryRunCountsWhatWouldChange(t *testing.T) {
+	t.Parallel()
+	url, _, _, ids := clitest.Server(t)
+	id := fmt.Sprint(ids[0])
+	code, out, errOut := cli(t, url, clitest.AdminToken, runActionCmd("ack"), id)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "1 messages acknowledged")
+
+	code, out, errOut = cli(t, url, clitest.AdminToken, runActionCmd("ack"), "--dry-run", id)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "dry run: 0 messages would be acknowledged, 1 already acknowledged")
+	code, real, errOut := cli(t, url, clitest.AdminToken, runActionCmd("ack"), id)
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, real, "0 messages acknowledged, 1 already acknowledged")
+}
