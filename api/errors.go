@@ -54,7 +54,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	switch ops.Classify(err) {
 	case ops.CodeForbidden:
-		writeError(w, r, http.StatusForbidden, "forbidden", ops.Message(err))
+		writeErrorReason(w, r, http.StatusForbidden, "forbidden", ops.Reason(err), ops.Message(err))
 	case ops.CodeConfirmRequired:
 		writeError(w, r, http.StatusBadRequest, "confirm_required", "confirm: "+ops.Message(err))
 	case ops.CodeInvalid:

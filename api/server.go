@@ -258,8 +258,18 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 
 // writeError writes the documented error envelope.
 func writeError(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	writeErrorReason(w, r, status, code, "", message)
+}
+
+// writeErrorReason is writeError with the error's reason (ops.Reason), a
+// field of the error object left out when "".
+func writeErrorReason(w http.ResponseWriter, r *http.Request, status int, code, reason, message string) {
+	e := map[string]string{"code": code, "message": message}
+	if reason != "" {
+		e["reason"] = reason
+	}
 	writeJSON(w, r, status, map[string]any{
-		"error":      map[string]string{"code": code, "message": message},
+		"error":      e,
 		"request_id": RequestID(r.Context()),
 	})
 }

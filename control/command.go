@@ -96,7 +96,10 @@ type Command struct {
 
 // CommandError is a refusal with its public code.
 type CommandError struct {
-	Code    string `json:"code"`
+	Code string `json:"code"`
+	// Reason tells a forbidden refusal that is not about the token or its
+	// role from one that is (ops.Reason): "no_approver".
+	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message"`
 }
 

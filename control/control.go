@@ -574,7 +574,9 @@ func errorCode(err error) *CommandError {
 	}
 	switch ops.Classify(err) {
 	case ops.CodeForbidden:
-		return cmdErr(CodeForbidden, "%s", ops.Message(err))
+		e := cmdErr(CodeForbidden, "%s", ops.Message(err))
+		e.Reason = ops.Reason(err)
+		return e
 	case ops.CodeConfirmRequired:
 		return cmdErr(CodeConfirmRequired, "%s", ops.Message(err))
 	case ops.CodeInvalid:

@@ -85,6 +85,7 @@ func TestApprovalNobodyCouldApproveIsRefused(t *testing.T) {
 	_, err := b.ops.Delete(ctx, as(admin), ops.ActionRequest{Filter: all, Confirm: true})
 	require.ErrorIs(t, err, ops.ErrForbidden, "only one admin: nobody else may approve a delete")
 	require.Equal(t, ops.CodeForbidden, ops.Classify(err))
+	require.Equal(t, ops.ReasonNoApprover, ops.Reason(err), "told from a refused role")
 	for _, want := range []string{"needs a second person's approval", "no configured token but admin may approve it", "role admin",
 		"Select at most 2 messages", "second token"} {
 		require.Contains(t, err.Error(), want)

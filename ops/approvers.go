@@ -61,10 +61,10 @@ func (s *Service) approvable(p auth.Principal, action string, count int64, scope
 	if names := s.approversOf(a); names == nil || len(names) > 0 {
 		return nil
 	}
-	return forbidden("this %s of %d messages needs a second person's approval (it selects more than approval_above, %d), "+
+	return &Error{Kind: ErrNoApprover, Msg: fmt.Sprintf("this %s of %d messages needs a second person's approval (it selects more than approval_above, %d), "+
 		"and no configured token but %s may approve it: approving it needs %s. Select at most %d messages at a time, "+
 		"or have an administrator configure a second token that may approve (api.tokens; docs/REPLAY.md, \"Approval\")",
-		action, count, s.cfg.ApprovalAbove, p.Name, approverNeeds(a), s.cfg.ApprovalAbove)
+		action, count, s.cfg.ApprovalAbove, p.Name, approverNeeds(a), s.cfg.ApprovalAbove)}
 }
 
 // approverNeeds says in words what a principal needs to decide a.

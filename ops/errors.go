@@ -17,6 +17,12 @@ var (
 	// ErrForbidden: the caller's role or queue scope does not allow the
 	// request. The message names the token and what it lacks.
 	ErrForbidden = errors.New("forbidden")
+	// ErrNoApprover: an action that needs approval is refused because no
+	// configured token but its requester could give it. It is an
+	// ErrForbidden (code forbidden, as documented), with the reason
+	// ReasonNoApprover, so that a client can tell it from a refused token
+	// or role: another token would not help, a smaller selection would.
+	ErrNoApprover = fmt.Errorf("%w: nobody may approve", ErrForbidden)
 	// ErrInvalid: a field of the request is refused; the message names it.
 	// It also matches replay.ErrInvalidRequest and store.ErrInvalidFilter.
 	ErrInvalid = errors.New("invalid request")
@@ -94,6 +100,19 @@ func Classify(err error) string {
 		return CodeTimeout
 	}
 	return CodeInternal
+}
+
+// ReasonNoApprover is the reason of an ErrNoApprover refusal.
+const ReasonNoApprover = "no_approver"
+
+// Reason is the detail of a refusal beside its code, "" for none: the
+// doors add it to their error object as "reason". Only a forbidden
+// refusal that is not about the token or its role has one.
+func Reason(err error) string {
+	if errors.Is(err, ErrNoApprover) {
+		return ReasonNoApprover
+	}
+	return ""
 }
 
 // Message is the text of err for a caller: the layer's prefixes ("store: ",

@@ -180,6 +180,9 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// reason is the error's reason (no_approver): a refusal that another
+	// token would not change.
+	reason string
 }
 
 func (e *apiError) Error() string {
@@ -194,10 +197,10 @@ func (e *apiError) Error() string {
 func newAPIError(status int, body []byte) *apiError {
 	e := &apiError{status: status}
 	var env struct {
-		Error struct{ Code, Message string } `json:"error"`
+		Error struct{ Code, Message, Reason string } `json:"error"`
 	}
 	if json.Unmarshal(body, &env) == nil {
-		e.code, e.message = env.Error.Code, env.Error.Message
+		e.code, e.message, e.reason = env.Error.Code, env.Error.Message, env.Error.Reason
 	}
 	return e
 }
@@ -303,6 +306,10 @@ func (c *apiClient) fail(err error) int {
 			fmt.Fprintf(c.env.stderr, "dlq %s: set DLQ_TOKEN to a token of this dlq\n", c.name)
 		}
 		return ExitDenied
+	case e.status == http.StatusForbidden && e.reason != "":
+		// Refused for what was asked (no one may approve it), not for the
+		// token: exit 5 would have a script replace a good token.
+		return ExitFailure
 	case e.status == http.StatusForbidden:
 		return ExitDenied
 	case e.status == http.StatusNotFound:

@@ -57,3 +57,20 @@ func TestDryRunSaysWhetherApprovalIsNeeded(t *testing.T) {
 		require.Contains(t, "approval "+res.ApprovalNote, strings.TrimSuffix(c.say[1], "\n"), out)
 	}
 }
+
+// A delete refused because nobody but its requester could approve it
+// exits 1, not 5 (token refused): the token is good, the selection too
+// large; an operator token refused for its role still exits 5.
+func TestRefusalForNoApproverIsNotATokenRefusal(t *testing.T) {
+	t.Parallel()
+	st, _, _ := clitest.Seeded(t)
+	url := clitest.ServeWith(t, st, nil, func(c *ops.Config) {
+		c.ApprovalAbove, c.Principals = 3, clitest.Principals(t)
+	})
+	code, out, errOut := cli(t, url, clitest.AdminToken, runActionCmd("rm"), "--queue", "orders", "--yes")
+	require.Equal(t, ExitFailure, code, out+errOut)
+	require.Contains(t, errOut, "needs a second person's approval")
+
+	code, out, errOut = cli(t, url, clitest.ViewerToken, runActionCmd("rm"), "--queue", "billing", "--yes")
+	require.Equal(t, ExitDenied, code, out+errOut)
+}

@@ -110,6 +110,10 @@ func send(ctx context.Context, name string, c *control.Client, cmd control.Comma
 		if code == control.CodeConfirmRequired {
 			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
 		}
+		if a.Error != nil && a.Error.Reason != "" {
+			// Refused for what was asked, not for the token (as fail).
+			return nil, ExitFailure
+		}
 		return nil, answerExit(code)
 	}
 	return a.Result, -1
