@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlq/dlq/internal/timefmt"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -34,7 +35,8 @@ func runAudit(args []string, env cliEnv) int {
 	fs.StringVar(&curs, "cursor", "", "continue after a previous page (its next cursor)")
 	fs.BoolVar(&all, "all", false, "follow cursors to the last page")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: dlq audit [flags]   who did what, newest first (admin token)")
+		// The role from the API's own rule, so that the help cannot drift.
+		fmt.Fprintf(env.stderr, "usage: dlq audit [flags]   who did what, newest first (%s token or higher)\n", ops.RoleFor(ops.ActAudit))
 		fs.PrintDefaults()
 	}
 	if code := parseNoArgs(fs, args, env); code >= 0 {

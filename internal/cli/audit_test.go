@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
 )
 
@@ -85,4 +86,19 @@ func TestAuditAgainstLiveServer(t *testing.T) {
 	require.Equal(t, ExitUsage, code)
 	code, _, _ = cli(t, "http://127.0.0.1:1", admin, runAudit)
 	require.Equal(t, ExitUnavailable, code)
+}
+
+// dlq audit -h names the least role the API asks for, and a token of
+// that role reads the audit log.
+func TestAuditHelpNamesTheRoleItNeeds(t *testing.T) {
+	t.Parallel()
+	role := string(ops.RoleFor(ops.ActAudit))
+	code, _, errOut := cliWith(t, nil, runAudit, "-h")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, errOut, "("+role+" token or higher)")
+
+	url, _, _, _ := clitest.Server(t)
+	require.Equal(t, "operator", role, "the test's token below")
+	code, _, errOut = cli(t, url, clitest.OperatorToken, runAudit)
+	require.Equal(t, ExitOK, code, errOut)
 }
