@@ -198,6 +198,7 @@ func runLs(args []string, env cliEnv) int {
 		q.Set("total", "true")
 	}
 	var count *store.Total
+	rows := 0
 	tw := c.listing()
 	fmt.Fprintln(tw, "ID\tQUEUE\tREASON\tCATEGORY\tSTATUS\tFAILED AT\tREPLAYS\tFAILURE")
 	code := c.pages(context.Background(), "/api/v1/messages", q, all, tw, func(b []byte) (*string, error) {
@@ -209,6 +210,7 @@ func runLs(args []string, env cliEnv) int {
 		if err := json.Unmarshal(b, &page); err != nil {
 			return nil, err
 		}
+		rows += len(page.Messages)
 		for _, m := range page.Messages {
 			status := m.Status
 			if m.AutoExhausted {
@@ -224,6 +226,13 @@ func runLs(args []string, env cliEnv) int {
 	})
 	if code == ExitOK && count != nil && !af.json {
 		fmt.Fprintln(env.stdout, totalLine(*count))
+	}
+	if code == ExitOK && rows == 0 && !af.json {
+		what := "no messages match"
+		if curs != "" {
+			what = "no more messages match"
+		}
+		c.nothingMatched(what, ff.queue)
 	}
 	return code
 }

@@ -72,6 +72,15 @@ func runGroups(args []string, env cliEnv) int {
 			timefmt.Human(g.LastSeen), shorten(what, 80))
 	}
 	tw.Flush()
+	if len(out.Groups) == 0 {
+		what := "no groups match"
+		if status == "" {
+			// By default a group is listed only while it has pending
+			// messages: an empty list does not mean no failures.
+			what += " with pending messages (--status all lists every group)"
+		}
+		c.nothingMatched(what, queue)
+	}
 	return ExitOK
 }
 
