@@ -69,6 +69,7 @@ func runApprovals(args []string, env cliEnv) int {
 		}
 	}
 	tw.Flush()
+	listFull(env.stderr, "approvals", len(out.Approvals), limit)
 	return ExitOK
 }
 

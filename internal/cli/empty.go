@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/dlq/dlq/store"
 )
@@ -35,4 +36,13 @@ func (c *apiClient) nothingMatched(what, queue string) {
 		}
 	}
 	fmt.Fprintf(c.env.stderr, "dlq %s: dlq holds no message of queue %q in any status (dlq status lists the queues it holds)\n", c.name, queue)
+}
+
+// listFull says, on stderr, that a list without cursors holds as many
+// rows as --limit asked for: there may be more, which the table would
+// otherwise hide without a word.
+func listFull(w io.Writer, name string, rows, limit int) {
+	if limit > 0 && rows >= limit {
+		fmt.Fprintf(w, "dlq %s: showing the newest %d; --limit for more\n", name, limit)
+	}
 }

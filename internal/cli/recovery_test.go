@@ -120,6 +120,14 @@ func TestApprovalCommands(t *testing.T) {
 	var list struct{ Approvals []store.Approval }
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list.Approvals, 2)
+
+	// A list as long as --limit says there may be more.
+	code, _, errOut = cli(t, url, admin, runApprovals, "--limit", "2")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Equal(t, "dlq approvals: showing the newest 2; --limit for more\n", errOut)
+	code, _, errOut = cli(t, url, admin, runApprovals, "--limit", "3")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Empty(t, errOut)
 }
 
 // TestEditReplayCommand: a dry run shows the copy and sends nothing; the
