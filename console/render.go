@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/timefmt"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/store"
@@ -240,7 +241,7 @@ var funcs = template.FuncMap{
 	"failureType":  failureType,
 	"editState":    editState,
 	"copyState":    copyState,
-	"jobHolder":    holderOf,
+	"jobHolder":    cron.JobView.Holder,
 	"row": func(v view, t taskView) rowData {
 		return rowData{T: t, CSRF: v.CSRF, CanCancel: v.Can.Cancel, Poll: v.RefreshURL == ""}
 	},

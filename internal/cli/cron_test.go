@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/dlq/dlq/internal/cli/clitest"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/internal/timefmt"
+	"github.com/dlq/dlq/store"
 )
 
 // TestJobsAndAlertsAgainstLiveServer runs jobs and alerts against an API
@@ -87,7 +89,7 @@ func TestJobsAndAlertsAgainstLiveServer(t *testing.T) {
 
 	code, out, _ = cli(t, url, viewer, runJobs, cron.JobSummary)
 	require.Equal(t, ExitOK, code)
-	require.True(t, strings.HasPrefix(out, "summary: schedule @every 200ms, lease cli-test (token "), out)
+	require.Regexp(t, `^summary: schedule @every 200ms, (idle, last run by|running on) cli-test \(token `, out)
 	require.Contains(t, out, "RUN")
 	require.Contains(t, out, "success")
 
@@ -174,3 +176,31 @@ func TestAlertsSaysStale(t *testing.T) {
 type everyMinute struct{}
 
 func (everyMinute) Next(t time.Time) time.Time { return t.Truncate(time.Minute).Add(time.Minute) }
+
+// dlq jobs says a job's holder by the console's rule: a lease that ran out
+// between runs is idle, not a fault; only a run marked running whose lease
+// expired is stalled.
+func TestJobsHolderByTheConsolesRule(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	job := func(held bool, outcome string) cron.JobView {
+		return cron.JobView{Name: "summary", Schedule: "@every 1m",
+			Lease: &store.JobLease{Holder: "a", Token: 3, Held: held, ExpiresAt: at},
+			Runs:  []store.JobRun{{Token: 3, Outcome: outcome, StartedAt: at}}}
+	}
+	for _, c := range []struct {
+		j    cron.JobView
+		want string
+	}{
+		{job(false, store.JobSuccess), "idle, last run by a (token 3)"},
+		{job(true, store.JobSuccess), "idle, last run by a (token 3)"},
+		{job(true, store.JobRunning), "running on a (token 3)"},
+		{job(false, store.JobLeaseLost), "STALLED on a (token 3): lease expired 2026-05-01 12:00:00 UTC"},
+		{cron.JobView{Name: "summary"}, "-"},
+	} {
+		var out bytes.Buffer
+		printJobs(cliEnv{stdout: &out}, cron.JobsView{Instance: "a", Jobs: []cron.JobView{c.j}})
+		require.Contains(t, out.String(), c.want)
+		require.Equal(t, c.j.Holder().State == "stalled", strings.Contains(out.String(), "STALLED"), out.String())
+	}
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/internal/timefmt"
-	"github.com/dlq/dlq/store"
 )
 
 // Jobs runs `dlq jobs`: the cron jobs, or one job's recent runs.
@@ -83,30 +82,35 @@ func showJob(c *apiClient, af apiFlags, name string) int {
 func printJobs(env cliEnv, v cron.JobsView) {
 	fmt.Fprintf(env.stdout, "answered by instance %s\n\n", v.Instance)
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSCHEDULE\tLEASE\tLAST SUCCESS\tLAST RUN\tOUTCOME\tROWS\tERROR")
+	fmt.Fprintln(tw, "JOB\tSCHEDULE\tHOLDER\tLAST SUCCESS\tLAST RUN\tOUTCOME\tROWS\tERROR")
 	for _, j := range v.Jobs {
 		last, outcome, rows, why := "-", "-", "-", ""
 		if len(j.Runs) > 0 {
 			r := j.Runs[0]
 			last, outcome, rows, why = timefmt.Human(r.StartedAt), r.Outcome, thousands(r.RowsAffected), shorten(r.Error, 60)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, leaseLine(j.Lease), timeCell(j.LastSuccessAt),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Schedule, holderLine(j), timeCell(j.LastSuccessAt),
 			last, outcome, rows, why)
 	}
 	tw.Flush()
 }
 
-// leaseLine says who holds a job's lease: "instance (token 3)", with
-// "expired" once it ran out.
-func leaseLine(l *store.JobLease) string {
-	if l == nil {
-		return "-"
+// holderLine says who holds a job by the console's rule (cron.Holder):
+// "idle, last run by instance (token 3)", "running on instance (token 3)",
+// or "STALLED on instance (token 3)", a run marked running whose lease
+// expired. An expired lease between runs is the normal state, not a fault.
+func holderLine(j cron.JobView) string {
+	h := j.Holder()
+	who := h.Holder + " (token " + strconv.FormatInt(h.Token, 10) + ")"
+	switch h.State {
+	case "running":
+		return "running on " + who
+	case "stalled":
+		return "STALLED on " + who + ": lease expired " + timefmt.Human(h.ExpiresAt)
+	case "idle":
+		return "idle, last run by " + who
 	}
-	s := l.Holder + " (token " + strconv.FormatInt(l.Token, 10) + ")"
-	if !l.Held {
-		s += " expired"
-	}
-	return s
+	return "-"
 }
 
 // timeCell formats an optional time for a table cell: "-" for none.
@@ -119,7 +123,11 @@ func timeCell(t *time.Time) string {
 
 // printRuns prints a job's recent runs, newest first.
 func printRuns(env cliEnv, j cron.JobView) {
-	fmt.Fprintf(env.stdout, "%s: schedule %s, lease %s, last success %s\n\n", j.Name, j.Schedule, leaseLine(j.Lease), timeCell(j.LastSuccessAt))
+	fmt.Fprintf(env.stdout, "%s: schedule %s, %s, last success %s\n", j.Name, j.Schedule, holderLine(j), timeCell(j.LastSuccessAt))
+	if j.Holder().State == "stalled" {
+		fmt.Fprintln(env.stdout, "stalled: its latest run is marked running but its holder stopped renewing the lease (it died, restarted or was paused); the next instance to take the job closes it")
+	}
+	fmt.Fprintln(env.stdout)
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tTICK\tINSTANCE\tTOKEN\tSTARTED\tFINISHED\tOUTCOME\tROWS\tERROR")
 	for _, r := range j.Runs {

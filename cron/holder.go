@@ -1,18 +1,17 @@
-package console
+package cron
 
 import (
 	"time"
 
-	"github.com/dlq/dlq/cron"
 	"github.com/dlq/dlq/store"
 )
 
-// jobHolder is who holds a cron job, as the jobs page says it. A lease
-// outlives its runs by its TTL and then expires: between runs an expired
-// lease is the normal state of a job, not a fault. Only a run still
-// marked running whose lease expired (its holder stopped renewing it:
-// died, restarted, paused) is one.
-type jobHolder struct {
+// Holder is who holds a cron job, as the console's jobs page and dlq jobs
+// both say it. A lease outlives its runs by its TTL and then expires:
+// between runs an expired lease is the normal state of a job, not a
+// fault. Only a run still marked running whose lease expired (its holder
+// stopped renewing it: died, restarted, paused) is one.
+type Holder struct {
 	// State is "running" (a run holds the lease), "stalled" (the latest
 	// run is marked running but its lease expired: store.JobRuns shows it
 	// lease_lost), "idle" (no run; Held says whether the holder's lease
@@ -25,13 +24,13 @@ type jobHolder struct {
 	ExpiresAt time.Time
 }
 
-// holderOf reads a job's holder from its lease and its latest run.
-func holderOf(j cron.JobView) jobHolder {
+// Holder reads a job's holder from its lease and its latest run.
+func (j JobView) Holder() Holder {
 	l := j.Lease
 	if l == nil {
-		return jobHolder{}
+		return Holder{}
 	}
-	h := jobHolder{State: "idle", Holder: l.Holder, Token: l.Token, Held: l.Held, ExpiresAt: l.ExpiresAt}
+	h := Holder{State: "idle", Holder: l.Holder, Token: l.Token, Held: l.Held, ExpiresAt: l.ExpiresAt}
 	if len(j.Runs) == 0 || j.Runs[0].Token != l.Token {
 		return h
 	}
