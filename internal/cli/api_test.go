@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -175,6 +177,19 @@ func TestCLIErrorsInTheOperatorsWords(t *testing.T) {
 	code, out, errOut := cli(t, url+"/api/v1/", admin, runLs)
 	require.Equal(t, ExitOK, code, "the API's prefix is taken off: %s", errOut)
 	require.Contains(t, out, "TimeoutError")
+
+	// A DLQ_URL at something else than dlq's API (the console's /ui/,
+	// another service) answers without the API's error envelope: a
+	// configuration fault, named, not "not found".
+	other := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(other.Close)
+	for _, run := range []func([]string, cliEnv) int{runStatus, runLs, runExport} {
+		code, _, errOut = cli(t, other.URL+"/ui/", admin, run)
+		require.Equal(t, ExitUsage, code, errOut)
+		require.Contains(t, errOut, other.URL+"/ui/api/v1/")
+		require.Contains(t, errOut, "answered HTTP 404, not in dlq's API error format")
+		require.Contains(t, errOut, "must be dlq's base URL, such as http://host:8080")
+	}
 
 	code, _, errOut = cli(t, strings.TrimPrefix(url, "http://"), admin, runLs)
 	require.Equal(t, ExitUsage, code)

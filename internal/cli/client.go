@@ -236,9 +236,23 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 		return nil, fmt.Errorf("read the answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, newAPIError(resp.StatusCode, b)
+		return nil, c.refusal(resp.StatusCode, strings.TrimRight(c.flags.url, "/")+path, b)
 	}
 	return b, nil
+}
+
+// refusal is the error of a non-2xx answer from u. An answer without the
+// API's error envelope did not come from dlq's API: DLQ_URL points
+// elsewhere (the console at /ui/, another service), a fault of the
+// configuration (exit 2, not "not found"). A 5xx or 429 without it is a
+// proxy's page for a dlq behind it that is down or busy: unavailable.
+func (c *apiClient) refusal(status int, u string, body []byte) error {
+	e := newAPIError(status, body)
+	if e.code != "" || status >= 500 || status == http.StatusTooManyRequests {
+		return e
+	}
+	return &usageError{fmt.Errorf("%s answered HTTP %d, not in dlq's API error format: DLQ_URL (or --url, now %q) must be "+
+		"dlq's base URL, such as http://host:8080, without /ui/ or /api/v1", u, status, c.flags.url)}
 }
 
 // answer makes one call to the API and decodes its answer into T. With

@@ -536,7 +536,7 @@ func (c *apiClient) stream(ctx context.Context, method, path string, body io.Rea
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return nil, newAPIError(resp.StatusCode, b)
+		return nil, c.refusal(resp.StatusCode, strings.TrimRight(c.flags.url, "/")+path, b)
 	}
 	return resp, nil
 }
