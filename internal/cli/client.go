@@ -42,6 +42,8 @@ type cliEnv struct {
 	// now, when set, is the clock a duration ago (--after 24h) is
 	// measured from: a test runs a command "an hour later". nil: time.Now.
 	now func() time.Time
+	// stdin is what dlq import reads without a file; nil: os.Stdin.
+	stdin *os.File
 }
 
 func osEnv() cliEnv { return cliEnv{getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr} }

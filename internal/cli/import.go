@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -61,6 +62,12 @@ func runImportCtx(ctx context.Context, args []string, env cliEnv) int {
 	}
 	c := newStreamClient("import", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
 	if len(files) == 0 {
+		if terminal(cmp.Or(env.stdin, os.Stdin)) {
+			// Waiting for an export typed in looks like a hang.
+			fmt.Fprintln(env.stderr, "dlq import: give the export FILE to import, or pipe it in (dlq import < FILE, "+
+				"dlq export ... | dlq import); stdin is a terminal (dlq import - reads it all the same)")
+			return ExitUsage
+		}
 		files = []string{"-"}
 	}
 	im := &importer{c: c, ctx: ctx, batch: batch, maxBytes: maxBytes, progress: newTransferProgress(env.stderr, "import", "imported")}
@@ -93,10 +100,21 @@ func runImportCtx(ctx context.Context, args []string, env cliEnv) int {
 	return result
 }
 
+// terminal says whether f is a terminal: a character device other than
+// the null device (stdin of a job run with </dev/null is not one).
+func terminal(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
+}
+
 // openExport opens an export file ("-": stdin), gzip-compressed or not.
 func openExport(name string, env cliEnv) (io.Reader, func(), error) {
 	var (
-		f     io.Reader = os.Stdin
+		f     io.Reader = cmp.Or(env.stdin, os.Stdin)
 		close           = func() {}
 	)
 	if name != "-" {

@@ -185,3 +185,30 @@ func TestImportRefusedTokenGivesNoRetryAdvice(t *testing.T) {
 	require.Contains(t, errOut, "needs an admin token of the target dlq")
 	require.NotContains(t, errOut, "Run the same command again")
 }
+
+// dlq import without a file refuses a terminal stdin rather than wait for
+// an export typed in, which looks like a hang; /dev/null is no terminal.
+func TestImportRefusesATerminalStdin(t *testing.T) {
+	t.Parallel()
+	run := func(stdin *os.File, args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		vars := map[string]string{"DLQ_URL": "http://127.0.0.1:1", "DLQ_TOKEN": clitest.AdminToken}
+		env := cliEnv{getenv: func(k string) string { return vars[k] }, stdout: &out, stderr: &errOut, stdin: stdin}
+		return runImport(args, env), errOut.String()
+	}
+	tty, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	code, errOut := run(tty)
+	require.Equal(t, ExitUsage, code, errOut)
+	require.Contains(t, errOut, "give the export FILE to import, or pipe it in")
+
+	null, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	t.Cleanup(func() { null.Close() })
+	code, errOut = run(null)
+	require.NotEqual(t, ExitUsage, code, errOut)
+	require.NotContains(t, errOut, "stdin is a terminal")
+}
