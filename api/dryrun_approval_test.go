@@ -97,6 +97,10 @@ func TestDryRunSaysWhetherApprovalIsNeeded(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "waits for approval: %s", r.body)
 	r = b.do(t, "POST", "/api/v1/messages/delete", tokAdmin, body("orders"))
 	require.Equal(t, http.StatusForbidden, r.status, "refused: %s", r.body)
+	var refused struct{ Error struct{ Code, Reason string } }
+	r.json(t, &refused)
+	require.Equal(t, "forbidden", refused.Error.Code, "the documented code: %s", r.body)
+	require.Equal(t, "no_approver", refused.Error.Reason, "told from a refused token: %s", r.body)
 	r = b.do(t, "POST", "/api/v1/messages/acknowledge", tokOp, body("billing"))
 	require.Equal(t, http.StatusOK, r.status, "runs at once: %s", r.body)
 	var res struct {
