@@ -1,14 +1,20 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
 )
 
 // dlq ack and dlq rm --dry-run say whether the real action would wait for
@@ -73,4 +79,31 @@ func TestRefusalForNoApproverIsNotATokenRefusal(t *testing.T) {
 
 	code, out, errOut = cli(t, url, clitest.ViewerToken, runActionCmd("rm"), "--queue", "billing", "--yes")
 	require.Equal(t, ExitDenied, code, out+errOut)
+}
+
+// Through the control queue too, the refusal for want of an approver
+// keeps the code forbidden, carries the reason no_approver, and the
+// replay commands' exit code is 1, not 5.
+func TestControlRefusalForNoApprover(t *testing.T) {
+	t.Parallel()
+	st, _, _ := clitest.Seeded(t)
+	queue := clitest.Control(t, st, func(c *ops.Config) {
+		c.ApprovalAbove, c.Principals = 3, clitest.Principals(t)
+	})
+	ctx := context.Background()
+	c, err := control.Dial(ctx, dlqtest.AMQPURL(), queue, clitest.AdminToken)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	del := control.Command{Command: control.CmdDelete, Confirm: true,
+		Request: replay.Request{Filter: &store.Filter{SourceQueue: "orders"}}}
+	first := del
+	first.CommandID = dlqtest.Name(t, "cmd")
+	a, err := c.Call(ctx, first)
+	require.NoError(t, err)
+	require.False(t, a.OK)
+	require.Equal(t, control.CodeForbidden, a.Error.Code)
+	require.Equal(t, ops.ReasonNoApprover, a.Error.Reason)
+
+	_, code := send(ctx, "rm", c, del, 20*time.Second)
+	require.Equal(t, ExitFailure, code)
 }
