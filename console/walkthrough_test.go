@@ -288,7 +288,7 @@ func TestJobsHolderBetweenRuns(t *testing.T) {
 		}
 	}
 	require.Equal(t, "idle; last run by inst-summary (token 1)", holder["summary"])
-	require.Regexp(t, `^idle; last run by inst-cleanup \(token 1\), which holds the job until .*\(in \d+ min\)$`, holder["cleanup"])
+	require.Regexp(t, `^idle; last run by inst-cleanup \(token 1\), which holds the job until .*\(in (\d+ min|1 h)\)$`, holder["cleanup"])
 	require.Regexp(t, `^running on inst-capacity \(token 1\), its lease until `, holder["capacity"])
 	require.Regexp(t, `^stalled a run on inst-alerts \(token 1\) is marked running, but its lease expired `, holder["alerts"])
 	require.NotContains(t, words(r.text), "expired,", "no job reads as merely expired")
