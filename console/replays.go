@@ -65,6 +65,8 @@ func skipWords(reasons map[string]int64) []string {
 			out = append(out, n+" not pending any more")
 		case store.SkipDeleted:
 			out = append(out, n+" deleted")
+		case store.SkipNotFound:
+			out = append(out, n+" never stored (no message had the id)")
 		case store.SkipMaxReplays:
 			out = append(out, n+" held by the loop guard (replayed too often)")
 		case store.SkipOther:

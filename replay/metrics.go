@@ -16,7 +16,7 @@ const (
 	resultUnroutable = "unroutable" // returned: no queue bound for it
 	resultNacked     = "nacked"     // refused by the broker
 	resultUnknown    = "unknown"    // confirm never came
-	resultSkipped    = "skipped"    // loop guard, not pending, deleted
+	resultSkipped    = "skipped"    // loop guard, not pending, deleted, never stored
 	// resultRepublished counts publishes sent again after an unknown
 	// outcome, besides the result each ends with: an unknown outcome that
 	// is sent again counts under no other result.
@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		drops: map[int64]*time.Timer{},
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dlq_replays_total",
-			Help: "Messages replayed, by result: published (confirmed, routed), unroutable (returned), nacked, failed (not sent), unknown (no confirm, not sent again: may have been delivered), skipped (loop guard, not pending, deleted); and republished: publishes sent again after an unknown outcome (each also counts under the result it ends with).",
+			Help: "Messages replayed, by result: published (confirmed, routed), unroutable (returned), nacked, failed (not sent), unknown (no confirm, not sent again: may have been delivered), skipped (loop guard, not pending, deleted, never stored); and republished: publishes sent again after an unknown outcome (each also counts under the result it ends with).",
 		}, []string{"result"}),
 		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dlq_replay_task_messages",

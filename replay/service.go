@@ -254,8 +254,8 @@ func (s *Service) start(ctx context.Context, req Request, actor store.Actor, com
 	}
 	t := taskOf(st)
 	if t.Skipped > 0 {
-		// Ids of messages that no longer exist, settled as skipped when
-		// the task was created; counted as the runner counts its skips.
+		// Ids of messages that do not exist (deleted or never stored),
+		// settled as skipped when the task was created; counted as the runner counts its skips.
 		s.metrics.replays.WithLabelValues(resultSkipped).Add(float64(t.Skipped))
 	}
 	s.log.Info("replay task created", "task_id", t.ID, "requested", t.Requested, "actor", actor.Name, "via", actor.Via,
@@ -272,14 +272,19 @@ func (s *Service) dryRun(ctx context.Context, req Request, sel store.Filter, act
 	}
 	t := Task{Status: StatusDryRun, DryRun: true, Request: req, Requested: p.Matched, Sample: p.Sample,
 		CreatedBy: actor.Name, CreatedAt: now.UTC()}
-	deleted, err := s.missingIDs(ctx, req, sel)
+	deleted, notFound, err := s.missingIDs(ctx, req, sel)
 	if err != nil {
 		return Task{}, err
 	}
+	if req.namedIDs() && p.Matched == 0 {
+		// The task would not be created (none of the ids exists): say so,
+		// as the request itself would, rather than count them skipped.
+		return Task{}, store.ErrEmptySelection
+	}
 	// As the task would: ids of messages that do not exist are requested,
-	// and skipped as deleted.
-	t.Requested += deleted
-	skip := map[string]int64{store.SkipNotPending: p.NotPending, store.SkipDeleted: deleted}
+	// and skipped as deleted or never stored.
+	t.Requested += deleted + notFound
+	skip := map[string]int64{store.SkipNotPending: p.NotPending, store.SkipDeleted: deleted, store.SkipNotFound: notFound}
 	if !req.Force {
 		skip[store.SkipMaxReplays] = p.Guarded
 	}
@@ -307,25 +312,33 @@ func (s *Service) dryRun(ctx context.Context, req Request, sel store.Filter, act
 }
 
 // missingIDs counts the distinct ids a replay by ids names that its
-// selection (sel, with the caller's scope) does not hold: what the task
-// records as skipped, deleted (store.NewReplayTask.NamedIDs).
-func (s *Service) missingIDs(ctx context.Context, req Request, sel store.Filter) (int64, error) {
+// selection (sel, with the caller's scope) does not hold, as the task
+// records them skipped (store.NewReplayTask.NamedIDs): notFound above the
+// highest id the store ever gave (never stored), deleted the others.
+func (s *Service) missingIDs(ctx context.Context, req Request, sel store.Filter) (deleted, notFound int64, err error) {
 	if !req.namedIDs() {
-		return 0, nil
+		return 0, 0, nil
 	}
 	found, err := s.st.MessagesExist(ctx, req.IDs, sel.Scope)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n int64
+	highest, err := s.st.HighestMessageID(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
 	seen := make(map[int64]bool, len(req.IDs))
 	for _, id := range req.IDs {
-		if !found[id] && !seen[id] {
-			n++
+		switch {
+		case found[id] || seen[id]:
+		case id > highest:
+			notFound++
+		default:
+			deleted++
 		}
 		seen[id] = true
 	}
-	return n, nil
+	return deleted, notFound, nil
 }
 
 func auditSelection(req Request) any {

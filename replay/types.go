@@ -10,8 +10,9 @@ import (
 // /api/v1/replays and of the control queue's "replay" command.
 type Request struct {
 	// IDs selects messages by id. Either IDs or Filter. An id of a message
-	// that does not exist (or is outside Scope) is requested and skipped
-	// as deleted, unless none of them exists (store.ErrEmptySelection).
+	// that does not exist (or is outside Scope) is requested and skipped,
+	// as not_found when no message ever had it, else as deleted, unless
+	// none of them exists (store.ErrEmptySelection, dry run or not).
 	IDs []int64 `json:"ids,omitempty"`
 	// Filter selects messages by filter. Either IDs or Filter.
 	Filter *store.Filter `json:"filter,omitempty"`
@@ -103,7 +104,8 @@ type Task struct {
 	Skipped   int64  `json:"skipped"`
 	// SkipReasons breaks Skipped down by reason: max_replays (the loop
 	// guard; force lifts it), not_pending (replayed, acknowledged or being
-	// replayed by another task when its turn came), deleted. Absent when
+	// replayed by another task when its turn came), deleted, not_found (an
+	// id no message ever had). Absent when
 	// nothing was skipped.
 	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
 	// Unknown counts messages whose confirm never came (connection lost,

@@ -54,10 +54,11 @@ type NewReplayTask struct {
 	// then the requester. Optional: default Actor.
 	Approver Actor
 	// NamedIDs, when set, says that the selection is the ids a caller
-	// named (Selection.IDs): those it does not hold — deleted, never
-	// stored, or outside Selection.Scope, which are told apart from
-	// nothing — are items of the task too, settled at once as skipped
-	// (SkipDeleted), so that the task accounts for every id asked for.
+	// named (Selection.IDs): those it does not hold are items of the task
+	// too, settled at once as skipped, so that the task accounts for every
+	// id asked for: SkipNotFound for an id above any the store ever gave
+	// (never stored: a typo), SkipDeleted for the others (deleted, or
+	// outside Selection.Scope, which are not told apart).
 	NamedIDs bool
 	// Edit, when set, makes this the task of an edit-then-replay of the one
 	// message its selection names: the edit rides on the task (never in
@@ -116,8 +117,11 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 		return ReplayTask{}, err
 	}
 	detail := map[string]any{}
-	if missing > 0 {
-		detail["deleted"] = missing
+	if missing.deleted > 0 {
+		detail["deleted"] = missing.deleted
+	}
+	if missing.notFound > 0 {
+		detail["not_found"] = missing.notFound
 	}
 	if n.Approval > 0 {
 		detail["approval_id"] = n.Approval
@@ -156,7 +160,7 @@ func (s *Store) CreateReplayTask(ctx context.Context, n NewReplayTask) (ReplayTa
 // does not hold, already skipped (missing of them). requested counts
 // both. ErrEmptySelection when the selection holds no message,
 // ErrSelectionTooLarge when it holds more than MaxItems without a Limit.
-func snapshotReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask, id int64) (requested, missing int64, err error) {
+func snapshotReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask, id int64) (requested int64, missing missingIDs, err error) {
 	limit := n.Limit
 	if limit <= 0 {
 		limit = n.MaxItems + 1 // one more to tell "exactly MaxItems" from "too many"
@@ -164,58 +168,85 @@ func snapshotReplayTask(ctx context.Context, tx pgx.Tx, n NewReplayTask, id int6
 	args := sqlArgs{id}
 	cond, err := n.Selection.where(&args)
 	if err != nil {
-		return 0, 0, err
+		return 0, missing, err
 	}
 	tag, err := tx.Exec(ctx, `
 INSERT INTO replay_task_items (task_id, message_id)
 SELECT $1, m.id FROM dead_messages m WHERE `+cond+`
 ORDER BY m.id LIMIT `+args.add(limit), args...)
 	if err != nil {
-		return 0, 0, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
+		return 0, missing, fmt.Errorf("store: snapshot replay task %d: %w", id, err)
 	}
 	requested = tag.RowsAffected()
 	switch {
 	case requested == 0:
-		return 0, 0, ErrEmptySelection
+		return 0, missing, ErrEmptySelection
 	case n.Limit <= 0 && requested > n.MaxItems:
-		return 0, 0, fmt.Errorf("%w: more than %d messages match; give a limit of at most %d", ErrSelectionTooLarge, n.MaxItems, n.MaxItems)
+		return 0, missing, fmt.Errorf("%w: more than %d messages match; give a limit of at most %d", ErrSelectionTooLarge, n.MaxItems, n.MaxItems)
 	}
 	if n.NamedIDs {
 		if missing, err = skipMissingIDs(ctx, tx, id, n.Selection); err != nil {
-			return 0, 0, err
+			return 0, missing, err
 		}
 	}
-	return requested + missing, missing, nil
+	return requested + missing.deleted + missing.notFound, missing, nil
 }
 
 // SkipDeletedDetail is the detail of an item skipped because its message
 // no longer exists (ReplaySkipReasons reads it as SkipDeleted).
 const SkipDeletedDetail = "deleted before it was replayed"
 
+// SkipNotFoundDetail is the detail of an item skipped because no message
+// ever had its id (ReplaySkipReasons reads it as SkipNotFound).
+const SkipNotFoundDetail = "never stored: no message ever had this id (check it for a typo)"
+
+// missingIDs counts the ids of a selection by ids that a task's snapshot
+// did not take, by why.
+type missingIDs struct{ deleted, notFound int64 }
+
+// highestMessageIDSQL is the highest id the store ever gave a message (0
+// before the first): an id above it was never stored, whereas one at or
+// below it that is gone was, as a rule, deleted (a rolled-back ingest
+// leaves rare gaps, which read as deleted too). Reading the sequence costs
+// nothing, whatever the size of the table.
+const highestMessageIDSQL = `coalesce(pg_sequence_last_value(pg_get_serial_sequence('dead_messages', 'id')::regclass), 0)`
+
+// HighestMessageID returns the highest id the store ever gave a message
+// (0 before the first): an id above it was never stored.
+func (s *Store) HighestMessageID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT `+highestMessageIDSQL).Scan(&id); err != nil {
+		return 0, fmt.Errorf("store: read the highest message id: %w", err)
+	}
+	return id, nil
+}
+
 // skipMissingIDs records, in tx, the ids of a selection by ids (f) that
-// the snapshot of task id did not take because f does not hold them
-// (deleted, never stored, outside f's scope) as items already skipped,
-// with the deleted reason, and counts them on the task. An id the
-// snapshot left out for its limit exists, and is not one of them.
-func skipMissingIDs(ctx context.Context, tx pgx.Tx, id int64, f Filter) (int64, error) {
-	args := sqlArgs{id, SkipDeletedDetail, f.IDs}
+// the snapshot of task id did not take because f does not hold them as
+// items already skipped, and counts them on the task: never stored (above
+// the highest id the store gave, SkipNotFoundDetail) or else deleted
+// (deleted, or outside f's scope: SkipDeletedDetail). An id the snapshot
+// left out for its limit exists, and is not one of them.
+func skipMissingIDs(ctx context.Context, tx pgx.Tx, id int64, f Filter) (missingIDs, error) {
+	args := sqlArgs{id, SkipDeletedDetail, f.IDs, SkipNotFoundDetail}
 	cond, err := f.where(&args)
 	if err != nil {
-		return 0, err
+		return missingIDs{}, err
 	}
-	var n int64
+	var n missingIDs
 	err = tx.QueryRow(ctx, `
-WITH s AS (
+WITH hi AS (SELECT `+highestMessageIDSQL+` AS id), s AS (
     INSERT INTO replay_task_items (task_id, message_id, outcome, detail)
-    SELECT $1, x.id, 'skipped', $2 FROM (SELECT DISTINCT unnest($3::bigint[]) AS id) x
+    SELECT $1, x.id, 'skipped', CASE WHEN x.id > hi.id THEN $4 ELSE $2 END
+    FROM (SELECT DISTINCT unnest($3::bigint[]) AS id) x CROSS JOIN hi
     WHERE NOT EXISTS (SELECT 1 FROM dead_messages m WHERE m.id = x.id AND `+cond+`)
     ON CONFLICT DO NOTHING
-    RETURNING 1
-), c AS (SELECT count(*) AS n FROM s)
+    RETURNING detail
+), c AS (SELECT count(*) AS n, count(*) FILTER (WHERE detail = $4) AS nf FROM s)
 UPDATE replay_tasks t SET skipped = t.skipped + c.n FROM c WHERE t.id = $1
-RETURNING c.n`, args...).Scan(&n)
+RETURNING c.n - c.nf, c.nf`, args...).Scan(&n.deleted, &n.notFound)
 	if err != nil {
-		return 0, fmt.Errorf("store: record the missing messages of replay task %d: %w", id, err)
+		return missingIDs{}, fmt.Errorf("store: record the missing messages of replay task %d: %w", id, err)
 	}
 	return n, nil
 }
