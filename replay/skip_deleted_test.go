@@ -14,8 +14,9 @@ import (
 	"github.com/dlq/dlq/store"
 )
 
-// A requested id whose message no longer exists (or never did) is counted:
-// requested, and skipped as deleted, in the task and in its dry run, and in
+// A requested id whose message no longer exists, or never did, is counted:
+// requested, and skipped as deleted or not_found (never stored: above the
+// highest id ever given), in the task and in its dry run, and in
 // dlq_replays_total{result="skipped"}. A scoped token is refused such an
 // id as not found, exactly like the id of another queue's message.
 func TestReplayCountsDeletedIDs(t *testing.T) {
@@ -29,7 +30,7 @@ func TestReplayCountsDeletedIDs(t *testing.T) {
 	require.NoError(t, err)
 	never := ids[2] + 1_000_000
 	asked := []int64{ids[0], ids[1], ids[2], never, never}
-	deleted := map[string]int64{store.SkipDeleted: 2}
+	deleted := map[string]int64{store.SkipDeleted: 1, store.SkipNotFound: 1}
 
 	o := newOps(t, oplayer.Config{Store: b.st, Replays: b.svc})
 	dry, err := o.StartReplay(ctx, editor, oplayer.ReplayRequest{Request: replay.Request{IDs: asked, DryRun: true}})
@@ -58,6 +59,25 @@ func TestReplayCountsDeletedIDs(t *testing.T) {
 		for _, dryRun := range []bool{true, false} {
 			_, err := o.StartReplay(ctx, scoped, oplayer.ReplayRequest{Request: replay.Request{IDs: []int64{ids[0], id}, DryRun: dryRun}})
 			require.ErrorIs(t, err, store.ErrNotFound, "id %d, dry run %v", id, dryRun)
+		}
+	}
+}
+
+// A replay naming only ids that do not exist (never stored, or deleted)
+// is not_found, and so is its dry run: the dry run does not promise a task
+// the request would refuse.
+func TestReplayOnlyMissingIDsDryRunAgrees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.noService = true, true })
+	ids := b.seed(t, b.targetQueue(t), 2)
+	_, err := b.st.Delete(ctx, store.Filter{IDs: ids[1:]}, operator, store.ActionOptions{})
+	require.NoError(t, err)
+	o := newOps(t, oplayer.Config{Store: b.st, Replays: b.svc})
+	for _, asked := range [][]int64{{ids[1] + 1_000_000}, {ids[1]}, {ids[1], ids[1] + 1_000_000}} {
+		for _, dryRun := range []bool{true, false} {
+			_, err := o.StartReplay(ctx, editor, oplayer.ReplayRequest{Request: replay.Request{IDs: asked, DryRun: dryRun}})
+			require.ErrorIs(t, err, store.ErrEmptySelection, "ids %v, dry run %v", asked, dryRun)
 		}
 	}
 }
