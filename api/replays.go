@@ -49,7 +49,7 @@ func (s *Server) handleGetReplay(w http.ResponseWriter, r *http.Request) {
 		s.writeErr(w, r, err)
 		return
 	}
-	task, err := s.cfg.Ops.GetReplay(r.Context(), caller(r), id)
+	task, err := s.cfg.Ops.ReplayStatus(r.Context(), caller(r), id)
 	if err != nil {
 		s.writeErr(w, r, err)
 		return

@@ -38,6 +38,7 @@ type rateLimiter interface {
 type Operations interface {
 	StartReplay(ctx context.Context, c ops.Caller, r ops.ReplayRequest) (replay.Task, error)
 	GetReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
+	ReplayStatus(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	ListReplays(ctx context.Context, c ops.Caller, limit int) ([]replay.Task, error)
 	CancelReplay(ctx context.Context, c ops.Caller, id int64) (replay.Task, error)
 	Acknowledge(ctx context.Context, c ops.Caller, r ops.ActionRequest) (store.ActionResult, error)
@@ -315,7 +316,7 @@ func (c *Control) read(ctx context.Context, cmd Command, caller ops.Caller) (out
 	var out outcome
 	switch cmd.Command {
 	case CmdReplayStatus:
-		t, err := c.cfg.Ops.GetReplay(ctx, caller, cmd.ID)
+		t, err := c.cfg.Ops.ReplayStatus(ctx, caller, cmd.ID)
 		out.answer, out.command, out.result = c.answer(cmd, t, err)
 	case CmdListReplays:
 		ts, err := c.cfg.Ops.ListReplays(ctx, caller, cmd.Limit)

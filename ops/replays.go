@@ -299,6 +299,22 @@ func (s *Service) CancelReplay(ctx context.Context, c Caller, id int64) (replay.
 	})
 }
 
+// ReplayStatus is GetReplay with, once the task finished with failed or
+// unknown messages, their reasons (Errors): the answer of a status read,
+// which must say why a replay did not deliver, not only how many.
+func (s *Service) ReplayStatus(ctx context.Context, c Caller, id int64) (replay.Task, error) {
+	t, err := s.GetReplay(ctx, c, id)
+	if err != nil || !store.TaskFinished(t.Status) || t.Failed+t.Unknown == 0 {
+		return t, err
+	}
+	reasons, _, err := s.st.ReplayErrors(ctx, id, 20)
+	if err != nil {
+		return replay.Task{}, fmt.Errorf("replay %d: read why its messages failed: %w", id, err)
+	}
+	t.Errors = reasons
+	return t, nil
+}
+
 // ReplayErrors are why a task the caller may see could not publish some
 // of its messages: the recorded errors of its failed and unknown
 // messages, most frequent first, at most limit (0: 20) of them, and how

@@ -137,6 +137,12 @@ type Task struct {
 	// OutcomeAllPublished, OutcomePartial or OutcomeNonePublished
 	// (TaskOutcome). Absent while it runs, and for a dry run.
 	Outcome string `json:"outcome,omitempty"`
+	// Errors are why the failed and unknown messages of a finished task
+	// did not publish, most frequent first (at most 20 reasons), so that
+	// whoever reads the task sees the reasons without opening each
+	// message. Set only by a status read of one task (GET
+	// /api/v1/replays/{id}, replay_status) that finished with failures.
+	Errors []store.ReplayErrorCount `json:"errors,omitempty"`
 	// ApprovalID is the approval request the task carried out and
 	// ApprovedBy who approved it (CreatedBy is its requester); absent for
 	// a task that needed no approval.

@@ -41,6 +41,10 @@ type filterFlags struct {
 	status, queue, reason, category, group, q string
 	after, before                             timeFlag
 	fields                                    []string
+	// replayTask and replayOutcome select the messages of one replay task
+	// by how they fared in it: where a replay's failures are listed.
+	replayTask    int64
+	replayOutcome string
 }
 
 // timeFlag is a time flag's text and the name it was given under, so that
@@ -73,6 +77,8 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 		f.fields = append(f.fields, s)
 		return nil
 	})
+	fs.Int64Var(&f.replayTask, "replay-task", 0, "the messages of replay task `id` (see dlq replays)")
+	fs.StringVar(&f.replayOutcome, "replay-outcome", "", "with --replay-task: how they fared in it: published, failed, unknown or skipped")
 }
 
 // times reads the time range; its errors name the flags as they were given.
@@ -124,6 +130,12 @@ func (f *filterFlags) query(now time.Time) (url.Values, error) {
 	for _, field := range f.fields {
 		v.Add("field", field)
 	}
+	if f.replayTask != 0 {
+		v.Set("replay_task", strconv.FormatInt(f.replayTask, 10))
+	}
+	if f.replayOutcome != "" {
+		v.Set("replay_outcome", f.replayOutcome)
+	}
 	return v, nil
 }
 
@@ -141,6 +153,9 @@ func (f *filterFlags) filter(now time.Time) (map[string]any, error) {
 		out["fields"] = f.fields
 		delete(out, "field")
 	}
+	if f.replayTask != 0 {
+		out["replay_task"] = f.replayTask
+	}
 	return out, nil
 }
 
@@ -151,13 +166,14 @@ func (f *filterFlags) storeFilter(now time.Time) (*store.Filter, error) {
 		return nil, err
 	}
 	return &store.Filter{SourceQueue: f.queue, Reason: f.reason, Status: f.status, Query: f.q, Group: f.group,
-		Category: f.category, Fields: f.fields, FailedAfter: after, FailedBefore: before}, nil
+		Category: f.category, Fields: f.fields, FailedAfter: after, FailedBefore: before,
+		ReplayTask: f.replayTask, ReplayOutcome: f.replayOutcome}, nil
 }
 
 // empty says no filter flag was given.
 func (f *filterFlags) empty() bool {
 	return f.status == "" && f.queue == "" && f.reason == "" && f.category == "" && f.group == "" && f.q == "" &&
-		f.after.text == "" && f.before.text == "" && len(f.fields) == 0
+		f.after.text == "" && f.before.text == "" && len(f.fields) == 0 && f.replayTask == 0 && f.replayOutcome == ""
 }
 
 // runLs lists messages, newest first.

@@ -247,8 +247,8 @@ func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFl
 		return ExitFailure
 	}
 	if task.Failed > 0 || task.Unknown > 0 {
-		fmt.Fprintf(os.Stderr, "dlq replay: %d messages failed and %d have an unknown outcome; they are pending with the reason (dlq replays %d)\n",
-			task.Failed, task.Unknown, task.ID)
+		fmt.Fprintf(os.Stderr, "dlq replay: %d messages failed and %d have an unknown outcome; they are pending with the reason: list them with %s\n",
+			task.Failed, task.Unknown, failedListCommand(task))
 		return ExitFailure
 	}
 	return ExitOK
@@ -312,6 +312,9 @@ func printTask(w io.Writer, t replay.Task) {
 	fmt.Fprintf(tw, "requested\t%d\n", t.Requested)
 	fmt.Fprintf(tw, "published\t%d\n", t.Published)
 	fmt.Fprintf(tw, "failed\t%d\n", t.Failed)
+	for _, e := range t.Errors {
+		fmt.Fprintf(tw, "  %s\t%d: %s\n", e.Outcome, e.Count, e.Error)
+	}
 	fmt.Fprintf(tw, "skipped\t%d%s\n", t.Skipped, skipReasons(t.SkipReasons))
 	fmt.Fprintf(tw, "unknown\t%d\n", t.Unknown)
 	fmt.Fprintf(tw, "republished\t%d\n", t.Republished)
@@ -340,6 +343,22 @@ func printTask(w io.Writer, t replay.Task) {
 		fmt.Fprintf(tw, "error\t%s\n", t.Error)
 	}
 	tw.Flush()
+}
+
+// failedListCommand is the command (or two) that lists a task's messages
+// that did not publish, by the outcome they had; the filter takes one
+// outcome at a time.
+func failedListCommand(t replay.Task) string {
+	var cmds []string
+	for _, o := range []struct {
+		n       int64
+		outcome string
+	}{{t.Failed, store.OutcomeFailed}, {t.Unknown, store.OutcomeUnknown}} {
+		if o.n > 0 {
+			cmds = append(cmds, fmt.Sprintf("dlq ls --replay-task %d --replay-outcome %s --status all", t.ID, o.outcome))
+		}
+	}
+	return strings.Join(cmds, " and ")
 }
 
 // skipReasons formats a task's skip breakdown: " (max_replays 2, deleted 1)".

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/cli"
+	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/internal/dlqtest"
+	"github.com/dlq/dlq/ops"
+	"github.com/dlq/dlq/replay"
+	"github.com/dlq/dlq/store"
+)
+
+// TestReplaysShowWhyMessagesFailed: `dlq replays N` of a finished task
+// whose messages failed says why (text and --json errors), and
+// `dlq ls --replay-task N --replay-outcome failed --status all`, the
+// command the replay's hint names, lists those messages.
+func TestReplaysShowWhyMessagesFailed(t *testing.T) {
+	t.Parallel()
+	bin := dlqBinary(t)
+	st, _, ids := clitest.Seeded(t)
+	ctx := context.Background()
+	replays, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	tweak := func(c *ops.Config) { c.Replays = replays }
+	queue := clitest.Control(t, st, tweak)
+	url := clitest.ServeWith(t, st, nil, tweak)
+
+	// A task over two messages: both fail for want of the exchange, then
+	// it is cancelled, so it is finished.
+	actor := store.Actor{Name: "admin", Role: "admin", Via: "test"}
+	task, err := st.CreateReplayTask(ctx, store.NewReplayTask{Selection: store.Filter{IDs: ids[:2], Status: "all"},
+		MaxItems: 10, Request: json.RawMessage(`{}`), Actor: actor})
+	require.NoError(t, err)
+	res, err := st.ClaimReplayBatch(ctx, store.ReplayClaim{TaskID: task.ID, Token: "c", Lease: time.Minute, IDs: ids[:2], MaxReplays: 5})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 2)
+	const why = `Exception (404) Reason: "NOT_FOUND - no exchange 'missing' in vhost '/'"`
+	_, err = st.SettleReplayOutcomes(ctx, task.ID, []store.ReplayOutcome{
+		{ID: ids[0], Token: "c", Result: store.OutcomeFailed, Error: why},
+		{ID: ids[1], Token: "c", Result: store.OutcomeFailed, Error: why},
+	}, false, "c")
+	require.NoError(t, err)
+	_, err = st.CancelReplayTask(ctx, task.ID, actor, nil)
+	require.NoError(t, err)
+
+	id := strconv.FormatInt(task.ID, 10)
+	env := []string{"DLQ_AMQP_URL=" + dlqtest.AMQPURL(), "DLQ_CONTROL_QUEUE=" + queue, "DLQ_TOKEN=" + clitest.AdminToken,
+		"DLQ_URL=" + url}
+	code, out, errOut := execDLQEnv(t, bin, env, "replays", id)
+	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
+	require.Regexp(t, `\n  failed +2: `+regexp.QuoteMeta(why)+"\n", out)
+
+	code, out, errOut = execDLQEnv(t, bin, env, "replays", id, "--json")
+	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
+	var got replay.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, []store.ReplayErrorCount{{Outcome: store.OutcomeFailed, Error: why, Count: 2}}, got.Errors, out)
+
+	code, out, errOut = execDLQEnv(t, bin, env, "ls", "--replay-task", id, "--replay-outcome", "failed", "--status", "all", "--json")
+	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
+	var page struct {
+		Messages []struct {
+			ID int64 `json:"id"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	require.Len(t, page.Messages, 2, out)
+}
