@@ -242,16 +242,51 @@ func waitTask(ctx context.Context, c *control.Client, task replay.Task, rf rpcFl
 	} else if !rf.json {
 		printTask(os.Stdout, task)
 	}
+	return finishedTask(os.Stderr, task)
+}
+
+// finishedTask tells on w what a finished task left undone and what to do
+// about it, and returns the exit code: 1 unless it published what it could.
+func finishedTask(w io.Writer, task replay.Task) int {
 	if task.Status != replay.StatusCompleted {
-		fmt.Fprintf(os.Stderr, "dlq replay: task %d ended %s: %s\n", task.ID, task.Status, task.Error)
+		fmt.Fprintf(w, "dlq replay: task %d ended %s: %s\n", task.ID, task.Status, task.Error)
 		return ExitFailure
 	}
+	printSkipHints(w, task)
 	if task.Failed > 0 || task.Unknown > 0 {
-		fmt.Fprintf(os.Stderr, "dlq replay: %d messages failed and %d have an unknown outcome; they are pending with the reason: list them with %s\n",
+		fmt.Fprintf(w, "dlq replay: %d messages failed and %d have an unknown outcome; they are pending with the reason: list them with %s\n",
 			task.Failed, task.Unknown, failedListCommand(task))
 		return ExitFailure
 	}
+	if task.Outcome == replay.OutcomeNonePublished && task.Requested > 0 {
+		fmt.Fprintf(w, "dlq replay: task %d published none of its %d messages\n", task.ID, task.Requested)
+		return ExitFailure
+	}
 	return ExitOK
+}
+
+// skipHints say, by skip reason, why a message was not replayed and what
+// to do about it; a reason not named here is printed with its count alone.
+var skipHints = map[string]string{
+	store.SkipMaxReplays: "the loop guard: replayed max_replays times already; replay again with --force if the consumer is fixed",
+	store.SkipNotPending: "no longer pending when its turn came: already replayed or acknowledged (dlq show ID says which)",
+	store.SkipDeleted:    "deleted before its turn came: nothing left to replay",
+	store.SkipNotFound:   "no message ever had the id: check the ids for a typo",
+}
+
+// printSkipHints tells, for each reason a finished task skipped messages
+// for, what it means and what to do: a replay that skipped is not silent.
+func printSkipHints(w io.Writer, t replay.Task) {
+	for _, k := range slices.Sorted(maps.Keys(t.SkipReasons)) {
+		hint := skipHints[k]
+		if hint == "" {
+			hint = "not replayed"
+		}
+		fmt.Fprintf(w, "dlq replay: skipped %d (%s): %s\n", t.SkipReasons[k], k, hint)
+	}
+	if len(t.SkipReasons) == 0 && t.Skipped > 0 {
+		fmt.Fprintf(w, "dlq replay: skipped %d: not replayed (dlq ls --replay-task %d --replay-outcome skipped --status all lists them)\n", t.Skipped, t.ID)
+	}
 }
 
 // progress draws a one-line progress bar: rewritten in place on a
