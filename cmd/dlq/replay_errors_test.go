@@ -62,6 +62,11 @@ func TestReplaysShowWhyMessagesFailed(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
 	require.Regexp(t, `\n  failed +2: `+regexp.QuoteMeta(why)+"\n", out)
 
+	// The list as long as --limit says there may be more.
+	code, out, errOut = execDLQEnv(t, bin, env, "replays", "--limit", "1")
+	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
+	require.Contains(t, errOut, "showing the newest 1; --limit for more", out)
+
 	code, out, errOut = execDLQEnv(t, bin, env, "replays", id, "--json")
 	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
 	var got replay.Task

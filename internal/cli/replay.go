@@ -477,6 +477,7 @@ func Replays(args []string) int {
 			t.Skipped, t.Unknown, t.Republished, t.Remaining, timefmt.Human(t.CreatedAt), by)
 	}
 	tw.Flush()
+	listFull(os.Stderr, "replays", len(list.Replays), limit)
 	return ExitOK
 }
 
