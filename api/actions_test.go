@@ -89,6 +89,9 @@ func TestAcknowledgeAndDelete(t *testing.T) {
 
 	// Dry run by filter counts; above the threshold confirm is required.
 	res = b.actionResult(t, b.do(t, "POST", "/api/v1/messages/acknowledge", tokOp, map[string]any{"filter": map[string]any{"source_queue": "orders"}, "dry_run": true}))
+	require.NotNil(t, res.ApprovalRequired, "a dry run says whether approval is needed")
+	require.False(t, *res.ApprovalRequired, "approval is off: %s", res.ApprovalNote)
+	res.DryRunApproval = store.DryRunApproval{}
 	require.Equal(t, store.ActionResult{Action: "acknowledge", Matched: 7, DryRun: true}, res, "10 - 2 acknowledged - 1 replaying")
 	r = b.do(t, "POST", "/api/v1/messages/acknowledge", tokOp, map[string]any{"filter": map[string]any{"source_queue": "orders"}})
 	require.Equal(t, http.StatusBadRequest, r.status)

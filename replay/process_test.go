@@ -297,10 +297,12 @@ func TestReplayCLI(t *testing.T) {
 		require.Equal(t, c.code, code, "%v: %s", c.args, errOut)
 	}
 
-	// A task shows why it skipped messages.
+	// A task shows why it skipped messages, says what to do, and exits 1:
+	// it published nothing of what it selected.
 	code, out, errOut = b.cli(t, ctlQueue, adminToken, "replay", fmt.Sprint(ids[0]), "--wait")
-	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 1, code, errOut)
 	require.Regexp(t, `skipped +1 \(not_pending 1\)`, out, "already replayed by the first task")
+	require.Contains(t, errOut, "already replayed or acknowledged")
 
 	// A clean stop of dlq serve.
 	p.stop(t)
