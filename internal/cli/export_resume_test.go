@@ -141,3 +141,66 @@ func TestExportResumeKeepsTheTimeRange(t *testing.T) {
 	require.Equal(t, ExitOK, code, errOut)
 	require.Equal(t, []string{"late", "mid", "early"}, exportedMessageIDs(t, fresh))
 }
+
+// A cut export of one queue resumed under another would end "complete"
+// holding both (the cursor is a message id, not bound to the filter): it is
+// refused (exit 2), the file left as it is. Resumed with the flags it began
+// with, or with none (the selection recorded beside it), it completes with
+// that queue's messages only, and the record goes with the cut.
+func TestExportResumeKeepsTheSelection(t *testing.T) {
+	t.Parallel()
+	st, _, _ := clitest.Seeded(t) // m-0 to m-3 in orders, m-4 and m-5 (newest) in billing
+	url := clitest.Serve(t, st, nil)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name    string
+		existed bool // the cut part goes to FILE.partial, else to FILE
+		resume  []string
+		note    string
+	}{
+		{"same flags", true, []string{"--queue", "billing"}, ""},
+		{"no filter flags", false, nil, "with the selection it was cut with"},
+	} {
+		file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".ndjson")
+		part := file
+		if tc.existed {
+			require.NoError(t, os.WriteFile(file, nil, 0o644))
+			part = file + ".partial"
+		}
+		code, _, errOut := cli(t, cuttingProxy(t, url, 1), clitest.AdminToken, runExport, "--queue", "billing", "--output", file)
+		require.Equal(t, ExitUnavailable, code, "%s: %s", tc.name, errOut)
+		require.Equal(t, []string{"m-5"}, exportedMessageIDs(t, part), tc.name)
+		before, err := os.ReadFile(part)
+		require.NoError(t, err)
+
+		code, _, errOut = cli(t, url, clitest.AdminToken, runExport, "--queue", "orders", "--resume", "--output", part)
+		require.Equal(t, ExitUsage, code, "%s: %s", tc.name, errOut)
+		require.Contains(t, errOut, "was cut exporting --queue billing", tc.name)
+		require.Contains(t, errOut, "not --queue orders", tc.name)
+		require.Contains(t, errOut, "resume with the flags it began with", tc.name)
+		require.Contains(t, errOut, "start a new export", tc.name)
+		after, err := os.ReadFile(part)
+		require.NoError(t, err)
+		require.Equal(t, string(before), string(after), "%s: the refused resume leaves the file as it was", tc.name)
+
+		code, _, errOut = cli(t, url, clitest.AdminToken, runExport, append(tc.resume, "--resume", "--output", part)...)
+		require.Equal(t, ExitOK, code, "%s: %s", tc.name, errOut)
+		require.Contains(t, errOut, "(2 in the file)", tc.name)
+		require.Contains(t, errOut, tc.note, tc.name)
+		require.Equal(t, []string{"m-5", "m-4"}, exportedMessageIDs(t, part), tc.name)
+		_, err = os.Stat(part + ".selection")
+		require.ErrorIs(t, err, os.ErrNotExist, "%s: a complete export records no selection", tc.name)
+	}
+}
+
+// A selection is recorded and compared without the cursor and with the
+// --field conditions in one order, and named as the flags that select it.
+func TestExportSelectionWords(t *testing.T) {
+	t.Parallel()
+	a := normalSelection(map[string][]string{"source_queue": {"orders"}, "field": {"b<2", "a=1"}, "cursor": {"9"}})
+	b := normalSelection(map[string][]string{"field": {"a=1", "b<2"}, "source_queue": {"orders"}})
+	require.Equal(t, a, b)
+	require.Equal(t, "--queue orders --field a=1 --field 'b<2'", selectionFlags(a))
+	require.Equal(t, "--q 'it'\\''s down' --replay-task 3", selectionFlags("replay_task=3&q=it%27s+down"))
+	require.Equal(t, "no filter flags", selectionFlags(""))
+}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,8 +89,9 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 	ff.register(fs)
 	fs.StringVar(&output, "output", "", "write to this file instead of stdout")
 	fs.StringVar(&cursor, "cursor", "", "continue after this message id (the last one received)")
-	fs.BoolVar(&resume, "resume", false, "with --output: continue the export already in the file after its last complete line "+
-		"(with --after/--before as the times the export began with, not durations ago)")
+	fs.BoolVar(&resume, "resume", false, "with --output: continue the export already in the file after its last complete line, "+
+		"with the filter flags it began with (--after/--before as the times it measured, not durations ago) "+
+		"or none: the selection recorded beside the file (FILE.selection)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: dlq export [flags]   every message the filter flags select, newest first, as JSON Lines")
 		fmt.Fprintln(env.stderr, "  dlq export --queue orders --field customer.tier=gold --output gold.ndjson")
@@ -110,12 +110,13 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return ExitUsage
 	}
-	given, measured := relativeTimes(&ff, q)
+	sel := exportSelection{q: q, flags: !ff.empty()}
+	sel.given, sel.measured = relativeTimes(&ff, q)
 	c := newStreamClient("export", af, env, timeoutFlag(fs, af.timeout, transferTimeout))
 
 	target := &exportTarget{w: env.stdout}
 	if output != "" {
-		t, after, code := openExportFile(c, output, resume, given, measured)
+		t, after, code := openExportFile(c, output, resume, &sel)
 		if code >= 0 {
 			return code
 		}
@@ -123,6 +124,9 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 		if after > 0 {
 			cursor = strconv.FormatInt(after, 10)
 		}
+		// A resume without filter flags takes the recorded selection.
+		q = sel.q
+		target.selection = normalSelection(q)
 	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
@@ -142,7 +146,7 @@ func runExportCtx(ctx context.Context, args []string, env cliEnv) int {
 		return code
 	}
 	defer resp.Body.Close()
-	return finishExport(ctx, env, target, resp.Body, output != "", given, measured)
+	return finishExport(ctx, env, target, resp.Body, output != "", sel.given, sel.measured)
 }
 
 // finishExport copies the export's stream to target and ends the command:
@@ -174,6 +178,11 @@ func finishExport(ctx context.Context, env cliEnv, target *exportTarget, body io
 	if err := target.keep(); err != nil {
 		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 		return ExitFailure
+	}
+	if err := target.recordSelection(!done); err != nil {
+		// The export is kept all the same: a resume with the same filter
+		// flags continues it, unchecked.
+		fmt.Fprintf(env.stderr, "dlq export: %v\n", err)
 	}
 	if !done {
 		how := fmt.Sprintf("--cursor %d", last)
@@ -216,6 +225,21 @@ type exportTarget struct {
 	before int64
 	// existed: --output was there before this export (not --resume).
 	existed bool
+	// selection is what the export selects (normalSelection), recorded
+	// beside the file while it is cut.
+	selection string
+}
+
+// recordSelection records the selection beside a cut export's file, and
+// removes it beside a complete one (stdout: nothing).
+func (t *exportTarget) recordSelection(cut bool) error {
+	if t.file == nil {
+		return nil
+	}
+	if cut {
+		return writeSelection(t.path, t.selection)
+	}
+	return removeSelection(t.path)
 }
 
 // keep closes the file, moving a temporary one over --output.
@@ -267,17 +291,18 @@ func (t *exportTarget) inFile(n int64) string {
 
 // openExportFile opens --output: a temporary file beside it, or, with
 // resume, the file itself after its last complete line, returning the id
-// to continue after (0: from the start). given and measured are the time
-// flags given as durations ago and the times they were measured as
-// (relativeTimes). A code of 0 or more ends the command with it.
-func openExportFile(c *apiClient, output string, resume bool, given, measured []string) (*exportTarget, int64, int) {
+// to continue after (0: from the start). sel is what the command selects;
+// a resume checks it against the selection recorded beside the file, or
+// takes that one into sel.q when no filter flag was given
+// (checkResumeSelection). A code of 0 or more ends the command with it.
+func openExportFile(c *apiClient, output string, resume bool, sel *exportSelection) (*exportTarget, int64, int) {
 	env := c.env
+	given, measured := sel.given, sel.measured
 	if resume {
-		rp, err := prepareResume(output, func(int64) error {
-			if len(given) == 0 {
-				return nil
-			}
-			return &resumeTimesError{path: output, given: given}
+		note := ""
+		rp, err := prepareResume(output, func(int64) (err error) {
+			note, err = checkResumeSelection(output, sel)
+			return err
 		})
 		var rerr *resumeTimesError
 		if errors.As(err, &rerr) {
@@ -290,6 +315,9 @@ func openExportFile(c *apiClient, output string, resume bool, given, measured []
 		if rp.complete {
 			fmt.Fprintf(env.stderr, "dlq export: %s is a complete export already\n", output)
 			return nil, 0, ExitOK
+		}
+		if note != "" {
+			fmt.Fprintf(env.stderr, "dlq export: %s\n", note)
 		}
 		f, err := os.OpenFile(output, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -342,41 +370,6 @@ func createBeside(path string) (string, *os.File, error) {
 		}
 		return path, f, nil
 	}
-}
-
-// relativeTimes lists the time flags given as a duration ago, as given
-// ("--after 24h") and as measured (q's time: "--after 2026-05-01T10:00:00Z").
-func relativeTimes(ff *filterFlags, q url.Values) (given, measured []string) {
-	for _, tf := range []struct {
-		flag  timeFlag
-		param string
-	}{{ff.after, "failed_after"}, {ff.before, "failed_before"}} {
-		if _, err := time.ParseDuration(tf.flag.text); err != nil {
-			continue
-		}
-		given = append(given, "--"+tf.flag.name+" "+tf.flag.text)
-		measured = append(measured, "--"+tf.flag.name+" "+q.Get(tf.param))
-	}
-	return given, measured
-}
-
-// resumeTimesError refuses to resume an export with a time given as a
-// duration ago.
-type resumeTimesError struct {
-	path  string
-	given []string
-}
-
-func (e *resumeTimesError) Error() string {
-	example := make([]string, len(e.given))
-	for i, g := range e.given {
-		name, _, _ := strings.Cut(g, " ")
-		example[i] = name + " 2026-05-01T10:00:00Z"
-	}
-	return fmt.Sprintf("--resume: %s would be measured from now, not from when the export in %s began, "+
-		"and the messages that failed in between would be skipped; give the time the export measured "+
-		"as an RFC 3339 time (dlq export printed it: %s, say), or export again without --resume",
-		strings.Join(e.given, " "), e.path, strings.Join(example, " "))
 }
 
 // resumeExportFile prepares the export already in path to be continued:

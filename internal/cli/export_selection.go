@@ -1,0 +1,238 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A cut export's file says which messages it holds, not which filter
+// chose them, and the cursor a resume sends is a message id, not bound to
+// the filter: resumed under another filter, the file would end "complete"
+// with two selections in it. So a cut export records its selection beside
+// its file (FILE.selection; the export's lines have no header to hold it,
+// and import reads them as they are), and --resume compares it.
+
+// selectionSuffix names the file beside a cut export that records what it
+// selects.
+const selectionSuffix = ".selection"
+
+// exportSelection is what an export selects: q, the filter as sent to the
+// API, with time flags given as a duration ago (given) measured once
+// (measured; see relativeTimes); flags says a filter flag was given.
+type exportSelection struct {
+	q               url.Values
+	given, measured []string
+	flags           bool
+}
+
+// normalSelection is q as a selection is recorded and compared: the query
+// string without the cursor, its keys in order and the values of a
+// repeated key (--field) sorted, since their order selects nothing.
+func normalSelection(q url.Values) string {
+	n := url.Values{}
+	for k, vs := range q {
+		if k == "cursor" {
+			continue
+		}
+		n[k] = slices.Sorted(slices.Values(vs))
+	}
+	return n.Encode()
+}
+
+// selectionFlagOrder is the order selectionFlags names the filter
+// parameters in: the queue first, as the flags are usually written.
+var selectionFlagOrder = []string{"source_queue", "status", "reason", "category", "group", "q",
+	"failed_after", "failed_before", "field", "replay_task", "replay_outcome"}
+
+// selectionFlags says a recorded selection (a query string) as the filter
+// flags that select it, which is what the operator types.
+func selectionFlags(sel string) string {
+	q, err := url.ParseQuery(sel)
+	if err != nil {
+		return sel
+	}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range q {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	slices.SortStableFunc(keys, func(a, b string) int {
+		return orderOf(a) - orderOf(b)
+	})
+	var words []string
+	for _, k := range keys {
+		name, ok := filterFlagNames[k]
+		if !ok || !strings.HasPrefix(name, "--") {
+			name = "--" + strings.ReplaceAll(k, "_", "-")
+		}
+		for _, v := range q[k] {
+			words = append(words, name+" "+shellWord(v))
+		}
+	}
+	if len(words) == 0 {
+		return "no filter flags"
+	}
+	return strings.Join(words, " ")
+}
+
+// orderOf is k's place in selectionFlagOrder; unknown keys go last.
+func orderOf(k string) int {
+	if i := slices.Index(selectionFlagOrder, k); i >= 0 {
+		return i
+	}
+	return len(selectionFlagOrder)
+}
+
+// shellWord quotes v for a shell when it holds more than plain characters,
+// so that a flag from an error can be pasted into a command line.
+func shellWord(v string) string {
+	plain := v != "" && strings.IndexFunc(v, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:+=,/@%-", r))
+	}) < 0
+	if plain {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+}
+
+// selectionPath is the file that records the selection of the export in
+// path, beside the file a symbolic link names (where the export is).
+func selectionPath(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	return path + selectionSuffix
+}
+
+// readSelection reads the selection recorded beside the export in path;
+// ok is false when there is none (an export cut by an older dlq, or one
+// not cut).
+func readSelection(path string) (sel string, ok bool, err error) {
+	file := selectionPath(path)
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the selection of the cut export %s: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	if _, err := url.ParseQuery(line); err != nil {
+		return "", false, &usageError{fmt.Errorf("%s is not the selection dlq export recorded for %s (%v): "+
+			"remove it to resume with the filter flags given, or start a new export", file, path, err)}
+	}
+	return line, true, nil
+}
+
+// writeSelection records sel beside the export in path: its first line is
+// what --resume reads, the second says it in flags for whoever looks. It is
+// written beside and renamed, so that it is never found half written.
+func writeSelection(path, sel string) error {
+	file := selectionPath(path)
+	text := fmt.Sprintf("%s\n# dlq export: the selection of the cut export %s (%s); --resume compares it with its filter flags, or uses it without them\n",
+		sel, filepath.Base(path), selectionFlags(sel))
+	tmp := fmt.Sprintf("%s.%d.tmp", file, os.Getpid())
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("record the selection of the cut export beside %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("record the selection of the cut export beside %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeSelection removes the selection recorded beside path: the export
+// there is complete, and a record left over would hold a later cut export
+// of the same file to a selection it never had.
+func removeSelection(path string) error {
+	err := os.Remove(selectionPath(path))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the selection recorded for the cut export %s: %w", path, err)
+	}
+	return nil
+}
+
+// checkResumeSelection decides the selection that resumes the cut export
+// in path, which holds messages: the recorded one when no filter flag was
+// given (sel.q becomes it), or sel's when it is the recorded one. A
+// different one is refused: the file would end "complete" holding two
+// selections. note is what to tell the operator ("" for nothing).
+func checkResumeSelection(path string, sel *exportSelection) (note string, err error) {
+	rec, ok, err := readSelection(path)
+	if err != nil {
+		return "", err
+	}
+	if ok && !sel.flags {
+		q, err := url.ParseQuery(rec)
+		if err != nil {
+			return "", err
+		}
+		sel.q = q
+		return fmt.Sprintf("resuming %s with the selection it was cut with (recorded in %s): %s",
+			path, selectionPath(path), selectionFlags(rec)), nil
+	}
+	if len(sel.given) > 0 {
+		return "", &resumeTimesError{path: path, given: sel.given, recorded: ok}
+	}
+	if !ok {
+		return fmt.Sprintf("%s records no selection (cut by an older dlq): resuming with %s, which must be the filter flags it began with",
+			path, selectionFlags(normalSelection(sel.q))), nil
+	}
+	if now := normalSelection(sel.q); now != rec {
+		return "", &usageError{fmt.Errorf("--resume: %s was cut exporting %s (recorded in %s), not %s: "+
+			"resumed under another filter, the file would end complete with messages of both; "+
+			"resume with the flags it began with (or --resume --output %s with no filter flags, which uses the recorded ones), "+
+			"or start a new export into another file, or without --resume",
+			path, selectionFlags(rec), selectionPath(path), selectionFlags(now), path)}
+	}
+	return "", nil
+}
+
+// relativeTimes lists the time flags given as a duration ago, as given
+// ("--after 24h") and as measured (q's time: "--after 2026-05-01T10:00:00Z").
+func relativeTimes(ff *filterFlags, q url.Values) (given, measured []string) {
+	for _, tf := range []struct {
+		flag  timeFlag
+		param string
+	}{{ff.after, "failed_after"}, {ff.before, "failed_before"}} {
+		if _, err := time.ParseDuration(tf.flag.text); err != nil {
+			continue
+		}
+		given = append(given, "--"+tf.flag.name+" "+tf.flag.text)
+		measured = append(measured, "--"+tf.flag.name+" "+q.Get(tf.param))
+	}
+	return given, measured
+}
+
+// resumeTimesError refuses to resume an export with a time given as a
+// duration ago. recorded: the export's selection is recorded beside it.
+type resumeTimesError struct {
+	path     string
+	given    []string
+	recorded bool
+}
+
+func (e *resumeTimesError) Error() string {
+	example := make([]string, len(e.given))
+	for i, g := range e.given {
+		name, _, _ := strings.Cut(g, " ")
+		example[i] = name + " 2026-05-01T10:00:00Z"
+	}
+	alt := ""
+	if e.recorded {
+		alt = ", or --resume with no filter flags, which uses the selection recorded beside it"
+	}
+	return fmt.Sprintf("--resume: %s would be measured from now, not from when the export in %s began, "+
+		"and the messages that failed in between would be skipped; give the time the export measured "+
+		"as an RFC 3339 time (dlq export printed it: %s, say)%s, or export again without --resume",
+		strings.Join(e.given, " "), e.path, strings.Join(example, " "), alt)
+}
