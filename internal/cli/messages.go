@@ -384,7 +384,7 @@ func runAction(name string, args []string, env cliEnv) int {
 	af.register(fs, env)
 	ff.register(fs)
 	fs.BoolVar(&dryRun, "dry-run", false, "only count what a filter selects")
-	fs.BoolVar(&yes, "yes", false, "confirm a large selection by filter")
+	confirmFlag(fs, &yes, "yes", "confirm a large selection by filter")
 	fs.IntVar(&limit, "limit", 0, "act on at most this many messages of a filter, oldest first")
 	verb := map[string]string{"ack": "acknowledge", "rm": "delete"}[name]
 	fs.Usage = func() {

@@ -127,7 +127,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
 	fs.StringVar(&f.onUnknown, "on-unknown", "", "a publish whose confirm never came: retry sends it again (same x-dlq-id and x-dlq-replay-count), hold never does (at most one copy); default replay.on_unknown (retry)")
 	fs.BoolVar(&f.wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
-	fs.BoolVar(&f.confirm, "confirm", false, "replay by filter more messages than the confirmation threshold (api.confirm_above)")
+	confirmFlag(fs, &f.confirm, "confirm", "replay by filter more messages than the confirmation threshold (api.confirm_above)")
 	fs.StringVar(&f.commandID, "command-id", "", "the command's id (default: a new UUID); run again with the same id, the command is not repeated and its first answer is shown")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: dlq replay [flags] [id ...]")
