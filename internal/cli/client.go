@@ -303,7 +303,7 @@ func (c *apiClient) fail(err error) int {
 	switch {
 	case errors.As(err, &e) && e.status == http.StatusUnauthorized && c.flags.bearer() != "":
 		// The API's message asks for a bearer token; this one sent one.
-		fmt.Fprintf(c.env.stderr, "dlq %s: the token was refused (%s): check that DLQ_TOKEN or --token is a token of this dlq\n", c.name, e.code)
+		tokenRefused(c.env.stderr, c.name, e.code)
 	case errors.As(err, &e) && e.status == http.StatusBadRequest && filterCommands[c.name]:
 		fmt.Fprintf(c.env.stderr, "dlq %s: %s\n", c.name, flagWords(err.Error()))
 	default:
@@ -336,6 +336,13 @@ func (c *apiClient) fail(err error) int {
 		return ExitUnavailable
 	}
 	return ExitFailure
+}
+
+// tokenRefused says what to do when dlq refused the token the command
+// sent (HTTP 401, or the control queue's invalid_token): the same words
+// for both doors.
+func tokenRefused(w io.Writer, name, code string) {
+	fmt.Fprintf(w, "dlq %s: the token was refused (%s): check that DLQ_TOKEN or --token is a token of this dlq\n", name, code)
 }
 
 // printRaw prints an API answer as indented JSON.

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -102,21 +104,53 @@ func send(ctx context.Context, name string, c *control.Client, cmd control.Comma
 		return nil, ExitUnavailable
 	}
 	if !a.OK {
-		code, msg := "unknown", "no error in the answer"
-		if a.Error != nil {
-			code, msg = a.Error.Code, a.Error.Message
-		}
-		fmt.Fprintf(os.Stderr, "dlq %s: %s: %s\n", name, code, msg)
-		if code == control.CodeConfirmRequired {
-			fmt.Fprintf(os.Stderr, "dlq %s: add --confirm to go ahead\n", name)
-		}
-		if a.Error != nil && a.Error.Reason != "" {
-			// Refused for what was asked, not for the token (as fail).
-			return nil, ExitFailure
-		}
-		return nil, answerExit(code)
+		return nil, refused(os.Stderr, name, a.Error)
 	}
 	return a.Result, -1
+}
+
+// refused prints why dlq refused a command (e, nil for an answer without
+// its error) and returns the exit code. The code is printed once: the
+// message often opens with it in words ("not found: …"). A refused token
+// gets the HTTP commands' advice.
+func refused(w io.Writer, name string, e *control.CommandError) int {
+	if e == nil {
+		e = &control.CommandError{Code: "unknown", Message: "no error in the answer"}
+	}
+	msg := withoutCode(e.Code, e.Message)
+	switch {
+	case e.Code == control.CodeInvalidToken && msg == "":
+		tokenRefused(w, name, e.Code)
+	case msg == "":
+		fmt.Fprintf(w, "dlq %s: %s\n", name, e.Code)
+	default:
+		fmt.Fprintf(w, "dlq %s: %s: %s\n", name, e.Code, msg)
+	}
+	if e.Code == control.CodeConfirmRequired {
+		fmt.Fprintf(w, "dlq %s: add --confirm to go ahead\n", name)
+	}
+	if e.Reason != "" {
+		// Refused for what was asked, not for the token (as fail).
+		return ExitFailure
+	}
+	return answerExit(e.Code)
+}
+
+// withoutCode is msg without the words that repeat code, at its start or
+// its end ("not found: x" and "x: not found" for not_found are "x";
+// "invalid token" for invalid_token is "").
+func withoutCode(code, msg string) string {
+	words := strings.ReplaceAll(code, "_", " ")
+	if strings.EqualFold(msg, words) {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(msg, words+": "); ok {
+		return rest
+	}
+	if rest, ok := strings.CutSuffix(msg, ": "+words); ok {
+		return rest
+	}
+	return msg
 }
 
 // answerExit maps an answer's error code to the exit code.
