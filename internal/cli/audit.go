@@ -67,8 +67,23 @@ func runAudit(args []string, env cliEnv) int {
 		}
 		for _, e := range page.Entries {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, timefmt.Human(e.At),
-				e.Actor, e.Role, e.Via, e.Action, thousands(e.Count), shorten(string(e.Selection), 70))
+				e.Actor, e.Role, e.Via, e.Action, thousands(e.Count), auditSelection(e))
 		}
 		return page.NextCursor, nil
 	})
+}
+
+// auditSelection is what an entry acted on, for the SELECTION column: its
+// selection and, for an acknowledge or delete by filter with --limit, the
+// limit, which the entry keeps in its detail; without it a delete of 3
+// of a queue reads as a delete of the queue.
+func auditSelection(e store.AuditEntry) string {
+	s := shorten(string(e.Selection), 70)
+	var d struct {
+		Limit int64 `json:"limit"`
+	}
+	if len(e.Detail) > 0 && json.Unmarshal(e.Detail, &d) == nil && d.Limit > 0 {
+		s += " limit " + thousands(d.Limit)
+	}
+	return s
 }
