@@ -436,11 +436,7 @@ func runAction(name string, args []string, env cliEnv) int {
 		fmt.Fprintln(env.stdout)
 		printDryRunApproval(env.stdout, res.DryRunApproval)
 	default:
-		fmt.Fprintf(env.stdout, "%d messages %s", res.Changed, past)
-		if res.Unchanged > 0 {
-			fmt.Fprintf(env.stdout, ", %d already %s", res.Unchanged, past)
-		}
-		fmt.Fprintln(env.stdout)
+		fmt.Fprintln(env.stdout, actionWords(past, res.Changed, res.Unchanged))
 	}
 	if len(res.NotFound) > 0 {
 		s := make([]string, len(res.NotFound))
@@ -451,6 +447,17 @@ func runAction(name string, args []string, env cliEnv) int {
 		return ExitNotFound
 	}
 	return ExitOK
+}
+
+// actionWords is what an acknowledge or delete did (past: "acknowledged"
+// or "deleted"), as dlq ack and dlq rm say it, and dlq approve for one
+// that waited for approval.
+func actionWords(past string, changed, unchanged int64) string {
+	s := fmt.Sprintf("%d messages %s", changed, past)
+	if unchanged > 0 {
+		s += fmt.Sprintf(", %d already %s", unchanged, past)
+	}
+	return s
 }
 
 // actionBody is what ack and rm act on: the ids given as arguments, or

@@ -114,10 +114,35 @@ func runDecide(verb string, args []string, env cliEnv) int {
 		return code
 	}
 	fmt.Fprintf(env.stdout, "approval %d %s: %s of %s messages requested by %s\n", a.ID, a.Status, a.Action, thousands(a.Count), a.RequestedBy)
-	if len(a.Result) > 0 {
-		fmt.Fprintf(env.stdout, "result: %s\n", a.Result)
-	}
+	printApprovalResult(env.stdout, a)
 	return ExitOK
+}
+
+// printApprovalResult says what an approved action did, in the words of
+// the command that would have run it: the replay task to follow, or the
+// counts dlq ack and dlq rm print. A result it does not know is printed
+// as it came.
+func printApprovalResult(w io.Writer, a store.Approval) {
+	if len(a.Result) == 0 {
+		return
+	}
+	var r struct {
+		TaskID    int64 `json:"task_id"`
+		Requested int64 `json:"requested"`
+		store.ActionResult
+	}
+	if json.Unmarshal(a.Result, &r) == nil {
+		past := map[string]string{store.ActionAcknowledge: "acknowledged", store.ActionDelete: "deleted"}[a.Action]
+		switch {
+		case r.TaskID > 0:
+			fmt.Fprintf(w, "replay task %d started for %s messages: follow it with dlq replays %d\n", r.TaskID, thousands(r.Requested), r.TaskID)
+			return
+		case past != "":
+			fmt.Fprintln(w, actionWords(past, r.Changed, r.Unchanged))
+			return
+		}
+	}
+	fmt.Fprintf(w, "result: %s\n", a.Result)
 }
 
 // idArg parses flags and the command's one argument, an id (flags may
