@@ -191,7 +191,13 @@ func (e *apiError) Error() string {
 	if e.code == "" {
 		return fmt.Sprintf("HTTP %d", e.status)
 	}
-	return fmt.Sprintf("%s (HTTP %d): %s", e.code, e.status, e.message)
+	// The code once, as the control queue's refusals print it (withoutCode):
+	// "not_found (HTTP 404): not found: …" said it twice.
+	msg := withoutCode(e.code, e.message)
+	if msg == "" {
+		return fmt.Sprintf("%s (HTTP %d)", e.code, e.status)
+	}
+	return fmt.Sprintf("%s (HTTP %d): %s", e.code, e.status, msg)
 }
 
 // newAPIError is a refusal with the status and, when the body is the API's

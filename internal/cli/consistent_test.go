@@ -146,3 +146,15 @@ func requestReplay(t *testing.T, url, body string) int64 {
 	require.NotZero(t, a.Approval.ID, string(answer))
 	return a.Approval.ID
 }
+
+// TestAPIRefusalSaysItsCodeOnce: an HTTP refusal prints its code once, as
+// a control-queue refusal does.
+func TestAPIRefusalSaysItsCodeOnce(t *testing.T) {
+	t.Parallel()
+	e := newAPIError(404, []byte(`{"error":{"code":"not_found","message":"not found: message 99"}}`))
+	require.Equal(t, "not_found (HTTP 404): message 99", e.Error())
+	e = newAPIError(409, []byte(`{"error":{"code":"conflict","message":"conflict"}}`))
+	require.Equal(t, "conflict (HTTP 409)", e.Error())
+	e = newAPIError(400, []byte(`{"error":{"code":"bad_request","message":"limit must be positive"}}`))
+	require.Equal(t, "bad_request (HTTP 400): limit must be positive", e.Error())
+}
