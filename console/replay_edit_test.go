@@ -34,8 +34,12 @@ func TestFailedEditReplayOffersTheEditNotAReplay(t *testing.T) {
 	task := regexp.MustCompile(`href="/ui/replays/(\d+)"`).FindStringSubmatch(page.text)
 	require.NotNil(t, task, "the edit note links its replay")
 
-	r = op.get(t, "/ui/replays/"+task[1])
-	require.Equal(t, http.StatusOK, r.StatusCode)
+	// The copy's failure is recorded before its task finishes: the notice
+	// comes with the finished task.
+	dlqtest.Eventually(t, 20*time.Second, func() bool {
+		r = op.get(t, "/ui/replays/"+task[1])
+		return r.StatusCode == http.StatusOK && len(elementWords(r.text, "replay-edit-not-sent")) > 0
+	}, "the finished task's page says the copy was not sent")
 	require.Equal(t, "a corrected copy of message #"+id+" (edit and replay)", elementWords(r.text, "replay-source")[0])
 	require.NotContains(t, r.text, `data-test="replay-again"`, "replaying the failed again would send the original")
 	notice := elementWords(r.text, "replay-edit-not-sent")

@@ -112,7 +112,7 @@ var (
 	cliCall      = regexp.MustCompile(`(?:^|[\s(])dlq ([a-z]+)((?: +[^ |;]+)*)`)
 	cliFlag      = regexp.MustCompile(`(?:^|\s)--([a-z][a-z-]*)`)
 	cliCommandRe = regexp.MustCompile(`\{"([a-z-]+)", "[^"]*", (?:cmd|cli\.)[A-Za-z]+\}`)
-	cliFlagRe    = regexp.MustCompile(`fs\.(?:[A-Za-z0-9]+Var|Func|String|Bool|Int|Duration)\(\s*(?:&[\w.]+,\s*)?"([a-z][a-z-]*)"`)
+	cliFlagRe    = regexp.MustCompile(`fs\.(?:[A-Za-z0-9]+Var|Func|String|Bool|Int|Duration)\(\s*(?:&?[\w.]+,\s*)?"([a-z][a-z-]*)"`)
 )
 
 // cliNames returns dlq's subcommands (the table in cmd/dlq/commands.go)
