@@ -4,21 +4,17 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/cli/clitest"
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
-	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
 
@@ -138,15 +134,8 @@ func TestReplayJSONWaitsForApproval(t *testing.T) {
 	t.Parallel()
 	bin := dlqBinary(t)
 	st, _, _ := clitest.Seeded(t)
-	replays, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	queue := clitest.Control(t, st, func(c *ops.Config) {
-		c.ApprovalAbove = 3
-		c.Replays = replays
-	})
-	env := []string{"DLQ_AMQP_URL=" + dlqtest.AMQPURL(), "DLQ_CONTROL_QUEUE=" + queue, "DLQ_TOKEN=" + clitest.OperatorToken,
-		"DLQ_ADMIN_TOKEN="}
+	queue, _ := replayControl(t, st, func(c *ops.Config) { c.ApprovalAbove = 3 })
+	env := controlEnv(queue, clitest.OperatorToken)
 	for _, args := range [][]string{
 		{"replay", "--queue", "orders", "--confirm", "--wait", "--json"},
 		{"replay", "--queue", "orders", "--confirm", "--json"},

@@ -1,18 +1,12 @@
 package main
 
 import (
-	"io"
-	"log/slog"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/cli/clitest"
-	"github.com/dlq/dlq/internal/dlqtest"
-	"github.com/dlq/dlq/ops"
-	"github.com/dlq/dlq/replay"
 )
 
 // TestControlCommandsInTheOperatorsWords: dlq replay takes dlq ack's
@@ -23,12 +17,8 @@ func TestControlCommandsInTheOperatorsWords(t *testing.T) {
 	t.Parallel()
 	bin := dlqBinary(t)
 	st, _, _ := clitest.Seeded(t)
-	replays, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	queue := clitest.Control(t, st, func(c *ops.Config) { c.Replays = replays })
-	env := []string{"DLQ_AMQP_URL=" + dlqtest.AMQPURL(), "DLQ_CONTROL_QUEUE=" + queue, "DLQ_TOKEN=" + clitest.OperatorToken,
-		"DLQ_ADMIN_TOKEN="}
+	queue, _ := replayControl(t, st, nil)
+	env := controlEnv(queue, clitest.OperatorToken)
 
 	// Four messages of orders, above the threshold (three).
 	code, out, errOut := execDLQEnv(t, bin, env, "replay", "--queue", "orders")

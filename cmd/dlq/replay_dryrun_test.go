@@ -2,16 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"io"
-	"log/slog"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/cli/clitest"
-	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 )
@@ -25,14 +21,8 @@ func TestReplayDryRunSaysApproval(t *testing.T) {
 	t.Parallel()
 	bin := dlqBinary(t)
 	st, _, _ := clitest.Seeded(t)
-	replays, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	queue := clitest.Control(t, st, func(c *ops.Config) {
-		c.ApprovalAbove, c.Principals, c.Replays = 3, clitest.Principals(t), replays
-	})
-	env := []string{"DLQ_AMQP_URL=" + dlqtest.AMQPURL(), "DLQ_CONTROL_QUEUE=" + queue, "DLQ_TOKEN=" + clitest.OperatorToken,
-		"DLQ_ADMIN_TOKEN="}
+	queue, _ := replayControl(t, st, func(c *ops.Config) { c.ApprovalAbove, c.Principals = 3, clitest.Principals(t) })
+	env := controlEnv(queue, clitest.OperatorToken)
 	for source, want := range map[string]string{
 		"orders": "\napproval needed: the replay of 4 messages selects more than api.approval_above (3), so it will not run at once: " +
 			"it waits for admin to approve it (dlq approve), for up to 24h, then expires unless approved\n",

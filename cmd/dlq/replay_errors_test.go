@@ -3,20 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlq/dlq/internal/cli"
 	"github.com/dlq/dlq/internal/cli/clitest"
-	"github.com/dlq/dlq/internal/dlqtest"
-	"github.com/dlq/dlq/ops"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
 )
@@ -30,11 +25,7 @@ func TestReplaysShowWhyMessagesFailed(t *testing.T) {
 	bin := dlqBinary(t)
 	st, _, ids := clitest.Seeded(t)
 	ctx := context.Background()
-	replays, err := replay.New(replay.Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	tweak := func(c *ops.Config) { c.Replays = replays }
-	queue := clitest.Control(t, st, tweak)
+	queue, tweak := replayControl(t, st, nil)
 	url := clitest.ServeWith(t, st, nil, tweak)
 
 	// A task over two messages: both fail for want of the exchange, then
@@ -56,8 +47,7 @@ func TestReplaysShowWhyMessagesFailed(t *testing.T) {
 	require.NoError(t, err)
 
 	id := strconv.FormatInt(task.ID, 10)
-	env := []string{"DLQ_AMQP_URL=" + dlqtest.AMQPURL(), "DLQ_CONTROL_QUEUE=" + queue, "DLQ_TOKEN=" + clitest.AdminToken,
-		"DLQ_URL=" + url}
+	env := append(controlEnv(queue, clitest.AdminToken), "DLQ_URL="+url)
 	code, out, errOut := execDLQEnv(t, bin, env, "replays", id)
 	require.Equal(t, cli.ExitOK, code, "%s%s", out, errOut)
 	require.Regexp(t, `\n  failed +2: `+regexp.QuoteMeta(why)+"\n", out)
