@@ -175,16 +175,7 @@ func TestApprovalThroughEveryDoor(t *testing.T) {
 // configured token may approve waits as before.
 func TestUnapprovableRequestRefusedByEveryDoor(t *testing.T) {
 	t.Parallel()
-	configured := func() []auth.Principal {
-		var out []auth.Principal
-		for _, p := range authenticator().Principals() {
-			if p.Name != "admin-2" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	tweak := func(c *ops.Config) { c.ApprovalAbove, c.ConfirmAbove, c.Principals = approvalAbove, 0, configured }
+	tweak := oneAdminApprovals
 	doors := []door{newHTTPDoor(t, tweak), newControlDoor(t, tweak)}
 	steps := []struct {
 		who    string
@@ -221,16 +212,7 @@ func TestUnapprovableRequestRefusedByEveryDoor(t *testing.T) {
 // approve is the requester's own (the real request would be refused).
 func TestDryRunApprovalThroughEveryDoor(t *testing.T) {
 	t.Parallel()
-	configured := func() []auth.Principal {
-		var out []auth.Principal
-		for _, p := range authenticator().Principals() {
-			if p.Name != "admin-2" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	tweak := func(c *ops.Config) { c.ApprovalAbove, c.ConfirmAbove, c.Principals = approvalAbove, 0, configured }
+	tweak := oneAdminApprovals
 	doors := []door{newHTTPDoor(t, tweak), newControlDoor(t, tweak)}
 	steps := []struct {
 		who    string
@@ -264,3 +246,19 @@ func TestDryRunApprovalThroughEveryDoor(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// oneAdminApprovals configures approval above approvalAbove, no
+// confirmation step, and every test token but admin-2: admin is then the
+// only one who may approve an operator's request, and nobody an admin's.
+func oneAdminApprovals(c *ops.Config) {
+	c.ApprovalAbove, c.ConfirmAbove = approvalAbove, 0
+	c.Principals = func() []auth.Principal {
+		var out []auth.Principal
+		for _, p := range authenticator().Principals() {
+			if p.Name != "admin-2" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+}
