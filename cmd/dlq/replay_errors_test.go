@@ -72,4 +72,14 @@ func TestReplaysShowWhyMessagesFailed(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
 	require.Len(t, page.Messages, 2, out)
+
+	// The same selection acts: ack's and rm's dry runs count those two
+	// (the flags are the listing's, sent in the action's JSON filter).
+	for _, action := range []string{"ack", "rm"} {
+		code, out, errOut = execDLQEnv(t, bin, env, action, "--dry-run", "--replay-task", id, "--replay-outcome", "failed", "--json")
+		require.Equal(t, cli.ExitOK, code, "%s: %s%s", action, out, errOut)
+		var res store.ActionResult
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		require.EqualValues(t, 2, res.Matched, "dlq %s --replay-task %s --replay-outcome failed: %s", action, id, out)
+	}
 }
