@@ -1,14 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,41 +17,6 @@ import (
 	"github.com/dlq/dlq/internal/dlqtest"
 	"github.com/dlq/dlq/store"
 )
-
-// cuttingProxy forwards requests to upstream and cuts each answer after
-// its first keep lines and a few bytes of the next, dropping the
-// connection: an export cut short, as a failing network cuts it.
-func cuttingProxy(t *testing.T, upstream string, keep int) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, upstream+r.URL.RequestURI(), nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		req.Header.Set("Authorization", r.Header.Get("Authorization"))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-		w.WriteHeader(resp.StatusCode)
-		br := bufio.NewReader(resp.Body)
-		for range keep {
-			line, _ := br.ReadBytes('\n')
-			_, _ = w.Write(line)
-		}
-		part := make([]byte, 10)
-		n, _ := io.ReadFull(br, part)
-		_, _ = w.Write(part[:n])
-		w.(http.Flusher).Flush()
-		panic(http.ErrAbortHandler)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
 
 // exportAt runs dlq export against url with the clock at now.
 func exportAt(url string, now time.Time, args ...string) (int, string) {
@@ -115,7 +76,7 @@ func TestExportResumeKeepsTheTimeRange(t *testing.T) {
 
 	// Cut after its first message; it says which time to resume with.
 	cut := filepath.Join(dir, "cut.ndjson")
-	code, errOut = exportAt(cuttingProxy(t, url, 1), t0, "--after", "24h", "--output", cut)
+	code, errOut = exportAt(clitest.CuttingProxy(t, url, 1), t0, "--after", "24h", "--output", cut)
 	require.Equal(t, ExitUnavailable, code, errOut)
 	require.Contains(t, errOut, "--after 24h is "+measured)
 	require.Contains(t, errOut, "run the same command with --resume and "+measured)
@@ -167,7 +128,7 @@ func TestExportResumeKeepsTheSelection(t *testing.T) {
 			require.NoError(t, os.WriteFile(file, nil, 0o644))
 			part = file + ".partial"
 		}
-		code, _, errOut := cli(t, cuttingProxy(t, url, 1), clitest.AdminToken, runExport, "--queue", "billing", "--output", file)
+		code, _, errOut := cli(t, clitest.CuttingProxy(t, url, 1), clitest.AdminToken, runExport, "--queue", "billing", "--output", file)
 		require.Equal(t, ExitUnavailable, code, "%s: %s", tc.name, errOut)
 		require.Equal(t, []string{"m-5"}, exportedMessageIDs(t, part), tc.name)
 		before, err := os.ReadFile(part)

@@ -38,7 +38,7 @@ func TestExportFailureKeepsTheFile(t *testing.T) {
 		{"wrong token", url, "wrong", nil, ExitDenied},
 		{"refused connection", "http://127.0.0.1:1", clitest.AdminToken, nil, ExitUnavailable},
 		{"bad flag value", url, clitest.AdminToken, []string{"--status", "bogus"}, ExitUsage},
-		{"cut before the first message", cuttingProxy(t, url, 0), clitest.AdminToken, nil, ExitUnavailable},
+		{"cut before the first message", clitest.CuttingProxy(t, url, 0), clitest.AdminToken, nil, ExitUnavailable},
 	} {
 		args := append([]string{"--status", "all", "--output", file}, tc.extra...)
 		code, _, errOut := cli(t, tc.url, tc.token, runExport, args...)
@@ -64,7 +64,7 @@ func TestExportFailureKeepsTheFile(t *testing.T) {
 	// was, and puts its part beside it, where --resume finishes it.
 	before, err := os.ReadFile(file)
 	require.NoError(t, err)
-	code, _, errOut = cli(t, cuttingProxy(t, url, 2), clitest.AdminToken, runExport, "--status", "all", "--output", file)
+	code, _, errOut = cli(t, clitest.CuttingProxy(t, url, 2), clitest.AdminToken, runExport, "--status", "all", "--output", file)
 	require.Equal(t, ExitUnavailable, code, errOut)
 	got, err := os.ReadFile(file)
 	require.NoError(t, err)
