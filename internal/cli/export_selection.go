@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,10 +18,24 @@ import (
 // with two selections in it. So a cut export records its selection beside
 // its file (FILE.selection; the export's lines have no header to hold it,
 // and import reads them as they are), and --resume compares it.
+//
+// The record sits beside the export under a name any glob of the
+// directory matches, so `dlq import exports/*` passes it to import, which
+// recognises it by its content and skips it, saying so (isSelectionRecord).
+// That, not a name a glob misses (a dotfile), is what the operator
+// expects: the record stays in sight beside the cut export it belongs to,
+// which the messages of export and resume name, and is not left behind,
+// unseen, by `rm exports/*` to hold a later export of the same name to a
+// selection it never had; and import skips it however it was named to it
+// (a glob, find, a list).
 
 // selectionSuffix names the file beside a cut export that records what it
 // selects.
 const selectionSuffix = ".selection"
+
+// selectionMarker begins the second line of a selection record: what
+// tells import the file is one.
+const selectionMarker = "# dlq export: the selection of the cut export "
 
 // exportSelection is what an export selects: q, the filter as sent to the
 // API, with time flags given as a duration ago (given) measured once
@@ -137,8 +152,8 @@ func readSelection(path string) (sel string, ok bool, err error) {
 // written beside and renamed, so that it is never found half written.
 func writeSelection(path, sel string) error {
 	file := selectionPath(path)
-	text := fmt.Sprintf("%s\n# dlq export: the selection of the cut export %s (%s); --resume compares it with its filter flags, or uses it without them\n",
-		sel, filepath.Base(path), selectionFlags(sel))
+	text := fmt.Sprintf("%s\n%s%s (%s); --resume compares it with its filter flags, or uses it without them\n",
+		sel, selectionMarker, filepath.Base(path), selectionFlags(sel))
 	tmp := fmt.Sprintf("%s.%d.tmp", file, os.Getpid())
 	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("record the selection of the cut export beside %s: %w", path, err)
@@ -148,6 +163,37 @@ func writeSelection(path, sel string) error {
 		return fmt.Errorf("record the selection of the cut export beside %s: %w", path, err)
 	}
 	return nil
+}
+
+// isSelectionRecord reports that the file name is a selection record
+// (writeSelection), not an export: its first line a query string, its
+// second the marker, and returns the name of the export it records (its
+// base name, as written). The content decides, not the name: an export
+// may be named anything, and no export line is a query string or begins
+// with "#".
+func isSelectionRecord(name string) (export string, ok bool) {
+	if name == "-" {
+		return "", false // stdin: read as it comes
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return "", false // import's open says what is wrong
+	}
+	defer f.Close()
+	b := make([]byte, 256<<10)
+	n, _ := io.ReadFull(f, b)
+	first, rest, ok := strings.Cut(string(b[:n]), "\n")
+	if !ok || strings.HasPrefix(first, "{") {
+		return "", false
+	}
+	if rest, ok = strings.CutPrefix(rest, selectionMarker); !ok {
+		return "", false
+	}
+	if _, err := url.ParseQuery(first); err != nil {
+		return "", false
+	}
+	export, _, _ = strings.Cut(rest, " (")
+	return export, true
 }
 
 // removeSelection removes the selection recorded beside path: the export

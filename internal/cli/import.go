@@ -73,6 +73,12 @@ func runImportCtx(ctx context.Context, args []string, env cliEnv) int {
 	im := &importer{c: c, ctx: ctx, batch: batch, maxBytes: maxBytes, progress: newTransferProgress(env.stderr, "import", "imported")}
 	result := ExitOK
 	for _, name := range files {
+		if export, ok := isSelectionRecord(name); ok {
+			// `dlq import exports/*` names the record beside a cut export.
+			fmt.Fprintf(env.stderr, "dlq import: skipping %s: not an export but the selection dlq export recorded "+
+				"for the cut export %s, which dlq export --resume reads\n", name, export)
+			continue
+		}
 		in, closeIn, err := openExport(name, env)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "dlq import: %v\n", err)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlq/dlq/internal/cli"
+	"github.com/dlq/dlq/internal/cli/clitest"
+	"github.com/dlq/dlq/internal/dlqtest"
+)
+
+// importGlob runs `dlq import DIR/*` in a shell, as an operator types it,
+// against url: the shell, not the test, expands the glob.
+func importGlob(t *testing.T, bin, url, dir string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `"$DLQ_BIN" import "$EXPORTS"/*`)
+	cmd.Env = append(os.Environ(), "DLQ_BIN="+bin, "EXPORTS="+dir, "DLQ_URL="+url, "DLQ_TOKEN="+clitest.AdminToken, "DLQ_ADMIN_TOKEN=")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		require.NoError(t, err, "sh -c dlq import %s/*", dir)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+}
+
+// storedMessageIDs lists the message ids a dlq holds, in every status, sorted.
+func storedMessageIDs(t *testing.T, bin, url string) []string {
+	t.Helper()
+	code, out, errOut := execDLQ(t, bin, url, clitest.AdminToken, "ls", "--status", "all", "--limit", "1000", "--json")
+	require.Equal(t, cli.ExitOK, code, errOut)
+	var page struct {
+		Messages []struct {
+			MessageID string `json:"message_id"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &page), out)
+	var ids []string
+	for _, m := range page.Messages {
+		ids = append(ids, m.MessageID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// A cut export's selection record lies beside it, so `dlq import
+// exports/*` names it: import skips it, saying so on one line, and imports
+// the exports around it (the record once stopped the command at its first
+// line, before the exports after it). Once the export is resumed (and its
+// record gone), the same command imports the rest: every message once.
+func TestImportGlobSkipsTheSelectionRecord(t *testing.T) {
+	t.Parallel()
+	bin := dlqBinary(t)
+	src, _, _ := clitest.Seeded(t) // m-0 to m-3 in orders, m-4 and m-5 in billing
+	from := clitest.Serve(t, src, nil)
+	dst, _ := dlqtest.Store(t)
+	to := clitest.Serve(t, dst, nil)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
+
+	// a: orders, cut after its first message (m-3); b: billing, complete.
+	code, _, errOut := execDLQ(t, bin, clitest.CuttingProxy(t, from, 1), clitest.AdminToken, "export", "--queue", "orders", "--output", a)
+	require.Equal(t, cli.ExitUnavailable, code, errOut)
+	require.FileExists(t, a+".selection")
+	code, _, errOut = execDLQ(t, bin, from, clitest.AdminToken, "export", "--queue", "billing", "--output", b)
+	require.Equal(t, cli.ExitOK, code, errOut)
+
+	code, out, errOut := importGlob(t, bin, to, dir)
+	require.Equal(t, cli.ExitFailure, code, "a.ndjson is a cut export: %s%s", out, errOut)
+	require.Contains(t, errOut, "dlq import: skipping "+a+".selection: not an export but the selection dlq export recorded for the cut export a.ndjson")
+	require.Equal(t, 1, strings.Count(errOut, ".selection"), "one line about the record: %s", errOut)
+	require.Contains(t, errOut, a+" has no end line")
+	require.Equal(t, "3 messages imported, 0 skipped (stored before)\n", out)
+	require.Equal(t, []string{"m-3", "m-4", "m-5"}, storedMessageIDs(t, bin, to))
+
+	code, _, errOut = execDLQ(t, bin, from, clitest.AdminToken, "export", "--resume", "--output", a)
+	require.Equal(t, cli.ExitOK, code, errOut)
+	require.NoFileExists(t, a+".selection")
+	code, out, errOut = importGlob(t, bin, to, dir)
+	require.Equal(t, cli.ExitOK, code, errOut)
+	require.NotContains(t, errOut, "skipping")
+	require.Equal(t, "3 messages imported, 3 skipped (stored before)\n", out)
+	require.Equal(t, []string{"m-0", "m-1", "m-2", "m-3", "m-4", "m-5"}, storedMessageIDs(t, bin, to))
+}
