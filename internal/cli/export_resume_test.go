@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,4 +165,70 @@ func TestExportSelectionWords(t *testing.T) {
 	require.Equal(t, "--queue orders --field a=1 --field 'b<2'", selectionFlags(a))
 	require.Equal(t, "--q 'it'\\''s down' --replay-task 3", selectionFlags("replay_task=3&q=it%27s+down"))
 	require.Equal(t, "no filter flags", selectionFlags(""))
+}
+
+// Selections the API reads as one compare equal, and only those: no status
+// is the API's default, pending; lists in any order, spaced or repeated;
+// every status is all; --field conditions as the API parses them. An
+// empty parameter is an absent one, and the API reads a parameter by its
+// first value.
+func TestNormalSelection(t *testing.T) {
+	t.Parallel()
+	type q = map[string][]string
+	for _, same := range [][]q{
+		{{}, {"status": {"pending"}}, {"status": {" pending "}}, {"status": {"pending,pending"}}, {"status": {""}}, {"cursor": {"7"}}},
+		{{"source_queue": {"orders"}}, {"source_queue": {"orders"}, "status": {"pending"}}, {"source_queue": {"orders", "billing"}}},
+		{{"status": {"replayed,pending"}}, {"status": {"pending, replayed"}}, {"status": {"replayed,pending,replayed"}}},
+		{{"status": {"all"}}, {"status": {" all"}}, {"status": {"acknowledged,replayed,replaying,pending"}}},
+		{{"category": {"transient,permanent"}}, {"category": {"permanent, transient"}}},
+		{{"field": {"a=1", "b<2"}}, {"field": {"b<2", "a = 1", "a=1"}}, {"field": {`\a=1`, "b<2"}}},
+		{{"q": {"down"}}, {"q": {"down"}, "reason": {""}, "group": {""}}},
+	} {
+		for _, other := range same[1:] {
+			require.Equal(t, normalSelection(url.Values(same[0])), normalSelection(url.Values(other)), "%v and %v select the same", same[0], other)
+		}
+	}
+	for _, differ := range [][2]q{
+		{{}, {"status": {"all"}}},
+		{{"status": {"pending"}}, {"status": {"pending,replayed"}}},
+		{{"status": {"pending,bogus"}}, {"status": {"pending"}}}, // refused, not taken for pending
+		{{"status": {"replayed,replaying,pending"}}, {"status": {"all"}}},
+		{{}, {"category": {"transient,permanent,unknown"}}}, // nothing keeps a stored category to the three
+		{{"category": {"transient"}}, {"category": {"permanent"}}},
+		{{"field": {"a=1"}}, {"field": {"a=1", "b=2"}}},
+		{{"field": {"a=1"}}, {"field": {"a=01"}}},
+		{{"replay_task": {"3"}}, {"replay_task": {"3"}, "replay_outcome": {"failed"}}},
+	} {
+		require.NotEqual(t, normalSelection(url.Values(differ[0])), normalSelection(url.Values(differ[1])), "%v and %v differ", differ[0], differ[1])
+	}
+	// The normal form is a query the API reads as the selection it stands for.
+	require.Equal(t, "category=permanent%2Ctransient&field=a%3D1&status=all",
+		normalSelection(url.Values{"status": {"pending,replaying,replayed,acknowledged"}, "category": {"transient , permanent"}, "field": {"a = 1"}}))
+}
+
+// --status pending is what no --status selects (the API's default), so a
+// cut export resumes under either, both ways round; --status all is
+// another selection, and still refused.
+func TestExportResumeTakesTheDefaultStatus(t *testing.T) {
+	t.Parallel()
+	st, _, _ := clitest.Seeded(t) // m-4 and m-5 (newest) in billing
+	url := clitest.Serve(t, st, nil)
+	dir := t.TempDir()
+	for i, tc := range []struct{ cut, resume []string }{
+		{[]string{"--queue", "billing"}, []string{"--queue", "billing", "--status", "pending"}},
+		{[]string{"--status", "pending", "--queue", "billing"}, []string{"--queue", "billing"}},
+	} {
+		file := filepath.Join(dir, fmt.Sprintf("%d.ndjson", i))
+		code, _, errOut := cli(t, clitest.CuttingProxy(t, url, 1), clitest.AdminToken, runExport, append(tc.cut, "--output", file)...)
+		require.Equal(t, ExitUnavailable, code, "%v: %s", tc.cut, errOut)
+
+		code, _, errOut = cli(t, url, clitest.AdminToken, runExport, "--queue", "billing", "--status", "all", "--resume", "--output", file)
+		require.Equal(t, ExitUsage, code, "%v: %s", tc.cut, errOut)
+		require.Contains(t, errOut, "was cut exporting --queue billing (recorded in", "%v", tc.cut)
+		require.Contains(t, errOut, "not --queue billing --status all", "%v", tc.cut)
+
+		code, _, errOut = cli(t, url, clitest.AdminToken, runExport, append(tc.resume, "--resume", "--output", file)...)
+		require.Equal(t, ExitOK, code, "cut with %v, resumed with %v: %s", tc.cut, tc.resume, errOut)
+		require.Equal(t, []string{"m-5", "m-4"}, exportedMessageIDs(t, file), "%v", tc.cut)
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlq/dlq/store"
 )
 
 // A cut export's file says which messages it holds, not which filter
@@ -47,17 +49,90 @@ type exportSelection struct {
 }
 
 // normalSelection is q as a selection is recorded and compared: the query
-// string without the cursor, its keys in order and the values of a
-// repeated key (--field) sorted, since their order selects nothing.
+// string without the cursor, its keys in order, and each value that
+// selects what another does written one way, so that equal selections
+// compare equal (normalValues) and different ones still differ.
 func normalSelection(q url.Values) string {
 	n := url.Values{}
 	for k, vs := range q {
 		if k == "cursor" {
 			continue
 		}
-		n[k] = slices.Sorted(slices.Values(vs))
+		if vs = normalValues(k, vs); len(vs) > 0 {
+			n[k] = vs
+		}
 	}
 	return n.Encode()
+}
+
+// normalValues writes the values of the filter parameter k one way, as
+// the API reads them (api's query.filter, store.Filter):
+//   - a parameter but field is read by its first value, and an empty one
+//     is an absent one;
+//   - status: absent is the API's default, pending, so pending is written
+//     as no status; a comma list is read with spaces trimmed, in any
+//     order, a status named twice once, and naming every status is "all"
+//     (the database's check constraint allows no other);
+//   - category: a comma list likewise; naming every category is not
+//     written as no category, though, since no constraint keeps a stored
+//     one to the three;
+//   - field: every condition must hold, in any order and however often
+//     named, each written as the API parses it (store.ParseField).
+//
+// A value the API would refuse is left as given, so that it is refused,
+// not taken for another. Every other filter's absence selects what no
+// value does (any reason, every message of the task), so it has no
+// default to write.
+func normalValues(k string, vs []string) []string {
+	if k == "field" {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = v
+			if f, err := store.ParseField(v); err == nil {
+				out[i] = f.String()
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	v := vs[0]
+	switch k {
+	case "status":
+		v = normalList(v, store.Statuses, true)
+		if v == store.StatusPending {
+			return nil
+		}
+	case "category":
+		v = normalList(v, store.Categories, false)
+	}
+	if v == "" {
+		return nil
+	}
+	return []string{v}
+}
+
+// normalList writes a comma list of known values sorted, each once,
+// without spaces; with all, "all" and a list of every known value as
+// "all". "" stays "", and a list naming anything else stays as it is.
+func normalList(list string, known []string, all bool) string {
+	t := strings.TrimSpace(list)
+	if t == "" || all && t == "all" {
+		return t
+	}
+	var out []string
+	for _, p := range strings.Split(t, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(known, p) {
+			return list
+		}
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if all && len(out) == len(known) {
+		return "all"
+	}
+	return strings.Join(out, ",")
 }
 
 // selectionFlagOrder is the order selectionFlags names the filter
@@ -217,12 +292,12 @@ func checkResumeSelection(path string, sel *exportSelection) (note string, err e
 	if err != nil {
 		return "", err
 	}
+	// readSelection parsed it. It is compared in today's normal form: a
+	// record an earlier dlq wrote ("status=pending") selects what it says.
+	recQ, _ := url.ParseQuery(rec)
+	rec = normalSelection(recQ)
 	if ok && !sel.flags {
-		q, err := url.ParseQuery(rec)
-		if err != nil {
-			return "", err
-		}
-		sel.q = q
+		sel.q = recQ
 		return fmt.Sprintf("resuming %s with the selection it was cut with (recorded in %s): %s",
 			path, selectionPath(path), selectionFlags(rec)), nil
 	}
