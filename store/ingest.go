@@ -136,10 +136,10 @@ type ingestTx struct {
 	unclaimed map[int64]int64
 	// plain lists the messages (indexes into b.Messages) stored as new rows.
 	plain []int
-	// Rows returned to their records: a plain one's text document
-	// changes; one sealed now (the store seals) may have had a document
-	// while it was plain.
-	returned, resealed []int64
+	// Plain rows returned to their records: their text documents
+	// change. (A row sealed by its return loses its document to the
+	// trigger of migration 00130.)
+	returned []int64
 }
 
 // sortMessages settles each message that is not new: a replayed message
@@ -173,11 +173,8 @@ func (w *ingestTx) sortMessages(ctx context.Context) error {
 				continue
 			}
 			w.res.Outcomes[i] = out
-			switch {
-			case out == OutcomeReturned && w.enc == nil:
+			if out == OutcomeReturned && w.enc == nil {
 				w.returned = append(w.returned, m.DLQID)
-			case out == OutcomeReturned:
-				w.resealed = append(w.resealed, m.DLQID)
 			}
 		default:
 			if err := w.newOrRedelivered(ctx, i); err != nil {
@@ -291,9 +288,6 @@ func (w *ingestTx) register(ctx context.Context) error {
 		// -backfill-text passes over rows that have a document.
 		queueReturnedTextIndexed(&batch, w.returned)
 	}
-	if len(w.resealed) > 0 {
-		batch.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, w.resealed)
-	}
 	claimReturned(&batch, w.unclaimed)
 	queueSummaryDeltas(&batch, w.deltas)
 	activity := make(map[activityKey]*activityDelta)
@@ -362,9 +356,10 @@ func (s *Store) ConfirmBatches(ctx context.Context, ids []int64) error {
 //   - no concurrent transaction holds the row (SKIP LOCKED): a message is
 //     delivered to one consumer at a time, so two deliveries racing for one
 //     row are twins. The lock is FOR NO KEY UPDATE (the update changes no
-//     key), which the text indexer's FOR KEY SHARE does not stop: with FOR
-//     UPDATE, a redelivery arriving while the indexer wrote the row's
-//     document passed over the row and stored the message twice (found by
+//     key), which the FOR KEY SHARE of an earlier version's text indexer
+//     (during a rolling upgrade) does not stop: with FOR UPDATE, a
+//     redelivery arriving while that indexer wrote the row's document
+//     passed over the row and stored the message twice (found by
 //     TestFaultKill9).
 //
 // For distinct messages this is exact. For twins it may store a redelivery

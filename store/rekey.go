@@ -321,7 +321,6 @@ func (batch rekeyBatch) queue(b *pgx.Batch, enc *encState, index *crypt.Index, r
 	for i, id := range batch.rewrap {
 		b.Queue(`UPDATE dead_messages SET enc_key_id = $2, enc_dek = $3 WHERE id = $1`, id, batch.envs[i].KeyID, batch.envs[i].DEK)
 	}
-	var sealedIDs []int64
 	for _, p := range batch.plains {
 		r, err := enc.sealMessage(index, p.id, &p.m)
 		if err != nil {
@@ -344,14 +343,10 @@ UPDATE dead_messages SET body = $2, properties = '{}', headers = $3, failure = N
     death_history = (SELECT jsonb_agg(e - 'failure_message' ORDER BY i) FROM jsonb_array_elements(death_history) WITH ORDINALITY AS h(e, i)),
     enc_key_id = $6, enc_dek = $7, enc_nonce = $8, enc_meta = $9
 WHERE id = $1`, p.id, r.body, r.headers, index.Keys(p.keys), index.Fingerprint(p.fingerprint), r.env.KeyID, r.env.DEK, r.env.Nonce, r.meta)
+		// A sealed row's text must not stay in plain in the text index:
+		// the trigger of migration 00130 deletes its document, after the
+		// indexer's step that may be writing it.
 		res.Sealed++
-		sealedIDs = append(sealedIDs, p.id)
-	}
-	if len(sealedIDs) > 0 {
-		// A sealed row's text must not stay in plain in the text index
-		// (textindex.go locks rows while it writes documents, so none is
-		// written behind this).
-		b.Queue(`DELETE FROM message_text WHERE id = ANY($1)`, sealedIDs)
 	}
 	res.Rewrapped = len(batch.rewrap)
 }

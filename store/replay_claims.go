@@ -227,7 +227,8 @@ type claimSkip struct {
 func lockClaimRows(ctx context.Context, tx pgx.Tx, c ReplayClaim, items []int64) (lockedClaimRows, error) {
 	// The rows are locked in id order, passing over rows another
 	// transaction holds (FOR NO KEY UPDATE: the claim changes no key, and
-	// so is not held up by the text indexer's FOR KEY SHARE). Only the
+	// so is not held up by the FOR KEY SHARE of an earlier version's text
+	// indexer during a rolling upgrade). Only the
 	// message rows: every write that settles an item of a message it can still claim holds the message's row
 	// (claims, settlements, lease recovery), so the row lock is enough, and
 	// locking the items too cost a WAL record per message.

@@ -72,15 +72,16 @@ type textEntry struct {
 // first) and takes them off the queue, in one transaction: the claim and
 // the documents commit together, so a process killed in between leaves
 // the entries to the next claim, and concurrent indexers (SKIP LOCKED)
-// never take the same entry. Rows are locked FOR KEY SHARE while their
-// documents are written (the lock the documents' foreign key takes
-// anyway), which conflicts only with FOR UPDATE: a row being sealed
-// (RekeyMessages locks FOR UPDATE) is waited for and seen sealed, so it
-// gets no document, and one the indexer holds is passed over by the
-// sealing pass and sealed later, its document deleted then. Writers that
-// change no key lock FOR NO KEY UPDATE, which this lock does not stop: a
-// redelivery's match (matchRedelivery) must never pass over a row because
-// the indexer holds it, or it would store the message twice.
+// never take the same entry. The step holds the text documents' lock
+// (lockTextDocuments) from its first statement: a statement that deletes
+// or seals rows deletes their documents only once it holds that lock too
+// (migration 00130), so no document outlives its row or keeps a sealed
+// row's text in plain. No row of dead_messages is locked: a row lock
+// writes the row's page again, with a full image of it once a checkpoint
+// passed since the page was written, which in a drain of a backlog is
+// nearly every page (docs/BENCHMARKS.md, "WAL of a drain"). So nothing
+// the indexer does holds up a writer of a row either: a redelivery's
+// match (matchRedelivery) never passes over a row because of it.
 func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error) {
 	if max <= 0 {
 		max = TextIndexBatchDefault
@@ -93,6 +94,9 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	backend := int(tx.Conn().PgConn().PID())
 	cpuBefore, cpuKnown := proccpu.Of(backend, postgresComm)
+	if err := lockTextDocuments(ctx, tx); err != nil {
+		return res, err
+	}
 	// With text search off the mark stays: the rows stored meanwhile
 	// get their documents once it is on again.
 	var fresh []int64
@@ -142,6 +146,23 @@ func (s *Store) IndexText(ctx context.Context, max int) (TextIndexResult, error)
 	return res, nil
 }
 
+// textDocumentsLock is the first key of the text documents' advisory
+// lock; the second is dead_messages' oid, so that each schema has its
+// own. Migration 00130's triggers take the same pair shared.
+const textDocumentsLock = 1684828532
+
+// lockTextDocuments takes the text documents' lock for the rest of tx,
+// exclusively: it waits for statements that delete or seal rows to commit
+// (their documents deleted) and keeps new ones waiting until tx ends, so
+// the statements of tx that follow see such rows gone or sealed, and a
+// document tx writes is seen by them.
+func lockTextDocuments(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 'dead_messages'::regclass::oid::int)`, textDocumentsLock); err != nil {
+		return fmt.Errorf("store: index text: take the text documents' lock: %w", err)
+	}
+	return nil
+}
+
 // postgresComm is the command name of PostgreSQL's processes, backends
 // included, on Linux (their titles change only the command line).
 const postgresComm = "postgres"
@@ -155,7 +176,7 @@ const postgresComm = "postgres"
 // LIMIT 1, which the planner cannot turn into a join): as a join, a plan
 // made for a table of a few hundred thousand rows, or one PostgreSQL
 // believes empty, reads the whole table and hashes it for a step's 2,000
-// ids. The ids come sorted, so the rows are locked in id order.
+// ids. No row is locked (IndexText says why).
 func writeDocuments(ctx context.Context, tx pgx.Tx, ids []int64) (int, error) {
 	docs, err := textOf(ctx, tx, ids)
 	if err != nil {
@@ -166,7 +187,7 @@ INSERT INTO message_text (id, document)
 SELECT m.id, setweight(dlq_search_document(m.failure_type, m.failure_message, m.failure, u.s, m.body, 0), 'A') ||
     dlq_search_document(NULL, NULL, NULL, NULL, m.body, coalesce(m.body_text_bytes, u.b))
 FROM unnest($1::bigint[], $2::int[], $3::text[]) AS u(id, b, s),
-    LATERAL (SELECT * FROM dead_messages d WHERE d.id = u.id AND d.enc_key_id IS NULL FOR KEY SHARE LIMIT 1) m
+    LATERAL (SELECT * FROM dead_messages d WHERE d.id = u.id AND d.enc_key_id IS NULL LIMIT 1) m
 ON CONFLICT (id) DO UPDATE SET document = EXCLUDED.document`, docs.ids, docs.bodyBytes, docs.headerText)
 	if err != nil {
 		return 0, fmt.Errorf("store: index text: write documents of %d rows: %w", len(ids), err)

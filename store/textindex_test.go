@@ -145,9 +145,8 @@ func TestTextIndexersConcurrent(t *testing.T) {
 }
 
 // TestTextIndexClaimDies: a batch whose transaction dies (its context
-// cancelled while it waits) leaves its rows queued, another indexer
-// passes over them meanwhile (SKIP LOCKED), and the next batch indexes
-// them.
+// cancelled while it waits) leaves its rows queued, and the next batch
+// indexes them.
 func TestTextIndexClaimDies(t *testing.T) {
 	t.Parallel()
 	st, dsn := dlqtest.Store(t)
@@ -156,34 +155,25 @@ func TestTextIndexClaimDies(t *testing.T) {
 	st2 := storeOn(t, dsn, store.Config{})
 	ingest(t, st, textMsg("orders", `{"fruit":"durian"}`, 1), textMsg("orders", `{"fruit":"durian"}`, 2))
 	first := messageIDs(t, db, "TRUE")[0]
-	// The rows as changed ones: named in the queue, below the mark.
-	_, err := db.Exec(ctx, `UPDATE text_index_mark SET last_id = (SELECT max(id) FROM dead_messages), next_id = NULL;
-INSERT INTO text_index_queue (ids) SELECT array_agg(id) FROM dead_messages`)
-	require.NoError(t, err)
+	queueAsChanged(t, db)
 
-	// Hold one of the rows, so that the batch waits for its FOR SHARE.
+	// A document of one of the rows written and not committed, so that
+	// the batch, having claimed the entry, waits to write its own.
 	hold, err := db.Begin(ctx)
 	require.NoError(t, err)
 	defer hold.Rollback(ctx) //nolint:errcheck // ends the hold
-	_, err = hold.Exec(ctx, `SELECT 1 FROM dead_messages WHERE id = $1 FOR UPDATE`, first)
+	_, err = hold.Exec(ctx, `INSERT INTO message_text (id, document) VALUES ($1, to_tsvector('simple', 'held'))`, first)
 	require.NoError(t, err)
 
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := st.IndexText(bctx, 0); done <- err }()
-	// The entry is claimed once the batch waits for the held row (the
-	// look takes no lock of its own: a look that locked the entry could
-	// make the batch pass over it).
-	var holder int
-	require.NoError(t, hold.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder))
-	require.Eventually(t, func() bool {
-		var waits bool
-		return db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, holder).Scan(&waits) == nil && waits
-	}, 10*time.Second, 10*time.Millisecond)
-	res, err := st2.IndexText(ctx, 0)
-	require.NoError(t, err)
-	require.Zero(t, res.Rows, "the other indexer passes over the claimed entry")
+	waitBlockedBy(t, db, hold)
+	var claimed int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM text_index_queue
+WHERE seq NOT IN (SELECT seq FROM text_index_queue FOR UPDATE SKIP LOCKED)`).Scan(&claimed))
+	require.Equal(t, 1, claimed, "the waiting batch holds the entry")
 
 	cancel()
 	require.Error(t, <-done, "the batch died")
