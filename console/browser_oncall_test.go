@@ -208,6 +208,8 @@ func TestApprovalControlsAndRefusals(t *testing.T) {
 	r = admin.follow(t, admin.act(t, "/ui/confirm", del))
 	require.Equal(t, http.StatusOK, r.StatusCode, r.text)
 	require.Contains(t, r.text, "nobody can give it", "the confirmation says so before")
+	require.NotContains(t, r.text, `data-test="confirm"`, "and offers no button that can only be refused")
+	require.Contains(t, r.text, `<a href="/ui/messages" autofocus>Back</a>`, "only the way back")
 	del.Set("max_id", idString(ids[2]))
 	r = admin.act(t, "/ui/act", del)
 	require.Equal(t, http.StatusForbidden, r.StatusCode, "refused at once: %s", r.text)
