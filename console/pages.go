@@ -159,6 +159,9 @@ type messageData struct {
 	Links    ops.EditLinks
 	LinksErr string
 	Back     string
+	// EditTask is the task that sends the edit's copy, when the message's
+	// replays hold it (nil otherwise): Moving says when no runner took it.
+	EditTask *replay.Task
 }
 
 // handleMessage shows one message: body, headers with their AMQP types,
@@ -201,6 +204,7 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.ReplaysPartial = !complete && err == nil
 	d.Timeline = viewTimeline(m, replays)
+	d.EditTask = editTask(m, replays)
 	var died int
 	d.DeathsRecorded, died, d.DeathsAtLeast = deathsRecorded(m)
 	d.DiedBefore = died > 1
