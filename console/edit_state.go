@@ -15,7 +15,7 @@ import (
 // is free, so half a minute untaken means no instance runs it: none is up
 // and connected to RabbitMQ, or only runners of an earlier version are
 // (they leave edit tasks alone, migration 00081), or every runner is busy
-// with max_tasks long tasks.
+// with max_tasks long tasks (a runner takes none then: replay's run loop).
 const editUntakenAfter = 30 * time.Second
 
 // editState says in words where an edit's corrected copy is (the edit's
@@ -78,7 +78,8 @@ func (d messageData) Moving() string {
 			// nothing moves instead of "being sent" for ever.
 			return "its corrected copy waits: no dlq instance has taken its task, replay " +
 				strconv.FormatInt(d.EditTask.ID, 10) + ", in the " + fmtDuration(w) +
-				" since it could start (check that a dlq serve of this version is up and connected to RabbitMQ; " +
+				" since it could start (check that a dlq serve of this version is up, connected to RabbitMQ and not busy with " +
+				"replay.max_tasks other replays; " +
 				"during an upgrade earlier versions leave edit tasks alone, docs/RUNBOOK.md)"
 		}
 		return "its corrected copy is being sent"
