@@ -89,7 +89,7 @@ func loadAssets(files fs.FS) (map[string]asset, error) {
 func (c *Console) handleStatic(w http.ResponseWriter, r *http.Request) {
 	a, ok := c.assets[strings.TrimPrefix(r.URL.Path, "/ui/static/")]
 	if !ok {
-		c.renderError(w, r, nil, http.StatusNotFound, "Not found: "+r.URL.Path)
+		c.renderUnrouted(w, r, http.StatusNotFound, "Not found: "+r.URL.Path)
 		return
 	}
 	w.Header().Set("Content-Type", a.contentType)

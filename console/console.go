@@ -169,7 +169,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status := cmp.Or(cw.status, http.StatusNotFound)
-		c.renderError(w, r, nil, status, http.StatusText(status)+": "+r.Method+" "+r.URL.Path)
+		c.renderUnrouted(w, r, status, http.StatusText(status)+": "+r.Method+" "+r.URL.Path)
 		return
 	}
 	c.mux.ServeHTTP(w, r)

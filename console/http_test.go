@@ -213,6 +213,9 @@ func TestRoutes(t *testing.T) {
 		r := admin.do(t, req)
 		require.Equal(t, c.status, r.StatusCode, "%s %s", c.method, c.path)
 		requireSecurityHeaders(t, r)
+		// A mistyped address keeps the signed-in user's navigation,
+		// not a sign-in link as if they had been signed out.
+		require.Contains(t, r.text, `data-test="sign-out"`, "%s %s", c.method, c.path)
 	}
 	for path, ctype := range map[string]string{"/ui/static/app.css": "text/css", "/ui/static/app.js": "javascript",
 		"/ui/static/vendor/htmx.min.js": "javascript"} {

@@ -327,6 +327,18 @@ func clientAddr(r *http.Request) string {
 }
 
 // caller is the signed-in principal acting through the console.
+// renderUnrouted writes the error page of a request that matched no route
+// (so went through no session middleware): it reads the session itself,
+// so that a signed-in user keeps the navigation; an unreadable one shows
+// the page as to a visitor.
+func (c *Console) renderUnrouted(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	s, _ := c.resolve(r)
+	if s != nil {
+		r = r.WithContext(context.WithValue(r.Context(), sessionKey, s))
+	}
+	c.renderError(w, r, s, status, msg)
+}
+
 func (c *Console) caller(r *http.Request) ops.Caller {
 	return ops.Caller{Principal: sessionFrom(r.Context()).principal, Via: ops.ViaConsole, RequestID: c.cfg.RequestID(r.Context())}
 }
