@@ -80,7 +80,7 @@ func (d messageData) Moving() string {
 				strconv.FormatInt(d.EditTask.ID, 10) + ", in the " + fmtDuration(w) +
 				" since it could start (check that a dlq serve of this version is up, connected to RabbitMQ and not busy with " +
 				"replay.max_tasks other replays; " +
-				"during an upgrade earlier versions leave edit tasks alone, docs/RUNBOOK.md)"
+				"during an upgrade earlier versions leave edit tasks alone, docs/UPGRADING.md \"The rule\")"
 		}
 		return "its corrected copy is being sent"
 	case d.M.Status == store.StatusReplaying:
