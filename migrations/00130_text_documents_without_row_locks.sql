@@ -35,35 +35,26 @@
 -- written. Dropping the constraint locks both tables for an instant
 -- (store.MigrationLockTimeout bounds the wait).
 
+-- One function for both triggers: a row deleted, or sealed, loses its
+-- document. Row-level, as the foreign key's cascade was: a delete by
+-- filter may take a million rows in one statement, and a statement-level
+-- trigger would first copy them all into its transition table. The lock
+-- is taken once a transaction; a second call finds it held.
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION dlq_text_documents_deleted() RETURNS trigger
+CREATE OR REPLACE FUNCTION dlq_text_document_gone() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(1684828532, TG_RELID::int);
-    DELETE FROM message_text t USING deleted_rows d WHERE t.id = d.id;
+    DELETE FROM message_text WHERE id = OLD.id;
     RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
 
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION dlq_text_document_sealed() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1684828532, TG_RELID::int);
-    DELETE FROM message_text WHERE id = NEW.id;
-    RETURN NULL;
-END
-$$;
--- +goose StatementEnd
-
--- One statement-level trigger a delete: retention deletes a thousand
--- rows at a time.
 CREATE OR REPLACE TRIGGER dead_messages_text_deleted
     AFTER DELETE ON dead_messages
-    REFERENCING OLD TABLE AS deleted_rows
-    FOR EACH STATEMENT
-    EXECUTE FUNCTION dlq_text_documents_deleted();
+    FOR EACH ROW
+    EXECUTE FUNCTION dlq_text_document_gone();
 
 -- Only statements that set enc_key_id consider it (sealing, and a sealed
 -- return at ingest); ingest's inserts, claims and settlements do not, and
@@ -72,7 +63,7 @@ CREATE OR REPLACE TRIGGER dead_messages_text_sealed
     AFTER UPDATE OF enc_key_id ON dead_messages
     FOR EACH ROW
     WHEN (OLD.enc_key_id IS NULL AND NEW.enc_key_id IS NOT NULL)
-    EXECUTE FUNCTION dlq_text_document_sealed();
+    EXECUTE FUNCTION dlq_text_document_gone();
 
 ALTER TABLE message_text DROP CONSTRAINT IF EXISTS message_text_id_fkey;
 
@@ -85,5 +76,4 @@ ALTER TABLE message_text ADD CONSTRAINT message_text_id_fkey
 ALTER TABLE message_text VALIDATE CONSTRAINT message_text_id_fkey;
 DROP TRIGGER IF EXISTS dead_messages_text_sealed ON dead_messages;
 DROP TRIGGER IF EXISTS dead_messages_text_deleted ON dead_messages;
-DROP FUNCTION IF EXISTS dlq_text_document_sealed();
-DROP FUNCTION IF EXISTS dlq_text_documents_deleted();
+DROP FUNCTION IF EXISTS dlq_text_document_gone();
