@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,8 +23,9 @@ import (
 //
 // The record sits beside the export under a name any glob of the
 // directory matches, so `dlq import exports/*` passes it to import, which
-// recognises it by its content and skips it, saying so (isSelectionRecord).
-// That, not a name a glob misses (a dotfile), is what the operator
+// recognises it by its content and skips it, saying so (selectionRecord),
+// as it skips the record's lines among the exports' on stdin (`cat
+// exports/* | dlq import`). That, not a name a glob misses (a dotfile), is what the operator
 // expects: the record stays in sight beside the cut export it belongs to,
 // which the messages of export and resume name, and is not left behind,
 // unseen, by `rm exports/*` to hold a later export of the same name to a
@@ -240,35 +241,27 @@ func writeSelection(path, sel string) error {
 	return nil
 }
 
-// isSelectionRecord reports that the file name is a selection record
-// (writeSelection), not an export: its first line a query string, its
-// second the marker, and returns the name of the export it records (its
-// base name, as written). The content decides, not the name: an export
-// may be named anything, and no export line is a query string or begins
-// with "#".
-func isSelectionRecord(name string) (export string, ok bool) {
-	if name == "-" {
-		return "", false // stdin: read as it comes
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		return "", false // import's open says what is wrong
-	}
-	defer f.Close()
-	b := make([]byte, 256<<10)
-	n, _ := io.ReadFull(f, b)
-	first, rest, ok := strings.Cut(string(b[:n]), "\n")
-	if !ok || strings.HasPrefix(first, "{") {
+// selectionRecord reports that first and second, two lines in a row, are
+// a selection record (writeSelection), not an export's: first a query
+// string (empty for an export of everything), second the marker; and
+// returns the name of the export it records (its base name, as written).
+// The content decides, not a file's name: an export may be named anything,
+// and no export line is a query string or begins with "#". It is import's
+// one rule for the record, wherever its input holds one: a file of its
+// own, or lines of a stream (`cat exports/* | dlq import`).
+func selectionRecord(first, second []byte) (export string, ok bool) {
+	if bytes.HasPrefix(first, []byte("{")) {
 		return "", false
 	}
-	if rest, ok = strings.CutPrefix(rest, selectionMarker); !ok {
+	rest, ok := bytes.CutPrefix(second, []byte(selectionMarker))
+	if !ok {
 		return "", false
 	}
-	if _, err := url.ParseQuery(first); err != nil {
+	if _, err := url.ParseQuery(string(first)); err != nil {
 		return "", false
 	}
-	export, _, _ = strings.Cut(rest, " (")
-	return export, true
+	name, _, _ := bytes.Cut(rest, []byte(" ("))
+	return string(name), true
 }
 
 // removeSelection removes the selection recorded beside path: the export

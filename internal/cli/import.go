@@ -73,27 +73,17 @@ func runImportCtx(ctx context.Context, args []string, env cliEnv) int {
 	im := &importer{c: c, ctx: ctx, batch: batch, maxBytes: maxBytes, progress: newTransferProgress(env.stderr, "import", "imported")}
 	result := ExitOK
 	for _, name := range files {
-		if export, ok := isSelectionRecord(name); ok {
-			// `dlq import exports/*` names the record beside a cut export.
-			fmt.Fprintf(env.stderr, "dlq import: skipping %s: not an export but the selection dlq export recorded "+
-				"for the cut export %s, which dlq export --resume reads\n", name, export)
-			continue
-		}
 		in, closeIn, err := openExport(name, env)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "dlq import: %v\n", err)
 			return ExitFailure
 		}
-		code, complete := im.file(name, in)
+		code, cut := im.file(name, in)
 		closeIn()
 		if code != ExitOK {
 			return code
 		}
-		if !complete {
-			fmt.Fprintf(env.stderr, "dlq import: %s has no end line (%s): it is a cut export, imported as far as it goes, "+
-				"without the messages after its last line. Export them (dlq export with the same flags, or "+
-				"dlq export --output FILE --resume to finish a cut --output file) and import that: what is stored already is skipped.\n",
-				name, `{"export":{…,"complete":true}}`)
+		if cut {
 			result = ExitFailure
 		}
 	}
@@ -156,46 +146,148 @@ type importer struct {
 	name     string
 }
 
-// file sends one file's lines, batch by batch. complete reports that its
-// last line that is not blank is an export's end line.
-func (im *importer) file(name string, in io.Reader) (code int, complete bool) {
+// file sends one input's lines, batch by batch, and skips a selection
+// record in them: a file that is one (`dlq import exports/*`), or its two
+// lines among the exports' in a stream (`cat exports/* | dlq import`). It
+// reports each part of the input that is a cut export, returning cut:
+// the input, when its last line that is not blank is not an end line, and
+// the lines before a record, when theirs is not (the record is a file of
+// its own, so they ended a file).
+func (im *importer) file(name string, in io.Reader) (code int, cut bool) {
 	r := bufio.NewReaderSize(in, 256<<10)
 	im.name, im.first, im.lines = name, 1, 0
 	im.body.Reset()
-	var buf []byte
+	var (
+		buf, second []byte
+		complete    bool // the last line that is not blank is an end line
+		from        = 1  // the first line after the last record
+		content     bool // a line that is not blank from there on
+	)
+	take := func(line []byte) int {
+		if len(bytes.TrimSpace(line)) > 0 {
+			complete, content = isEndLine(line), true
+		}
+		return im.add(line)
+	}
 	for {
 		var err error
 		buf, err = exportline.Read(r, buf[:0])
-		if errors.Is(err, exportline.ErrTooLong) {
-			fmt.Fprintf(im.c.env.stderr, "dlq import: %s:%d: %v\n", name, im.first+im.lines, err)
-			return ExitUsage, false
+		if code := im.readFailed(err, im.first+im.lines); code != ExitOK {
+			return code, false
 		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			fmt.Fprintf(im.c.env.stderr, "dlq import: read %s: %v\n", name, err)
-			return ExitFailure, false
+		if err == nil && !bytes.HasPrefix(buf, []byte("{")) && nextIs(r, selectionMarker) {
+			n := im.first + im.lines
+			second, err = exportline.Read(r, second[:0])
+			if code := im.readFailed(err, n+1); code != ExitOK {
+				return code, false
+			}
+			if export, ok := selectionRecord(buf, second); ok {
+				if code := im.skipRecord(r, export, n); code != ExitOK {
+					return code, false
+				}
+				if content && !complete {
+					im.cutNote(fmt.Sprintf("%s:%s (the export before the selection record)", name, lineSpan(from, n-1)))
+					cut = true
+				}
+				complete, from, content = true, n+2, false
+				continue
+			}
+			if code := take(buf); code != ExitOK {
+				return code, false
+			}
+			// The line after is taken as any other, below.
+			buf, second = second, buf
 		}
 		if len(buf) > 0 || err == nil {
-			if len(bytes.TrimSpace(buf)) > 0 {
-				complete = isEndLine(buf)
-			}
-			if im.lines > 0 && int64(im.body.Len()+len(buf)) >= im.maxBytes {
-				if code := im.send(); code != ExitOK {
-					return code, false
-				}
-			}
-			im.body.Write(buf)
-			im.body.WriteByte('\n')
-			im.lines++
-			if im.lines >= im.batch {
-				if code := im.send(); code != ExitOK {
-					return code, false
-				}
+			if code := take(buf); code != ExitOK {
+				return code, false
 			}
 		}
 		if err != nil {
-			return im.send(), complete
+			if code := im.send(); code != ExitOK {
+				return code, false
+			}
+			if !complete {
+				im.cutNote(name)
+				cut = true
+			}
+			return ExitOK, cut
 		}
 	}
+}
+
+// readFailed reports an error reading line n of the input other than its
+// end, and returns the exit code it ends the command with (ExitOK: none).
+func (im *importer) readFailed(err error, n int) int {
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+		return ExitOK
+	case errors.Is(err, exportline.ErrTooLong):
+		fmt.Fprintf(im.c.env.stderr, "dlq import: %s:%d: %v\n", im.name, n, err)
+		return ExitUsage
+	default:
+		fmt.Fprintf(im.c.env.stderr, "dlq import: read %s: %v\n", im.name, err)
+		return ExitFailure
+	}
+}
+
+// nextIs reports that what r holds next begins with prefix. A read error
+// is left to the next read, which meets it again.
+func nextIs(r *bufio.Reader, prefix string) bool {
+	b, _ := r.Peek(len(prefix))
+	return string(b) == prefix
+}
+
+// add puts line in the body, sending the body first when line would
+// take it over --batch-bytes, and after when it holds --batch lines.
+func (im *importer) add(line []byte) int {
+	if im.lines > 0 && int64(im.body.Len()+len(line)) >= im.maxBytes {
+		if code := im.send(); code != ExitOK {
+			return code
+		}
+	}
+	im.body.Write(line)
+	im.body.WriteByte('\n')
+	im.lines++
+	if im.lines >= im.batch {
+		return im.send()
+	}
+	return ExitOK
+}
+
+// skipRecord skips the selection record of the cut export named export,
+// lines n and n+1 of the input, saying so. It sends them as blank lines,
+// which the API passes over, so that the lines after keep their numbers
+// in its refusals. The record is named by the input's name when it is the
+// whole input (a file of its own), by its lines otherwise.
+func (im *importer) skipRecord(r *bufio.Reader, export string, n int) int {
+	where := fmt.Sprintf("%s:%d-%d", im.name, n, n+1)
+	if _, err := r.Peek(1); n == 1 && errors.Is(err, io.EOF) {
+		where = im.name
+	}
+	fmt.Fprintf(im.c.env.stderr, "dlq import: skipping %s: not an export but the selection dlq export recorded "+
+		"for the cut export %s, which dlq export --resume reads\n", where, export)
+	if code := im.add(nil); code != ExitOK {
+		return code
+	}
+	return im.add(nil)
+}
+
+// cutNote says that where, a file or a part of a stream, is a cut export
+// (it has no end line), and how to get the messages it lacks.
+func (im *importer) cutNote(where string) {
+	fmt.Fprintf(im.c.env.stderr, "dlq import: %s has no end line (%s): it is a cut export, imported as far as it goes, "+
+		"without the messages after its last line. Export them (dlq export with the same flags, or "+
+		"dlq export --output FILE --resume to finish a cut --output file) and import that: what is stored already is skipped.\n",
+		where, `{"export":{…,"complete":true}}`)
+}
+
+// lineSpan says lines a to b: "4-6", or "4" for one.
+func lineSpan(a, b int) string {
+	if a >= b {
+		return strconv.Itoa(a)
+	}
+	return fmt.Sprintf("%d-%d", a, b)
 }
 
 // isEndLine reports an export's end line,
