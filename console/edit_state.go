@@ -62,31 +62,44 @@ func copyDropped(e store.MessageEdit, status string) bool {
 	return e.State == store.EditInProgress && status != store.StatusPending && status != store.StatusReplaying
 }
 
-// Moving says, in words, what the message is on its way to ("" when
-// nothing): its corrected copy is being sent, or a replay has it claimed.
-// The page then refreshes itself (auto-refresh on) and so follows it: the
-// copy goes out moments after the send's redirect showed the message
-// still pending.
-func (d messageData) Moving() string {
+// moving says, in words, what the message is on its way to ("" when
+// nothing), and whether its page follows it (refreshes itself): its
+// corrected copy is being sent, or a replay has it claimed. The copy goes
+// out moments after the send's redirect showed the message still pending.
+func (d messageData) moving(now time.Time) (words string, follow bool) {
 	switch {
 	case d.M.Edited != nil && copyDropped(*d.M.Edited, d.M.Status):
-		return "its corrected copy will not be sent (its task skips a message no longer pending)"
+		const dropped = "its corrected copy will not be sent (its task skips a message no longer pending)"
+		if w := untaken(d.EditTask, now); w > 0 {
+			// Not followed: what became of the copy is known, and the
+			// only change left, the task recording it "not sent", waits
+			// for a runner that has not come; followed, the page would
+			// poll for ever with nothing to show.
+			return dropped + "; " + untakenWords(d.EditTask, w), false
+		}
+		// Followed until the task, taken moments from now, records it.
+		return dropped, true
 	case d.M.Edited != nil && d.M.Edited.State == store.EditInProgress:
-		if w := untaken(d.EditTask, time.Now()); w > 0 {
+		if w := untaken(d.EditTask, now); w > 0 {
 			// Still followed: the copy goes out as soon as a runner
 			// comes (an upgrade's new instances), but the page says why
 			// nothing moves instead of "being sent" for ever.
-			return "its corrected copy waits: no dlq instance has taken its task, replay " +
-				strconv.FormatInt(d.EditTask.ID, 10) + ", in the " + fmtDuration(w) +
-				" since it could start (check that a dlq serve of this version is up, connected to RabbitMQ and not busy with " +
-				"replay.max_tasks other replays; " +
-				"during an upgrade earlier versions leave edit tasks alone, docs/UPGRADING.md \"The rule\")"
+			return "its corrected copy waits: " + untakenWords(d.EditTask, w), true
 		}
-		return "its corrected copy is being sent"
+		return "its corrected copy is being sent", true
 	case d.M.Status == store.StatusReplaying:
-		return "a replay is sending it"
+		return "a replay is sending it", true
 	}
-	return ""
+	return "", false
+}
+
+// untakenWords say that no runner took task t in the w since it could
+// start, and what to check.
+func untakenWords(t *replay.Task, w time.Duration) string {
+	return "no dlq instance has taken its task, replay " + strconv.FormatInt(t.ID, 10) + ", in the " + fmtDuration(w) +
+		" since it could start (check that a dlq serve of this version is up, connected to RabbitMQ and not busy with " +
+		"replay.max_tasks other replays; " +
+		"during an upgrade earlier versions leave edit tasks alone, docs/UPGRADING.md \"The rule\")"
 }
 
 // editTask is the task of m's edit among its replays, nil when it is not

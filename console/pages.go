@@ -162,6 +162,10 @@ type messageData struct {
 	// EditTask is the task that sends the edit's copy, when the message's
 	// replays hold it (nil otherwise): Moving says when no runner took it.
 	EditTask *replay.Task
+	// Moving is what the message is on its way to, in words (moving);
+	// Follows: the page refreshes itself to follow it.
+	Moving  string
+	Follows bool
 }
 
 // handleMessage shows one message: body, headers with their AMQP types,
@@ -208,8 +212,9 @@ func (c *Console) handleMessage(w http.ResponseWriter, r *http.Request) {
 	var died int
 	d.DeathsRecorded, died, d.DeathsAtLeast = deathsRecorded(m)
 	d.DiedBefore = died > 1
+	d.Moving, d.Follows = d.moving(time.Now())
 	v := c.newView(sessionFrom(r.Context()), "message", "Message "+strconv.FormatInt(id, 10), d)
-	if d.Moving() != "" {
+	if d.Follows {
 		v.Live, v.RefreshURL = "on", r.URL.RequestURI()
 	}
 	c.renderView(w, r, http.StatusOK, "message", "layout", v)
