@@ -64,6 +64,25 @@ const (
 	maxDelay = 7 * 24 * 3600
 )
 
+// defaultCanaryWait is the canary's watch in seconds that an absent
+// canary_wait reads as: the one the replay options start from, so a form
+// without the field (a failure group's) asks what the others do.
+const defaultCanaryWait = int64(replay.DefaultCanaryWait / time.Second)
+
+// numberField is one of a selection's numeric form fields: where it is
+// read to, its name, what it reads as when absent (values leaves it out
+// then), and its upper bound (the lower is 0).
+type numberField struct {
+	dst     *int64
+	name    string
+	def, hi int64
+}
+
+func (s *selection) numbers() []numberField {
+	return []numberField{{&s.Limit, "limit", 0, maxLimit}, {&s.Rate, "rate", 0, maxRate}, {&s.Delay, "delay", 0, maxDelay},
+		{&s.CanaryCount, "canary_count", 0, 1000}, {&s.CanaryWait, "canary_wait", defaultCanaryWait, 3600}}
+}
+
 func readSelection(v url.Values) (selection, error) {
 	s := selection{Action: v.Get("action"), All: v.Get("all") == "1", Form: readFilterForm(v, "f_"),
 		TargetExchange: strings.TrimSpace(v.Get("target_exchange")), TargetRoutingKey: strings.TrimSpace(v.Get("target_routing_key")),
@@ -88,12 +107,8 @@ func readSelection(v url.Values) (selection, error) {
 	if s.Counted, err = formInt(v, "counted", -1, 0, 1<<62); err != nil {
 		return s, err
 	}
-	for _, n := range []struct {
-		dst  *int64
-		name string
-		hi   int64
-	}{{&s.Limit, "limit", maxLimit}, {&s.Rate, "rate", maxRate}, {&s.Delay, "delay", maxDelay}, {&s.CanaryCount, "canary_count", 1000}, {&s.CanaryWait, "canary_wait", 3600}} {
-		if *n.dst, err = formInt(v, n.name, 0, 0, n.hi); err != nil {
+	for _, n := range s.numbers() {
+		if *n.dst, err = formInt(v, n.name, n.def, 0, n.hi); err != nil {
 			return s, err
 		}
 	}
@@ -134,9 +149,9 @@ func (s selection) values() url.Values {
 	for _, id := range s.IDs {
 		v.Add("id", strconv.FormatInt(id, 10))
 	}
-	for k, n := range map[string]int64{"limit": s.Limit, "rate": s.Rate, "delay": s.Delay, "canary_count": s.CanaryCount, "canary_wait": s.CanaryWait} {
-		if n != 0 {
-			v.Set(k, strconv.FormatInt(n, 10))
+	for _, n := range s.numbers() {
+		if *n.dst != n.def {
+			v.Set(n.name, strconv.FormatInt(*n.dst, 10))
 		}
 	}
 	for k, t := range map[string]string{"target_exchange": s.TargetExchange, "target_routing_key": s.TargetRoutingKey, "on_unknown": s.OnUnknown} {

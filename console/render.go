@@ -232,6 +232,7 @@ var funcs = template.FuncMap{
 	"target":         targetWords,
 	"span":           secondsWords,
 	"defaultRate":    func() int { return defaultReplayRate },
+	"canaryWait":     func() int64 { return defaultCanaryWait }, // the replay options' default
 	"now":            func() time.Time { return time.Now() },
 	"groupForm": func(v view, id, back string) groupFormData {
 		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back}

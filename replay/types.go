@@ -80,6 +80,13 @@ type Canary struct {
 	WaitSeconds int `json:"wait_seconds"`
 }
 
+// DefaultCanaryWait is how long a canary is watched when an operator asks
+// for one without saying how long: the CLI's --canary-wait and every
+// replay form of the console start from it, so the same replay asked from
+// either watches its canary as long. The API and the control queue take
+// wait_seconds as given.
+const DefaultCanaryWait = 30 * time.Second
+
 // Task statuses.
 const (
 	StatusScheduled    = store.TaskScheduled    // waiting for its start time or a runner

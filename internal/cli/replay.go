@@ -118,7 +118,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 		"without --to-exchange it goes to the default exchange \"\", i.e. straight to the queue of that name")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "count and sample what would be replayed; change nothing")
 	fs.IntVar(&f.canary, "canary", 0, "publish this many first, wait --canary-wait, and stop if any died again")
-	fs.DurationVar(&f.canaryWait, "canary-wait", 30*time.Second, "how long to watch the canary")
+	fs.DurationVar(&f.canaryWait, "canary-wait", replay.DefaultCanaryWait, "how long to watch the canary")
 	fs.BoolVar(&f.force, "force", false, "replay messages the loop guard would skip (already replayed max_replays times)")
 	fs.StringVar(&f.onUnknown, "on-unknown", "", "a publish whose confirm never came: retry sends it again (same x-dlq-id and x-dlq-replay-count), hold never does (at most one copy); default replay.on_unknown (retry)")
 	fs.BoolVar(&f.wait, "wait", false, "wait for the task to finish, showing its progress on stderr")
