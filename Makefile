@@ -57,7 +57,7 @@ BENCH_LIMITS_OUT ?= $(CURDIR)/tmp/bench-limits
 
 .PHONY: release build services run test test-cluster test-tls fuzz soak clean screenshot \
 	bench-ingest bench-replay bench-api bench-cleanup bench-console bench-limits bench-search-cost bench-session bench-replay-rounds bench-ingest-rounds bench-ingest-profile \
-	bench-instances bench-upgrade
+	bench-instances bench-upgrade bench-wal
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/dlq ./cmd/dlq
@@ -202,6 +202,12 @@ bench-ingest-rounds: services
 # e.g. ARGS='-text-search=false' or ARGS='-encrypt on'.
 bench-ingest-profile: services
 	N='$(N)' RUNS='$(RUNS)' scripts/bench-ingest-profile.sh $(ARGS)
+
+# The WAL of one drain of N dead letters (default 1000000) by relation and kind of
+# record, full-page images apart, on a PostgreSQL server of its own
+# (scripts/bench-wal.sh; root). REV=<git revision> measures another build.
+bench-wal: services
+	N='$(N)' REV='$(REV)' scripts/bench-wal.sh
 
 # Ingest and replay with 1, 2 and 3 `dlq serve` instances, next to the raw limits
 # measured in the same session (bench-limits pipeline and replay), in ROUNDS rounds
