@@ -71,6 +71,28 @@ func storedMessageIDs(t *testing.T, bin, url string) []string {
 	return ids
 }
 
+// cutExportBesideComplete exports two queues of a seeded dlq (m-0 to m-3
+// in orders, m-4 and m-5 in billing) into dir: a.ndjson, orders, cut after
+// its first message (m-3), with its selection record beside it, and
+// b.ndjson, billing, complete. It returns the binary, the source's and an
+// empty destination's addresses, dir and a.ndjson's path.
+func cutExportBesideComplete(t *testing.T) (bin, from, to, dir, a string) {
+	t.Helper()
+	bin = dlqBinary(t)
+	src, _, _ := clitest.Seeded(t)
+	from = clitest.Serve(t, src, nil)
+	dst, _ := dlqtest.Store(t)
+	to = clitest.Serve(t, dst, nil)
+	dir = t.TempDir()
+	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
+	code, _, errOut := execDLQ(t, bin, clitest.CuttingProxy(t, from, 1), clitest.AdminToken, "export", "--queue", "orders", "--output", a)
+	require.Equal(t, cli.ExitUnavailable, code, errOut)
+	require.FileExists(t, a+".selection")
+	code, _, errOut = execDLQ(t, bin, from, clitest.AdminToken, "export", "--queue", "billing", "--output", b)
+	require.Equal(t, cli.ExitOK, code, errOut)
+	return bin, from, to, dir, a
+}
+
 // A cut export's selection record lies beside it, so `dlq import
 // exports/*` names it: import skips it, saying so on one line, and imports
 // the exports around it (the record once stopped the command at its first
@@ -78,20 +100,7 @@ func storedMessageIDs(t *testing.T, bin, url string) []string {
 // record gone), the same command imports the rest: every message once.
 func TestImportGlobSkipsTheSelectionRecord(t *testing.T) {
 	t.Parallel()
-	bin := dlqBinary(t)
-	src, _, _ := clitest.Seeded(t) // m-0 to m-3 in orders, m-4 and m-5 in billing
-	from := clitest.Serve(t, src, nil)
-	dst, _ := dlqtest.Store(t)
-	to := clitest.Serve(t, dst, nil)
-	dir := t.TempDir()
-	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
-
-	// a: orders, cut after its first message (m-3); b: billing, complete.
-	code, _, errOut := execDLQ(t, bin, clitest.CuttingProxy(t, from, 1), clitest.AdminToken, "export", "--queue", "orders", "--output", a)
-	require.Equal(t, cli.ExitUnavailable, code, errOut)
-	require.FileExists(t, a+".selection")
-	code, _, errOut = execDLQ(t, bin, from, clitest.AdminToken, "export", "--queue", "billing", "--output", b)
-	require.Equal(t, cli.ExitOK, code, errOut)
+	bin, from, to, dir, a := cutExportBesideComplete(t)
 
 	code, out, errOut := importGlob(t, bin, to, dir)
 	require.Equal(t, cli.ExitFailure, code, "a.ndjson is a cut export: %s%s", out, errOut)
@@ -121,21 +130,8 @@ func TestImportGlobSkipsTheSelectionRecord(t *testing.T) {
 // after it is still reported by its line number in the stream.
 func TestImportStreamSkipsTheSelectionRecord(t *testing.T) {
 	t.Parallel()
-	bin := dlqBinary(t)
-	src, _, _ := clitest.Seeded(t) // m-0 to m-3 in orders, m-4 and m-5 in billing
-	from := clitest.Serve(t, src, nil)
-	dst, _ := dlqtest.Store(t)
-	to := clitest.Serve(t, dst, nil)
-	dir := t.TempDir()
-	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
-
-	// a: orders, cut after its first message (m-3); b: billing, complete.
+	bin, from, to, dir, a := cutExportBesideComplete(t)
 	// The stream: a (line 1), a.ndjson.selection (2-3), b (4-6).
-	code, _, errOut := execDLQ(t, bin, clitest.CuttingProxy(t, from, 1), clitest.AdminToken, "export", "--queue", "orders", "--output", a)
-	require.Equal(t, cli.ExitUnavailable, code, errOut)
-	require.FileExists(t, a+".selection")
-	code, _, errOut = execDLQ(t, bin, from, clitest.AdminToken, "export", "--queue", "billing", "--output", b)
-	require.Equal(t, cli.ExitOK, code, errOut)
 
 	// A refused line after the record is named by its line in the stream.
 	bad := t.TempDir()
