@@ -262,11 +262,16 @@ func (im *importer) add(line []byte) int {
 // whole input (a file of its own), by its lines otherwise.
 func (im *importer) skipRecord(r *bufio.Reader, export string, n int) int {
 	where := fmt.Sprintf("%s:%d-%d", im.name, n, n+1)
-	if _, err := r.Peek(1); n == 1 && errors.Is(err, io.EOF) {
+	_, err := r.Peek(1)
+	whole := n == 1 && errors.Is(err, io.EOF)
+	if whole {
 		where = im.name
 	}
 	fmt.Fprintf(im.c.env.stderr, "dlq import: skipping %s: not an export but the selection dlq export recorded "+
 		"for the cut export %s, which dlq export --resume reads\n", where, export)
+	if whole {
+		return ExitOK // no line after it to keep the number of: nothing to send
+	}
 	if code := im.add(nil); code != ExitOK {
 		return code
 	}
