@@ -76,7 +76,7 @@ func TestBrowserReplaySelected(t *testing.T) {
 	tb.open(t, "/ui/messages?source_queue="+q)
 	chosen := []int64{ids[0], ids[2], ids[4]}
 	for _, id := range chosen {
-		tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"][data-id="`+strconv.FormatInt(id, 10)+`"] [data-test="select"]`)))
+		tb.do(t, click(`[data-test="message-row"][data-id="`+strconv.FormatInt(id, 10)+`"] [data-test="select"]`))
 	}
 	// At most one copy: the option travels through the confirmation to the task.
 	tb.do(t, chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-test="on-unknown"]').value = "hold"`))
@@ -189,7 +189,7 @@ func TestBrowserAllMatchingSnapshot(t *testing.T) {
 	tb := newTab(t, b)
 	tb.signIn(t, tokOp)
 	tb.open(t, "/ui/messages?source_queue=orders")
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="select-all-matching"]`)))
+	tb.do(t, click(`[data-test="select-all-matching"]`))
 	tb.submit(t, `[data-test="bulk-ack"]`)
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main h1`))), "Acknowledge 5 messages?")
 

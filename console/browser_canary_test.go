@@ -63,7 +63,7 @@ func TestBrowserGroupReplayCanaryAsMessagesPage(t *testing.T) {
 	group := tb.replayFromFlash(t)
 
 	tb.open(t, "/ui/messages?source_queue="+url.QueryEscape(fromList))
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="select-all-matching"]`)))
+	tb.do(t, click(`[data-test="select-all-matching"]`))
 	tb.submit(t, `[data-test="bulk-replay"]`)
 	list := tb.replayFromFlash(t)
 	require.Equal(t, canaryOf(t, list), canaryOf(t, group), "the same replay from either page")
@@ -75,7 +75,7 @@ func TestBrowserGroupReplayCanaryAsMessagesPage(t *testing.T) {
 	wait, err := strconv.Atoi(shown[0])
 	require.NoError(t, err)
 	require.Positive(t, wait, "the messages page offers a canary watched for a while")
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="select-all-matching"]`)),
+	tb.do(t, click(`[data-test="select-all-matching"]`),
 		chromedp.SetValue(chromedp.CSS(`input[name="canary_count"]`), "1"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('input[name="canary_wait"]').remove()`))
 	tb.submit(t, `[data-test="bulk-replay"]`)

@@ -49,13 +49,13 @@ func TestBrowserFieldFilters(t *testing.T) {
 
 	// A second filter through "Add field filter" narrows to one; removing
 	// it again widens back.
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="add-field"]`)))
+	tb.do(t, click(`[data-test="add-field"]`))
 	require.Equal(t, 3, tb.count(t, `[data-test="field-filter"]`))
 	tb.do(t, chromedp.SendKeys(chromedp.CSS(`span.field-filter:last-of-type [data-test="field-filter"]`), "order.tier=gold"))
 	tb.submit(t, `form.filters button[type="submit"]`)
 	require.ElementsMatch(t, []int64{ids[0]}, tb.rowIDs(t))
 	require.Equal(t, []string{"order.id=42", "order.tier=gold", ""}, tb.attrs(t, `[data-test="field-filter"]`, "value"))
-	tb.do(t, chromedp.Click(chromedp.CSS(`span.field-filter:nth-of-type(2) [data-test="remove-field"]`)))
+	tb.do(t, click(`span.field-filter:nth-of-type(2) [data-test="remove-field"]`))
 	tb.submit(t, `form.filters button[type="submit"]`)
 	require.ElementsMatch(t, want, tb.rowIDs(t))
 
@@ -66,7 +66,7 @@ func TestBrowserFieldFilters(t *testing.T) {
 
 	// Acknowledge all matching: the confirmation names the field filter and
 	// counts two; only those two change.
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="select-all-matching"]`)))
+	tb.do(t, click(`[data-test="select-all-matching"]`))
 	tb.submit(t, `[data-test="bulk-ack"]`)
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main h1`))), "Acknowledge 2 messages?")
 	require.Contains(t, tb.texts(t, `#confirm-what`)[0], "body field order.id=42")

@@ -108,7 +108,7 @@ func TestBrowserListingPagesAndSorts(t *testing.T) {
 	// A quick range sets the start time; the rate a replay starts with is
 	// the same here as on the failure groups.
 	tb.open(t, "/ui/messages?source_queue=orders")
-	tb.do(t, chromedp.Click(chromedp.CSS(`details.more-filters summary`)))
+	tb.do(t, click(`details.more-filters summary`))
 	tb.submit(t, `[data-test="time-range"]`)
 	require.Contains(t, get(t, tb, chromedp.Location()), "failed_after=")
 	require.Len(t, tb.rowIDs(t), 50, "the last hour holds them")
@@ -124,13 +124,13 @@ func TestBrowserListingPagesAndSorts(t *testing.T) {
 	tb.do(t, chromedp.EmulateViewport(800, 700))
 	tb.open(t, "/ui/messages?source_queue=orders")
 	require.Equal(t, "0 selected", tb.texts(t, `[data-test="selected-count"]`)[0])
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"]:nth-child(1) [data-test="select"]`)),
-		chromedp.Click(chromedp.CSS(`[data-test="message-row"]:nth-child(2) [data-test="select"]`)))
+	tb.do(t, click(`[data-test="message-row"]:nth-child(1) [data-test="select"]`),
+		click(`[data-test="message-row"]:nth-child(2) [data-test="select"]`))
 	require.Equal(t, "2 selected", tb.texts(t, `[data-test="selected-count"]`)[0])
 	tb.do(t, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, document.body.scrollHeight / 2)`))
 	top := get(t, tb, chromedp.Evaluate[float64](`document.querySelector('fieldset.actions').getBoundingClientRect().top`))
 	require.InDelta(t, 0, top, 1, "the bar sticks to the top of the window")
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="select-all-matching"]`)))
+	tb.do(t, click(`[data-test="select-all-matching"]`))
 	require.Contains(t, tb.texts(t, `[data-test="selected-count"]`)[0], "All 110 matching selected")
 
 	// From the top of the page, the keyboard reaches the first row in

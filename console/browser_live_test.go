@@ -60,7 +60,7 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	require.Equal(t, "Pause auto-refresh", overview.texts(t, `[data-test="auto-refresh"]`)[0], "on by default")
 	listing.open(t, "/ui/messages?source_queue=orders")
 	require.Equal(t, "Resume auto-refresh", listing.texts(t, `[data-test="auto-refresh"]`)[0], "off by default on a listing")
-	listing.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)),
+	listing.do(t, click(`[data-test="auto-refresh"]`),
 		chromedp.Focus(chromedp.CSS(`input[name="q"]`)), chromedp.Evaluate[chromedp.Void](markFetches))
 	focused := time.Now()
 
@@ -77,8 +77,11 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	n, _ := listing.fetches(t)
 	require.Zero(t, n, "nothing while a field has focus")
 	require.Contains(t, listing.texts(t, `[data-test="updated-ago"]`)[0], "paused while a field has focus")
-	listing.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`),
-		chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
+	// Straight from the field to a row's box, as a user's click goes: the
+	// focus passes from one to the other, so no refresh can swap the rows
+	// between finding the box and clicking it. (A blur first let one in,
+	// and the click found its node gone.)
+	listing.do(t, click(`[data-test="message-row"] [data-test="select"]`),
 		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); `+markFetches))
 	selected := time.Now()
 
@@ -89,7 +92,7 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	require.LessOrEqual(t, n, 3, "at most one request per 5 s over %s", time.Since(start))
 	require.GreaterOrEqual(t, n, 2, "it kept refreshing")
 	require.Less(t, largest, 8<<10, "a small request: the page's content, gzipped")
-	overview.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)))
+	overview.do(t, click(`[data-test="auto-refresh"]`))
 	require.Equal(t, "Resume auto-refresh", overview.texts(t, `[data-test="auto-refresh"]`)[0])
 	overview.do(t, chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); `+markFetches))
 	paused := time.Now()
@@ -101,7 +104,7 @@ func TestBrowserAutoRefresh(t *testing.T) {
 	require.Zero(t, n, "nothing while rows are selected")
 	require.Equal(t, "1 selected", listing.texts(t, `[data-test="selected-count"]`)[0])
 	require.Equal(t, 1, listing.count(t, `[data-test="select"]:checked`), "the selection is kept")
-	listing.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"] [data-test="select"]`)),
+	listing.do(t, click(`[data-test="message-row"] [data-test="select"]`),
 		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur()`))
 	listing.eventually(t, 8*time.Second, `performance.getEntriesByType("resource").some(e => e.initiatorType === "fetch" && e.startTime >= window.dlqSince)`, "refreshes once let go")
 

@@ -229,7 +229,7 @@ func TestBrowserBackResubmitsNothing(t *testing.T) {
 	tb := newTab(t, b)
 	tb.signIn(t, tokOp)
 	tb.open(t, "/ui/messages?source_queue=orders")
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"][data-id="`+idString(ids[1])+`"] [data-test="select"]`)))
+	tb.do(t, click(`[data-test="message-row"][data-id="`+idString(ids[1])+`"] [data-test="select"]`))
 	tb.submit(t, `[data-test="bulk-ack"]`)
 	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main h1`))), "Acknowledge 1 message?")
 	tb.submit(t, `[data-test="confirm"]`)

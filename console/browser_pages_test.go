@@ -108,7 +108,7 @@ func TestBrowserSignOut(t *testing.T) {
 	b := setup(t)
 	tb := newTab(t, b)
 	tb.signIn(t, tokOp)
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="sign-out"]`)), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)))
+	tb.do(t, click(`[data-test="sign-out"]`), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)))
 	tb.do(t, chromedp.Navigate(b.srv.URL+"/ui/messages"), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)))
 	require.Empty(t, tb.texts(t, `[data-test="sign-out"]`))
 	tb.quiet(t)

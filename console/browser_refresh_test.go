@@ -41,7 +41,7 @@ func TestBrowserRefreshKeepsTypedReason(t *testing.T) {
 	rows := []string{row}
 	reason := `document.getElementById("reason-` + rows[0] + `")`
 	require.Equal(t, "Pause auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0], "on by default")
-	tb.do(t, chromedp.Click(chromedp.CSS(`#reason-`+rows[0])), chromedp.SendKeys(chromedp.CSS(`#reason-`+rows[0]), "wrong queue"),
+	tb.do(t, click(`#reason-`+rows[0]), chromedp.SendKeys(chromedp.CSS(`#reason-`+rows[0]), "wrong queue"),
 		chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); window.dlqMark = 1`))
 
 	// "Updated N s ago" counts from the last refresh: past two periods
@@ -80,7 +80,7 @@ func TestBrowserGroupsAutoRefresh(t *testing.T) {
 	require.Equal(t, []string{"2"}, group.texts(t, `[data-test="group-header"] [data-test="pending-count"]`))
 	for _, tb := range []*tab{list, group} {
 		require.Equal(t, "Resume auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0], "off by default")
-		tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="auto-refresh"]`)),
+		tb.do(t, click(`[data-test="auto-refresh"]`),
 			chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); window.dlqMark = 1`))
 		require.Equal(t, "Pause auto-refresh", tb.texts(t, `[data-test="auto-refresh"]`)[0])
 	}

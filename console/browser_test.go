@@ -225,13 +225,32 @@ func (tb *tab) open(t *testing.T, path string) {
 	tb.do(t, chromedp.Navigate(tb.b.srv.URL+path), chromedp.WaitVisible(chromedp.CSS(`main h1`)))
 }
 
+// nodeGone is how the browser says a node found by a query was replaced
+// before the next command reached it.
+const nodeGone = "Could not find node with given id"
+
+// click clicks the first element matching the CSS selector sel. A page
+// whose auto-refresh swapped that element between the query and the
+// click is asked again: the error comes before the mouse events are
+// sent, so nothing was clicked twice.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for try := 1; ; try++ {
+			_, err := chromedp.Click(chromedp.CSS(sel))(ctx, t)
+			if err == nil || try == 3 || !strings.Contains(err.Error(), nodeGone) {
+				return err
+			}
+		}
+	})
+}
+
 // submit clicks the element sel, which submits a form, and waits for the
 // page that answers; it returns the answer's HTTP status.
 func (tb *tab) submit(t *testing.T, sel string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
 	defer cancel()
-	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
+	resp, err := chromedp.RunResponse(ctx, click(sel))
 	require.NoError(t, err, "click %s", sel)
 	require.NotNil(t, resp, "click %s loaded no page", sel)
 	tb.do(t, chromedp.WaitVisible(chromedp.CSS(`main h1`)))

@@ -49,7 +49,7 @@ func TestBrowserConfirmNamesTheSelection(t *testing.T) {
 
 	// From the messages page, filtered by the group and a reason.
 	tb.open(t, "/ui/messages?"+url.Values{"group": {key}, "reason": {"rejected"}}.Encode())
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="select-all-matching"]`)))
+	tb.do(t, click(`[data-test="select-all-matching"]`))
 	tb.submit(t, `[data-test="bulk-ack"]`)
 	sel = tb.texts(t, `[data-test="confirm-selection"]`)
 	require.Len(t, sel, 1)
@@ -61,7 +61,7 @@ func TestBrowserConfirmNamesTheSelection(t *testing.T) {
 	require.NoError(t, err)
 	tb.open(t, "/ui/messages?status=all&source_queue=orders")
 	for _, id := range ids[:2] {
-		tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"][data-id="`+idString(id)+`"] [data-test="select"]`)))
+		tb.do(t, click(`[data-test="message-row"][data-id="`+idString(id)+`"] [data-test="select"]`))
 	}
 	tb.submit(t, `[data-test="bulk-replay"]`)
 	what := strings.Join(tb.texts(t, `.confirm`), " ")

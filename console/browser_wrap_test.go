@@ -205,7 +205,7 @@ func TestBrowserLiveControlBesideFlash(t *testing.T) {
 	tb := newTab(t, b)
 	tb.signIn(t, tokOp)
 	tb.open(t, "/ui/messages?source_queue=orders")
-	tb.do(t, chromedp.Click(chromedp.CSS(`[data-test="message-row"][data-id="`+idString(ids[1])+`"] [data-test="select"]`)))
+	tb.do(t, click(`[data-test="message-row"][data-id="`+idString(ids[1])+`"] [data-test="select"]`))
 	tb.submit(t, `[data-test="bulk-ack"]`)
 	tb.submit(t, `[data-test="confirm"]`)
 	require.Contains(t, tb.flash(t), "Acknowledged 1 message")
