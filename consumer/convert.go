@@ -124,9 +124,7 @@ func row(d *amqp.Delivery, queue string, now time.Time, hj []byte, headers amqp.
 		m.FirstFailedAt = now
 	}
 	if fail.Type != "" || fail.Message != "" || fail.Stack != "" || fail.Origin != "" || len(fail.Extra) > 0 || fail.At != nil {
-		if fj, err := json.Marshal(fail); err == nil {
-			m.Failure = fj
-		}
+		m.Failure = fail.AppendJSON(make([]byte, 0, 64+len(fail.Type)+len(fail.Message)+len(fail.Stack)))
 	}
 	m.DLQID, m.ReplayID, m.ReplayCount = broker.ReplayMarks(headers)
 	m.Fingerprint = fingerprint(d, pj, hj)
