@@ -111,7 +111,7 @@ func (sq searchQuery) keyHashes(key string) []int64 {
 // at its key's place, in its own key order). Ingest, import and rekey all
 // come here, so a message gets the same keys whichever path stored it.
 func SearchKeys(m *NewMessage) []string {
-	ks := keySet{keys: make([]string, 0, 8), seen: make(map[string]bool, 8)}
+	ks := keySet{keys: make([]string, 0, 8)}
 	ks.add(m.MessageID)
 	ks.add(m.CorrelationID)
 	failureKeys(m.FailureMessage, ks.add)
@@ -134,17 +134,20 @@ func SearchKeys(m *NewMessage) []string {
 
 // keySet collects search keys: lower-cased, trimmed, deduplicated, each
 // of a useful length, at most maxSearchKeys (the first ones added win).
+// With so few keys a scan finds a duplicate sooner than a map would be
+// made, for every message ingest stores.
 type keySet struct {
 	keys []string
-	seen map[string]bool
 }
 
 func (ks *keySet) add(s string) {
-	s = strings.ToLower(strings.TrimSpace(cleanText(s)))
-	if len(s) < 2 || len(s) > maxSearchKeyLen || ks.seen[s] || len(ks.keys) >= maxSearchKeys {
+	if len(ks.keys) >= maxSearchKeys {
 		return
 	}
-	ks.seen[s] = true
+	s = strings.ToLower(strings.TrimSpace(cleanText(s)))
+	if len(s) < 2 || len(s) > maxSearchKeyLen || slices.Contains(ks.keys, s) {
+		return
+	}
 	ks.keys = append(ks.keys, s)
 }
 
@@ -214,14 +217,14 @@ func failureKeys(msg string, add func(string)) {
 			}
 		}
 	}
-	for _, w := range strings.Fields(msg) {
+	for w := range strings.FieldsSeq(msg) {
 		w = strings.Trim(w, `.,;:!?()[]{}<>"'`+"`")
 		if !strings.ContainsAny(w, "0123456789") {
 			continue
 		}
 		add(w)
 		if strings.ContainsAny(w, "=:/,") {
-			for _, p := range strings.FieldsFunc(w, func(r rune) bool { return r == '=' || r == ':' || r == '/' || r == ',' }) {
+			for p := range strings.FieldsFuncSeq(w, func(r rune) bool { return r == '=' || r == ':' || r == '/' || r == ',' }) {
 				if strings.ContainsAny(p, "0123456789") {
 					add(p)
 				}
