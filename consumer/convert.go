@@ -87,7 +87,9 @@ func convertRaw(d *amqp.Delivery, queue string, now time.Time, table []byte) (st
 // header search values.
 func row(d *amqp.Delivery, queue string, now time.Time, hj []byte, headers amqp.Table, death broker.DeathInfo, vals []string) (m store.NewMessage) {
 	props := broker.PropertiesOf(d)
-	pj := props.AppendJSON(make([]byte, 0, 128))
+	// 256: a message id, a correlation id, a type and a timestamp already
+	// pass 128 bytes, and growing the buffer was one allocation a message.
+	pj := props.AppendJSON(make([]byte, 0, 256))
 	fail := broker.ExtractFailure(headers, props)
 
 	m = store.NewMessage{
