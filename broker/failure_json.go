@@ -1,8 +1,8 @@
 package broker
 
 import (
+	"maps"
 	"slices"
-	"time"
 )
 
 // AppendJSON appends f as a JSON object, byte for byte what
@@ -16,21 +16,11 @@ import (
 // U+FFFD, as encoding/json writes it, and a year it would refuse is left
 // out rather than failing the whole object.
 func (f Failure) AppendJSON(dst []byte) []byte {
-	dst = append(dst, '{')
-	first := true
-	key := func(name string) {
-		if !first {
-			dst = append(dst, ',')
-		}
-		first = false
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
-	}
+	o := openObject(dst)
 	str := func(name, v string) {
 		if v != "" {
-			key(name)
-			dst = appendEscaped(dst, v)
+			o.key(name)
+			o.buf = appendEscaped(o.buf, v)
 		}
 	}
 	str("type", f.Type)
@@ -38,28 +28,17 @@ func (f Failure) AppendJSON(dst []byte) []byte {
 	str("stack", f.Stack)
 	str("origin", f.Origin)
 	if len(f.Extra) > 0 {
-		key("extra")
-		dst = append(dst, '{')
-		keys := make([]string, 0, len(f.Extra))
-		for k := range f.Extra {
-			keys = append(keys, k)
+		o.key("extra")
+		extra := openObject(o.buf)
+		for _, k := range slices.Sorted(maps.Keys(f.Extra)) {
+			extra.escapedKey(k)
+			extra.buf = appendEscaped(extra.buf, f.Extra[k])
 		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendEscaped(dst, k)
-			dst = append(dst, ':')
-			dst = appendEscaped(dst, f.Extra[k])
-		}
-		dst = append(dst, '}')
+		o.buf = extra.close()
 	}
 	if f.At != nil && f.At.Year() >= 0 && f.At.Year() <= 9999 {
-		key("at")
-		dst = append(dst, '"')
-		dst = f.At.AppendFormat(dst, time.RFC3339Nano)
-		dst = append(dst, '"')
+		o.key("at")
+		o.time(*f.At)
 	}
-	return append(dst, '}')
+	return o.close()
 }

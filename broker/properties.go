@@ -89,40 +89,29 @@ func (p Properties) Publishing() amqp.Publishing {
 // a timestamp outside the years 0000–9999, written as a number of Unix
 // seconds instead of an error.
 func (p Properties) AppendJSON(dst []byte) []byte {
-	dst = append(dst, '{')
-	first := true
-	// key writes a field's name and colon, after a comma unless first.
-	key := func(name string) {
-		if !first {
-			dst = append(dst, ',')
-		}
-		first = false
-		dst = append(dst, '"')
-		dst = append(dst, name...)
-		dst = append(dst, '"', ':')
-	}
+	o := openObject(dst)
 	str := func(name, v string) {
 		if v == "" {
 			return
 		}
-		key(name)
+		o.key(name)
 		if isSafeText(v) {
-			dst = appendEscaped(dst, v)
+			o.buf = appendEscaped(o.buf, v)
 			return
 		}
-		dst = appendEscaped(dst, displayText(v))
-		dst = append(dst, ',', '"')
-		dst = append(dst, name...)
-		dst = append(dst, `_base64":"`...)
-		dst = base64.StdEncoding.AppendEncode(dst, []byte(v))
-		dst = append(dst, '"')
+		o.buf = appendEscaped(o.buf, displayText(v))
+		o.buf = append(o.buf, ',', '"')
+		o.buf = append(o.buf, name...)
+		o.buf = append(o.buf, `_base64":"`...)
+		o.buf = base64.StdEncoding.AppendEncode(o.buf, []byte(v))
+		o.buf = append(o.buf, '"')
 	}
 	num := func(name string, v uint8) {
 		if v == 0 {
 			return
 		}
-		key(name)
-		dst = strconv.AppendUint(dst, uint64(v), 10)
+		o.key(name)
+		o.buf = strconv.AppendUint(o.buf, uint64(v), 10)
 	}
 	str("content_type", p.ContentType)
 	str("content_encoding", p.ContentEncoding)
@@ -133,19 +122,17 @@ func (p Properties) AppendJSON(dst []byte) []byte {
 	str("expiration", p.Expiration)
 	str("message_id", p.MessageID)
 	if p.Timestamp != nil {
-		key("timestamp")
+		o.key("timestamp")
 		if y := p.Timestamp.Year(); y < 0 || y > 9999 {
-			dst = strconv.AppendInt(dst, p.Timestamp.Unix(), 10)
+			o.buf = strconv.AppendInt(o.buf, p.Timestamp.Unix(), 10)
 		} else {
-			dst = append(dst, '"')
-			dst = p.Timestamp.AppendFormat(dst, time.RFC3339Nano)
-			dst = append(dst, '"')
+			o.time(*p.Timestamp)
 		}
 	}
 	str("type", p.Type)
 	str("user_id", p.UserID)
 	str("app_id", p.AppID)
-	return append(dst, '}')
+	return o.close()
 }
 
 // displayText makes s safe for a JSON string column: invalid UTF-8 and NUL
