@@ -27,6 +27,14 @@ func testConn(t *testing.T) *Conn {
 func TestExchangeLookReturnsAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	c := testConn(t)
+	// The connection comes up first: on a loaded machine dialing alone can
+	// take longer than the look's 200ms, and the look would then end before
+	// the stand-in broker call ever ran.
+	up, cancelUp := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelUp()
+	if _, err := ExchangeExists(up, c, "amq.topic"); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
 	release := make(chan struct{})
 	opened := make(chan *amqp.Channel, 1)
 	look := exchangeLook{conn: c, declare: func(ch *amqp.Channel, name string) error {
@@ -50,7 +58,12 @@ func TestExchangeLookReturnsAtItsDeadline(t *testing.T) {
 	if elapsed > time.Second {
 		t.Fatalf("look returned %v after it started, its deadline was 200ms", elapsed)
 	}
-	ch := <-opened
+	var ch *amqp.Channel
+	select {
+	case ch = <-opened:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the look never opened its channel on a connection that is up")
+	}
 	if ch.IsClosed() {
 		t.Fatal("channel closed while the broker call was still waiting")
 	}
