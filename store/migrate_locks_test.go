@@ -367,9 +367,20 @@ func (l *lockLoad) run(ctx context.Context, t *testing.T, dsn, actor string, ste
 			if actor != "long transaction" {
 				l.committed(actor)
 			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(loadPace):
+			}
 		}
 	}()
 }
+
+// loadPace is the pause after each commit of an actor: traffic at a steady
+// rate (the writer's 20 rows each time make about 1,000 dead letters a
+// second, as in production), not three backends running flat out, which
+// took 30 s of PostgreSQL's CPU from the rest of the suite. A lock that
+// stops an actor for MaxMigrationStall shows whatever the pace.
+const loadPace = 20 * time.Millisecond
 
 // startLockLoad starts the traffic and returns once every actor has
 // committed and the long transaction holds its row.
