@@ -98,7 +98,12 @@ func TestTopologyDeclareIsIdempotent(t *testing.T) {
 	require.NoError(t, ch.PublishWithContext(ctx, "", top.Sources[1].Name, false, false, amqp.Publishing{Body: []byte("x")}))
 	ds, err := ch.Consume(top.Sources[1].Name, "", false, false, false, false, nil)
 	require.NoError(t, err)
-	d := <-ds
+	var d amqp.Delivery
+	select {
+	case d = <-ds:
+	case <-ctx.Done():
+		t.Fatalf("the message published to %s was not delivered: %v", top.Sources[1].Name, ctx.Err())
+	}
 	require.NoError(t, d.Reject(false))
 	dlqtest.Eventually(t, 10*time.Second, func() bool { return dlqtest.QueueDepth(t, app, top.Queues[0]) == 1 },
 		"dead letter did not reach %s", top.Queues[0])
