@@ -426,9 +426,9 @@ func TestImportRefusesBadLines(t *testing.T) {
 // of body, properties and headers equal. The second time, every one is
 // skipped. Under the race detector (make test) it moves 3,000, still six
 // pages of the export (ops.exportPage) and six batches of the import
-// (store.importBatchRows): -race makes each line cost about 4 ms of CPU,
-// and 10,000 took 44 s of it, the most of any test in the suite. Run it
-// without -race for the 100,000.
+// (store.importBatchRows): under -race each message costs about 4 ms of
+// CPU over the seeding and both passes, and 10,000 took 44 s of it, the
+// most of any test in the suite. Run it without -race for the 100,000.
 func TestExportImport100k(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 messages")
