@@ -42,14 +42,17 @@ func canaryOf(t *testing.T, task store.ReplayTask) [3]any {
 
 // TestBrowserGroupReplayCanaryAsMessagesPage: Replay from a failure
 // group's page and Replay from the messages page, each as it is offered,
-// make tasks with the same canary settings; and a replay form that asks
-// for a canary without its wait field (the group page's has none) watches
-// it as long as the messages page's field starts from, not 0 s.
+// make tasks with the same canary settings; a group's page offers a
+// canary (and the other replay options) as the messages page does; and a
+// replay form that asks for a canary without its wait field (the groups
+// listing's row has none) watches it as long as the messages page's field
+// starts from, not 0 s.
 func TestBrowserGroupReplayCanaryAsMessagesPage(t *testing.T) {
 	t.Parallel()
 	b := setup(t) // no replay runner: the tasks wait, as stored
 	fromGroup, fromList, fromBare := dlqtest.Name(t, "group"), dlqtest.Name(t, "list"), dlqtest.Name(t, "bare")
-	for _, q := range []string{fromGroup, fromList, fromBare} {
+	withCanary := dlqtest.Name(t, "canary")
+	for _, q := range []string{fromGroup, fromList, fromBare, withCanary} {
 		b.seed(t, many(2, q)...)
 	}
 	tb := newTab(t, b)
@@ -83,5 +86,21 @@ func TestBrowserGroupReplayCanaryAsMessagesPage(t *testing.T) {
 	bare := tb.replayFromFlash(t)
 	require.Equal(t, 1, bare.CanaryCount)
 	require.Equal(t, wait, bare.CanaryWaitSeconds, "no wait field: the wait the messages page starts from")
+
+	// A canary asked for on a group's page, where an on-call engineer
+	// replays a failure group.
+	tb.open(t, "/ui/groups?source_queue="+url.QueryEscape(withCanary))
+	groups = tb.attrs(t, `[data-test="group-row"] th a`, "href")
+	require.Len(t, groups, 1)
+	require.Zero(t, tb.count(t, `[data-test="group-row"] input[name="canary_count"]`), "the listing's row stays one row")
+	tb.open(t, groups[0])
+	tb.do(t, click(`[data-test="group-replay-options"] summary`),
+		chromedp.SetValue(chromedp.CSS(`[data-test="group-replay-options"] input[name="canary_count"]`), "1"),
+		chromedp.SetValue(chromedp.CSS(`[data-test="group-replay-options"] input[name="canary_wait"]`), "7"))
+	tb.submit(t, `[data-test="group-replay"]`)
+	require.Contains(t, get(t, tb, chromedp.Text(chromedp.CSS(`main`))), "1 canary message first, watched for 7 s")
+	canary := tb.replayFromFlash(t)
+	require.Equal(t, 1, canary.CanaryCount)
+	require.Equal(t, 7, canary.CanaryWaitSeconds)
 	tb.quiet(t)
 }

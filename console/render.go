@@ -237,6 +237,12 @@ var funcs = template.FuncMap{
 	"groupForm": func(v view, id, back string) groupFormData {
 		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back}
 	},
+	// A group's own page offers every replay option, as the messages page
+	// does (a canary first, another target); its row in the groups
+	// listing keeps to how many and how fast, to stay one row.
+	"groupPageForm": func(v view, id, back string) groupFormData {
+		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back, Options: true}
+	},
 	"groupTitle":   groupTitle,
 	"groupFailure": groupFailure,
 	"failureType":  failureType,
@@ -257,6 +263,7 @@ type groupFormData struct {
 	ID, CSRF string
 	Can      can
 	Back     string
+	Options  bool // the rest of the replay options too (a group's page)
 }
 
 // rowData is one replay row: the task and what its cancel form needs.
