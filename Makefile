@@ -47,6 +47,13 @@ FAULT_PKGS ?= $(shell grep -rlE --include='*_test.go' '^//go:build.*[^!]faults' 
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 DLQ_TEST_AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 export TEST_DATABASE_URL DLQ_TEST_AMQP_URL
+# A binary built with -race sleeps a second before it exits (the race detector's
+# atexit_sleep_ms, for goroutines still running then to report): a second for each of
+# the ~50 test binaries of make test, run two at a time. A race during a test is
+# reported, and fails that test, when it happens; only one in a goroutine still running
+# after the last test could go unseen, and the tests stop theirs before they end.
+GORACE ?= atexit_sleep_ms=0
+export GORACE
 
 # `make run` talks to the local database `dlq` (services.sh creates it) unless told otherwise.
 # Only `run` gets it: tests of the configuration defaults must see it unset.
