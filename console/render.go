@@ -234,14 +234,11 @@ var funcs = template.FuncMap{
 	"defaultRate":    func() int { return defaultReplayRate },
 	"canaryWait":     func() int64 { return defaultCanaryWait }, // the replay options' default
 	"now":            func() time.Time { return time.Now() },
-	"groupForm": func(v view, id, back string) groupFormData {
-		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back}
-	},
-	// A group's own page offers every replay option, as the messages page
-	// does (a canary first, another target); its row in the groups
-	// listing keeps to how many and how fast, to stay one row.
-	"groupPageForm": func(v view, id, back string) groupFormData {
-		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back, Options: true}
+	// options: the rest of the replay options too, as the messages page
+	// has them (a canary first, another target), on a group's own page; a
+	// row of the groups listing keeps to how many and how fast.
+	"groupForm": func(v view, id, back string, options bool) groupFormData {
+		return groupFormData{ID: id, CSRF: v.CSRF, Can: v.Can, Back: back, Options: options}
 	},
 	"groupTitle":   groupTitle,
 	"groupFailure": groupFailure,
