@@ -145,8 +145,6 @@ func TestClaimRecoveriesLockTasksInOneOrder(t *testing.T) {
 // order, every run ended in deadlock_detected within some 20 rounds.
 func TestClaimRecoveriesAndSettlementsRunTogether(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	st, dsn := dlqtest.Store(t)
 	db := dlqtest.DB(t, dsn)
 	ids := seedPending(t, st, db, "orders", 24)
@@ -155,11 +153,16 @@ func TestClaimRecoveriesAndSettlementsRunTogether(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	var tasks []int64
 	for round := range 40 {
+		// A deadline per round, not for all 40: a round takes some 30 ms
+		// on an idle host, and one minute for the whole test ran out on a
+		// loaded CI host. A round that hangs on a lock still fails here.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		live, roundTasks := stallClaims(ctx, t, st, db, rng, ids, round)
 		tasks = append(tasks, roundTasks...)
 		for _, err := range recoverAndSettle(ctx, rec, live) {
 			requireNoDeadlock(t, err, fmt.Sprintf("round %d (seed %d)", round, seed))
 		}
+		cancel()
 		require.Zero(t, count(t, db, "status = 'replaying'"), "round %d: every claim taken back or settled", round)
 	}
 	for _, id := range tasks {
