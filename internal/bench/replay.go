@@ -195,131 +195,27 @@ func Replay(args []string) error {
 	return nil
 }
 
+// replayRun measures one replay of stored rows: n pending messages stored
+// through the ingest batch writer, then replayed to their queue by the
+// replay service in this process, timed from the request until the task
+// is completed.
 func replayRun(o replayOptions, run int, encrypted bool) (replayResult, error) {
 	ctx := context.Background()
 	res := replayResult{Bench: "replay", Mode: modeSeeded, N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
 		Dropped: strings.Join(o.dropIndexes, ","), Encrypted: encrypted}
-	var sealing *store.Encryption
-	if encrypted {
-		_, ring, err := benchKey()
-		if err != nil {
-			return res, err
-		}
-		sealing = &store.Encryption{Ring: ring}
-	}
-	suffix := randomHex(4)
-	schema := "dlqbench_replay_" + suffix
-	queue := "dlqbench.replay." + suffix
-
-	_, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, o.keep)
-	if err != nil {
+	e := &seededRun{o: o, suffix: randomHex(4)}
+	defer e.close()
+	if err := e.setUp(ctx, encrypted); err != nil {
 		return res, err
 	}
-	defer dropSchema()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: quiet, Encryption: sealing})
-	if err != nil {
+	var err error
+	if res.SeedSecs, err = e.seed(ctx); err != nil {
 		return res, err
 	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx, nil); err != nil {
+	if err := e.measure(ctx, &res); err != nil {
 		return res, err
 	}
-	for _, ix := range o.dropIndexes {
-		if err := st.Bench().DropIndex(ctx, schema, ix); err != nil {
-			return res, fmt.Errorf("-drop-indexes: %w", err)
-		}
-	}
-
-	app, err := amqp.Dial(o.amqpURL)
-	if err != nil {
-		return res, err
-	}
-	defer app.Close()
-	ch, err := app.Channel()
-	if err != nil {
-		return res, err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": o.queueType}); err != nil {
-		return res, err
-	}
-	if !o.keep {
-		defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
-	}
-
-	seedStart := time.Now()
-	if err := seedReplay(ctx, st, queue, o.n, o.size); err != nil {
-		return res, fmt.Errorf("seed: %w", err)
-	}
-	if err := st.Bench().Analyze(ctx, "dead_messages"); err != nil {
-		return res, err
-	}
-	if err := st.Bench().Checkpoint(ctx); err != nil {
-		return res, err
-	}
-	res.SeedSecs = time.Since(seedStart).Seconds()
-
-	conn, err := broker.NewConn(broker.ConnConfig{URL: o.amqpURL, Name: "dlq-bench replay", Logger: quiet})
-	if err != nil {
-		return res, err
-	}
-	defer conn.Close()
-	rc := replay.Config{
-		Store: st, Conn: conn, BatchSize: o.batch, Window: o.window, PollInterval: 20 * time.Millisecond,
-		MaxTaskMessages: int64(o.n), Logger: quiet,
-	}
-	if sealing != nil {
-		rc.Ring = sealing.Ring
-	}
-	svc, err := replay.New(rc)
-	if err != nil {
-		return res, err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	cpu0, self0 := o.cpu.take(), selfCPU()
-	start := time.Now()
-	task, err := svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: queue}}, store.Actor{Name: "bench", Via: "cli"})
-	if err != nil {
-		return res, err
-	}
-	for {
-		t, err := svc.Get(ctx, task.ID)
-		if err != nil {
-			return res, err
-		}
-		if store.TaskFinished(t.Status) {
-			if t.Status != replay.StatusCompleted || t.Published != int64(o.n) {
-				b, _ := json.Marshal(t)
-				return res, fmt.Errorf("task ended badly: %s", b)
-			}
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	secs := time.Since(start).Seconds()
-	cpu1, self1 := o.cpu.take(), selfCPU()
-	res.Secs = secs
-	res.MsgsSec = float64(o.n) / secs
-	res.CPUDlq = 100 * (self1 - self0) / secs
-	res.CPURabbit = 100 * (cpu1.rmqSec - cpu0.rmqSec) / secs
-	res.CPUPg = 100 * (cpu1.pgSec - cpu0.pgSec) / secs
-
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	q, err := e.ch.QueueDeclarePassive(e.queue, true, false, false, false, nil)
 	if err != nil {
 		return res, err
 	}
@@ -327,6 +223,156 @@ func replayRun(o replayOptions, run int, encrypted bool) (replayResult, error) {
 		return res, fmt.Errorf("target queue holds %d messages, want %d", q.Messages, o.n)
 	}
 	return res, nil
+}
+
+// seededRun is one stored-rows run's schema, store and target queue, and
+// what undoes them.
+type seededRun struct {
+	o             replayOptions
+	suffix, queue string
+	st            *store.Store
+	sealing       *store.Encryption
+	ch            *amqp.Channel
+	quiet         *slog.Logger
+	undo          []func()
+}
+
+// close undoes what the run made, the latest first.
+func (e *seededRun) close() {
+	for i := len(e.undo) - 1; i >= 0; i-- {
+		e.undo[i]()
+	}
+}
+
+// setUp makes the schema, migrated (less -drop-indexes), and the target
+// queue of the measured type.
+func (e *seededRun) setUp(ctx context.Context, encrypted bool) error {
+	if encrypted {
+		_, ring, err := benchKey()
+		if err != nil {
+			return err
+		}
+		e.sealing = &store.Encryption{Ring: ring}
+	}
+	schema := "dlqbench_replay_" + e.suffix
+	e.queue = "dlqbench.replay." + e.suffix
+	_, dsn, dropSchema, err := runSchema(ctx, e.o.pgURL, schema, e.o.keep)
+	if err != nil {
+		return err
+	}
+	e.undo = append(e.undo, dropSchema)
+	e.quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if e.st, err = store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: e.quiet, Encryption: e.sealing}); err != nil {
+		return err
+	}
+	e.undo = append(e.undo, e.st.Close)
+	if _, err := e.st.Migrate(ctx, nil); err != nil {
+		return err
+	}
+	for _, ix := range e.o.dropIndexes {
+		if err := e.st.Bench().DropIndex(ctx, schema, ix); err != nil {
+			return fmt.Errorf("-drop-indexes: %w", err)
+		}
+	}
+
+	app, err := amqp.Dial(e.o.amqpURL)
+	if err != nil {
+		return err
+	}
+	e.undo = append(e.undo, func() { _ = app.Close() })
+	if e.ch, err = app.Channel(); err != nil {
+		return err
+	}
+	if _, err := e.ch.QueueDeclare(e.queue, true, false, false, false, amqp.Table{"x-queue-type": e.o.queueType}); err != nil {
+		return err
+	}
+	if !e.o.keep {
+		e.undo = append(e.undo, func() { _, _ = e.ch.QueueDelete(e.queue, false, false, false) })
+	}
+	return nil
+}
+
+// seed stores the messages, analyses the table (as an operator's table of
+// old rows would be) and lets the database settle; it returns how long
+// that took (not timed).
+func (e *seededRun) seed(ctx context.Context) (float64, error) {
+	start := time.Now()
+	if err := seedReplay(ctx, e.st, e.queue, e.o.n, e.o.size); err != nil {
+		return 0, fmt.Errorf("seed: %w", err)
+	}
+	if err := e.st.Bench().Analyze(ctx, "dead_messages"); err != nil {
+		return 0, err
+	}
+	if err := e.st.Bench().Checkpoint(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+// measure runs the replay service, asks it for a replay of every seeded
+// message and fills res with the time until the task is completed and
+// each program's CPU over it (with -cpuprofile, dlq's profile of it).
+func (e *seededRun) measure(ctx context.Context, res *replayResult) error {
+	conn, err := broker.NewConn(broker.ConnConfig{URL: e.o.amqpURL, Name: "dlq-bench replay", Logger: e.quiet})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rc := replay.Config{
+		Store: e.st, Conn: conn, BatchSize: e.o.batch, Window: e.o.window, PollInterval: 20 * time.Millisecond,
+		MaxTaskMessages: int64(e.o.n), Logger: e.quiet,
+	}
+	if e.sealing != nil {
+		rc.Ring = e.sealing.Ring
+	}
+	svc, err := replay.New(rc)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	if e.o.cpuProfile != "" {
+		f, err := os.Create(e.o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpu0, self0 := e.o.cpu.take(), selfCPU()
+	start := time.Now()
+	task, err := svc.Start(ctx, replay.Request{Filter: &store.Filter{SourceQueue: e.queue}}, store.Actor{Name: "bench", Via: "cli"})
+	if err != nil {
+		return err
+	}
+	for {
+		t, err := svc.Get(ctx, task.ID)
+		if err != nil {
+			return err
+		}
+		if store.TaskFinished(t.Status) {
+			if t.Status != replay.StatusCompleted || t.Published != int64(e.o.n) {
+				b, _ := json.Marshal(t)
+				return fmt.Errorf("task ended badly: %s", b)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	secs := time.Since(start).Seconds()
+	cpu1, self1 := e.o.cpu.take(), selfCPU()
+	res.Secs = secs
+	res.MsgsSec = float64(e.o.n) / secs
+	res.CPUDlq = 100 * (self1 - self0) / secs
+	res.CPURabbit = 100 * (cpu1.rmqSec - cpu0.rmqSec) / secs
+	res.CPUPg = 100 * (cpu1.pgSec - cpu0.pgSec) / secs
+	return nil
 }
 
 // seedReplay stores n pending messages of size bytes that died in queue,
