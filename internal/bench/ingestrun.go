@@ -23,7 +23,7 @@ func ingestRun(o ingestOptions, bin string, size, run int, encrypted bool) (inge
 		Encrypted: encrypted, TextSearch: o.ingest.TextSearch, WithoutIndexes: o.withoutIndexes,
 	}
 	env := &ingestEnv{suffix: randomHex(4)}
-	defer env.close()
+	defer env.undo.run()
 	if err := env.setUp(ctx, o, encrypted); err != nil {
 		return r, err
 	}
@@ -45,14 +45,7 @@ type ingestEnv struct {
 	keyEntry string
 	st       *store.Store
 	conn     *amqp.Connection
-	undo     []func()
-}
-
-// close undoes what setUp and prefill made, the latest first.
-func (e *ingestEnv) close() {
-	for i := len(e.undo) - 1; i >= 0; i-- {
-		e.undo[i]()
-	}
+	undo     undoStack
 }
 
 // setUp makes the schema, migrated (with -without-index's indexes
@@ -76,7 +69,7 @@ func (e *ingestEnv) setUp(ctx context.Context, o ingestOptions, encrypted bool) 
 	if err != nil {
 		return fmt.Errorf("%w (does database bench exist? `make bench-limits` creates it)", err)
 	}
-	e.undo = append(e.undo, func() { admin.Close(context.Background()) })
+	e.undo.push(func() { admin.Close(context.Background()) })
 	if err := admin.CreateSchema(ctx, e.schema); err != nil {
 		return err
 	}
@@ -88,7 +81,7 @@ func (e *ingestEnv) setUp(ctx context.Context, o ingestOptions, encrypted bool) 
 	if err != nil {
 		return err
 	}
-	e.undo = append(e.undo, e.st.Close)
+	e.undo.push(e.st.Close)
 	if _, err := e.st.Migrate(ctx, nil); err != nil {
 		return err
 	}
@@ -104,7 +97,7 @@ func (e *ingestEnv) setUp(ctx context.Context, o ingestOptions, encrypted bool) 
 	if e.conn, err = amqp.Dial(o.amqpURL); err != nil {
 		return fmt.Errorf("connect to RabbitMQ: %w", err)
 	}
-	e.undo = append(e.undo, func() { _ = e.conn.Close() })
+	e.undo.push(func() { _ = e.conn.Close() })
 	ch, err := e.conn.Channel()
 	if err != nil {
 		return err
@@ -118,7 +111,7 @@ func (e *ingestEnv) setUp(ctx context.Context, o ingestOptions, encrypted bool) 
 		return err
 	}
 	if !o.keep {
-		e.undo = append(e.undo, func() {
+		e.undo.push(func() {
 			if c, err := e.conn.Channel(); err == nil {
 				_, _ = c.QueueDelete(e.queue, false, false, false)
 				_ = c.ExchangeDelete(e.exchange, false, false)
@@ -152,7 +145,7 @@ func (e *ingestEnv) prefill(ctx context.Context, o ingestOptions, size int) (flo
 			return 0, fmt.Errorf("declare source queue %s: %w", source, err)
 		}
 		_ = ch.Close()
-		e.undo = append(e.undo, func() {
+		e.undo.push(func() {
 			if c, err := e.conn.Channel(); err == nil {
 				_, _ = c.QueueDelete(source, false, false, false)
 				_ = c.Close()

@@ -204,7 +204,7 @@ func replayRun(o replayOptions, run int, encrypted bool) (replayResult, error) {
 	res := replayResult{Bench: "replay", Mode: modeSeeded, N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType,
 		Dropped: strings.Join(o.dropIndexes, ","), Encrypted: encrypted}
 	e := &seededRun{o: o, suffix: randomHex(4)}
-	defer e.close()
+	defer e.undo.run()
 	if err := e.setUp(ctx, encrypted); err != nil {
 		return res, err
 	}
@@ -234,14 +234,7 @@ type seededRun struct {
 	sealing       *store.Encryption
 	ch            *amqp.Channel
 	quiet         *slog.Logger
-	undo          []func()
-}
-
-// close undoes what the run made, the latest first.
-func (e *seededRun) close() {
-	for i := len(e.undo) - 1; i >= 0; i-- {
-		e.undo[i]()
-	}
+	undo          undoStack
 }
 
 // setUp makes the schema, migrated (less -drop-indexes), and the target
@@ -260,12 +253,12 @@ func (e *seededRun) setUp(ctx context.Context, encrypted bool) error {
 	if err != nil {
 		return err
 	}
-	e.undo = append(e.undo, dropSchema)
+	e.undo.push(dropSchema)
 	e.quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if e.st, err = store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 16, Logger: e.quiet, Encryption: e.sealing}); err != nil {
 		return err
 	}
-	e.undo = append(e.undo, e.st.Close)
+	e.undo.push(e.st.Close)
 	if _, err := e.st.Migrate(ctx, nil); err != nil {
 		return err
 	}
@@ -279,7 +272,7 @@ func (e *seededRun) setUp(ctx context.Context, encrypted bool) error {
 	if err != nil {
 		return err
 	}
-	e.undo = append(e.undo, func() { _ = app.Close() })
+	e.undo.push(func() { _ = app.Close() })
 	if e.ch, err = app.Channel(); err != nil {
 		return err
 	}
@@ -287,7 +280,7 @@ func (e *seededRun) setUp(ctx context.Context, encrypted bool) error {
 		return err
 	}
 	if !e.o.keep {
-		e.undo = append(e.undo, func() { _, _ = e.ch.QueueDelete(e.queue, false, false, false) })
+		e.undo.push(func() { _, _ = e.ch.QueueDelete(e.queue, false, false, false) })
 	}
 	return nil
 }

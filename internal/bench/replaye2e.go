@@ -48,7 +48,7 @@ func replayE2E(o replayOptions, bin string, run int) (replayResult, error) {
 	ctx := context.Background()
 	res := replayResult{Bench: "replay", Mode: modeE2E, N: o.n, Size: o.size, Run: run, Batch: o.batch, Window: o.window, QueueType: o.queueType}
 	e := &e2eRun{o: o, suffix: randomHex(4)}
-	defer e.close()
+	defer e.undo.run()
 	if err := e.setUp(ctx); err != nil {
 		return res, err
 	}
@@ -91,14 +91,7 @@ type e2eRun struct {
 	admin                                 *store.BenchAdmin
 	st                                    *store.Store
 	conn                                  *amqp.Connection
-	undo                                  []func()
-}
-
-// close undoes what the run made, the latest first.
-func (e *e2eRun) close() {
-	for i := len(e.undo) - 1; i >= 0; i-- {
-		e.undo[i]()
-	}
+	undo                                  undoStack
 }
 
 // setUp makes the schema (migrated), dlq's exchange and queue as dlq
@@ -112,11 +105,11 @@ func (e *e2eRun) setUp(ctx context.Context) error {
 		return err
 	}
 	e.admin, e.dsn = admin, dsn
-	e.undo = append(e.undo, dropSchema)
+	e.undo.push(dropSchema)
 	if e.st, err = store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 2}); err != nil {
 		return err
 	}
-	e.undo = append(e.undo, e.st.Close)
+	e.undo.push(e.st.Close)
 	if _, err := e.st.Migrate(ctx, nil); err != nil {
 		return err
 	}
@@ -124,7 +117,7 @@ func (e *e2eRun) setUp(ctx context.Context) error {
 	if e.conn, err = amqp.Dial(e.o.amqpURL); err != nil {
 		return fmt.Errorf("connect to RabbitMQ: %w", err)
 	}
-	e.undo = append(e.undo, func() { _ = e.conn.Close() })
+	e.undo.push(func() { _ = e.conn.Close() })
 	ch, err := e.conn.Channel()
 	if err != nil {
 		return err
@@ -138,7 +131,7 @@ func (e *e2eRun) setUp(ctx context.Context) error {
 		return fmt.Errorf("declare source queue %s: %w", e.source, err)
 	}
 	if !e.o.keep {
-		e.undo = append(e.undo, func() {
+		e.undo.push(func() {
 			if c, err := e.conn.Channel(); err == nil {
 				for _, q := range []string{e.source, e.queue, e.ctlQ} {
 					_, _ = c.QueueDelete(q, false, false, false)
@@ -188,7 +181,7 @@ func (e *e2eRun) ingest(bin string, res *replayResult) (*instances, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.undo = append(e.undo, func() { _ = procs.stop() })
+	e.undo.push(func() { _ = procs.stop() })
 	if err := waitStored(e.st, e.o.n, procs.exited, procs.why); err != nil {
 		return nil, err
 	}
