@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/dlq/dlq/broker"
 )
 
 // declareDLQ declares a run's dead-letter exchange and dlq's own queue on
@@ -24,6 +26,33 @@ func declareDLQ(ch *amqp.Channel, exchange, queue string, args amqp.Table) error
 		return err
 	}
 	return ch.QueueBind(queue, "#", exchange, false, nil)
+}
+
+// dialDLQ connects to RabbitMQ and declares a run's dead-letter exchange
+// and dlq's own queue on it (declareDLQ): with broker.OwnQueueArgs for the
+// broker's version, as dlq serve declares it, or a classic queue when a
+// run measures that type. It returns the connection, which the caller
+// closes, and the channel it declared them on.
+func dialDLQ(amqpURL, exchange, queue, queueType string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to RabbitMQ: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	version, _ := conn.Properties["version"].(string)
+	args := broker.OwnQueueArgs(version)
+	if queueType == "classic" {
+		args = amqp.Table{"x-queue-type": "classic"}
+	}
+	if err := declareDLQ(ch, exchange, queue, args); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("declare exchange %s and queue %s: %w", exchange, queue, err)
+	}
+	return conn, ch, nil
 }
 
 // rejectAll consumes queue on a channel of its own and rejects every

@@ -182,20 +182,12 @@ func deleteUnderIngest(ctx context.Context, o cleanupOptions, pause time.Duratio
 	}
 	defer stopIndexer()
 
-	conn, err := amqp.Dial(o.amqpURL)
+	exchange, queue := "bench.cleanup.dlx."+suffix, "bench.cleanup.dlq."+suffix
+	conn, _, err := dialDLQ(o.amqpURL, exchange, queue, "")
 	if err != nil {
-		return res, fmt.Errorf("connect to RabbitMQ: %w", err)
+		return res, err
 	}
 	defer conn.Close()
-	exchange, queue := "bench.cleanup.dlx."+suffix, "bench.cleanup.dlq."+suffix
-	ch, err := conn.Channel()
-	if err != nil {
-		return res, err
-	}
-	version, _ := conn.Properties["version"].(string)
-	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
-		return res, err
-	}
 	defer deleteCleanupQueue(o.amqpURL, exchange, queue)
 	if err := prefillCleanupQueue(ctx, o, st, conn, exchange, queue, suffix); err != nil {
 		return res, err

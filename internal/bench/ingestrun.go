@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/store"
 )
 
@@ -94,22 +93,10 @@ func (e *ingestEnv) setUp(ctx context.Context, o ingestOptions, encrypted bool) 
 		}
 	}
 
-	if e.conn, err = amqp.Dial(o.amqpURL); err != nil {
-		return fmt.Errorf("connect to RabbitMQ: %w", err)
+	if e.conn, _, err = dialDLQ(o.amqpURL, e.exchange, e.queue, o.queueType); err != nil {
+		return err
 	}
 	e.undo.push(func() { _ = e.conn.Close() })
-	ch, err := e.conn.Channel()
-	if err != nil {
-		return err
-	}
-	version, _ := e.conn.Properties["version"].(string)
-	args := broker.OwnQueueArgs(version)
-	if o.queueType == "classic" {
-		args = amqp.Table{"x-queue-type": "classic"}
-	}
-	if err := declareDLQ(ch, e.exchange, e.queue, args); err != nil {
-		return err
-	}
 	if !o.keep {
 		e.undo.push(func() {
 			if c, err := e.conn.Channel(); err == nil {

@@ -22,7 +22,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/config"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -173,19 +172,11 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 		return r, err
 	}
 
-	conn, err := amqp.Dial(o.amqpURL)
+	conn, ch, err := dialDLQ(o.amqpURL, exchange, queue, "")
 	if err != nil {
-		return r, fmt.Errorf("connect to RabbitMQ: %w", err)
+		return r, err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return r, err
-	}
-	version, _ := conn.Properties["version"].(string)
-	if err := declareDLQ(ch, exchange, queue, broker.OwnQueueArgs(version)); err != nil {
-		return r, err
-	}
 	if _, err := ch.QueueDeclare(target, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return r, err
 	}

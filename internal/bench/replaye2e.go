@@ -11,7 +11,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/dlq/dlq/broker"
 	"github.com/dlq/dlq/control"
 	"github.com/dlq/dlq/replay"
 	"github.com/dlq/dlq/store"
@@ -114,18 +113,11 @@ func (e *e2eRun) setUp(ctx context.Context) error {
 		return err
 	}
 
-	if e.conn, err = amqp.Dial(e.o.amqpURL); err != nil {
-		return fmt.Errorf("connect to RabbitMQ: %w", err)
+	var ch *amqp.Channel
+	if e.conn, ch, err = dialDLQ(e.o.amqpURL, e.exchange, e.queue, ""); err != nil {
+		return err
 	}
 	e.undo.push(func() { _ = e.conn.Close() })
-	ch, err := e.conn.Channel()
-	if err != nil {
-		return err
-	}
-	version, _ := e.conn.Properties["version"].(string)
-	if err := declareDLQ(ch, e.exchange, e.queue, broker.OwnQueueArgs(version)); err != nil {
-		return err
-	}
 	srcArgs := amqp.Table{"x-queue-type": e.o.queueType, "x-dead-letter-exchange": e.exchange}
 	if _, err := ch.QueueDeclare(e.source, true, false, false, false, srcArgs); err != nil {
 		return fmt.Errorf("declare source queue %s: %w", e.source, err)
