@@ -43,3 +43,23 @@ func FuzzParseTextQuery(f *testing.F) {
 		require.Equal(t, ok, hasWord(tq.prefix) || hasWord(tq.phrase), "%q", q)
 	})
 }
+
+// TestHeaderTextInKeyOrder: the header values come in their keys' order,
+// the same each time, and those past the bound are the last keys'. Read in
+// a map's order, a message with more header text than the bound had a
+// different part of it indexed each time, and words of two values stood
+// next to each other (a phrase across them) in some runs only.
+func TestHeaderTextInKeyOrder(t *testing.T) {
+	long := strings.Repeat("w", headerTextMax/5)
+	headers := `{"e":"` + long + `e","a":"` + long + `a","d":"` + long + `d","c":"` + long + `c","b":"` + long + `b",` +
+		`"x-death":[{"queue":"q"}],"nested":{"z":"inner z","y":"inner y"}}`
+	want := HeaderText([]byte(headers), "", "", "")
+	require.Equal(t, headerTextMax, len(want), "bounded")
+	lines := strings.Split(want, "\n")
+	require.Equal(t, []string{long + "a", long + "b", long + "c", long + "d"}, lines[:4], "a to d whole, in key order")
+	require.True(t, strings.HasPrefix(lines[4], "w"), "e cut at the bound: %q", lines[4])
+	for range 50 {
+		require.Equal(t, want, HeaderText([]byte(headers), "", "", ""))
+	}
+	require.Equal(t, "inner y\ninner z\nv", HeaderText([]byte(`{"w":"v","nested":{"z":"inner z","y":"inner y"}}`), "", "", ""))
+}

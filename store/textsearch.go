@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -129,7 +131,12 @@ func headerText(b *strings.Builder, table json.RawMessage, failureType, failureM
 	if json.Unmarshal(table, &h) != nil {
 		return
 	}
-	for k, raw := range h {
+	// In the keys' order, not the map's: the same headers give the same
+	// text each time they are indexed (which values fit under
+	// headerTextMax, and which words stand next to each other for a
+	// phrase).
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		raw := h[k]
 		if len(raw) == 0 || b.Len() >= headerTextMax || strings.HasPrefix(k, "x-death") ||
 			strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
 			continue
@@ -141,8 +148,15 @@ func headerText(b *strings.Builder, table json.RawMessage, failureType, failureM
 				continue
 			}
 			s = cleanText(s)
-			if room := headerTextMax - b.Len(); len(s) > room {
+			room := headerTextMax - b.Len()
+			if b.Len() > 0 {
+				room-- // the newline before it
+			}
+			if len(s) > room {
 				s = strings.ToValidUTF8(s[:room], "")
+			}
+			if s == "" {
+				continue
 			}
 			if b.Len() > 0 {
 				b.WriteByte('\n')
