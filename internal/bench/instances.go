@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,17 +89,11 @@ func Instances(args []string) error {
 	if o.n < 1 || o.size < 16 || o.runs < 1 || o.tasks < 1 || len(o.counts) == 0 {
 		return errors.New("-n, -runs and -tasks must be >= 1, -size >= 16, and -instances must name a count")
 	}
-	dir, err := os.MkdirTemp("", "dlq-bench-")
+	bin, clean, err := buildDlq()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "dlq")
-	build := exec.Command("go", "build", "-o", bin, "github.com/dlq/dlq/cmd/dlq")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build dlq: %w", err)
-	}
+	defer clean()
 	o.cpu = newCPUMeter()
 	fmt.Printf("instances benchmark: n=%d size=%d instances=%v runs=%d tasks=%d\n", o.n, o.size, o.counts, o.runs, o.tasks)
 	var all []instancesResult
@@ -152,57 +145,97 @@ func printInstancesSummary(o instancesOptions, rs []instancesResult) {
 // the replay tasks timed until all completed.
 func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, error) {
 	ctx := context.Background()
-	suffix := randomHex(4)
-	schema := "bench_instances_" + suffix
-	exchange, queue := "bench.instances.dlx."+suffix, "bench.instances.dlq."+suffix
-	control, target := "bench.instances.control."+suffix, "bench.instances.target."+suffix
 	r := instancesResult{Bench: "instances", Instances: k, N: o.n, Size: o.size, Run: run, Tasks: o.tasks, Runners: make([]int, k)}
+	env := &instancesEnv{suffix: randomHex(4)}
+	defer env.undo.run()
+	if err := env.setUp(ctx, o); err != nil {
+		return r, err
+	}
+	procs, err := env.ingest(o, bin, k, &r)
+	if err != nil {
+		return r, err
+	}
+	defer procs.stop()
+	if err := env.replay(o, procs, &r); err != nil {
+		return r, err
+	}
+	if err := procs.stop(); err != nil {
+		return r, err
+	}
+	q, err := passive(env.conn, env.target)
+	if err != nil {
+		return r, err
+	}
+	if q.Messages != o.n {
+		return r, fmt.Errorf("target queue holds %d messages, want %d", q.Messages, o.n)
+	}
+	return r, nil
+}
 
-	admin, dsn, dropSchema, err := runSchema(ctx, o.pgURL, schema, false)
+// instancesEnv is one run's schema, store, queues and connection, and what
+// undoes them.
+type instancesEnv struct {
+	suffix, dsn                      string
+	exchange, queue, control, target string
+	st                               *store.Store
+	conn                             *amqp.Connection
+	// ingestCPU is the instances' CPU seconds when ingest ended.
+	ingestCPU float64
+	undo      undoStack
+}
+
+// setUp makes the migrated schema, dlq's exchange and queue and the replay
+// target, prefills N dead letters and lets the database settle.
+func (e *instancesEnv) setUp(ctx context.Context, o instancesOptions) error {
+	e.exchange, e.queue = "bench.instances.dlx."+e.suffix, "bench.instances.dlq."+e.suffix
+	e.control, e.target = "bench.instances.control."+e.suffix, "bench.instances.target."+e.suffix
+	admin, dsn, dropSchema, err := runSchema(ctx, o.pgURL, "bench_instances_"+e.suffix, false)
 	if err != nil {
-		return r, err
+		return err
 	}
-	defer dropSchema()
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4})
-	if err != nil {
-		return r, err
+	e.undo.push(dropSchema)
+	e.dsn = dsn
+	if e.st, err = store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 4}); err != nil {
+		return err
 	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx, nil); err != nil {
-		return r, err
+	e.undo.push(e.st.Close)
+	if _, err := e.st.Migrate(ctx, nil); err != nil {
+		return err
 	}
 
-	conn, ch, err := dialDLQ(o.amqpURL, exchange, queue, "")
+	conn, ch, err := dialDLQ(o.amqpURL, e.exchange, e.queue, "")
 	if err != nil {
-		return r, err
+		return err
 	}
-	defer conn.Close()
-	if _, err := ch.QueueDeclare(target, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		return r, err
+	e.conn = conn
+	e.undo.push(func() { _ = conn.Close() })
+	if _, err := ch.QueueDeclare(e.target, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return err
 	}
-	defer func() {
+	e.undo.push(func() {
 		if c, err := conn.Channel(); err == nil {
-			for _, q := range []string{queue, target, control} {
+			for _, q := range []string{e.queue, e.target, e.control} {
 				_, _ = c.QueueDelete(q, false, false, false)
 			}
-			_ = c.ExchangeDelete(exchange, false, false)
+			_ = c.ExchangeDelete(e.exchange, false, false)
 			_ = c.Close()
 		}
-	}()
-	if err := prefillQueues(ctx, conn, exchange, "orders.created", true, o.n, o.size, suffix, o.tasks, false); err != nil {
-		return r, fmt.Errorf("prefill: %w", err)
+	})
+	if err := prefillQueues(ctx, conn, e.exchange, "orders.created", true, o.n, o.size, e.suffix, o.tasks, false); err != nil {
+		return fmt.Errorf("prefill: %w", err)
 	}
-	if err := waitReady(conn, queue, o.n, 5*time.Minute); err != nil {
-		return r, err
+	if err := waitReady(conn, e.queue, o.n, 5*time.Minute); err != nil {
+		return err
 	}
-	if err := admin.Checkpoint(ctx); err != nil {
-		return r, err
-	}
+	return admin.Checkpoint(ctx)
+}
 
-	// Ingest.
+// ingest starts k instances and times them until every dead letter is
+// stored; the caller stops the instances it returns.
+func (e *instancesEnv) ingest(o instancesOptions, bin string, k int, r *instancesResult) (*instances, error) {
 	env := map[string]string{
-		"DLQ_DATABASE_URL": dsn, "DLQ_AMQP_URL": o.amqpURL, "DLQ_EXCHANGE": exchange, "DLQ_QUEUES": queue,
-		"DLQ_CONTROL_QUEUE": control, "DLQ_LOG_LEVEL": "warn", "DLQ_ADMIN_TOKEN": benchAdminToken,
+		"DLQ_DATABASE_URL": e.dsn, "DLQ_AMQP_URL": o.amqpURL, "DLQ_EXCHANGE": e.exchange, "DLQ_QUEUES": e.queue,
+		"DLQ_CONTROL_QUEUE": e.control, "DLQ_LOG_LEVEL": "warn", "DLQ_ADMIN_TOKEN": benchAdminToken,
 		"DLQ_REPLAY_POLL_INTERVAL": "50ms",
 		// The benchmark polls its tasks' progress faster than an operator.
 		"DLQ_API_RATE": "1000", "DLQ_API_BURST": "1000",
@@ -213,25 +246,30 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 	c0, start := o.cpu.take(), time.Now()
 	procs, err := startInstances(bin, k, env)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	defer procs.stop()
-	if err := waitStored(st, o.n, procs.exited, procs.why); err != nil {
-		return r, err
+	if err := waitStored(e.st, o.n, procs.exited, procs.why); err != nil {
+		_ = procs.stop()
+		return nil, err
 	}
 	r.IngestSecs = time.Since(start).Seconds()
-	c1, cpu1 := o.cpu.take(), procs.cpu()
+	c1 := o.cpu.take()
+	e.ingestCPU = procs.cpu()
 	r.IngestMsgsSec = float64(o.n) / r.IngestSecs
 	rmq, pg := c1.since(c0)
-	r.IngestCPU = [3]float64{cpu1 / r.IngestSecs * 100, rmq / r.IngestSecs * 100, pg / r.IngestSecs * 100}
+	r.IngestCPU = [3]float64{e.ingestCPU / r.IngestSecs * 100, rmq / r.IngestSecs * 100, pg / r.IngestSecs * 100}
+	return procs, nil
+}
 
-	// Replay.
-	for i := range k {
+// replay asks the first instance for one task per source queue and times
+// them until all completed, counting which instance ran each.
+func (e *instancesEnv) replay(o instancesOptions, procs *instances, r *instancesResult) error {
+	for i := range r.Instances {
 		if err := procs.waitReady(i, time.Minute); err != nil {
-			return r, err
+			return err
 		}
 	}
-	c2, start := o.cpu.take(), time.Now()
+	c0, start := o.cpu.take(), time.Now()
 	var ids []int64
 	for q := range o.tasks {
 		source := "orders.process"
@@ -241,14 +279,36 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 		var task replay.Task
 		if err := procs.api(0, "POST", "/api/v1/replays", map[string]any{
 			"filter": map[string]any{"source_queue": source}, "confirm": true,
-			"target": map[string]any{"exchange": "", "routing_key": target},
+			"target": map[string]any{"exchange": "", "routing_key": e.target},
 		}, &task); err != nil {
-			return r, err
+			return err
 		}
 		ids = append(ids, task.ID)
 	}
-	ran := map[int64]int{}
-	published := int64(0)
+	ran, published, err := waitTasks(procs, ids, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	r.ReplaySecs = time.Since(start).Seconds()
+	c1, cpu := o.cpu.take(), procs.cpu()
+	r.ReplayMsgsSec = float64(o.n) / r.ReplaySecs
+	rmq, pg := c1.since(c0)
+	r.ReplayCPU = [3]float64{(cpu - e.ingestCPU) / r.ReplaySecs * 100, rmq / r.ReplaySecs * 100, pg / r.ReplaySecs * 100}
+	for _, i := range ran {
+		r.Runners[i]++
+	}
+	if published != int64(o.n) {
+		return fmt.Errorf("the tasks published %d of %d", published, o.n)
+	}
+	return nil
+}
+
+// waitTasks polls the tasks through the first instance until every one
+// completed (any other end is an error) or limit passes; it returns the
+// instance that ran each task and what they published.
+func waitTasks(procs *instances, ids []int64, limit time.Duration) (ran map[int64]int, published int64, err error) {
+	deadline := time.Now().Add(limit)
+	ran = map[int64]int{}
 	for done := 0; done < len(ids); {
 		done, published = 0, 0
 		for _, id := range ids {
@@ -259,43 +319,22 @@ func instancesRun(o instancesOptions, bin string, k, run int) (instancesResult, 
 			}
 			var task replay.Task
 			if err := procs.api(0, "GET", fmt.Sprintf("/api/v1/replays/%d", id), nil, &task); err != nil {
-				return r, err
+				return ran, published, err
 			}
 			if store.TaskFinished(task.Status) {
 				if task.Status != replay.StatusCompleted {
-					return r, fmt.Errorf("task %d ended %s: %+v", id, task.Status, task)
+					return ran, published, fmt.Errorf("task %d ended %s: %+v", id, task.Status, task)
 				}
 				done++
 				published += task.Published
 			}
 		}
-		if time.Since(start) > 10*time.Minute {
-			return r, fmt.Errorf("replay tasks %v not finished after 10 minutes", ids)
+		if time.Now().After(deadline) {
+			return ran, published, fmt.Errorf("replay tasks %v not finished after %s", ids, limit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r.ReplaySecs = time.Since(start).Seconds()
-	c3, cpu3 := o.cpu.take(), procs.cpu()
-	r.ReplayMsgsSec = float64(o.n) / r.ReplaySecs
-	rmq, pg = c3.since(c2)
-	r.ReplayCPU = [3]float64{(cpu3 - cpu1) / r.ReplaySecs * 100, rmq / r.ReplaySecs * 100, pg / r.ReplaySecs * 100}
-	for _, i := range ran {
-		r.Runners[i]++
-	}
-	if published != int64(o.n) {
-		return r, fmt.Errorf("the tasks published %d of %d", published, o.n)
-	}
-	if err := procs.stop(); err != nil {
-		return r, err
-	}
-	q, err := passive(conn, target)
-	if err != nil {
-		return r, err
-	}
-	if q.Messages != o.n {
-		return r, fmt.Errorf("target queue holds %d messages, want %d", q.Messages, o.n)
-	}
-	return r, nil
+	return ran, published, nil
 }
 
 // instances are running `dlq serve` processes.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -23,22 +20,6 @@ import (
 // for through the control queue. The clock runs from sending the command
 // until the task is completed (every message published and confirmed,
 // every row settled); the source queue must then hold exactly -n.
-
-// buildDlq builds the dlq binary into a temporary folder; clean removes it.
-func buildDlq() (bin string, clean func(), err error) {
-	dir, err := os.MkdirTemp("", "dlq-bench-")
-	if err != nil {
-		return "", nil, err
-	}
-	bin = filepath.Join(dir, "dlq")
-	build := exec.Command("go", "build", "-o", bin, "github.com/dlq/dlq/cmd/dlq")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("build dlq: %w", err)
-	}
-	return bin, func() { _ = os.RemoveAll(dir) }, nil
-}
 
 // replayE2E measures one end-to-end run: dead letters RabbitMQ has just
 // made, ingested by a dlq serve process (timed too), then replayed to
