@@ -136,53 +136,23 @@ func (s consoleSession) fetch(ctx context.Context, path string, wire, refresh bo
 
 var dataIDRe = regexp.MustCompile(`data-test="message-row" data-id="(\d+)"`)
 
+// measureConsole serves the console on the schema and measures each page
+// -pages and -skip-pages leave; failed counts the pages that missed a
+// target.
 func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []apiResult, failed int, err error) {
-	st, err := store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 8})
+	skip, err := regexp.Compile(o.skipPages)
+	if err != nil {
+		return nil, 0, fmt.Errorf("-skip-pages %q: %w", o.skipPages, err)
+	}
+	only, err := regexp.Compile(o.onlyPages)
+	if err != nil {
+		return nil, 0, fmt.Errorf("-pages %q: %w", o.onlyPages, err)
+	}
+	st, s, stop, err := startConsole(ctx, dsn)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer st.Close()
-	// A schema generated before the console existed lacks its table.
-	if _, err := st.Migrate(ctx, nil); err != nil {
-		return nil, 0, err
-	}
-	authn, err := auth.New(auth.Config{AdminToken: benchToken, RatePerSecond: -1})
-	if err != nil {
-		return nil, 0, err
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	// A replay service without a broker: it records and reads tasks,
-	// which is all the replays page needs.
-	replays, err := replay.New(replay.Config{Store: st, Logger: log})
-	if err != nil {
-		return nil, 0, err
-	}
-	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Logger: log})
-	if err != nil {
-		return nil, 0, err
-	}
-	ui, err := console.New(console.Config{Ops: operations, Auth: authn, Sessions: st, RequestID: api.RequestID, Logger: log})
-	if err != nil {
-		return nil, 0, err
-	}
-	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: operations, Auth: authn, Logger: log, Mount: map[string]http.Handler{console.Path: ui}})
-	if err != nil {
-		return nil, 0, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, 0, err
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Shutdown(context.Background()) //nolint:errcheck
-
-	jar, _ := cookiejar.New(nil)
-	s := consoleSession{base: "http://" + ln.Addr().String(), client: &http.Client{Jar: jar, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
-	resp, err := s.client.PostForm(s.base+"/ui/sign-in", url.Values{"token": {benchToken}})
-	if err != nil {
-		return nil, 0, err
-	}
-	resp.Body.Close()
+	defer stop()
 
 	// The assets every page loads, once (the browser caches them).
 	var assets int
@@ -195,67 +165,123 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 	}
 	fmt.Printf("assets: %d bytes gzipped (stylesheet, script, htmx)\n", assets)
 
+	pages, err := consolePages(ctx, st, s)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, p := range pages {
+		if (o.skipPages != "" && skip.MatchString(p.name)) || !only.MatchString(p.name) {
+			fmt.Printf("%-40s not measured (-skip-pages, -pages)\n", p.name)
+			continue
+		}
+		r, missed, err := measurePage(ctx, s, p, o.iterations, assets)
+		if err != nil {
+			return results, failed, err
+		}
+		results = append(results, r)
+		if missed {
+			failed++
+		}
+	}
+	return results, failed, nil
+}
+
+// startConsole opens the schema's store and serves the console and API on
+// a free port, signed in as the admin; stop shuts both down.
+func startConsole(ctx context.Context, dsn string) (st *store.Store, s consoleSession, stop func(), err error) {
+	st, err = store.Open(ctx, store.Config{DatabaseURL: dsn, MaxConns: 8})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	var undo undoStack
+	undo.push(st.Close)
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	// A schema generated before the console existed lacks its table.
+	if _, err := st.Migrate(ctx, nil); err != nil {
+		return nil, s, nil, err
+	}
+	authn, err := auth.New(auth.Config{AdminToken: benchToken, RatePerSecond: -1})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	// A replay service without a broker: it records and reads tasks,
+	// which is all the replays page needs.
+	replays, err := replay.New(replay.Config{Store: st, Logger: log})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	operations, err := ops.New(ops.Config{Store: st, Replays: replays, Logger: log})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	ui, err := console.New(console.Config{Ops: operations, Auth: authn, Sessions: st, RequestID: api.RequestID, Logger: log})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Ops: operations, Auth: authn, Logger: log, Mount: map[string]http.Handler{console.Path: ui}})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, s, nil, err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	undo.push(func() { _ = srv.Shutdown(context.Background()) })
+
+	jar, _ := cookiejar.New(nil)
+	s = consoleSession{base: "http://" + ln.Addr().String(), client: &http.Client{Jar: jar, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	resp, err := s.client.PostForm(s.base+"/ui/sign-in", url.Values{"token": {benchToken}})
+	if err != nil {
+		return nil, s, nil, err
+	}
+	resp.Body.Close()
+	return st, s, undo.run, nil
+}
+
+// consolePage is a page to measure, with its target.
+type consolePage struct {
+	name  string
+	limit time.Duration
+	// path gives the i-th request's path (a page of messages asks for a
+	// different message each time).
+	path func(i int) string
+	// refresh asks as the page's auto-refresh does.
+	refresh bool
+}
+
+// consolePages lists the pages to measure, on the schema's largest queue,
+// a group with pending messages and the messages the largest queue's page
+// lists.
+func consolePages(ctx context.Context, st *store.Store, s consoleSession) ([]consolePage, error) {
 	sb := st.Bench()
 	bigQueue, err := sb.LargestQueue(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	gid, err := sb.GroupByPending(ctx, 20)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	listing, err := s.get(ctx, "/ui/messages?source_queue="+url.QueryEscape(bigQueue), false)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	var ids []string
 	for _, m := range dataIDRe.FindAllSubmatch(listing, -1) {
 		ids = append(ids, string(m[1]))
 	}
 	if len(ids) == 0 {
-		return nil, 0, errors.New("the messages page listed no message")
-	}
-
-	measure := func(name string, limit time.Duration, path func(i int) string, refresh bool) error {
-		for i := range 10 {
-			if _, err := s.fetch(ctx, path(i), true, refresh); err != nil {
-				return err
-			}
-		}
-		lat := make([]time.Duration, 0, o.iterations)
-		size := 0
-		for i := range o.iterations {
-			t := time.Now()
-			b, err := s.fetch(ctx, path(i+10), true, refresh)
-			if err != nil {
-				return err
-			}
-			lat = append(lat, time.Since(t))
-			size = max(size, len(b))
-		}
-		slices.Sort(lat)
-		p99 := pct(lat, 0.99)
-		verdict := "ok"
-		if p99 >= limit || size+assets >= consolePageBytes {
-			verdict = "MISSED"
-			failed++
-		}
-		load := strconv.FormatFloat(loadAvg(), 'f', 2, 64)
-		r := apiResult{Bench: "console", Name: name, N: o.iterations, P50ms: ms(pct(lat, 0.50)), P99ms: ms(p99), MaxMs: ms(lat[len(lat)-1]), Rows: size,
-			Note: fmt.Sprintf("largest page %d bytes gzipped + %d of assets; target p99 < %s, < %d KB; %s; load %s", size, assets, limit, consolePageBytes>>10, verdict, load)}
-		fmt.Printf("%-40s p50 %7.2f ms  p99 %7.2f ms (< %s)  max %7.2f ms  %6.1f KB with assets (< %d KB)  %s  (load %s)\n",
-			name, r.P50ms, r.P99ms, limit, r.MaxMs, float64(size+assets)/1024, consolePageBytes>>10, verdict, load)
-		results = append(results, r)
-		return nil
+		return nil, errors.New("the messages page listed no message")
 	}
 	static := func(p string) func(int) string { return func(int) string { return p } }
 	group := "/ui/groups/" + store.FormatGroupID(gid)
-	pages := []struct {
-		name    string
-		limit   time.Duration
-		path    func(int) string
-		refresh bool
-	}{
+	return []consolePage{
 		{"overview", consoleOverviewP99, static("/ui/"), false},
 		// What an open overview asks every 5 s: its content alone.
 		{"overview (auto-refresh)", consoleOverviewP99, static("/ui/"), true},
@@ -276,25 +302,42 @@ func measureConsole(ctx context.Context, o apiOptions, dsn string) (results []ap
 		{"approvals", consolePageP99, static("/ui/approvals"), false},
 		{"jobs and alerts", consolePageP99, static("/ui/jobs"), false},
 		{"audit", consolePageP99, static("/ui/audit"), false},
-	}
-	skip, err := regexp.Compile(o.skipPages)
-	if err != nil {
-		return results, failed, fmt.Errorf("-skip-pages %q: %w", o.skipPages, err)
-	}
-	only, err := regexp.Compile(o.onlyPages)
-	if err != nil {
-		return results, failed, fmt.Errorf("-pages %q: %w", o.onlyPages, err)
-	}
-	for _, p := range pages {
-		if (o.skipPages != "" && skip.MatchString(p.name)) || !only.MatchString(p.name) {
-			fmt.Printf("%-40s not measured (-skip-pages, -pages)\n", p.name)
-			continue
-		}
-		if err := measure(p.name, p.limit, p.path, p.refresh); err != nil {
-			return results, failed, err
+	}, nil
+}
+
+// measurePage times iterations requests of a page after 10 to warm up,
+// prints its line and reports whether it missed a target (its p99, or
+// its largest answer with the assets).
+func measurePage(ctx context.Context, s consoleSession, p consolePage, iterations, assets int) (apiResult, bool, error) {
+	for i := range 10 {
+		if _, err := s.fetch(ctx, p.path(i), true, p.refresh); err != nil {
+			return apiResult{}, false, err
 		}
 	}
-	return results, failed, nil
+	lat := make([]time.Duration, 0, iterations)
+	size := 0
+	for i := range iterations {
+		t := time.Now()
+		b, err := s.fetch(ctx, p.path(i+10), true, p.refresh)
+		if err != nil {
+			return apiResult{}, false, err
+		}
+		lat = append(lat, time.Since(t))
+		size = max(size, len(b))
+	}
+	slices.Sort(lat)
+	p99 := pct(lat, 0.99)
+	missed := p99 >= p.limit || size+assets >= consolePageBytes
+	verdict := "ok"
+	if missed {
+		verdict = "MISSED"
+	}
+	load := strconv.FormatFloat(loadAvg(), 'f', 2, 64)
+	r := apiResult{Bench: "console", Name: p.name, N: iterations, P50ms: ms(pct(lat, 0.50)), P99ms: ms(p99), MaxMs: ms(lat[len(lat)-1]), Rows: size,
+		Note: fmt.Sprintf("largest page %d bytes gzipped + %d of assets; target p99 < %s, < %d KB; %s; load %s", size, assets, p.limit, consolePageBytes>>10, verdict, load)}
+	fmt.Printf("%-40s p50 %7.2f ms  p99 %7.2f ms (< %s)  max %7.2f ms  %6.1f KB with assets (< %d KB)  %s  (load %s)\n",
+		p.name, r.P50ms, r.P99ms, p.limit, r.MaxMs, float64(size+assets)/1024, consolePageBytes>>10, verdict, load)
+	return r, missed, nil
 }
 
 // appendResults appends results to the file at path as JSON lines.
