@@ -178,25 +178,7 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 			return costRun{}, err
 		}
 	}
-	// Messages as the consumer stores them: typed headers with x-death and
-	// failure details, small bodies.
-	r := rand.New(rand.NewPCG(7, uint64(round)))
-	g := &rowGen{r: r, n: o.ingestN, start: time.Now().Add(-time.Hour), span: time.Hour, groups: map[groupKey]int64{},
-		groupsMu: &sync.Mutex{}, zipf: rand.NewZipf(r, 1.1, 1, uint64(len(benchQueues)-1))}
-	msgs := make([]store.NewMessage, o.ingestN)
-	for i := range msgs {
-		row, headers, death := g.message(i)
-		m := store.NewMessage{
-			MessageID: row[1].(string), SourceQueue: row[2].(string), SourceExchange: "app", SourceRoutingKey: row[4].(string),
-			DeadLetterQueue: "dlq", Reason: row[6].(string), DeathCount: 1,
-			Properties: row[11].([]byte), Headers: headers, DeathHeader: death, XDeath: row[genXDeath].([]byte), Body: row[13].([]byte),
-			FirstFailedAt: row[17].(time.Time), FailedAt: row[18].(time.Time), Fingerprint: int64(i + 1),
-		}
-		if row[8] != nil {
-			m.Failure, m.FailureType, m.FailureMessage = row[8].([]byte), row[9].(string), row[10].(string)
-		}
-		msgs[i] = m
-	}
+	msgs := costMessages(o.ingestN, round)
 	const batch, writers = 500, 2
 	// Open both connections, then note their backends' CPU time.
 	sb.OpenConnections(ctx, writers)
@@ -213,19 +195,7 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 	}
 	cpu0 := backendsCPU(pids)
 	start := time.Now()
-	eg, gctx := errgroup.WithContext(ctx)
-	for w := range writers {
-		eg.Go(func() error {
-			for lo := w * batch; lo < len(msgs); lo += writers * batch {
-				hi := min(len(msgs), lo+batch)
-				if _, err := st.IngestBatch(gctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "bench", Messages: msgs[lo:hi]}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := eg.Wait(); err != nil {
+	if err := ingestBatches(ctx, st, msgs, writers, batch); err != nil {
 		return costRun{}, err
 	}
 	rate := float64(len(msgs)) / time.Since(start).Seconds()
@@ -244,6 +214,48 @@ func ingestOnce(ctx context.Context, o apiOptions, v ingestVariant, round int) (
 		run.indexerCPU = ix.cpu().Seconds() * 1e6 / float64(len(msgs))
 	}
 	return run, nil
+}
+
+// costMessages makes n messages as the consumer stores them: typed
+// headers with x-death and failure details, small bodies; the same n for
+// the same round.
+func costMessages(n, round int) []store.NewMessage {
+	r := rand.New(rand.NewPCG(7, uint64(round)))
+	g := &rowGen{r: r, n: n, start: time.Now().Add(-time.Hour), span: time.Hour, groups: map[groupKey]int64{},
+		groupsMu: &sync.Mutex{}, zipf: rand.NewZipf(r, 1.1, 1, uint64(len(benchQueues)-1))}
+	msgs := make([]store.NewMessage, n)
+	for i := range msgs {
+		row, headers, death := g.message(i)
+		m := store.NewMessage{
+			MessageID: row[1].(string), SourceQueue: row[2].(string), SourceExchange: "app", SourceRoutingKey: row[4].(string),
+			DeadLetterQueue: "dlq", Reason: row[6].(string), DeathCount: 1,
+			Properties: row[11].([]byte), Headers: headers, DeathHeader: death, XDeath: row[genXDeath].([]byte), Body: row[13].([]byte),
+			FirstFailedAt: row[17].(time.Time), FailedAt: row[18].(time.Time), Fingerprint: int64(i + 1),
+		}
+		if row[8] != nil {
+			m.Failure, m.FailureType, m.FailureMessage = row[8].([]byte), row[9].(string), row[10].(string)
+		}
+		msgs[i] = m
+	}
+	return msgs
+}
+
+// ingestBatches stores msgs in batches of batch through writers
+// connections at once, each writer taking every writers-th batch.
+func ingestBatches(ctx context.Context, st *store.Store, msgs []store.NewMessage, writers, batch int) error {
+	eg, gctx := errgroup.WithContext(ctx)
+	for w := range writers {
+		eg.Go(func() error {
+			for lo := w * batch; lo < len(msgs); lo += writers * batch {
+				hi := min(len(msgs), lo+batch)
+				if _, err := st.IngestBatch(gctx, store.IngestBatch{ID: store.NewBatchID(), Consumer: "bench", Messages: msgs[lo:hi]}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
 }
 
 // prepareCostSchema drops a fresh cost schema's indexes as the variant

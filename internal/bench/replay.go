@@ -159,19 +159,12 @@ func Replay(args []string) error {
 			if err != nil {
 				return fmt.Errorf("run %d: %w", run, err)
 			}
-			note := ""
 			if enc {
-				note = ", encrypted"
 				on[run] = r.MsgsSec
 			} else {
 				off[run] = r.MsgsSec
 			}
-			fmt.Printf("replay run %d (%s, %s target%s): %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
-				r.Run, o.mode, o.queueType, note, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
-			if o.mode == modeE2E {
-				fmt.Printf("  ingest before it: %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
-					r.IngestSecs, r.IngestMsgsSec, r.IngestCPU[0], r.IngestCPU[1], r.IngestCPU[2])
-			}
+			printReplayRun(o, r, enc)
 			if o.out != "" {
 				if err := appendJSON(o.out, r); err != nil {
 					return err
@@ -181,18 +174,39 @@ func Replay(args []string) error {
 		}
 	}
 	for _, enc := range o.encrypt {
-		results := byEnc[enc]
-		slices.SortFunc(results, func(a, b replayResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
-		med := results[len(results)/2]
-		note := ""
-		if enc {
-			note = ", encrypted"
-		}
-		fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%s, %d × %d B, batch %d, window %d, %s target%s%s)\n",
-			len(results), med.MsgsSec, o.mode, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes), note)
+		printReplayMedian(o, byEnc[enc], enc)
 	}
 	onOffRatio("replay", off, on)
 	return nil
+}
+
+// printReplayRun prints one run's line (and, end to end, the ingest's
+// before it).
+func printReplayRun(o replayOptions, r replayResult, enc bool) {
+	note := ""
+	if enc {
+		note = ", encrypted"
+	}
+	fmt.Printf("replay run %d (%s, %s target%s): %d messages of %d B in %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
+		r.Run, o.mode, o.queueType, note, r.N, r.Size, r.Secs, r.MsgsSec, r.CPUDlq, r.CPURabbit, r.CPUPg)
+	if o.mode == modeE2E {
+		fmt.Printf("  ingest before it: %.2fs = %.0f msgs/s (cpu: dlq %.0f%%, rabbitmq %.0f%%, postgres %.0f%%)\n",
+			r.IngestSecs, r.IngestMsgsSec, r.IngestCPU[0], r.IngestCPU[1], r.IngestCPU[2])
+	}
+}
+
+// printReplayMedian prints the RESULT line of the runs of one encryption
+// setting: their median.
+func printReplayMedian(o replayOptions, results []replayResult, enc bool) {
+	results = slices.Clone(results)
+	slices.SortFunc(results, func(a, b replayResult) int { return cmp.Compare(a.MsgsSec, b.MsgsSec) })
+	med := results[len(results)/2]
+	note := ""
+	if enc {
+		note = ", encrypted"
+	}
+	fmt.Printf("RESULT replay: median of %d runs: %.0f msgs/s (%s, %d × %d B, batch %d, window %d, %s target%s%s)\n",
+		len(results), med.MsgsSec, o.mode, med.N, med.Size, med.Batch, med.Window, o.queueType, dropNote(o.dropIndexes), note)
 }
 
 // replayRun measures one replay of stored rows: n pending messages stored
