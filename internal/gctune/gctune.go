@@ -18,16 +18,16 @@ import (
 // GOGC alone lets the heap grow to five times what is live. Draining a
 // backlog of 1 KiB dead letters keeps 8 MB live at the median and 18 MB at
 // the 90th percentile (the deliveries in flight and the batches), so the
-// heap reached 120 MB and more between collections and the process's peak
-// RSS 136 to 157 MB, around the 150 MB it is held to (docs/BENCHMARKS.md). So the soft memory limit follows the
-// live heap (Follow): three times what the last collection left live,
-// never under memoryLimitFloor (which caps a drain of small messages
-// where five times the live heap would pass it) nor over memoryLimitCeil
-// (so that memory stays bounded when large messages arrive). While five
-// times the live heap stays under the floor the limit changes nothing;
-// from a third of the floor live (43 MB) the collector runs as at
-// GOGC=200: 16 KiB messages cost about 2 µs more of CPU each and peaked
-// at 205 MB instead of 423.
+// heap reached 120 MB and more between collections, and the process's peak
+// RSS 136 to 157 MB, around the 150 MB it is held to (docs/BENCHMARKS.md).
+// So the soft memory limit follows the live heap (Follow): three times
+// what the last collection left live, never under memoryLimitFloor (which
+// caps a drain of small messages where five times the live heap would pass
+// it) nor over memoryLimitCeil (so that memory stays bounded when large
+// messages arrive). While five times the live heap stays under the floor
+// the limit changes nothing; from a third of the floor live (43 MB) the
+// collector runs as at GOGC=200: 16 KiB messages cost about 2 µs more of
+// CPU each and peaked at 205 MB instead of 423.
 const (
 	gcPercentDefault = 400
 	memoryLimitFloor = 128 << 20
@@ -75,7 +75,8 @@ func Follow(ctx context.Context, log *slog.Logger) {
 		}
 		cycles = samples[1].Value.Uint64()
 		limit := limitFor(samples[0].Value.Uint64())
-		if old := debug.SetMemoryLimit(limit); old != limit && (old-limit > 16<<20 || limit-old > 16<<20) {
+		// Logged when it moves by more than 16 MiB, not at every collection.
+		if old := debug.SetMemoryLimit(limit); max(old, limit)-min(old, limit) > 16<<20 {
 			log.Debug("garbage collector memory limit", "bytes", limit, "was", old, "live_bytes", samples[0].Value.Uint64())
 		}
 	}
