@@ -41,8 +41,6 @@ func cmdServe(args []string) int {
 	gctune.Apply(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Until the end: it only sets the collector's memory limit.
-	go gctune.Follow(ctx, log)
 	if err := serve(ctx, cfg, log); err != nil {
 		var ce *configError
 		if errors.As(err, &ce) {

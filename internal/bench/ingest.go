@@ -2,7 +2,6 @@ package bench
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,9 +58,6 @@ func Ingest(args []string) error {
 	}
 	// The in-process consumer runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
-	follow, stopFollowing := context.WithCancel(context.Background())
-	defer stopFollowing()
-	go gctune.Follow(follow, slog.New(slog.DiscardHandler))
 
 	bin := o.dlqBin
 	if o.mode == "process" && bin == "" {

@@ -145,9 +145,6 @@ func Replay(args []string) error {
 	o.cpu = newCPUMeter()
 	// The replay service runs with the collector settings of dlq serve.
 	gctune.Apply(slog.New(slog.DiscardHandler))
-	follow, stopFollowing := context.WithCancel(context.Background())
-	defer stopFollowing()
-	go gctune.Follow(follow, slog.New(slog.DiscardHandler))
 	byEnc := map[bool][]replayResult{}
 	off, on := map[int]float64{}, map[int]float64{}
 	for run := 1; run <= o.runs; run++ {
