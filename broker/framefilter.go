@@ -50,6 +50,7 @@ const (
 const (
 	frameTypeMethod = 1
 	frameTypeHeader = 2
+	frameTypeBody   = 3
 	frameEndByte    = 0xCE
 	// maxFilteredFrame bounds the frames the filter reads whole; a larger
 	// size is no frame RabbitMQ sends (frame_max is 128 KiB by default) and
@@ -103,12 +104,12 @@ func (u *undecodableTables) take(token int64) ([]byte, bool) {
 }
 
 // UndecodableHeaders returns, and forgets, the original header table (its
-// AMQP encoding) of a delivery received on c whose table the frame filter
+// AMQP encoding) of a delivery received on c (headers are its headers) whose table the frame filter
 // replaced because amqp091-go cannot decode it. ok is false for any other
 // delivery, including one that carries a HeaderUndecodable header of its
 // own: only a token this Conn handed out is found.
-func (c *Conn) UndecodableHeaders(d *amqp.Delivery) (table []byte, ok bool) {
-	token, isToken := d.Headers[HeaderUndecodable].(int64)
+func (c *Conn) UndecodableHeaders(headers amqp.Table) (table []byte, ok bool) {
+	token, isToken := headers[HeaderUndecodable].(int64)
 	if !isToken {
 		return nil, false
 	}

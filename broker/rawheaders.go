@@ -15,11 +15,14 @@ import (
 //
 // For deliveries to the consumers that asked for it (Conn.DeliverRawHeaders,
 // by consumer-tag prefix: dlq's ingest consumers), the frame filter takes
-// the whole header table out of the content header and gives amqp091-go a
-// table of one byte-array entry, headerRaw, holding the Conn's secret and
-// the original table's bytes, plus the broker's return counts as they were
-// (ReturnCount reads them). amqp091-go then copies the bytes instead of
-// building maps, and the consumer reads them with RawTable (RawHeaders).
+// the whole header table out of the content header and sends its bytes in
+// a body frame of their own, in front of the message's body frames (the
+// body size grown to match). amqp091-go is left a table of one byte-array
+// entry, headerRaw, holding the Conn's secret and the length of the bytes
+// in front, plus the broker's return counts as they were (ReturnCount
+// reads them). amqp091-go then copies the bytes with the body instead of
+// building maps, and the consumer splits them off and reads them with
+// RawTable (RawHeaders).
 //
 // Which delivery a content header belongs to is said by the method frame
 // just before it on the same channel: basic.deliver carries the consumer
@@ -136,43 +139,90 @@ func (r *rawDeliveries) header(frame []byte) bool {
 }
 
 // rewrite appends to dst the content header frame with its (decodable)
-// header table given as bytes; ok is false when the frame has no table or
-// the new one would not fit frame_max.
+// header table taken out, and after it a body frame carrying that table's
+// bytes ahead of the message's own body; ok is false when the frame has no
+// table or the table's body frame would not fit frame_max.
+//
+// In front of the body, amqp091-go copies the table's bytes twice (a body
+// frame, then the body), where a table entry costs four copies and a map
+// (readTable reads the table as a string, then a buffer, then the entry).
+// The header table left holds one byte-array entry, headerRaw: the secret
+// and the table's length (the marker RawHeaders checks), then the broker's
+// return counts as they were.
 func (r *rawDeliveries) rewrite(frame, dst []byte) (out []byte, ok bool) {
 	off, n, ok := headerTable(frame)
 	if !ok {
 		return dst, false
 	}
 	table := frame[off : off+n]
-	grown := 1 + len(headerRaw) + 1 + 4 + len(r.cfg.secret)
-	if r.frameMax > 0 && len(frame)+grown > r.frameMax {
+	kept, counts, ok := returnCountsSize(table)
+	if !ok || kept == 0 || r.frameMax > 0 && 8+kept > r.frameMax {
 		return dst, false
 	}
-	repl := make([]byte, 0, n+grown) // amqp091-go keeps none of it
-	repl = append(repl, byte(len(headerRaw)))
-	repl = append(repl, headerRaw...)
-	repl = append(repl, 'x')
-	repl = binary.BigEndian.AppendUint32(repl, 0)
-	repl = append(repl, r.cfg.secret[:]...)
-	start := len(repl)
-	var counts []byte
+	// The content header: body size grown by the table's bytes, the table
+	// replaced by the marker and the counts. It only shrinks (a decodable
+	// table of kept > 0 bytes holds at least a key and a field).
+	marker := 1 + len(headerRaw) + 1 + 4 + len(r.cfg.secret) + 4
+	start := len(dst)
+	dst = append(dst, frame[:3]...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(frame)-8-n+marker+counts))
+	dst = append(dst, frame[7:11]...) // class-id, weight
+	dst = binary.BigEndian.AppendUint64(dst, binary.BigEndian.Uint64(frame[11:19])+uint64(kept))
+	dst = append(dst, frame[19:off-4]...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(marker+counts))
+	dst = append(dst, byte(len(headerRaw)))
+	dst = append(dst, headerRaw...)
+	dst = append(dst, 'x')
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(r.cfg.secret)+4))
+	dst = append(dst, r.cfg.secret[:]...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(kept))
+	dst = appendEntries(dst, table, true)
+	dst = append(dst, frame[off+n:]...)
+	if len(dst)-start != len(frame)-n+marker+counts {
+		return dst[:start], false // not reached: the sizes are the walk's
+	}
+	// The body frame with the table, on the same channel.
+	dst = append(dst, frameTypeBody, frame[1], frame[2])
+	dst = binary.BigEndian.AppendUint32(dst, uint32(kept))
+	dst = appendEntries(dst, table, false)
+	return append(dst, frameEndByte), true
+}
+
+// returnCountsSize walks a decodable table's top-level entries: kept is
+// the size of those that are not the broker's return counts, counts the
+// size of those that are.
+func returnCountsSize(table []byte) (kept, counts int, ok bool) {
 	for b := table; len(b) > 0; {
 		klen := int(b[0])
+		if 1+klen > len(b) {
+			return 0, 0, false
+		}
 		rest, err := skipFieldShallow(b[1+klen:])
 		if err != nil {
-			return dst, false // not reached: the table is decodable
+			return 0, 0, false // not reached: the table is decodable
 		}
-		entry := b[:len(b)-len(rest)]
 		if isReturnCount(string(b[1 : 1+klen])) {
-			counts = append(counts, entry...)
+			counts += len(b) - len(rest)
 		} else {
-			repl = append(repl, entry...)
+			kept += len(b) - len(rest)
 		}
 		b = rest
 	}
-	binary.BigEndian.PutUint32(repl[start-len(r.cfg.secret)-4:], uint32(len(repl)-start+len(r.cfg.secret)))
-	repl = append(repl, counts...)
-	return replaceTable(dst, frame, off, n, repl), true
+	return kept, counts, true
+}
+
+// appendEntries appends to dst the top-level entries of table that are
+// the broker's return counts (counts) or the others (!counts), in order.
+func appendEntries(dst, table []byte, counts bool) []byte {
+	for b := table; len(b) > 0; {
+		klen := int(b[0])
+		rest, _ := skipFieldShallow(b[1+klen:]) // walked by returnCountsSize
+		if isReturnCount(string(b[1:1+klen])) == counts {
+			dst = append(dst, b[:len(b)-len(rest)]...)
+		}
+		b = rest
+	}
+	return dst
 }
 
 // DeliverRawHeaders makes deliveries to the consumers on c whose tag starts
@@ -198,13 +248,19 @@ func (c *Conn) DeliverRawHeaders(tagPrefix string) {
 }
 
 // RawHeaders returns the AMQP encoding of a delivery's header table (its
-// body, without the broker's return counts, which stay in d.Headers) when
-// the frame filter delivered it as bytes (DeliverRawHeaders); ok is false
-// for any other delivery, including one whose own headers imitate it.
-func (c *Conn) RawHeaders(d *amqp.Delivery) (table []byte, ok bool) {
-	b, isBytes := d.Headers[headerRaw].([]byte)
-	if !isBytes || len(b) < len(c.raw.secret) || !bytes.Equal(b[:len(c.raw.secret)], c.raw.secret[:]) {
-		return nil, false
+// body, without the broker's return counts, which stay in the headers) and
+// the message's own body, when the frame filter delivered the table as
+// bytes in front of the body (DeliverRawHeaders); headers and body are the
+// delivery's. ok is false for any other delivery, including one whose own
+// headers imitate the marker: its body is then the message's.
+func (c *Conn) RawHeaders(headers amqp.Table, body []byte) (table, message []byte, ok bool) {
+	b, isBytes := headers[headerRaw].([]byte)
+	if !isBytes || len(b) != len(c.raw.secret)+4 || !bytes.Equal(b[:len(c.raw.secret)], c.raw.secret[:]) {
+		return nil, body, false
 	}
-	return b[len(c.raw.secret):], true
+	n := binary.BigEndian.Uint32(b[len(c.raw.secret):])
+	if uint64(n) > uint64(len(body)) {
+		return nil, body, false // not reached: the filter put them there
+	}
+	return body[:n:n], body[n:], true
 }

@@ -66,24 +66,43 @@ func FuzzRawTable(f *testing.F) {
 			t.Fatalf("death differs:\nraw  %+v\namqp %+v", got, want)
 		}
 
-		// Through the filter, to a raw consumer.
+		// Through the filter, to a raw consumer: the table's bytes in front
+		// of the body (empty, or spanning body frames), split off again.
 		cfg := newRawConfig()
 		c := &Conn{raw: cfg}
 		c.DeliverRawHeaders("dlq-x-")
-		got := clientDecode(t, in, func(nc net.Conn) net.Conn {
+		var body []byte
+		if len(in)%2 == 1 {
+			body = bytes.Repeat([]byte{byte(len(in)), 0xab}, amqptest.BodyFrameMax)
+		}
+		ds, err := amqptest.DecodeMessages([][]byte{in}, [][]byte{body}, "dlq-x-q-0", func(nc net.Conn) net.Conn {
 			return newFrameFilter(nc, newUndecodableTables(), cfg.forDial(0))
 		})
-		table, ok := c.RawHeaders(&amqp.Delivery{Headers: got})
-		if !ok {
-			t.Fatalf("no raw table in %#v", got)
-		}
-		rt2, err := ParseRawTable(table)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("through the filter: %v", err)
 		}
-		want, _ = AppendHeadersJSON(nil, WithoutReturnCounts(ref))
-		if g := rt2.AppendJSON(nil); !bytes.Equal(g, want) {
-			t.Fatalf("filtered JSON differs:\nraw  %s\nwant %s", g, want)
+		got := ds[0].Headers
+		table, message, ok := c.RawHeaders(got, ds[0].Body)
+		if len(WithoutReturnCounts(ref)) == 0 {
+			// Nothing but return counts: nothing goes in front of the body.
+			if ok || !bytes.Equal(message, body) {
+				t.Fatalf("a table of return counts only: raw %v, body of %d bytes, want %d", ok, len(message), len(body))
+			}
+		} else {
+			if !ok {
+				t.Fatalf("no raw table in %#v", got)
+			}
+			if !bytes.Equal(message, body) {
+				t.Fatalf("the message's body: %d bytes, want %d", len(message), len(body))
+			}
+			rt2, err := ParseRawTable(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ = AppendHeadersJSON(nil, WithoutReturnCounts(ref))
+			if g := rt2.AppendJSON(nil); !bytes.Equal(g, want) {
+				t.Fatalf("filtered JSON differs:\nraw  %s\nwant %s", g, want)
+			}
 		}
 		for _, k := range []string{"x-delivery-count", "x-acquired-count"} {
 			if !sameValue(got[k], ref[k]) {
@@ -124,14 +143,22 @@ func TestRawHeadersOnlyForTheirConsumers(t *testing.T) {
 	wrap := func(nc net.Conn) net.Conn { return newFrameFilter(nc, newUndecodableTables(), cfg.forDial(0)) }
 	got := clientDecode(t, in, wrap)
 	require.Equal(t, amqp.Table{"a": int64(1), headerRaw: []byte{0}}, got, "not a raw consumer: decoded as it is")
-	_, ok := c.RawHeaders(&amqp.Delivery{Headers: got})
+	_, body, ok := c.RawHeaders(got, []byte("body"))
 	require.False(t, ok, "a publisher's own entry of that name is not taken for the filter's")
+	require.Equal(t, []byte("body"), body)
 
 	c.DeliverRawHeaders("dlq-x-")
-	got = clientDecode(t, in, wrap)
-	table, ok := c.RawHeaders(&amqp.Delivery{Headers: got})
+	ds, err := amqptest.DecodeMessages([][]byte{in}, [][]byte{[]byte("body")}, "dlq-x-q-0", wrap)
+	require.NoError(t, err)
+	table, body, ok := c.RawHeaders(ds[0].Headers, ds[0].Body)
 	require.True(t, ok)
 	require.Equal(t, in, table, "the publisher's entry stays inside the bytes")
+	require.Equal(t, []byte("body"), body)
+
+	forged := amqp.Table{headerRaw: append(append([]byte(nil), cfg.secret[:]...), 0, 0, 0, 9)}
+	_, body, ok = c.RawHeaders(forged, []byte("body"))
+	require.False(t, ok, "a length past the body is no marker of the filter's")
+	require.Equal(t, []byte("body"), body)
 }
 
 // methodFrame builds a method frame on channel 1.
@@ -170,12 +197,20 @@ func TestRawDeliveriesWhichHeaders(t *testing.T) {
 
 	out, ok := r.rewrite(hf, nil)
 	require.True(t, ok)
-	off, n, ok := headerTable(out)
+	hlen := 7 + int(binary.BigEndian.Uint32(out[3:7])) + 1
+	header, bodyFrame := out[:hlen], out[hlen:]
+	off, n, ok := headerTable(header)
 	require.True(t, ok)
-	got := out[off : off+n]
+	got := header[off : off+n]
 	require.True(t, bytes.HasPrefix(got, shortstrEnc(headerRaw)))
 	require.True(t, bytes.HasSuffix(got, entry("x-delivery-count", fieldLong(2))), "the return count stays readable")
-	require.True(t, bytes.HasSuffix(out, append(shortstrEnc("msg-1"), frameEndByte)), "the properties after the headers are kept")
+	require.True(t, bytes.HasSuffix(header, append(shortstrEnc("msg-1"), frameEndByte)), "the properties after the headers are kept")
+	kept := entry("k", fieldLong(1))
+	require.Equal(t, uint64(42+len(kept)), binary.BigEndian.Uint64(header[11:19]), "the body size counts the table in front")
+	wantBody := binary.BigEndian.AppendUint32([]byte{frameTypeBody, 0, 1}, uint32(len(kept)))
+	require.Equal(t, append(append(wantBody, kept...), frameEndByte), bodyFrame, "the table, without the return count, in a body frame on the same channel")
+	_, ok = r.rewrite(headerFrame(tableEnc(entry("x-delivery-count", fieldLong(2)))), nil)
+	require.False(t, ok, "nothing but return counts: left as it is")
 
 	// connection.tune: frame_max as amqp091-go negotiates it.
 	tune := binary.BigEndian.AppendUint16(nil, 0)
@@ -186,9 +221,13 @@ func TestRawDeliveriesWhichHeaders(t *testing.T) {
 	r.method(f)
 	require.Equal(t, max(len(hf)+5, 4096), r.frameMax)
 	big := headerFrame(tableEnc(entry("k", append(binary.BigEndian.AppendUint32([]byte{'S'}, 5000), make([]byte, 5000)...))))
-	r.frameMax = len(big) + 10
+	bigTable := 1 + 1 + 5 + 5000
+	r.frameMax = 8 + bigTable - 1
 	_, ok = r.rewrite(big, nil)
-	require.False(t, ok, "a table that would no longer fit frame_max is left to amqp091-go")
+	require.False(t, ok, "a table whose body frame would not fit frame_max is left to amqp091-go")
+	r.frameMax = 8 + bigTable
+	_, ok = r.rewrite(big, nil)
+	require.True(t, ok, "one that fits")
 	r.frameMax = 0
 	_, ok = r.rewrite(big, nil)
 	require.True(t, ok, "no frame_max")

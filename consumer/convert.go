@@ -30,14 +30,15 @@ func Convert(d *amqp.Delivery, queue string, now time.Time) store.NewMessage {
 // deliveries (broker.Conn): those amqp091-go cannot decode, and those it
 // delivered as bytes.
 type headerTables interface {
-	UndecodableHeaders(d *amqp.Delivery) ([]byte, bool)
-	RawHeaders(d *amqp.Delivery) ([]byte, bool)
+	UndecodableHeaders(headers amqp.Table) ([]byte, bool)
+	RawHeaders(headers amqp.Table, body []byte) (table, message []byte, ok bool)
 }
 
 // convert is Convert for a delivery that may have come through a frame
 // filter (tables, when set, gives back what it took out). It also returns
 // the table read from bytes, when the delivery carried it so (nil when
-// the headers are in d.Headers), for the category rules.
+// the headers are in d.Headers), for the category rules. A table that came
+// in front of the body is split off: d.Body is the message's body after.
 func convert(d *amqp.Delivery, queue string, now time.Time, tables headerTables) (m store.NewMessage, rt *broker.RawTable) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -45,10 +46,12 @@ func convert(d *amqp.Delivery, queue string, now time.Time, tables headerTables)
 		}
 	}()
 	if tables != nil {
-		if table, ok := tables.UndecodableHeaders(d); ok {
+		if table, ok := tables.UndecodableHeaders(d.Headers); ok {
 			return undecodableRow(d, queue, now, table), nil
 		}
-		if table, ok := tables.RawHeaders(d); ok {
+		table, body, ok := tables.RawHeaders(d.Headers, d.Body)
+		if ok {
+			d.Body = body
 			return convertRaw(d, queue, now, table)
 		}
 	}

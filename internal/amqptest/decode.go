@@ -25,6 +25,13 @@ const frameEnd = 0xCE
 // consumer the messages are delivered to. An error means amqp091-go closed
 // the connection, as it does on a table it cannot decode.
 func DecodeTables(tables [][]byte, consumerTag string, wrap func(net.Conn) net.Conn) ([]amqp.Delivery, error) {
+	return DecodeMessages(tables, nil, consumerTag, wrap)
+}
+
+// DecodeMessages is DecodeTables with a body for each table (bodies[i],
+// empty when bodies is shorter), sent in body frames of at most
+// BodyFrameMax bytes, so that a body of more than that spans frames.
+func DecodeMessages(tables, bodies [][]byte, consumerTag string, wrap func(net.Conn) net.Conn) ([]amqp.Delivery, error) {
 	server, client := net.Pipe()
 	defer server.Close()
 	var clientConn net.Conn = client
@@ -32,7 +39,7 @@ func DecodeTables(tables [][]byte, consumerTag string, wrap func(net.Conn) net.C
 		clientConn = wrap(client)
 	}
 	done := make(chan error, 1)
-	go func() { done <- serve(server, tables, consumerTag) }()
+	go func() { done <- serve(server, tables, bodies, consumerTag) }()
 	conn, err := amqp.Open(clientConn, amqp.Config{
 		SASL:   []amqp.Authentication{&amqp.PlainAuth{Username: "guest", Password: "guest"}},
 		Locale: "en_US",
@@ -74,9 +81,12 @@ func DecodeTables(tables [][]byte, consumerTag string, wrap func(net.Conn) net.C
 	return out, nil
 }
 
+// BodyFrameMax is the most body bytes DecodeMessages sends in one frame.
+const BodyFrameMax = 1000
+
 // serve plays the server: handshake, channel, consume, then one delivery
-// (an empty body) per table.
-func serve(c net.Conn, tables [][]byte, tag string) error {
+// per table, with its body from bodies.
+func serve(c net.Conn, tables, bodies [][]byte, tag string) error {
 	r := bufio.NewReader(c)
 	var proto [8]byte
 	if _, err := io.ReadFull(r, proto[:]); err != nil {
@@ -130,14 +140,25 @@ func serve(c net.Conn, tables [][]byte, tag string) error {
 		if err := send(w, 1, 1, method(60, 60, deliver)); err != nil {
 			return err
 		}
+		var body []byte
+		if i < len(bodies) {
+			body = bodies[i]
+		}
 		hdr := binary.BigEndian.AppendUint16(nil, 60)
 		hdr = binary.BigEndian.AppendUint16(hdr, 0)
-		hdr = binary.BigEndian.AppendUint64(hdr, 0)
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(len(body)))
 		hdr = binary.BigEndian.AppendUint16(hdr, 0x2000) // headers only
 		hdr = binary.BigEndian.AppendUint32(hdr, uint32(len(t)))
 		hdr = append(hdr, t...)
 		if err := send(w, 2, 1, hdr); err != nil {
 			return err
+		}
+		for b := body; len(b) > 0; {
+			n := min(len(b), BodyFrameMax)
+			if err := send(w, 3, 1, b[:n]); err != nil {
+				return err
+			}
+			b = b[n:]
 		}
 	}
 	// Answer nothing more; keep reading until the client closes.
