@@ -27,9 +27,10 @@ func categorizeDelivery(rules *category.Rules, m *store.NewMessage, d *amqp.Deli
 		Categorize(rules, m, d.Headers)
 		return
 	}
+	headers := d.Headers // not d: the closure would take it to the heap
 	categorize(rules, m, true, func(name string) (any, bool) {
 		if broker.IsReturnCount(name) {
-			v, ok := d.Headers[name]
+			v, ok := headers[name]
 			return v, ok
 		}
 		v, ok := rt.Get(name)

@@ -32,7 +32,9 @@ type writer struct {
 	rpc *sync.Mutex
 }
 
-func (wr *writer) run(ready <-chan *pending, stop <-chan struct{}) {
+// run writes the batches from ready until it closes, and gives each back
+// on spare once done with it (when spare has room).
+func (wr *writer) run(ready <-chan *pending, spare chan<- *pending, stop <-chan struct{}) {
 	wr.acking = true
 	idle := time.NewTimer(time.Second)
 	defer idle.Stop()
@@ -43,6 +45,14 @@ func (wr *writer) run(ready <-chan *pending, stop <-chan struct{}) {
 				return
 			}
 			wr.handle(p, stop)
+			// Nothing holds the batch's messages now: drop them for the
+			// collector and keep the slice.
+			clear(p.batch.Messages)
+			p.batch.Messages, p.lastTag, p.bytes = p.batch.Messages[:0], 0, 0
+			select {
+			case spare <- p:
+			default:
+			}
 		case <-idle.C:
 			wr.flushConfirmed()
 		}
