@@ -7,14 +7,17 @@ import (
 )
 
 // Garbage collector defaults for `dlq serve`, used unless the operator sets
-// GOGC or GOMEMLIMIT. Ingest allocates a decoded header table (x-death is
-// an array of tables) for every message and keeps little of it, so at Go's
-// default GOGC=100 collection took a large share of the consumer's CPU. A
-// higher GOGC collects a few times less often; the soft limit makes the
-// collector work harder again before the heap approaches it, so memory stays
-// bounded when large messages arrive.
+// GOGC or GOMEMLIMIT. Ingest allocates several kilobytes for every message
+// (frames, body, the row's JSON) and keeps little of it, so at Go's default
+// GOGC=100 collection took a large share of the consumer's CPU. A higher
+// GOGC collects a few times less often; the heap then peaks at 1+GOGC/100
+// times what is in flight, which is what a drain's peak RSS follows (350
+// kept a million-message drain under 150 MB where 400 reached 151 MB:
+// docs/BENCHMARKS.md). The soft limit makes the collector work harder
+// again before the heap approaches it, so memory stays bounded when large
+// messages arrive.
 const (
-	gcPercentDefault   = 400
+	gcPercentDefault   = 350
 	memoryLimitDefault = 512 << 20
 )
 
