@@ -23,3 +23,27 @@ bench_prepare() {
 
 # stamp marks the start of a run in the session log, with the load average.
 stamp() { echo "=== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $*"; }
+
+# settle waits until the machine is quiet before a timed run: less than a
+# quarter of its CPU time busy, three one-second samples of /proc/stat in a
+# row, or 120 s passed. A run leaves RabbitMQ and PostgreSQL busy for a
+# while after it ends (its queue's deletion, its tables' writes), and the
+# next run paid for it (docs/BENCHMARKS.md, "Whoever runs first after the
+# raw pipeline pays for it").
+settle() {
+	local quiet=0 waited=0 busy=0 total idle i
+	local -a a b
+	read -r -a a < /proc/stat
+	while [ "$quiet" -lt 3 ] && [ "$waited" -lt 120 ]; do
+		sleep 1
+		waited=$((waited + 1))
+		read -r -a b < /proc/stat
+		total=0
+		for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+		idle=$((b[4] - a[4] + b[5] - a[5]))
+		busy=$((total > 0 ? 100 * (total - idle) / total : 0))
+		if [ "$busy" -lt 25 ]; then quiet=$((quiet + 1)); else quiet=0; fi
+		a=("${b[@]}")
+	done
+	echo "=== settled after ${waited}s (${busy}% busy in the last second)"
+}

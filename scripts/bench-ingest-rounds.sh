@@ -8,7 +8,12 @@
 # before the first round; no two runs overlap.
 #
 #   N         dead letters of 1 KiB per run, quorum queue (default 100000)
-#   ROUNDS    rounds (default 3); the tables show medians over them
+#   ROUNDS    rounds (default 3); the tables show medians over them. HEAD
+#             goes first in odd rounds, and the first build after the raw
+#             pipeline measured slower in all nine rounds of 2026-12-01's
+#             evening (before each run waited for a quiet machine: settle,
+#             not measured since): an even number gives each build the
+#             first place as often
 #   SETTINGS  what dlq runs with, a space list (default "text"):
 #               text       text search on (the default of dlq serve)
 #               notext     text search off (DLQ_SEARCH_TEXT=false)
@@ -93,6 +98,7 @@ flags() {
 	echo "cpus $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 	echo "settings $settings; n $n; threshold $threshold%"
 	for i in $(seq 1 "$rounds"); do
+		settle
 		stamp "ingest round $i: raw"
 		(cd "$out" && ./bench-limits -pg "$pg" -amqp "$amqp" -out "$rd/$i-raw.jsonl" \
 			-summary "$rd/$i-raw.md" -explain /dev/null -tests pipeline -runs 1 -n "$n" \
@@ -114,6 +120,7 @@ flags() {
 					echo "ingest round $i: $s $b: skipped, this build has no flag for it"
 					continue
 				fi
+				settle
 				stamp "ingest round $i: $s $b ($f${dlqbin:+ $dlqbin})"
 				# shellcheck disable=SC2086 # $f and $dlqbin are lists of flags
 				"$bin" ingest -n "$n" -size 1024 -runs 1 -queue-type quorum -mode "$mode" $f $dlqbin -out "$rd/$i-$s-$b.jsonl"
