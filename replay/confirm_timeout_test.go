@@ -101,7 +101,11 @@ func TestFaultConfirmTimeoutUnknown(t *testing.T) {
 func TestFaultConfirmTimeoutSentAgain(t *testing.T) {
 	t.Parallel()
 	const timeout = time.Second
-	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout = true, timeout })
+	// The most retries: the queue must run again before they run out, and
+	// with the default three that left the test two seconds between seeing
+	// the first resend and resuming the queue, which a loaded machine missed.
+	const retries = replay.MaxUnknownRetries
+	b := setup(t, func(o *setupOpts) { o.noConsumer, o.confirmTimeout, o.unknownRetries = true, timeout, retries })
 	q, resume := b.suspendedQueue(t)
 	const n = 20
 	ids := b.seed(t, q, n)
@@ -131,7 +135,7 @@ func TestFaultConfirmTimeoutSentAgain(t *testing.T) {
 	require.Len(t, copies, n)
 	for id, cs := range copies {
 		require.GreaterOrEqual(t, len(cs), 2, "message %d: the broker held its first copy", id)
-		require.LessOrEqual(t, int64(len(cs)), 1+int64(replay.UnknownRetriesDefault), "message %d", id)
+		require.LessOrEqual(t, len(cs), 1+retries, "message %d", id)
 		seen := map[string]bool{}
 		for _, d := range cs {
 			require.Equal(t, int64(1), d.Headers[broker.HeaderReplayCount])
