@@ -32,8 +32,9 @@ import (
 //
 // The secret makes the entry unforgeable: a publisher's own header of the
 // same name is inside the bytes, never at the top, and a delivery the
-// filter did not rewrite (its frame would have grown past frame_max) is
-// read the ordinary way.
+// filter did not rewrite (its table would not fit one body frame) is read
+// the ordinary way. The length in the entry is only trusted with the
+// secret, and never past the body.
 
 const headerRaw = "x-dlq-raw-headers"
 
