@@ -157,13 +157,14 @@ func (r *rawDeliveries) rewrite(frame, dst []byte) (out []byte, ok bool) {
 	}
 	table := frame[off : off+n]
 	kept, counts, ok := returnCountsSize(table)
-	if !ok || kept == 0 || r.frameMax > 0 && 8+kept > r.frameMax {
+	// The content header: body size grown by the table's bytes, the table
+	// replaced by the marker and the counts (longer than a table of a few
+	// bytes, so both frames are checked against frame_max).
+	marker := 1 + len(headerRaw) + 1 + 4 + len(r.cfg.secret) + 4
+	header := len(frame) - n + marker + counts
+	if !ok || kept == 0 || r.frameMax > 0 && (8+kept > r.frameMax || header > r.frameMax) {
 		return dst, false
 	}
-	// The content header: body size grown by the table's bytes, the table
-	// replaced by the marker and the counts. It only shrinks (a decodable
-	// table of kept > 0 bytes holds at least a key and a field).
-	marker := 1 + len(headerRaw) + 1 + 4 + len(r.cfg.secret) + 4
 	start := len(dst)
 	dst = append(dst, frame[:3]...)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(frame)-8-n+marker+counts))
@@ -179,7 +180,7 @@ func (r *rawDeliveries) rewrite(frame, dst []byte) (out []byte, ok bool) {
 	dst = binary.BigEndian.AppendUint32(dst, uint32(kept))
 	dst = appendEntries(dst, table, true)
 	dst = append(dst, frame[off+n:]...)
-	if len(dst)-start != len(frame)-n+marker+counts {
+	if len(dst)-start != header {
 		return dst[:start], false // not reached: the sizes are the walk's
 	}
 	// The body frame with the table, on the same channel.

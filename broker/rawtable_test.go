@@ -228,6 +228,13 @@ func TestRawDeliveriesWhichHeaders(t *testing.T) {
 	r.frameMax = 8 + bigTable
 	_, ok = r.rewrite(big, nil)
 	require.True(t, ok, "one that fits")
+	// A small table: the marker makes the content header longer.
+	r.frameMax = len(header) - 1
+	_, ok = r.rewrite(hf, nil)
+	require.False(t, ok, "a content header that would no longer fit frame_max is left to amqp091-go")
+	r.frameMax = len(header)
+	_, ok = r.rewrite(hf, nil)
+	require.True(t, ok)
 	r.frameMax = 0
 	_, ok = r.rewrite(big, nil)
 	require.True(t, ok, "no frame_max")
